@@ -1,0 +1,1 @@
+"""One module per actor, named after what it owns."""

@@ -1,0 +1,89 @@
+"""What every core actor shares: typed dispatch and failure escalation.
+
+Core actors (writer, lease, scheduler, gateway) are supervised one-for-all:
+when one of them dies of an unexpected exception it tells the host
+supervisor, which stops the whole host cleanly. pykka calls `on_failure`
+only for exceptions escaping a `tell` handler; an exception in `on_start`
+stops the actor without it, which `start_host` detects by pinging each actor
+after starting it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import pykka
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorFailed:
+    """Told to the supervisor when a core actor dies."""
+
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Answered with True by every core actor once `on_start` has succeeded."""
+
+
+def safe_tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
+    """Tell `message` to `ref`, ignoring an actor that has already stopped."""
+    if ref is None:
+        return False
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        return False
+    return True
+
+
+class CoreActor(pykka.ThreadingActor):
+    """A ThreadingActor whose `on_receive` dispatches on the message's type.
+
+    Subclasses fill `handlers()` with `{MessageType: bound_method}`; an
+    unknown message type is a programming error and raises.
+    """
+
+    #: Shown in logs and in ActorFailed notices.
+    actor_name = "actor"
+
+    def __init__(self, supervisor: pykka.ActorRef[Any] | None = None) -> None:
+        super().__init__()
+        self._supervisor = supervisor
+        self._dispatch: dict[type, Callable[[Any], Any]] = {}
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {}
+
+    def on_receive(self, message: Any) -> Any:
+        if not self._dispatch:
+            self._dispatch = {Ping: lambda _m: True, **self.handlers()}
+        handler = self._dispatch.get(type(message))
+        if handler is None:
+            raise TypeError(f"{self.actor_name} cannot handle {type(message).__name__}")
+        return handler(message)
+
+    def on_failure(self, exception_type: type[BaseException] | None,
+                   exception_value: BaseException | None, traceback: TracebackType | None) -> None:
+        """Runs in the actor's thread after an unhandled exception: release, then escalate."""
+        try:
+            self.release_resources()
+        finally:
+            reason = f"{type(exception_value).__name__}: {exception_value}"
+            log.error("%s failed: %s", self.actor_name, reason)
+            safe_tell(self._supervisor, ActorFailed(self.actor_name, reason))
+
+    def on_stop(self) -> None:
+        """Runs in the actor's thread after its last message."""
+        self.release_resources()
+
+    def release_resources(self) -> None:
+        """Close connections, stop tickers. Must be safe to call twice."""

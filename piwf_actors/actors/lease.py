@@ -1,0 +1,182 @@
+"""`HostLease`: keeps the host's lease row alive and notices when it is lost.
+
+The lease is taken at start-up (`acquire_lease`, at the edge, before any
+other actor exists) and then renewed every `lease_s / 3` through the
+writer. A renewal that is refused, or no successful renewal before the lease
+runs out, means another host may own the state now: the actor tells the
+supervisor, which stops the host within one lease period. On a clean stop
+the lease is released so the next host need not wait for it to expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.errors import LeaseLost
+from piwf_actors.hostlock import holder_alive, process_start_identity
+from piwf_actors.store.jsonutil import token_hash
+from piwf_actors.store.requests import WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseClaim:
+    """What this host holds. The token never leaves the process; only its hash is stored."""
+
+    epoch: int
+    host_id: str
+    token: str
+    pid: int
+    process_start_identity: str
+    lease_s: float
+    expires_at: float
+
+    def identity_args(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "host_id": self.host_id, "token_hash": token_hash(self.token),
+                "pid": self.pid, "process_start_identity": self.process_start_identity}
+
+
+@dataclass(frozen=True, slots=True)
+class RenewTick:
+    """Time to renew (sent by the lease's ticker)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLostNotice:
+    """Told to the supervisor: stop the host."""
+
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetLease:
+    """Answered with the current LeaseClaim (token withheld) and last heartbeat."""
+
+
+def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]], *, lease_s: float,
+                  state_dir: str, host_id: str | None = None) -> LeaseClaim:
+    """Take the lease through the writer; raise HostAlreadyRunning or LeaseLost.
+
+    `reader_row` returns the current (pid, process_start_identity) of the
+    lease row. When the recorded holder process is gone (checked by pid AND
+    start time, so a reused pid does not count as alive) the caller, which
+    already holds the lock file, may take an unexpired lease at once instead
+    of waiting for it to run out.
+    """
+    pid = os.getpid()
+    claim_args: dict[str, Any] = {
+        "host_id": host_id or f"host-{secrets.token_hex(8)}",
+        "pid": pid,
+        "process_start_identity": process_start_identity(pid),
+        "lease_s": lease_s,
+        "state_dir": state_dir,
+    }
+    holder_pid, holder_identity = reader_row()
+    if holder_pid is not None and not holder_alive(holder_pid, holder_identity):
+        claim_args["holder_dead"] = {"pid": holder_pid, "process_start_identity": holder_identity}
+    token = secrets.token_urlsafe(32)
+    claim_args["token_hash"] = token_hash(token)
+    result = writer.call("lease.acquire", claim_args)
+    return LeaseClaim(result["epoch"], claim_args["host_id"], token, pid,
+                      claim_args["process_start_identity"], lease_s, result["expires_at"])
+
+
+class HostLease(CoreActor):
+    actor_name = "lease"
+
+    def __init__(self, writer: WriterHandle, claim: LeaseClaim, *, supervisor: pykka.ActorRef[Any] | None,
+                 clock: Callable[[], float] = time.time, renew_fraction: float = 1 / 3) -> None:
+        """Runs in the caller's thread: stores arguments only."""
+        super().__init__(supervisor)
+        self._writer = writer
+        self._claim = claim
+        self._clock = clock
+        self._interval = max(claim.lease_s * renew_fraction, 0.05)
+        self._ticker: Ticker | None = None
+        self._renew_sent_at: float | None = None
+        self._heartbeat_at = clock()
+        self._lost = False
+        self._renew_failures = 0
+
+    def on_start(self) -> None:
+        """Runs in the lease's thread: starts the renewal ticker."""
+        self._ticker = Ticker(self.actor_ref, RenewTick(), self._interval, "lease").start()
+
+    def release_resources(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+
+    def on_stop(self) -> None:
+        """Runs in the lease's thread on a clean stop: gives the lease back."""
+        self.release_resources()
+        if not self._lost:
+            try:
+                released = self._writer.call("lease.release", self._claim.identity_args(), timeout=5)
+                log.info("lease for epoch %d %s", self._claim.epoch, "released" if released else "was already gone")
+            except Exception as exc:  # the writer may be failing; expiry covers it
+                log.warning("could not release lease for epoch %d: %s", self._claim.epoch, exc)
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {RenewTick: self._tick, WriteResult: self._renewed, GetLease: self._get}
+
+    def _get(self, _message: GetLease) -> dict[str, Any]:
+        return {"epoch": self._claim.epoch, "host_id": self._claim.host_id, "pid": self._claim.pid,
+                "process_start_identity": self._claim.process_start_identity,
+                "expires_at": self._claim.expires_at, "heartbeat_at": self._heartbeat_at,
+                "lease_s": self._claim.lease_s, "renew_failures": self._renew_failures, "lost": self._lost}
+
+    def _tick(self, _message: RenewTick) -> None:
+        if self._lost:
+            return
+        now = self._clock()
+        if now >= self._claim.expires_at:
+            self._lose("no successful renewal before the lease expired")
+            return
+        if self._renew_sent_at is not None and now - self._renew_sent_at < self._interval:
+            return  # the previous renewal is still with the writer
+        self._renew_sent_at = now
+        args = {**self._claim.identity_args(), "lease_s": self._claim.lease_s}
+        self._writer.submit(WriteCommand("lease.renew", args, correlation_id="renew"), self.actor_ref)
+
+    def _renewed(self, result: WriteResult) -> None:
+        self._renew_sent_at = None
+        if self._lost:
+            return
+        if result.ok:
+            self._claim = _with_expiry(self._claim, result.value["expires_at"])
+            self._heartbeat_at = result.value["heartbeat_at"]
+            if self._renew_failures:
+                log.info("lease renewal for epoch %d recovered", self._claim.epoch)
+            self._renew_failures = 0
+            return
+        if result.error_code == LeaseLost.code:
+            self._lose(result.error or "renewal refused")
+            return
+        self._renew_failures += 1
+        log.warning("lease renewal failed (%d in a row): %s", self._renew_failures, result.error)
+        if self._clock() >= self._claim.expires_at:
+            self._lose(f"renewals kept failing: {result.error}")
+
+    def _lose(self, reason: str) -> None:
+        self._lost = True
+        log.error("lease for epoch %d lost: %s", self._claim.epoch, reason)
+        safe_tell(self._supervisor, LeaseLostNotice(self._claim.epoch, reason))
+
+
+def _with_expiry(claim: LeaseClaim, expires_at: float) -> LeaseClaim:
+    return LeaseClaim(claim.epoch, claim.host_id, claim.token, claim.pid, claim.process_start_identity,
+                      claim.lease_s, expires_at)

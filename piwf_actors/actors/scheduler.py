@@ -1,0 +1,240 @@
+"""`Scheduler`: the run queue. Claims eligible runs up to `max_workers`,
+starts and retires runner supervisors, renews their claims, stops runners
+whose run was cancelled, and keeps a small pool of warm worker processes.
+
+It reacts to the writer's change notices (a run was queued, cancelled …)
+and to a slow tick (claim renewal, a safety net for missed notices). Only
+one claim is in flight at a time, so two launches never race for a run in
+this host; the claim command itself refuses runs that already have one.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
+from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner
+from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.runner.process import WorkerProcess
+from piwf_actors.store import queries
+from piwf_actors.store.jsonutil import token_hash
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerTick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class GetSchedulerStatus:
+    pass
+
+
+@dataclass
+class ActiveRun:
+    ref: pykka.ActorRef[Any]
+    launch: Launch
+    worker: WorkerProcess
+    stopping: bool = False
+
+
+class Scheduler(CoreActor):
+    actor_name = "scheduler"
+
+    def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
+                 supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
+                 warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING") -> None:
+        """Runs in the caller's thread: stores arguments only."""
+        super().__init__(supervisor)
+        self._writer = writer
+        self._db_path = db_path
+        self._max_workers = max_workers
+        self._claim_lease_s = claim_lease_s
+        self._tick_s = tick_s
+        self._warm = max_workers if warm_workers is None else warm_workers
+        self._grace_s = grace_s
+        self._worker_log_level = worker_log_level
+        self._reader: StoreReader | None = None
+        self._ticker: Ticker | None = None
+        self._active: dict[str, ActiveRun] = {}
+        self._idle: list[WorkerProcess] = []
+        self._claiming = False
+        self._last_renewal = 0.0
+        self._stopping = False
+        self._launched = 0
+
+    def on_start(self) -> None:
+        """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
+        self._reader = StoreReader(self._db_path)
+        self._writer.ref.tell(Subscribe(self.actor_ref))
+        for _ in range(self._warm):
+            self._idle.append(self._spawn_worker())
+        self._ticker = Ticker(self.actor_ref, SchedulerTick(), self._tick_s, "scheduler").start()
+        self._try_claim()
+
+    def release_resources(self) -> None:
+        self._stopping = True
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
+        for active in list(self._active.values()):
+            try:
+                active.ref.stop(block=True, timeout=30)
+            except pykka.ActorDeadError:
+                pass
+        self._active.clear()
+        for worker in self._idle:
+            worker.shutdown()
+            self._release_child(worker)
+        self._idle.clear()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {SchedulerTick: self._tick, ChangeNotice: self._changed, WriteResult: self._written,
+                RunnerFinished: self._finished, ActorFailed: self._runner_failed,
+                GetSchedulerStatus: self._status}
+
+    # --- workers -----------------------------------------------------------------
+
+    def _spawn_worker(self) -> WorkerProcess:
+        worker = WorkerProcess.spawn(log_level=self._worker_log_level)
+        self._writer.submit(WriteCommand("child.register", {"pid": worker.pid, "create_time": worker.create_time,
+                                                            "kind": "worker"}))
+        return worker
+
+    def _release_child(self, worker: WorkerProcess) -> None:
+        self._writer.submit(WriteCommand("child.release", {"pid": worker.pid, "create_time": worker.create_time}))
+
+    def _take_worker(self) -> WorkerProcess:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive():
+                return worker
+            worker.process.wait()
+            self._release_child(worker)
+        return self._spawn_worker()
+
+    # --- claiming ------------------------------------------------------------------
+
+    def _try_claim(self) -> None:
+        if self._stopping or self._claiming or len(self._active) >= self._max_workers:
+            return
+        self._claiming = True
+        self._pending_token = secrets.token_urlsafe(24)
+        args = {"exclude": list(self._active), "token_hash": token_hash(self._pending_token),
+                "runner_epoch": uuid.uuid4().hex, "claim_lease_s": self._claim_lease_s}
+        self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
+
+    def _written(self, result: WriteResult) -> None:
+        if result.correlation_id == "renew":
+            self._renewed(result)
+            return
+        if result.correlation_id != "claim":
+            return
+        self._claiming = False
+        if not result.ok:
+            log.warning("claiming a run failed: %s", result.error)
+            return
+        claimed = result.value
+        if claimed is None:
+            return
+        if self._stopping:
+            return  # the next host start re-queues it
+        self._launch(claimed)
+        self._try_claim()
+
+    def _launch(self, claimed: dict[str, Any]) -> None:
+        assert self._reader is not None
+        source = queries.blob(self._reader, claimed["source_sha256"])
+        launch = Launch(
+            run_id=claimed["run_id"], generation=claimed["generation"], runner_epoch=claimed["runner_epoch"],
+            token_hash=token_hash(self._pending_token), revision=claimed["revision"],
+            envelope={"workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
+                      "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
+                      "project_path": claimed["project_path"], "source": source or b""},
+        )
+        worker = self._take_worker()
+        ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s)
+        self._active[launch.run_id] = ActiveRun(ref, launch, worker)
+        self._launched += 1
+
+    # --- notices and ticks ------------------------------------------------------------
+
+    def _changed(self, notice: ChangeNotice) -> None:
+        if "run" in notice.tables:
+            watched = [run_id for run_id in notice.runs if run_id in self._active]
+            if watched:
+                self._stop_cancelled(watched)
+            self._try_claim()
+
+    def _stop_cancelled(self, run_ids: list[str]) -> None:
+        assert self._reader is not None
+        for run_id in queries.cancel_requested(self._reader, run_ids):
+            active = self._active.get(run_id)
+            if active is not None and not active.stopping:
+                active.stopping = True
+                safe_tell(active.ref, StopRunner("cancelled"))
+
+    def _tick(self, _message: SchedulerTick) -> None:
+        now = time.time()
+        if self._active and now - self._last_renewal >= self._claim_lease_s / 3:
+            self._last_renewal = now
+            claims = [{"run_id": a.launch.run_id, "generation": a.launch.generation,
+                       "token_hash": a.launch.token_hash} for a in self._active.values()]
+            self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
+                                                                        "claim_lease_s": self._claim_lease_s},
+                                             correlation_id="renew"), self.actor_ref)
+        if self._active:
+            self._stop_cancelled(list(self._active))
+        self._try_claim()
+
+    def _renewed(self, result: WriteResult) -> None:
+        if not result.ok:
+            log.warning("claim renewal failed: %s", result.error)
+            return
+        for run_id, held in result.value.items():
+            active = self._active.get(run_id)
+            if not held and active is not None and not active.stopping:
+                active.stopping = True
+                log.warning("run %s: claim lost", run_id)
+                safe_tell(active.ref, StopRunner("claimLost"))
+
+    def _finished(self, message: RunnerFinished) -> None:
+        active = self._active.pop(message.run_id, None)
+        worker = message.worker
+        if worker is not None and worker.alive() and not self._stopping and len(self._idle) < self._max_workers:
+            self._idle.append(worker)
+        elif active is not None:
+            if active.worker.alive():
+                active.worker.shutdown()
+            self._release_child(active.worker)
+        self._try_claim()
+
+    def _runner_failed(self, message: ActorFailed) -> None:
+        log.error("a runner supervisor failed: %s", message.reason)
+
+    def _status(self, _message: GetSchedulerStatus) -> dict[str, Any]:
+        return {
+            "max_workers": self._max_workers,
+            "active": [{"run_id": a.launch.run_id, "pid": a.worker.pid, "generation": a.launch.generation}
+                       for a in self._active.values()],
+            "idle_workers": [w.pid for w in self._idle],
+            "launched": self._launched,
+        }

@@ -1,0 +1,299 @@
+"""`DatabaseWriter`: the one read-write SQLite connection of the host.
+
+Every write in the host is a `WriteCommand` submitted through a
+`WriterHandle`. Submissions go into a queue owned by the writer; the actor is
+told `Drain` and applies everything queued so far in one transaction (group
+commit: one fsync for many commands), each command in its own savepoint.
+The queue exists because pykka's mailbox cannot be drained in batches
+without reaching into its internals; the `Drain` message keeps the actor's
+own loop in charge of when work happens.
+
+Replies go out only after COMMIT (or after the refusal): to a pykka future
+for callers at the edge (CLI, tests, embedding), or as a `WriteResult`
+told to an actor, so actors never block on each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.errors import WriterStopped
+from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.database import StoreOptions, connect
+from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
+
+ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | Callable[[WriteResult], None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Apply whatever is queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """Tell `subscriber` a ChangeNotice after every commit that changed something."""
+
+    subscriber: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    subscriber: pykka.ActorRef[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GetWriterStats:
+    """Answered with a WriterStats."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStats:
+    commits: int
+    commands: int
+    failed_batches: int
+    queue_depth: int
+    commits_per_s: float
+    commands_per_s: float
+    last_batch_size: int
+
+
+def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
+    if reply_to is None:
+        return
+    if isinstance(reply_to, pykka.ActorRef):
+        safe_tell(reply_to, result)
+    elif isinstance(reply_to, pykka.Future):
+        reply_to.set(result)
+    else:
+        reply_to(result)
+
+
+class WriterQueue:
+    """Commands waiting for the writer, plus the "a Drain is already on its way" flag.
+
+    Shared by the writer actor and every WriterHandle; both sides are
+    thread-safe (SimpleQueue, and a lock around the flag).
+    """
+
+    def __init__(self) -> None:
+        self.pending: queue.SimpleQueue[tuple[WriteCommand, ReplyTo]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._wake_sent = False
+
+    def put(self, item: tuple[WriteCommand, ReplyTo]) -> bool:
+        """Queue `item`; True when the caller must tell the writer a Drain."""
+        self.pending.put(item)
+        with self._lock:
+            if self._wake_sent:
+                return False
+            self._wake_sent = True
+            return True
+
+    def woken(self) -> None:
+        """Called by the writer before it drains: the next put must wake it again."""
+        with self._lock:
+            self._wake_sent = False
+
+    def take(self, limit: int) -> list[tuple[WriteCommand, ReplyTo]]:
+        batch: list[tuple[WriteCommand, ReplyTo]] = []
+        while len(batch) < limit:
+            try:
+                batch.append(self.pending.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def fail_all(self) -> None:
+        """Answer everything still queued with WriterStopped."""
+        while True:
+            batch = self.take(1000)
+            if not batch:
+                return
+            for command, reply_to in batch:
+                deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
+                                              command.correlation_id))
+
+
+class _Waiter:
+    """The lightest blocking reply slot: a lock the writer releases.
+
+    `execute` is on the hot path of every edge caller; a pykka future costs a
+    Queue with two Conditions, this costs one lock.
+    """
+
+    __slots__ = ("_lock", "_result")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._result: WriteResult | None = None
+
+    def __call__(self, result: WriteResult) -> None:
+        self._result = result
+        self._lock.release()
+
+    def wait(self, timeout: float) -> WriteResult:
+        if not self._lock.acquire(timeout=timeout):
+            raise TimeoutError(f"no answer from the database writer within {timeout} s")
+        assert self._result is not None
+        return self._result
+
+
+class WriterHandle:
+    """Thread-safe way in to the writer: the only object other code holds.
+
+    `submit` never blocks; `execute` blocks on the result and is for the
+    edges only (CLI, tests, embedding, start-up), never between actors. A
+    handle made `with_epoch` stamps that host epoch on every command.
+    """
+
+    def __init__(self, ref: pykka.ActorRef[Any], writer_queue: WriterQueue, host_epoch: int | None = None) -> None:
+        self.ref = ref
+        self._queue = writer_queue
+        self.host_epoch = host_epoch
+
+    def with_epoch(self, epoch: int) -> WriterHandle:
+        return WriterHandle(self.ref, self._queue, epoch)
+
+    def submit(self, command: WriteCommand, reply_to: ReplyTo = None) -> None:
+        if command.host_epoch is None and self.host_epoch is not None:
+            command = replace(command, host_epoch=self.host_epoch)
+        if not self.ref.is_alive():
+            deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()), command.correlation_id))
+            return
+        if self._queue.put((command, reply_to)) and not safe_tell(self.ref, Drain()):
+            self._queue.fail_all()
+
+    def future(self, name: str, args: dict[str, Any], host_epoch: int | None = None) -> pykka.Future[WriteResult]:
+        fut: pykka.Future[WriteResult] = pykka.ThreadingFuture()
+        self.submit(WriteCommand(name, args, host_epoch), fut)
+        return fut
+
+    def execute(self, name: str, args: dict[str, Any], *, host_epoch: int | None = None,
+                timeout: float = 30.0) -> WriteResult:
+        waiter = _Waiter()
+        self.submit(WriteCommand(name, args, self.host_epoch if host_epoch is None else host_epoch), waiter)
+        return waiter.wait(timeout)
+
+    def call(self, name: str, args: dict[str, Any], **kwargs: Any) -> Any:
+        """`execute(...).unwrap()`: the value, or the typed error."""
+        return self.execute(name, args, **kwargs).unwrap()
+
+    def stats(self, timeout: float = 5.0) -> WriterStats:
+        return self.ref.ask(GetWriterStats(), timeout=timeout)
+
+
+class DatabaseWriter(CoreActor):
+    actor_name = "writer"
+
+    def __init__(self, db_path: Path, options: StoreOptions = StoreOptions(), *,
+                 writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
+                 max_batch: int = 1000, clock: Callable[[], float] = time.time) -> None:
+        """Runs in the caller's thread: stores arguments only."""
+        super().__init__(supervisor)
+        self._db_path = db_path
+        self._options = options
+        self._max_batch = max_batch
+        self._clock = clock
+        self._queue = writer_queue
+        self._db: Any = None
+        self._subscribers: list[pykka.ActorRef[Any]] = []
+        self._commits = 0
+        self._commands = 0
+        self._failed_batches = 0
+        self._last_batch = 0
+        self._recent: deque[tuple[float, int]] = deque(maxlen=4096)
+
+    def on_start(self) -> None:
+        """Runs in the writer's thread: opens the only read-write connection."""
+        self._db = connect(self._db_path, self._options)
+        self._db.connect(reuse_if_open=True)
+
+    def release_resources(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._queue.fail_all()
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {
+            Drain: self._drain,
+            Subscribe: self._subscribe,
+            Unsubscribe: self._unsubscribe,
+            GetWriterStats: self._stats,
+        }
+
+    def _subscribe(self, message: Subscribe) -> None:
+        if message.subscriber not in self._subscribers:
+            self._subscribers.append(message.subscriber)
+
+    def _unsubscribe(self, message: Unsubscribe) -> None:
+        if message.subscriber in self._subscribers:
+            self._subscribers.remove(message.subscriber)
+
+    def _drain(self, _message: Drain) -> None:
+        self._queue.woken()
+        while True:
+            batch = self._queue.take(self._max_batch)
+            if not batch:
+                return
+            try:
+                self._apply(batch)
+            except BaseException:
+                # The actor is about to die; no sender may wait forever.
+                for command, reply_to in batch:
+                    deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
+                                                  command.correlation_id))
+                raise
+
+    def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
+        now = self._clock()
+        outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1)
+        self._last_batch = len(batch)
+        if outcome.committed:
+            self._commits += 1
+            self._commands += len(batch)
+            self._recent.append((now, len(batch)))
+        else:
+            self._failed_batches += 1
+        seq = self._commits
+        for (_, reply_to), result in zip(batch, outcome.results, strict=True):
+            deliver(reply_to, result)
+        if outcome.committed and (outcome.changes.tables or outcome.changes.runs):
+            notice = ChangeNotice(seq, tuple(sorted(outcome.changes.tables)),
+                                  tuple(sorted(outcome.changes.runs)), now)
+            for subscriber in list(self._subscribers):
+                if not safe_tell(subscriber, notice):
+                    self._subscribers.remove(subscriber)
+
+    def _stats(self, _message: GetWriterStats) -> WriterStats:
+        now = self._clock()
+        window = [(t, n) for t, n in self._recent if now - t <= 10.0]
+        span = max(now - window[0][0], 1.0) if window else 1.0
+        return WriterStats(
+            commits=self._commits, commands=self._commands, failed_batches=self._failed_batches,
+            queue_depth=self._queue.pending.qsize(), commits_per_s=len(window) / span,
+            commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
+        )
+
+
+def start_writer(db_path: Path, options: StoreOptions = StoreOptions(), *,
+                 supervisor: pykka.ActorRef[Any] | None = None, **kwargs: Any) -> WriterHandle:
+    """Start a DatabaseWriter and return its handle (the ref is `handle.ref`)."""
+    writer_queue = WriterQueue()
+    ref = DatabaseWriter.start(db_path, options, writer_queue=writer_queue, supervisor=supervisor, **kwargs)
+    return WriterHandle(ref, writer_queue)

@@ -1,0 +1,82 @@
+"""`piwf-host`: run a host in the foreground until SIGINT/SIGTERM.
+
+Exit status: 0 after a clean stop, 1 when the host could not start (another
+host holds the state directory, the database was refused …) or stopped
+because of a failure (lease lost, core actor crashed), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from piwf_actors.config import HostConfig
+from piwf_actors.errors import PiwfError
+from piwf_actors.store.paths import default_state_dir
+
+log = logging.getLogger("piwf.host")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="piwf-host",
+        description="Run the piwf workflow host in the foreground. It keeps its state "
+        "(SQLite database, socket, lock) in one directory; stop it with Ctrl-C or SIGTERM.",
+        epilog=f"state directory default: $PIWF_STATE_DIR, else $XDG_STATE_HOME/piwf, else "
+        f"~/.local/state/piwf (here: {default_state_dir()})",
+    )
+    parser.add_argument("--state-dir", help="directory for state.db, host.sock and host.lock")
+    parser.add_argument("--max-workers", type=int, default=4, help="runs executed at once (default 4)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="log verbosity (default INFO)")
+    parser.add_argument("--lease-s", type=float, default=15.0,
+                        help="host lease length in seconds; renewed every third of it (default 15)")
+    parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"],
+                        help="SQLite synchronous mode; FULL survives power loss (default)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = HostConfig(state_dir=args.state_dir, max_workers=args.max_workers, lease_s=args.lease_s,
+                            synchronous=args.synchronous)
+    except ValueError as exc:
+        print(f"piwf-host: error: {exc}", file=sys.stderr)
+        return 2
+
+    from piwf_actors.actors.host import start_host
+
+    stop_requested = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        host = start_host(config)
+    except PiwfError as exc:
+        print(f"piwf-host: error: {exc.one_line()}", file=sys.stderr)
+        return 1
+    # Wake up often enough to notice both a signal and a host that stopped itself.
+    while not stop_requested.wait(0.2):
+        if host.stopped:
+            break
+    if host.stopped and not stop_requested.is_set():
+        reason = host.stop_reason or "unknown reason"
+        host.stop(reason)
+        print(f"piwf-host: stopped: {reason}", file=sys.stderr)
+        return 1
+    host.stop("signal received")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

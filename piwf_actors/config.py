@@ -1,0 +1,26 @@
+"""Host configuration: one frozen record, built by `piwf-host` or an embedding app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    state_dir: str | Path | None = None  # None: $PIWF_STATE_DIR, $XDG_STATE_HOME/piwf, ~/.local/state/piwf
+    max_workers: int = 4
+    lease_s: float = 15.0
+    synchronous: str = "FULL"
+    reap_grace_s: float = 3.0
+    host_id: str | None = None
+    claim_lease_s: float = 30.0
+    warm_workers: int | None = None  # idle worker processes kept ready; default max_workers
+
+    def __post_init__(self) -> None:
+        if self.max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        if self.lease_s <= 0:
+            raise ValueError("lease_s must be positive")
+        if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError(f"unknown synchronous mode {self.synchronous!r}")

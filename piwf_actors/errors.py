@@ -1,0 +1,192 @@
+"""Every error piwf_actors raises on purpose.
+
+One root (`PiwfError`), a small subtree per subsystem. Errors that are stored
+in the database or shown to users carry a stable `code`; their constructor
+takes typed arguments (ids, numbers), never a preformatted sentence, so the
+message stays one line and the code stays greppable.
+"""
+
+from __future__ import annotations
+
+
+class PiwfError(Exception):
+    """Root of every deliberate piwf_actors error."""
+
+    code = "error"
+
+    def one_line(self, limit: int = 1000) -> str:
+        """The message as a single line of at most `limit` characters."""
+        text = " ".join(str(self).split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- wire codec -----------------------------------------------------------
+
+
+class DecodeError(PiwfError):
+    """Bytes or a decoded value that do not form a valid message.
+
+    The only exception the codec, the frame reader and every `from_wire`
+    raise for bad input.
+    """
+
+    code = "decode_error"
+
+
+class FrameTooLarge(DecodeError):
+    code = "frame_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+# --- durable store ----------------------------------------------------------
+
+
+class StoreError(PiwfError):
+    code = "store_error"
+
+
+class StoreRefused(StoreError):
+    """The state file exists but must not be opened (not ours, corrupt, emptied)."""
+
+    code = "store_refused"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"refusing state database {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class DiskFull(StoreError):
+    code = "disk_full"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"database or disk is full: {detail}")
+
+
+class ReadOnlyDatabase(StoreError):
+    code = "read_only"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"database is read-only: {detail}")
+
+
+class StaleEpoch(StoreError):
+    """A write tagged with a host epoch that no longer owns the lease."""
+
+    code = "stale_epoch"
+
+    def __init__(self, epoch: int, current_epoch: int) -> None:
+        super().__init__(f"host epoch {epoch} is stale (current epoch is {current_epoch})")
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+
+
+class ClaimLost(StoreError):
+    """A run write whose claim (token, generation or runner epoch) is not current."""
+
+    code = "claim_lost"
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        super().__init__(f"claim on run {run_id} lost: {detail}")
+        self.run_id = run_id
+
+
+class Conflict(StoreError):
+    code = "conflict"
+
+
+class NotFound(StoreError):
+    code = "not_found"
+
+    def __init__(self, kind: str, key: str) -> None:
+        super().__init__(f"{kind} {key} not found")
+        self.kind = kind
+        self.key = key
+
+
+class Rejected(StoreError):
+    """A write that is well-formed but not allowed in the current state."""
+
+    code = "rejected"
+
+
+class UnknownCommand(StoreError):
+    code = "unknown_command"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown write command {name!r}")
+        self.name = name
+
+
+class WriterStopped(StoreError):
+    code = "writer_stopped"
+
+    def __init__(self) -> None:
+        super().__init__("the database writer is not running")
+
+
+# --- host lifecycle ----------------------------------------------------------
+
+
+class HostError(PiwfError):
+    code = "host_error"
+
+
+class HostAlreadyRunning(HostError):
+    code = "host_already_running"
+
+    def __init__(self, state_dir: str, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(f"a piwf host ({who}) already holds {state_dir}")
+        self.pid = pid
+
+
+class LeaseLost(HostError):
+    code = "lease_lost"
+
+    def __init__(self, epoch: int, detail: str) -> None:
+        super().__init__(f"host lease for epoch {epoch} lost: {detail}")
+        self.epoch = epoch
+
+
+class UnsafePath(HostError):
+    code = "unsafe_path"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"unsafe path {path}: {reason}")
+        self.path = path
+
+
+# --- workflows ----------------------------------------------------------------
+
+
+class WorkflowError(PiwfError):
+    code = "workflow_error"
+
+
+class WorkflowDefinitionError(WorkflowError):
+    """A workflow definition that cannot run; the message names the node."""
+
+    code = "workflow_definition_error"
+
+
+class WorkflowNotFound(WorkflowError):
+    code = "workflow_not_found"
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        super().__init__(f"workflow {name!r} not found" + (f": {detail}" if detail else ""))
+        self.name = name
+
+
+class WorkflowLoadFailed(WorkflowError):
+    code = "workflow_load_failed"
+
+
+class EncodeError(PiwfError):
+    """A value that cannot travel on the wire (unsupported type, too deep, too big)."""
+
+    code = "encode_error"

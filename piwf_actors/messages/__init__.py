@@ -1,0 +1,38 @@
+"""Wire messages: strict msgpack codec, length-prefixed frames, typed records.
+
+Layers, each usable alone: `codec` (wire values <-> bytes), `frames`
+(one map per length-prefixed frame on a stream), `records` (frozen
+dataclasses <-> wire maps). Bad input surfaces only as `DecodeError`
+(`FrameTooLarge` for oversize); values that cannot be sent as `EncodeError`.
+"""
+
+from piwf_actors.messages.codec import (
+    INT_MAX,
+    INT_MIN,
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    pack,
+    unpack,
+    unpack_map,
+    wire_type_name,
+)
+from piwf_actors.messages.frames import HEADER_BYTES, FrameDecoder, encode_frame, recv_frame, send_frame
+from piwf_actors.messages.records import RecordRegistry, WireRecord
+
+__all__ = [
+    "HEADER_BYTES",
+    "INT_MAX",
+    "INT_MIN",
+    "MAX_DEPTH",
+    "MAX_FRAME_BYTES",
+    "FrameDecoder",
+    "RecordRegistry",
+    "WireRecord",
+    "encode_frame",
+    "pack",
+    "recv_frame",
+    "send_frame",
+    "unpack",
+    "unpack_map",
+    "wire_type_name",
+]

@@ -1,0 +1,80 @@
+"""The worker process: `python -m piwf_actors.runner.worker --fd N`.
+
+It talks to its runner supervisor over the inherited socket `N` and never
+opens the database. It may serve several launches one after another (a warm
+pool); each launch executes the workflow from the source snapshot stored
+with the run, loaded as a fresh module, and the process's environment and
+working directory are restored after every launch, so runs share no state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+from piwf_actors.errors import WorkflowLoadFailed
+from piwf_actors.messages import recv_frame, send_frame
+from piwf_actors.runner.channel import ProtocolBroken, SupervisorChannel
+from piwf_actors.runner.engine import RunEngine
+from piwf_actors.workflows import load_snapshot
+
+log = logging.getLogger("piwf.worker")
+
+EXIT_PROTOCOL = 4
+
+
+def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
+    channel = SupervisorChannel(sock, launch)
+    try:
+        workflow = load_snapshot(launch["source"], launch["workflow_path"] or "<snapshot>",
+                                 launch["workflow_attr"] or launch["workflow"], launch["definition_digest"] or "",
+                                 launch.get("project_path"))
+    except WorkflowLoadFailed as exc:
+        channel.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
+        return
+    RunEngine(workflow, channel).run()
+
+
+def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:
+    """Run one launch, then put back what user code may have changed."""
+    environ = dict(os.environ)
+    cwd = os.getcwd()
+    path = list(sys.path)
+    try:
+        serve_launch(sock, launch)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        sys.path[:] = path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="piwf-worker")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="worker %(process)d: %(message)s")
+    sock = socket.socket(fileno=args.fd)
+    send_frame(sock, {"kind": "hello", "pid": os.getpid()})
+    while True:
+        frame = recv_frame(sock)
+        if frame is None or frame.get("kind") == "shutdown":
+            return 0
+        if frame.get("kind") != "launch":
+            log.error("unexpected frame %r", frame.get("kind"))
+            return EXIT_PROTOCOL
+        try:
+            _isolated(sock, frame)
+        except ProtocolBroken as exc:
+            log.error("%s", exc)
+            return EXIT_PROTOCOL
+        send_frame(sock, {"kind": "run_over", "run_id": frame["run_id"]})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

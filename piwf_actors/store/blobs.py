@@ -1,0 +1,23 @@
+"""Content-addressed blobs: large payloads stored once, keyed by sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+
+def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:
+    """Store `data` (once) and return its sha256 hex key."""
+    key = hashlib.sha256(data).hexdigest()
+    conn.execute(
+        "INSERT OR IGNORE INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?)",
+        (key, len(data), data, now),
+    )
+    return key
+
+
+def get_blob(conn: sqlite3.Connection, key: str | None) -> bytes | None:
+    if key is None:
+        return None
+    row = conn.execute("SELECT data FROM blob WHERE sha256 = ?", (key,)).fetchone()
+    return None if row is None else bytes(row[0])

@@ -1,0 +1,34 @@
+"""Registration of child processes (workers, shell commands) for orphan reaping.
+
+A child is identified by (pid, create_time) so a later host never signals a
+process that merely reused the pid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.store.commands.registry import WriteContext, command
+
+
+@command("child.register")
+def register_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
+    ctx.conn.execute(
+        """INSERT OR REPLACE INTO child_process
+           (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
+           VALUES (?, ?, ?, ?, ?, ?, NULL)""",
+        (args["pid"], args["create_time"], args["kind"], args.get("run_id"), ctx.host_epoch, ctx.now),
+    )
+    ctx.changes.touch("child_process", args.get("run_id"))
+    return True
+
+
+@command("child.release")
+def release_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
+    """The child is known to be gone (waited for, or reaped)."""
+    changed = ctx.conn.execute(
+        "UPDATE child_process SET released_at = ? WHERE pid = ? AND create_time = ? AND released_at IS NULL",
+        (ctx.now, args["pid"], args["create_time"]),
+    ).rowcount
+    ctx.changes.touch("child_process", args.get("run_id"))
+    return changed == 1

@@ -1,0 +1,253 @@
+"""The scheduler's commands: claim a run, renew claims, settle a runner's exit,
+and recover what a previous host left behind.
+
+A claim is the fence for everything a worker writes: a random token (only
+its sha256 is stored), a generation that grows with every claim of the run,
+a runner epoch naming one launch, the host epoch, and an expiry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.errors import Rejected
+from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.events import append_event
+from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
+
+
+def _eligible(ctx: WriteContext, exclude: list[str]) -> str | None:
+    """The next run to start: fresh queued runs first (oldest first), then re-queued ones."""
+    placeholders = ",".join("?" * len(exclude)) or "''"
+    row = ctx.conn.execute(
+        f"""SELECT run_id FROM run
+            WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
+              AND run_id NOT IN ({placeholders})
+              AND run_id NOT IN (SELECT run_id FROM run_claim)
+            ORDER BY steps > 0, created_at LIMIT 1""",
+        tuple(exclude),
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+@command("scheduler.claim_next")
+def claim_next(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any] | None:
+    """Claim the next eligible run for a new runner; None when nothing is eligible.
+
+    Marks the run `starting`, records the claim and a `run_worker` row, and
+    returns what the runner supervisor needs to launch the worker.
+    """
+    run_id = _eligible(ctx, list(args.get("exclude", [])))
+    if run_id is None:
+        return None
+    row = ctx.conn.execute(
+        """INSERT INTO run_generation (run_id, generation) VALUES (?, 1)
+           ON CONFLICT (run_id) DO UPDATE SET generation = generation + 1 RETURNING generation""",
+        (run_id,),
+    ).fetchone()
+    generation = int(row[0])
+    run = run_row(ctx.conn, run_id)
+    ctx.conn.execute(
+        """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,
+               claimed_at, expires_at, progress_at_claim) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        (run_id, args["token_hash"], generation, args["runner_epoch"], ctx.host_epoch, ctx.now,
+         ctx.now + float(args["claim_lease_s"]), run["steps"]),
+    )
+    ctx.conn.execute(
+        """INSERT INTO run_worker (worker_id, run_id, generation, runner_epoch, host_epoch, status, started_at)
+           VALUES (?, ?, ?, ?, ?, 'starting', ?)""",
+        (args["runner_epoch"], run_id, generation, args["runner_epoch"], ctx.host_epoch, ctx.now),
+    )
+    revision = set_status(ctx, run_id, "starting", "run_claimed",
+                          payload={"generation": generation, "runner_epoch": args["runner_epoch"]})
+    return {
+        "run_id": run_id, "generation": generation, "runner_epoch": args["runner_epoch"], "revision": revision,
+        "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
+        "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
+        "project_path": run["project_path"],
+    }
+
+
+@command("scheduler.renew_claims")
+def renew_claims(ctx: WriteContext, args: dict[str, Any]) -> dict[str, bool]:
+    """Extend the listed claims; the answer maps run id → still held."""
+    held: dict[str, bool] = {}
+    for item in args["claims"]:
+        changed = ctx.conn.execute(
+            """UPDATE run_claim SET expires_at = ? WHERE run_id = ? AND generation = ?
+                   AND claim_token_hash = ? AND host_epoch = ? AND expires_at > ?""",
+            (ctx.now + float(args["claim_lease_s"]), item["run_id"], item["generation"], item["token_hash"],
+             ctx.host_epoch, ctx.now),
+        ).rowcount
+        held[item["run_id"]] = changed == 1
+    return held
+
+
+@command("runner.attach")
+def attach_runner(ctx: WriteContext, args: dict[str, Any]) -> bool:
+    """Record the worker process serving a launch (pid + create_time) for reaping."""
+    ctx.conn.execute(
+        "UPDATE run_worker SET pid = ?, process_create_time = ?, status = 'live' WHERE worker_id = ?",
+        (args["pid"], args["create_time"], args["runner_epoch"]),
+    )
+    ctx.changes.touch("run_worker", args.get("run_id"))
+    return True
+
+
+def recover_applying_effects(ctx: WriteContext, run_id: str) -> str | None:
+    """Settle effects left `applying`: idempotent ones are abandoned (the node
+    simply runs again), any other becomes `ambiguous`. Returns the first
+    ambiguous effect id, or None."""
+    ambiguous: str | None = None
+    rows = ctx.conn.execute(
+        "SELECT effect_id, idempotent, node_id FROM effect WHERE run_id = ? AND status = 'applying'",
+        (run_id,)).fetchall()
+    for effect_id, idempotent, node_id in rows:
+        if idempotent:
+            ctx.conn.execute("UPDATE effect SET status = 'failed', resolution = 'abandoned', settled_at = ? "
+                             "WHERE effect_id = ?", (ctx.now, effect_id))
+            append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id,
+                         payload={"effect_id": effect_id, "status": "abandoned"})
+        else:
+            ctx.conn.execute("UPDATE effect SET status = 'ambiguous' WHERE effect_id = ?", (effect_id,))
+            append_event(ctx.conn, run_id, "effect_ambiguous", ctx.now, node_id=node_id,
+                         payload={"effect_id": effect_id})
+            ambiguous = ambiguous or effect_id
+    if ambiguous is None:
+        row = ctx.conn.execute("SELECT effect_id FROM effect WHERE run_id = ? AND status = 'ambiguous' LIMIT 1",
+                               (run_id,)).fetchone()
+        ambiguous = None if row is None else row[0]
+    return ambiguous
+
+
+def _interrupt_attempts(ctx: WriteContext, run_id: str) -> None:
+    ctx.conn.execute("UPDATE node_attempt SET status = 'interrupted', finished_at = ? "
+                     "WHERE run_id = ? AND status = 'running'", (ctx.now, run_id))
+
+
+def settle_interrupted_run(ctx: WriteContext, run_id: str, *, outcome: str, diagnostic: str | None,
+                           progress_at_claim: int | None, load_failure: str | None = None) -> str:
+    """Decide what becomes of a run whose runner went away without a terminal transition.
+
+    Order matters: cancellation wins; an ambiguous effect parks the run; a
+    workflow that could not load fails it; a runner that committed no
+    progress since its launch parks it `no_progress` (parking is the stop:
+    no crash loop); otherwise it goes back to the queue and resumes from its
+    last committed node. Returns the run's new status.
+    """
+    run = run_row(ctx.conn, run_id)
+    release_claim(ctx, run_id)
+    _interrupt_attempts(ctx, run_id)
+    if run["status"] not in ("starting", "running"):
+        return str(run["status"])
+    if run["cancel_requested"]:
+        set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"runner_outcome": outcome})
+        return "cancelled"
+    effect_id = recover_applying_effects(ctx, run_id)
+    if effect_id is not None:
+        set_status(ctx, run_id, "parked", "run_parked", park_reason="ambiguous_effect", park_detail=effect_id,
+                   payload={"reason": "ambiguous_effect", "effect_id": effect_id})
+        return "parked"
+    if load_failure is not None:
+        set_status(ctx, run_id, "failed", "run_failed", error_code="workflow_load_failed",
+                   error_message=load_failure[:8192], payload={"error_code": "workflow_load_failed"})
+        return "failed"
+    if progress_at_claim is not None and run["steps"] <= progress_at_claim:
+        detail = f"runner {outcome} before it committed progress" + (f": {diagnostic}" if diagnostic else "")
+        set_status(ctx, run_id, "parked", "run_parked", park_reason="no_progress", park_detail=detail[:2000],
+                   payload={"reason": "no_progress", "detail": detail[:2000]})
+        return "parked"
+    if run["pause_requested"]:
+        set_status(ctx, run_id, "parked", "run_parked", park_reason="paused", payload={"reason": "paused"})
+        return "parked"
+    set_status(ctx, run_id, "queued", "run_requeued", payload={"runner_outcome": outcome, "diagnostic": diagnostic})
+    return "queued"
+
+
+@command("runner.exit")
+def runner_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The supervisor reports that a launch ended (worker exited, was killed or lost).
+
+    Settles the run only while the claim is still this launch's; a claim that
+    moved on (another host, a newer generation) is left alone.
+    """
+    run_id = args["run_id"]
+    ctx.conn.execute(
+        """UPDATE run_worker SET status = 'exited', outcome = ?, exit_code = ?, diagnostic = ?, ended_at = ?
+           WHERE worker_id = ?""",
+        (args["outcome"], args.get("exit_code"), args.get("diagnostic"), ctx.now, args["runner_epoch"]),
+    )
+    ctx.changes.touch("run_worker", run_id)
+    claim = claim_row(ctx.conn, run_id)
+    if (claim is None or claim["generation"] != args["generation"] or claim["claim_token_hash"] != args["token_hash"]
+            or claim["host_epoch"] != ctx.host_epoch):
+        return {"status": run_row(ctx.conn, run_id)["status"], "settled": False}
+    # A host that stops cleanly interrupts runs through no fault of theirs:
+    # they go back to the queue whatever their progress.
+    progress = None if args.get("requeue") else claim["progress_at_claim"]
+    status = settle_interrupted_run(ctx, run_id, outcome=args["outcome"], diagnostic=args.get("diagnostic"),
+                                    progress_at_claim=progress,
+                                    load_failure=args.get("load_failure"))
+    return {"status": status, "settled": True}
+
+
+@command("host.recover")
+def recover_host(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """At start-up: take over what earlier host epochs left active.
+
+    Their workers are marked orphaned (the processes were reaped before this
+    runs) and their runs are settled as after a runner crash, except that a
+    host crash is not the run's fault: a run without progress is re-queued
+    rather than parked, so it resumes from its last committed node.
+    """
+    ctx.conn.execute(
+        """UPDATE run_worker SET status = 'orphaned', outcome = 'orphaned', ended_at = ?
+           WHERE host_epoch < ? AND status IN ('starting', 'live')""", (ctx.now, ctx.host_epoch))
+    runs = [r[0] for r in ctx.conn.execute(
+        "SELECT run_id FROM run_claim WHERE host_epoch < ?", (ctx.host_epoch,)).fetchall()]
+    stray = [r[0] for r in ctx.conn.execute(
+        "SELECT run_id FROM run WHERE status IN ('starting', 'running') AND run_id NOT IN "
+        "(SELECT run_id FROM run_claim WHERE host_epoch = ?)", (ctx.host_epoch,)).fetchall()]
+    settled: dict[str, str] = {}
+    for run_id in dict.fromkeys(runs + stray):
+        settled[run_id] = settle_interrupted_run(ctx, run_id, outcome="orphaned", diagnostic="host restarted",
+                                                 progress_at_claim=None)
+    ctx.changes.touch("run_worker")
+    return {"runs": settled}
+
+
+@command("effect.resolve")
+def resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A person settles an ambiguous effect: `confirm` (it happened; continue with
+    the given output) or `retry` (run the node again). The run is re-queued."""
+    action = args.get("action")
+    if action not in ("confirm", "retry"):
+        raise Rejected("action must be confirm or retry")
+    row = ctx.conn.execute("SELECT run_id, node_id, status FROM effect WHERE effect_id = ?",
+                           (args["effect_id"],)).fetchone()
+    if row is None:
+        from piwf_actors.errors import NotFound
+
+        raise NotFound("effect", str(args["effect_id"]))
+    run_id, node_id, status = row
+    if status != "ambiguous":
+        raise Rejected(f"effect {args['effect_id']} is {status}, not ambiguous")
+    from piwf_actors.store.commands.runs import store_json_blob
+
+    if action == "confirm":
+        output_sha = store_json_blob(ctx, args.get("output"))
+        ctx.conn.execute("UPDATE effect SET status = 'applied', resolution = 'confirmed', output_sha256 = ?, "
+                         "settled_at = ? WHERE effect_id = ?", (output_sha, ctx.now, args["effect_id"]))
+    else:
+        ctx.conn.execute("UPDATE effect SET status = 'failed', resolution = 'retry', settled_at = ? "
+                         "WHERE effect_id = ?", (ctx.now, args["effect_id"]))
+    append_event(ctx.conn, run_id, "effect_resolved", ctx.now, node_id=node_id,
+                 payload={"effect_id": args["effect_id"], "action": action})
+    run = run_row(ctx.conn, run_id)
+    revision = run["revision"]
+    remaining = ctx.conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND status = 'ambiguous'",
+                                 (run_id,)).fetchone()[0]
+    if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect" and remaining == 0:
+        revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"after": "effect.resolve"})
+    ctx.changes.touch("effect", run_id)
+    return {"run_id": run_id, "effect_id": args["effect_id"], "action": action, "revision": revision}

@@ -1,0 +1,56 @@
+"""Client command idempotency: (client id, idempotency key) → one recorded outcome.
+
+A mutating client command carries `client_id`, `idempotency_key` and
+`request_id`. The first time, it runs and its receipt is stored in the same
+transaction as its effect. A replay with the same fingerprint returns the
+stored receipt with outcome `adopted`; the same key — or the same request
+id — with another fingerprint is a `conflict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from piwf_actors.errors import Conflict
+from piwf_actors.store.commands.registry import WriteContext
+from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
+
+
+def request_fingerprint(operation: str, run_id: str | None, expected_revision: int | None, payload: Any) -> str:
+    return fingerprint({"operation": operation, "run_id": run_id, "expected_revision": expected_revision,
+                        "payload": payload})
+
+
+def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
+             apply: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision?}.
+
+    Without a client id and key the command simply runs (embedding callers
+    that do not need replay safety).
+    """
+    client_id, key = args.get("client_id"), args.get("idempotency_key")
+    if not client_id or not key:
+        receipt = apply()
+        return {"outcome": "accepted", "receipt": receipt, "revision": receipt.get("revision")}
+    print_ = request_fingerprint(operation, args.get("run_id"), args.get("expected_revision"),
+                                 args.get("payload_for_fingerprint", args.get("payload")))
+    row = ctx.conn.execute(
+        "SELECT fingerprint, receipt, revision FROM host_command WHERE client_id = ? AND idempotency_key = ?",
+        (client_id, key)).fetchone()
+    if row is not None:
+        if row[0] != print_:
+            raise Conflict(f"idempotency key {key} was already used for a different request")
+        return {"outcome": "adopted", "receipt": loads(row[1]), "revision": row[2]}
+    request_id = args.get("request_id") or key
+    clash = ctx.conn.execute("SELECT fingerprint FROM host_command WHERE client_id = ? AND request_id = ?",
+                             (client_id, request_id)).fetchone()
+    if clash is not None:
+        raise Conflict(f"request id {request_id} was already used for a different request")
+    receipt = apply()
+    ctx.conn.execute(
+        """INSERT INTO host_command (client_id, idempotency_key, request_id, operation, run_id, fingerprint,
+               outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, 'accepted', ?, ?, ?, ?)""",
+        (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_,
+         receipt.get("revision"), canonical_json(receipt), ctx.host_epoch, ctx.now))
+    return {"outcome": "accepted", "receipt": receipt, "revision": receipt.get("revision")}

@@ -1,0 +1,185 @@
+"""Run control commands: start, cancel, pause, resume, restart, notes.
+
+Each is recorded for idempotency when the caller gives a client id and an
+idempotency key (see `idempotency.py`), and checks `expected_revision`
+when given (optimistic concurrency: a stale one is a `conflict`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.errors import Conflict, Rejected
+from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.events import append_event
+from piwf_actors.store.ids import new_id
+from piwf_actors.store.jsonutil import canonical_json
+from piwf_actors.store.runstate import TERMINAL_STATUSES, bump_revision, claim_row, run_row, set_status
+
+#: Event kinds a client or worker may append as free-form notes.
+NOTE_KINDS = frozenset({"note", "log"})
+
+
+@command("run.append_note")
+def append_note(ctx: WriteContext, args: dict[str, Any]) -> int:
+    """Append a `note`/`log` event to a run's trace; returns its sequence number."""
+    kind = args.get("kind", "note")
+    if kind not in NOTE_KINDS:
+        raise Rejected(f"event kind {kind!r} cannot be appended as a note")
+    run_id = args["run_id"]
+    seq = append_event(ctx.conn, run_id, kind, ctx.now, node_id=args.get("node_id"), payload=args.get("payload"))
+    ctx.changes.touch("run_event", run_id)
+    return seq
+
+
+def store_json_blob(ctx: WriteContext, value: Any) -> str:
+    return put_blob(ctx.conn, canonical_json(value).encode(), ctx.now)
+
+
+def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, input_sha: str | None = None,
+                source_sha: str | None = None) -> dict[str, Any]:
+    run_id = spec.get("run_id") or new_id("run", ctx.now)
+    if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
+        raise Rejected(f"run {run_id} already exists")
+    if input_sha is None:
+        input_sha = store_json_blob(ctx, spec.get("input"))
+    source = spec.get("source")
+    if source_sha is None and isinstance(source, bytes):
+        source_sha = put_blob(ctx.conn, source, ctx.now)
+    ctx.conn.execute(
+        """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
+               source_sha256, input_sha256, project_path, session_id, parent_run_id, status,
+               revision, steps, pause_requested, cancel_requested, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, ?, ?)""",
+        (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
+         spec.get("definition_digest"), source_sha, input_sha, spec.get("project_path"),
+         spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now),
+    )
+    append_event(ctx.conn, run_id, "run_created", ctx.now,
+                 payload={"workflow": spec["workflow"], "parent_run_id": spec.get("parent_run_id")})
+    ctx.changes.touch("run", run_id)
+    return {"run_id": run_id, "status": "queued", "revision": 1}
+
+
+@command("run.create")
+def create_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Insert a queued run with its input and workflow snapshot stored as blobs."""
+    return _insert_run(ctx, args)
+
+
+@command("run.start")
+def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """`run.create` recorded under the client's idempotency key."""
+    return recorded(ctx, args, "run.start", lambda: _insert_run(ctx, args["spec"]))
+
+
+def _check_revision(run: dict[str, Any], args: dict[str, Any]) -> None:
+    expected = args.get("expected_revision")
+    if expected is not None and expected != run["revision"]:
+        raise Conflict(f"run {run['run_id']} is at revision {run['revision']}, not {expected}")
+
+
+def _cancel_requests(ctx: WriteContext, run_id: str) -> None:
+    ctx.conn.execute(
+        """UPDATE interactive_request SET status = 'cancelled', revision = revision + 1, updated_at = ?
+           WHERE run_id = ? AND status IN ('pending', 'presenting')""", (ctx.now, run_id))
+    ctx.changes.touch("interactive_request", run_id)
+
+
+def _cancel(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
+    run_id = run["run_id"]
+    if run["status"] in TERMINAL_STATUSES:
+        raise Rejected(f"run {run_id} is already {run['status']}")
+    _cancel_requests(ctx, run_id)
+    if claim_row(ctx.conn, run_id) is not None:
+        ctx.conn.execute("UPDATE run SET cancel_requested = 1 WHERE run_id = ?", (run_id,))
+        append_event(ctx.conn, run_id, "cancel_requested", ctx.now)
+        revision = bump_revision(ctx, run_id)
+        return {"run_id": run_id, "status": "cancelling", "revision": revision}
+    revision = set_status(ctx, run_id, "cancelled", "run_cancelled")
+    return {"run_id": run_id, "status": "cancelled", "revision": revision}
+
+
+@command("run.cancel")
+def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Cancel a run. An active one is flagged; its supervisor kills the worker tree
+    and the run ends `cancelled` when the runner's exit is settled."""
+
+    def apply() -> dict[str, Any]:
+        run = run_row(ctx.conn, args["run_id"])
+        _check_revision(run, args)
+        return _cancel(ctx, run)
+
+    return recorded(ctx, args, "run.cancel", apply)
+
+
+@command("run.pause")
+def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Pause a run: a queued one parks at once; an active one parks at its next
+    node boundary; a parked one stays parked and will not be resumed until `run.resume`."""
+
+    def apply() -> dict[str, Any]:
+        run = run_row(ctx.conn, args["run_id"])
+        _check_revision(run, args)
+        run_id = run["run_id"]
+        if run["status"] in TERMINAL_STATUSES:
+            raise Rejected(f"run {run_id} is already {run['status']}")
+        if run["status"] == "parked" and run["park_reason"] == "paused" or run["pause_requested"]:
+            raise Rejected(f"run {run_id} is already paused")
+        if run["status"] == "queued":
+            revision = set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
+                                  payload={"reason": "paused"})
+            return {"run_id": run_id, "status": "parked", "revision": revision}
+        ctx.conn.execute("UPDATE run SET pause_requested = 1 WHERE run_id = ?", (run_id,))
+        append_event(ctx.conn, run_id, "pause_requested", ctx.now)
+        revision = bump_revision(ctx, run_id)
+        return {"run_id": run_id, "status": "pausing" if run["status"] != "parked" else "parked",
+                "revision": revision}
+
+    return recorded(ctx, args, "run.pause", apply)
+
+
+@command("run.resume")
+def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Resume a paused run, or retry one parked `no_progress`."""
+
+    def apply() -> dict[str, Any]:
+        run = run_row(ctx.conn, args["run_id"])
+        _check_revision(run, args)
+        run_id = run["run_id"]
+        if run["status"] in TERMINAL_STATUSES:
+            raise Rejected(f"run {run_id} is already {run['status']}")
+        if run["pause_requested"]:
+            ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+            append_event(ctx.conn, run_id, "pause_cancelled", ctx.now)
+            revision = bump_revision(ctx, run_id)
+            return {"run_id": run_id, "status": run["status"], "revision": revision}
+        if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):
+            revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"from": run["park_reason"]})
+            return {"run_id": run_id, "status": "queued", "revision": revision}
+        if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect":
+            raise Rejected(f"run {run_id} waits for effect {run['park_detail']}: use effect.resolve")
+        raise Rejected(f"run {run_id} is {run['status']} and not paused")
+
+    return recorded(ctx, args, "run.resume", apply)
+
+
+@command("run.restart")
+def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Start a new run of the same workflow snapshot and input, with `parent_run_id`
+    set; the old run is cancelled if it has not ended."""
+
+    def apply() -> dict[str, Any]:
+        run = run_row(ctx.conn, args["run_id"])
+        _check_revision(run, args)
+        if run["status"] not in TERMINAL_STATUSES:
+            _cancel(ctx, run)
+        spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
+                                          "project_path", "session_id")}
+        spec["parent_run_id"] = run["run_id"]
+        receipt = _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=run["source_sha256"])
+        return {**receipt, "parent_run_id": run["run_id"]}
+
+    return recorded(ctx, args, "run.restart", apply)

@@ -1,0 +1,271 @@
+"""`worker.message`: every transition a worker reports, applied under its claim.
+
+The runner supervisor forwards each worker message here unchanged. The
+command checks, in order: the message was seen before (same runner epoch
+and message id) — then the recorded answer is returned, or the message is
+rejected if its payload differs; the claim is still this launch's (token
+hash, generation, runner epoch, host epoch, expiry) — else `claimLost`; the
+run's revision is the one the worker expects — else `conflict`. Only then
+does the operation run, and its answer is recorded in the same transaction
+as its effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
+from piwf_actors.store.blobs import get_blob, put_blob
+from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.events import append_event
+from piwf_actors.store.ids import new_id
+from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
+from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
+
+Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]
+_OPERATIONS: dict[str, Handler] = {}
+
+
+def operation(name: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _OPERATIONS[name] = fn
+        return fn
+
+    return register
+
+
+def _json_blob(ctx: WriteContext, value: Any) -> str:
+    return put_blob(ctx.conn, canonical_json(value).encode(), ctx.now)
+
+
+@command("worker.message")
+def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    run_id, runner_epoch, message_id = args["run_id"], args["runner_epoch"], args["message_id"]
+    op = args["op"]
+    payload = args.get("payload") or {}
+    print_ = fingerprint({"op": op, "run_id": run_id, "generation": args["generation"],
+                          "expected_revision": args.get("expected_revision"), "payload": payload})
+    seen = ctx.conn.execute(
+        "SELECT fingerprint, response FROM worker_message WHERE runner_epoch = ? AND message_id = ?",
+        (runner_epoch, message_id)).fetchone()
+    if seen is not None:
+        if seen[0] != print_:
+            raise Rejected(f"message id {message_id} was already used with another payload")
+        return {**loads(seen[1]), "replayed": True}
+    require_claim(ctx, run_id, args["token_hash"], args["generation"], runner_epoch)
+    handler = _OPERATIONS.get(op)
+    if handler is None:
+        raise Rejected(f"unknown worker operation {op!r}")
+    run = run_row(ctx.conn, run_id)
+    expected = args.get("expected_revision")
+    if expected is not None and expected != run["revision"] and op not in ("ready", "register_child", "release_child"):
+        raise Conflict(f"run {run_id} revision conflict: expected {expected}, got {run['revision']}")
+    ctx.conn.execute("SAVEPOINT op")
+    try:
+        value = handler(ctx, run, payload)
+    except ClaimLost:
+        ctx.conn.execute("ROLLBACK TO op")
+        ctx.conn.execute("RELEASE op")
+        raise
+    except PiwfError as err:
+        ctx.conn.execute("ROLLBACK TO op")
+        ctx.conn.execute("RELEASE op")
+        response = {"outcome": "rejected", "error": err.one_line(), "error_code": err.code,
+                    "revision": run_row(ctx.conn, run_id)["revision"]}
+    else:
+        ctx.conn.execute("RELEASE op")
+        response = {"outcome": "accepted", "value": value, "revision": run_row(ctx.conn, run_id)["revision"]}
+    ctx.conn.execute(
+        """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
+               response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        (runner_epoch, message_id, run_id, args["generation"], op, print_, canonical_json(response), ctx.now))
+    return response
+
+
+def _latest_outputs(ctx: WriteContext, run_id: str) -> dict[str, Any]:
+    outputs: dict[str, Any] = {}
+    for node_id, sha in ctx.conn.execute(
+            """SELECT node_id, output_sha256 FROM node_attempt WHERE run_id = ? AND status = 'succeeded'
+               ORDER BY step, started_at""", (run_id,)):
+        outputs[node_id] = loads(get_blob(ctx.conn, sha).decode()) if sha else None
+    return outputs
+
+
+def _attempt_counts(ctx: WriteContext, run_id: str) -> dict[str, int]:
+    return {node: count for node, count in ctx.conn.execute(
+        "SELECT node_id, count(*) FROM node_attempt WHERE run_id = ? GROUP BY node_id", (run_id,))}
+
+
+@operation("ready")
+def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The worker loaded the workflow: mark the run running and hand it the state to resume from."""
+    run_id = run["run_id"]
+    ctx.conn.execute("UPDATE run_worker SET status = 'live' WHERE run_id = ? AND status = 'starting'", (run_id,))
+    first = ctx.conn.execute("SELECT 1 FROM run_event WHERE run_id = ? AND kind = 'run_started' LIMIT 1",
+                             (run_id,)).fetchone() is None
+    if payload.get("definition_digest") and not run["definition_digest"]:
+        ctx.conn.execute("UPDATE run SET definition_digest = ? WHERE run_id = ?",
+                         (payload["definition_digest"], run_id))
+    set_status(ctx, run_id, "running", "run_started" if first else "run_resumed",
+               payload={"current_node": run["current_node"], "steps": run["steps"]})
+    confirmed = {}
+    for effect_id, node_id, sha in ctx.conn.execute(
+            """SELECT effect_id, node_id, output_sha256 FROM effect WHERE run_id = ? AND status = 'applied'
+               AND resolution = 'confirmed'""", (run_id,)):
+        confirmed[node_id] = {"effect_id": effect_id, "output": loads(get_blob(ctx.conn, sha).decode()) if sha else None}
+    return {
+        "input": loads(get_blob(ctx.conn, run["input_sha256"]).decode()) if run["input_sha256"] else None,
+        "current_node": run["current_node"],
+        "steps": run["steps"],
+        "outputs": _latest_outputs(ctx, run_id),
+        "attempts": _attempt_counts(ctx, run_id),
+        "confirmed_effects": confirmed,
+        "session_id": run["session_id"],
+    }
+
+
+def _boundary_directive(ctx: WriteContext, run: dict[str, Any]) -> str | None:
+    """At a node boundary: park a run whose pause was requested. Returns 'stop' if parked."""
+    current = run_row(ctx.conn, run["run_id"])
+    if current["cancel_requested"]:
+        return "stop"
+    if current["pause_requested"]:
+        ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run["run_id"],))
+        set_status(ctx, run["run_id"], "parked", "run_parked", park_reason="paused", payload={"reason": "paused"})
+        release_claim(ctx, run["run_id"])
+        return "stop"
+    return None
+
+
+@operation("effect_reserve")
+def _effect_reserve(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Start an attempt of a side-effecting node and reserve its effect (`applying`) before it acts."""
+    if _boundary_directive(ctx, run) == "stop":
+        return {"directive": "stop"}
+    node_id = payload["node_id"]
+    attempt_id, attempt_no = _start_attempt(ctx, run, node_id, payload.get("attempt_id"))
+    effect_id = new_id("eff", ctx.now)
+    ctx.conn.execute(
+        """INSERT INTO effect (effect_id, run_id, node_id, attempt_id, status, idempotent, reserved_at)
+           VALUES (?, ?, ?, ?, 'applying', ?, ?)""",
+        (effect_id, run["run_id"], node_id, attempt_id, bool(payload.get("idempotent")), ctx.now))
+    append_event(ctx.conn, run["run_id"], "effect_reserved", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                 payload={"effect_id": effect_id})
+    ctx.changes.touch("effect", run["run_id"])
+    return {"attempt_id": attempt_id, "attempt_no": attempt_no, "effect_id": effect_id}
+
+
+def _start_attempt(ctx: WriteContext, run: dict[str, Any], node_id: str,
+                   attempt_id: str | None = None) -> tuple[str, int]:
+    """Record a new running attempt (the worker proposes its id so callbacks can see it)."""
+    attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
+                                  (run["run_id"], node_id)).fetchone()[0] + 1
+    attempt_id = attempt_id or new_id("att", ctx.now)
+    generation = ctx.conn.execute("SELECT generation FROM run_claim WHERE run_id = ?",
+                                  (run["run_id"],)).fetchone()[0]
+    ctx.conn.execute(
+        """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, generation, started_at)
+           VALUES (?, ?, ?, ?, ?, 'running', ?, ?)""",
+        (attempt_id, run["run_id"], node_id, attempt_no, run["steps"], generation, ctx.now))
+    ctx.conn.execute("UPDATE run SET current_node = ? WHERE run_id = ?", (node_id, run["run_id"]))
+    append_event(ctx.conn, run["run_id"], "node_started", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                 payload={"attempt_no": attempt_no})
+    return attempt_id, attempt_no
+
+
+@operation("node_finished")
+def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Commit one node's result and where the run goes next, atomically.
+
+    `next` is what the worker's routing decided: {"node": id}, {"finish": true},
+    {"fail": {"code", "message"}} or {"retry": true} (the attempt failed and
+    the node will run again). Pure nodes arrive here without a prior
+    `effect_reserve`; their attempt is created and finished in one go.
+    """
+    run_id, node_id = run["run_id"], payload["node_id"]
+    attempt_id = payload.get("attempt_id")
+    if attempt_id is None or payload.get("new_attempt"):
+        attempt_id, _ = _start_attempt(ctx, run, node_id, attempt_id)
+    outcome = payload["outcome"]
+    output_sha = _json_blob(ctx, payload.get("output")) if outcome == "ok" else None
+    changed = ctx.conn.execute(
+        """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
+               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status = 'running'""",
+        ("succeeded" if outcome == "ok" else "failed", outcome, output_sha, payload.get("error_code"),
+         (payload.get("error") or None) and str(payload.get("error"))[:4000], ctx.now, attempt_id, run_id)).rowcount
+    if changed != 1:
+        raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
+    effect_id = payload.get("effect_id")
+    if effect_id is not None:
+        status = "applied" if outcome == "ok" else "failed"
+        resolution = "confirmed_consumed" if payload.get("confirmed") else None
+        ctx.conn.execute(
+            """UPDATE effect SET status = ?, output_sha256 = ?, error = ?, settled_at = ?,
+                   resolution = coalesce(?, resolution) WHERE effect_id = ? AND run_id = ?""",
+            (status, output_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
+        append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                     payload={"effect_id": effect_id, "status": status})
+    nxt = payload.get("next") or {}
+    event_payload: dict[str, Any] = {"outcome": outcome}
+    if outcome != "ok":
+        event_payload["error"] = str(payload.get("error") or "")[:1000]
+    append_event(ctx.conn, run_id, "node_finished" if outcome == "ok" else "node_failed", ctx.now,
+                 node_id=node_id, attempt_id=attempt_id, payload=event_payload)
+    if payload.get("notification") is not None:
+        _notify(ctx, run, node_id, payload["notification"])
+    if nxt.get("retry"):
+        ctx.changes.touch("node_attempt", run_id)
+        return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
+    ctx.conn.execute("UPDATE run SET steps = steps + 1, current_node = ? WHERE run_id = ?",
+                     (nxt.get("node"), run_id))
+    if nxt.get("finish"):
+        ctx.conn.execute("UPDATE run SET output_sha256 = ? WHERE run_id = ?", (output_sha, run_id))
+        set_status(ctx, run_id, "done", "run_finished", node_id=node_id, payload={"status": "done"})
+        release_claim(ctx, run_id)
+        return {"attempt_id": attempt_id, "directive": "stop"}
+    if nxt.get("fail"):
+        fail = nxt["fail"]
+        set_status(ctx, run_id, "failed", "run_failed", node_id=node_id, error_code=fail["code"],
+                   error_message=str(fail.get("message", ""))[:4000], payload={"error_code": fail["code"]})
+        release_claim(ctx, run_id)
+        return {"attempt_id": attempt_id, "directive": "stop"}
+    if nxt.get("node") is None:
+        raise Rejected("node_finished needs next.node, next.finish, next.fail or next.retry")
+    ctx.changes.touch("run", run_id)
+    return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
+
+
+def _notify(ctx: WriteContext, run: dict[str, Any], node_id: str, message: Any) -> None:
+    ctx.conn.execute(
+        "INSERT INTO session_message (message_id, session_id, run_id, kind, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (new_id("msg", ctx.now), run["session_id"], run["run_id"], "notify",
+         canonical_json({"node_id": node_id, "message": message}), ctx.now))
+    ctx.changes.touch("session_message", run["run_id"])
+
+
+@operation("run_failed")
+def _run_failed(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The worker ends the run as failed (cannot load the workflow, step limit, …)."""
+    code = str(payload.get("code") or "run_failed")
+    set_status(ctx, run["run_id"], "failed", "run_failed", error_code=code,
+               error_message=str(payload.get("message", ""))[:8192], payload={"error_code": code})
+    release_claim(ctx, run["run_id"])
+    return {"directive": "stop"}
+
+
+@operation("register_child")
+def _register_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
+    ctx.conn.execute(
+        """INSERT OR REPLACE INTO child_process (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
+           VALUES (?, ?, ?, ?, ?, ?, NULL)""",
+        (payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"], ctx.host_epoch, ctx.now))
+    ctx.changes.touch("child_process", run["run_id"])
+    return True
+
+
+@operation("release_child")
+def _release_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
+    ctx.conn.execute("UPDATE child_process SET released_at = ? WHERE pid = ? AND create_time = ?",
+                     (ctx.now, payload["pid"], payload["create_time"]))
+    return True

@@ -1,0 +1,33 @@
+"""The append-only per-run trace. Every run state change appends one event."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from piwf_actors.errors import NotFound
+from piwf_actors.store.jsonutil import canonical_json
+
+
+def append_event(conn: sqlite3.Connection, run_id: str, kind: str, now: float, *,
+                 node_id: str | None = None, attempt_id: str | None = None,
+                 payload: Any = None) -> int:
+    """Append an event with the run's next sequence number and return that number.
+
+    One statement: the next number is max(seq) + 1 for the run, read under the
+    writer's transaction, and the row is only inserted when the run exists.
+    Events are deleted only together with their run (prune), so the sequence
+    of a living run only grows.
+    """
+    row = conn.execute(
+        """INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at)
+           SELECT run.run_id,
+                  (SELECT coalesce(max(seq), 0) + 1 FROM run_event WHERE run_id = run.run_id),
+                  ?, ?, ?, ?, ?
+           FROM run WHERE run.run_id = ?
+           RETURNING seq""",
+        (kind, node_id, attempt_id, None if payload is None else canonical_json(payload), now, run_id),
+    ).fetchone()
+    if row is None:
+        raise NotFound("run", run_id)
+    return int(row[0])

@@ -1,0 +1,130 @@
+"""Named read queries. SQL lives here (and in commands), nowhere else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.store.reader import StoreReader
+
+RUN_STATUSES = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
+
+
+def lease_holder(reader: StoreReader) -> tuple[int | None, str | None]:
+    row = reader.one("SELECT pid, process_start_identity FROM host_state WHERE id = 1")
+    return (row[0], row[1]) if row else (None, None)
+
+
+def lease_row(reader: StoreReader, now: float) -> dict[str, Any]:
+    row = reader.one(
+        """SELECT epoch, host_id, pid, process_start_identity, started_at, heartbeat_at,
+                  expires_at, released_at FROM host_state WHERE id = 1""")
+    assert row is not None
+    keys = ("epoch", "host_id", "pid", "process_start_identity", "started_at", "heartbeat_at",
+            "expires_at", "released_at")
+    record = dict(zip(keys, row, strict=True))
+    record["live"] = record["host_id"] is not None and (record["expires_at"] or 0) > now
+    return record
+
+
+def unreleased_children(reader: StoreReader) -> list[dict[str, Any]]:
+    rows = reader.all(
+        "SELECT pid, create_time, kind, run_id, host_epoch FROM child_process WHERE released_at IS NULL")
+    return [dict(zip(("pid", "create_time", "kind", "run_id", "host_epoch"), r, strict=True)) for r in rows]
+
+
+def run_counts(reader: StoreReader) -> dict[str, int]:
+    counts = dict.fromkeys(RUN_STATUSES, 0)
+    for status, count in reader.all("SELECT status, count(*) FROM run GROUP BY status"):
+        counts[status] = count
+    return counts
+
+
+def blob(reader: StoreReader, sha256: str | None) -> bytes | None:
+    if sha256 is None:
+        return None
+    row = reader.one("SELECT data FROM blob WHERE sha256 = ?", (sha256,))
+    return None if row is None else bytes(row[0])
+
+
+def cancel_requested(reader: StoreReader, run_ids: list[str]) -> list[str]:
+    if not run_ids:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    return [r[0] for r in reader.all(
+        f"SELECT run_id FROM run WHERE cancel_requested = 1 AND run_id IN ({marks})", tuple(run_ids))]
+
+
+def _json(text: str | None) -> Any:
+    import json
+
+    return None if text is None else json.loads(text)
+
+
+def _blob_json(reader: StoreReader, sha256: str | None) -> Any:
+    data = blob(reader, sha256)
+    return None if data is None else _json(data.decode())
+
+
+RUN_SUMMARY_COLUMNS = ("run_id", "workflow", "status", "park_reason", "revision", "parent_run_id",
+                       "session_id", "current_node", "steps", "error_code", "created_at", "updated_at",
+                       "finished_at")
+
+
+def run_list(reader: StoreReader, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    cols = ", ".join(RUN_SUMMARY_COLUMNS)
+    if status:
+        rows = reader.all(f"SELECT {cols} FROM run WHERE status = ? ORDER BY created_at DESC LIMIT ?",
+                          (status, limit))
+    else:
+        rows = reader.all(f"SELECT {cols} FROM run ORDER BY created_at DESC LIMIT ?", (limit,))
+    return [dict(zip(RUN_SUMMARY_COLUMNS, row, strict=True)) for row in rows]
+
+
+def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
+    """Everything `run.get` returns: the run, its output and error, and its nodes."""
+    cursor = reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    run = dict(zip([d[0] for d in cursor.description], row, strict=True))
+    nodes: dict[str, dict[str, Any]] = {}
+    for node_id, status, attempt_no, output_sha, error_code, error_message, attempt_id in reader.all(
+            """SELECT node_id, status, attempt_no, output_sha256, error_code, error_message, attempt_id
+               FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""", (run_id,)):
+        node = nodes.setdefault(node_id, {"node_id": node_id, "status": status, "attempts": 0, "output": None,
+                                          "error": None, "attempt_id": attempt_id})
+        node["attempts"] = max(node["attempts"], attempt_no)
+        node["status"] = status
+        node["attempt_id"] = attempt_id
+        if status == "succeeded":
+            node["output"] = _blob_json(reader, output_sha)
+            node["error"] = None
+        elif error_message:
+            node["error"] = {"code": error_code, "message": error_message}
+    effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
+        "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
+    return {
+        "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
+        "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
+        "input": _blob_json(reader, run["input_sha256"]), "output": _blob_json(reader, run["output_sha256"]),
+        "error": None if run["error_code"] is None else {"code": run["error_code"], "message": run["error_message"]},
+        "parent_run_id": run["parent_run_id"], "session_id": run["session_id"],
+        "project_path": run["project_path"], "definition_digest": run["definition_digest"],
+        "current_node": run["current_node"], "steps": run["steps"],
+        "pause_requested": bool(run["pause_requested"]), "cancel_requested": bool(run["cancel_requested"]),
+        "created_at": run["created_at"], "updated_at": run["updated_at"], "finished_at": run["finished_at"],
+        "nodes": list(nodes.values()), "effects": effects,
+    }
+
+
+def run_events(reader: StoreReader, run_id: str, after: int = 0, limit: int = 500) -> list[dict[str, Any]]:
+    rows = reader.all(
+        """SELECT seq, kind, node_id, attempt_id, payload, created_at FROM run_event
+           WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?""", (run_id, after, limit))
+    return [{"seq": seq, "kind": kind, "node_id": node_id, "attempt_id": attempt_id, "payload": _json(payload),
+             "created_at": created_at} for seq, kind, node_id, attempt_id, payload, created_at in rows]
+
+
+def run_status(reader: StoreReader, run_id: str) -> tuple[str, int] | None:
+    row = reader.one("SELECT status, revision FROM run WHERE run_id = ?", (run_id,))
+    return None if row is None else (row[0], row[1])

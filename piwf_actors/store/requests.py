@@ -1,0 +1,126 @@
+"""The records that travel to and from the database writer.
+
+They are plain wire values (str, int, float, dict, list) so that any of them
+round-trips through msgpack unchanged and could cross a process boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from piwf_actors import errors
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCommand:
+    """One named write: `name` selects a function in `store.commands`.
+
+    `host_epoch` fences the write: a fenced command whose epoch is not the
+    lease's current epoch is refused inside the transaction.
+    """
+
+    name: str
+    args: dict[str, Any]
+    host_epoch: int | None = None
+    correlation_id: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "write_command", "name": self.name, "args": self.args,
+                "host_epoch": self.host_epoch, "correlation_id": self.correlation_id}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> WriteCommand:
+        try:
+            if data.get("kind") != "write_command" or set(data) != {
+                "kind", "name", "args", "host_epoch", "correlation_id"}:
+                raise errors.DecodeError("not a write_command record")
+            name, args, epoch, corr = data["name"], data["args"], data["host_epoch"], data["correlation_id"]
+            if not isinstance(name, str) or not isinstance(args, dict):
+                raise errors.DecodeError("write_command needs a str name and a map of args")
+            if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
+                raise errors.DecodeError("write_command host_epoch must be an int")
+            if corr is not None and not isinstance(corr, str):
+                raise errors.DecodeError("write_command correlation_id must be a str")
+        except (AttributeError, TypeError) as exc:
+            raise errors.DecodeError("not a write_command record") from exc
+        return cls(name, args, epoch, corr)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The writer's answer to one command, sent only after the commit (or refusal)."""
+
+    ok: bool
+    value: Any = None
+    error_code: str | None = None
+    error: str | None = None
+    correlation_id: str | None = None
+    commit_seq: int | None = None
+
+    def unwrap(self) -> Any:
+        """The value, or the typed error this result stands for."""
+        if self.ok:
+            return self.value
+        raise error_from_code(self.error_code or "error", self.error or "")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "write_result", "ok": self.ok, "value": self.value,
+                "error_code": self.error_code, "error": self.error,
+                "correlation_id": self.correlation_id, "commit_seq": self.commit_seq}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeNotice:
+    """Published after each commit: what changed, under which commit sequence."""
+
+    commit_seq: int
+    tables: tuple[str, ...]
+    runs: tuple[str, ...]
+    committed_at: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "change_notice", "commit_seq": self.commit_seq,
+                "tables": list(self.tables), "runs": list(self.runs),
+                "committed_at": self.committed_at}
+
+
+@dataclass(slots=True)
+class ChangeSet:
+    tables: set[str] = field(default_factory=set)
+    runs: set[str] = field(default_factory=set)
+
+    def touch(self, table: str, run_id: str | None = None) -> None:
+        self.tables.add(table)
+        if run_id is not None:
+            self.runs.add(run_id)
+
+    def merge(self, other: ChangeSet) -> None:
+        self.tables |= other.tables
+        self.runs |= other.runs
+
+
+class _CodedError(errors.PiwfError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_CODE_TO_CLASS: dict[str, type[errors.PiwfError]] = {
+    cls.code: cls
+    for cls in (
+        errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.ClaimLost,
+        errors.Conflict, errors.NotFound, errors.Rejected, errors.UnknownCommand,
+        errors.WriterStopped, errors.LeaseLost, errors.StoreError,
+    )
+}
+
+
+def error_from_code(code: str, message: str) -> errors.PiwfError:
+    """Rebuild a typed error from (code, message) without calling its constructor."""
+    cls = _CODE_TO_CLASS.get(code)
+    if cls is None:
+        return _CodedError(code, message)
+    err = cls.__new__(cls)
+    errors.PiwfError.__init__(err, message)
+    return err

@@ -1,0 +1,87 @@
+"""Small helpers shared by the run commands: status changes, claims, views.
+
+Every change of a run's status goes through `set_status`, which bumps the
+run's revision (optimistic concurrency), stamps `updated_at`, appends the
+matching trace event and records the change for watchers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from piwf_actors.errors import ClaimLost, NotFound
+from piwf_actors.store.commands.registry import WriteContext
+from piwf_actors.store.events import append_event
+
+ACTIVE_STATUSES = ("starting", "running")
+TERMINAL_STATUSES = ("done", "failed", "cancelled")
+
+
+def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+    cursor = conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
+    row = cursor.fetchone()
+    if row is None:
+        raise NotFound("run", run_id)
+    return dict(zip([d[0] for d in cursor.description], row, strict=True))
+
+
+def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
+               park_detail: str | None = None, error_code: str | None = None, error_message: str | None = None,
+               payload: Any = None, node_id: str | None = None) -> int:
+    """Move a run to `status` and append `event`; returns the new revision."""
+    finished = ctx.now if status in TERMINAL_STATUSES else None
+    row = ctx.conn.execute(
+        """UPDATE run SET status = ?, park_reason = ?, park_detail = ?,
+               error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
+               finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?
+           WHERE run_id = ? RETURNING revision""",
+        (status, park_reason, park_detail, error_code, error_message, finished, ctx.now, run_id),
+    ).fetchone()
+    if row is None:
+        raise NotFound("run", run_id)
+    append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)
+    ctx.changes.touch("run", run_id)
+    return int(row[0])
+
+
+def bump_revision(ctx: WriteContext, run_id: str) -> int:
+    row = ctx.conn.execute(
+        "UPDATE run SET revision = revision + 1, updated_at = ? WHERE run_id = ? RETURNING revision",
+        (ctx.now, run_id)).fetchone()
+    if row is None:
+        raise NotFound("run", run_id)
+    ctx.changes.touch("run", run_id)
+    return int(row[0])
+
+
+def claim_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+    cursor = conn.execute("SELECT * FROM run_claim WHERE run_id = ?", (run_id,))
+    row = cursor.fetchone()
+    return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))
+
+
+def require_claim(ctx: WriteContext, run_id: str, token_hash: str, generation: int,
+                  runner_epoch: str | None = None) -> dict[str, Any]:
+    """The run's current claim, if it is exactly the caller's; otherwise ClaimLost.
+
+    A claim from an earlier host epoch, an older generation, another runner
+    epoch or a different token is stale, and so is one whose lease ran out.
+    """
+    claim = claim_row(ctx.conn, run_id)
+    if claim is None:
+        raise ClaimLost(run_id, "the run is not claimed")
+    if claim["generation"] != generation or claim["claim_token_hash"] != token_hash:
+        raise ClaimLost(run_id, f"generation {generation} is not the current claim")
+    if runner_epoch is not None and claim["runner_epoch"] != runner_epoch:
+        raise ClaimLost(run_id, "runner epoch is stale")
+    if claim["host_epoch"] != ctx.host_epoch:
+        raise ClaimLost(run_id, "claim belongs to an earlier host epoch")
+    if claim["expires_at"] <= ctx.now:
+        raise ClaimLost(run_id, "claim lease expired")
+    return claim
+
+
+def release_claim(ctx: WriteContext, run_id: str) -> None:
+    ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ?", (run_id,))
+    ctx.changes.touch("run_claim", run_id)

@@ -1,0 +1,327 @@
+"""The durable schema, as peewee models.
+
+Models are deliberately unbound (no global database): two hosts can live in
+one process, each with its own file, so every query is executed through an
+explicit database (`db.execute(query)`) or connection. The models are the
+single description of the tables; `migrations.py` creates them.
+
+Times are REAL seconds since the epoch. JSON documents are stored as text
+(canonical JSON, readable with the sqlite3 shell); large payloads live once
+in `blob`, keyed by sha256.
+"""
+
+from __future__ import annotations
+
+import peewee as pw
+
+
+class _Base(pw.Model):
+    class Meta:
+        database = None
+        legacy_table_names = False
+
+
+class HostState(_Base):
+    """The single host lease row (id = 1)."""
+
+    id = pw.IntegerField(primary_key=True)
+    epoch = pw.IntegerField(default=0)
+    host_id = pw.TextField(null=True)
+    token_hash = pw.TextField(null=True)
+    pid = pw.IntegerField(null=True)
+    process_start_identity = pw.TextField(null=True)
+    started_at = pw.FloatField(null=True)
+    heartbeat_at = pw.FloatField(null=True)
+    expires_at = pw.FloatField(null=True)
+    released_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "host_state"
+
+
+class HostCommand(_Base):
+    """A client command recorded for idempotency (client id, idempotency key)."""
+
+    client_id = pw.TextField()
+    idempotency_key = pw.TextField()
+    request_id = pw.TextField()
+    operation = pw.TextField()
+    run_id = pw.TextField(null=True)
+    fingerprint = pw.TextField()
+    outcome = pw.TextField()
+    revision = pw.IntegerField(null=True)
+    receipt = pw.TextField(null=True)
+    error = pw.TextField(null=True)
+    host_epoch = pw.IntegerField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "host_command"
+        primary_key = pw.CompositeKey("client_id", "idempotency_key")
+        indexes = ((("client_id", "request_id"), True),)
+
+
+class Blob(_Base):
+    sha256 = pw.TextField(primary_key=True)
+    size = pw.IntegerField()
+    data = pw.BlobField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "blob"
+
+
+class Run(_Base):
+    run_id = pw.TextField(primary_key=True)
+    workflow = pw.TextField()
+    workflow_path = pw.TextField(null=True)
+    workflow_attr = pw.TextField(null=True)
+    definition_digest = pw.TextField(null=True)
+    source_sha256 = pw.TextField(null=True)
+    input_sha256 = pw.TextField(null=True)
+    output_sha256 = pw.TextField(null=True)
+    project_path = pw.TextField(null=True)
+    session_id = pw.TextField(null=True)
+    parent_run_id = pw.TextField(null=True)
+    status = pw.TextField()
+    park_reason = pw.TextField(null=True)
+    park_detail = pw.TextField(null=True)
+    error_code = pw.TextField(null=True)
+    error_message = pw.TextField(null=True)
+    current_node = pw.TextField(null=True)
+    steps = pw.IntegerField(default=0)
+    pause_requested = pw.BooleanField(default=False)
+    cancel_requested = pw.BooleanField(default=False)
+    revision = pw.IntegerField(default=1)
+    created_at = pw.FloatField()
+    updated_at = pw.FloatField()
+    finished_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "run"
+        indexes = ((("status", "created_at"), False), (("finished_at",), False))
+
+
+class RunClaim(_Base):
+    """The current claim on an active run: the scheduler's fencing record."""
+
+    run_id = pw.TextField(primary_key=True)
+    claim_token_hash = pw.TextField()
+    generation = pw.IntegerField()
+    runner_epoch = pw.TextField()
+    host_epoch = pw.IntegerField()
+    claimed_at = pw.FloatField()
+    expires_at = pw.FloatField()
+    progress_at_claim = pw.IntegerField(default=0)
+
+    class Meta:
+        table_name = "run_claim"
+
+
+class RunGeneration(_Base):
+    """The last claim generation handed out per run (grows on every claim)."""
+
+    run_id = pw.TextField(primary_key=True)
+    generation = pw.IntegerField()
+
+    class Meta:
+        table_name = "run_generation"
+
+
+class NodeAttempt(_Base):
+    attempt_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    node_id = pw.TextField()
+    attempt_no = pw.IntegerField()
+    step = pw.IntegerField()
+    status = pw.TextField()  # running | succeeded | failed | interrupted
+    outcome = pw.TextField(null=True)
+    output_sha256 = pw.TextField(null=True)
+    error_code = pw.TextField(null=True)
+    error_message = pw.TextField(null=True)
+    generation = pw.IntegerField()
+    started_at = pw.FloatField()
+    finished_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "node_attempt"
+        indexes = ((("run_id", "step"), False),)
+
+
+class RunEvent(_Base):
+    run_id = pw.TextField()
+    seq = pw.IntegerField()
+    kind = pw.TextField()
+    node_id = pw.TextField(null=True)
+    attempt_id = pw.TextField(null=True)
+    payload = pw.TextField(null=True)
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "run_event"
+        primary_key = pw.CompositeKey("run_id", "seq")
+
+
+class RunWorker(_Base):
+    worker_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    generation = pw.IntegerField()
+    runner_epoch = pw.TextField()
+    host_epoch = pw.IntegerField()
+    pid = pw.IntegerField(null=True)
+    process_create_time = pw.FloatField(null=True)
+    status = pw.TextField()  # starting | live | exited | orphaned
+    outcome = pw.TextField(null=True)
+    exit_code = pw.IntegerField(null=True)
+    diagnostic = pw.TextField(null=True)
+    started_at = pw.FloatField()
+    ended_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "run_worker"
+        indexes = ((("run_id",), False),)
+
+
+class ChildProcess(_Base):
+    """Every child process the host started, for exact orphan reaping."""
+
+    pid = pw.IntegerField()
+    create_time = pw.FloatField()
+    kind = pw.TextField()
+    run_id = pw.TextField(null=True)
+    host_epoch = pw.IntegerField()
+    registered_at = pw.FloatField()
+    released_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "child_process"
+        primary_key = pw.CompositeKey("pid", "create_time")
+
+
+class WorkerMessage(_Base):
+    """A worker message recorded for idempotency (runner epoch, message id)."""
+
+    runner_epoch = pw.TextField()
+    message_id = pw.TextField()
+    run_id = pw.TextField()
+    generation = pw.IntegerField()
+    kind = pw.TextField()
+    fingerprint = pw.TextField()
+    response = pw.TextField()
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "worker_message"
+        primary_key = pw.CompositeKey("runner_epoch", "message_id")
+
+
+class Effect(_Base):
+    effect_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    node_id = pw.TextField()
+    attempt_id = pw.TextField()
+    status = pw.TextField()  # applying | applied | failed | ambiguous
+    idempotent = pw.BooleanField()
+    output_sha256 = pw.TextField(null=True)
+    error = pw.TextField(null=True)
+    resolution = pw.TextField(null=True)
+    reserved_at = pw.FloatField()
+    settled_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "effect"
+        indexes = ((("run_id", "status"), False),)
+
+
+class InteractiveRequest(_Base):
+    request_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    node_id = pw.TextField()
+    attempt_id = pw.TextField()
+    kind = pw.TextField()  # checkpoint | decision | agent
+    target_session_id = pw.TextField(null=True)
+    audience = pw.TextField(null=True)
+    contract_sha256 = pw.TextField()
+    digest = pw.TextField()
+    revision = pw.IntegerField(default=1)
+    status = pw.TextField()  # pending | presenting | settled | cancelled
+    accepted_submission_id = pw.TextField(null=True)
+    deadline_at = pw.FloatField(null=True)
+    default_response = pw.TextField(null=True)
+    rejected_count = pw.IntegerField(default=0)
+    created_at = pw.FloatField()
+    updated_at = pw.FloatField()
+    settled_at = pw.FloatField(null=True)
+    consumed_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "interactive_request"
+        indexes = ((("status", "deadline_at"), False), (("run_id",), False))
+
+
+class InteractiveSubmission(_Base):
+    submission_id = pw.TextField(primary_key=True)
+    request_id = pw.TextField()
+    idempotency_key = pw.TextField()
+    payload_hash = pw.TextField()
+    payload = pw.TextField()
+    outcome = pw.TextField()  # validating | accepted | rejected
+    receipt = pw.TextField(null=True)
+    provenance = pw.TextField()
+    submitted_at = pw.FloatField()
+    decided_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "interactive_submission"
+        indexes = ((("request_id", "idempotency_key"), True),)
+
+
+class SessionMessage(_Base):
+    """A durable notification in a session's outbox."""
+
+    message_id = pw.TextField(primary_key=True)
+    session_id = pw.TextField(null=True)
+    run_id = pw.TextField(null=True)
+    kind = pw.TextField()
+    body = pw.TextField()
+    created_at = pw.FloatField()
+    acked_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "session_message"
+        indexes = ((("session_id", "acked_at"), False),)
+
+
+class ChannelEffect(_Base):
+    """At-most-once delivery record of a channel (one per delivered item)."""
+
+    channel = pw.TextField()
+    effect_key = pw.TextField()
+    request_id = pw.TextField(null=True)
+    status = pw.TextField()
+    external_id = pw.TextField(null=True)
+    revision = pw.IntegerField(default=1)
+    created_at = pw.FloatField()
+    updated_at = pw.FloatField()
+
+    class Meta:
+        table_name = "channel_effect"
+        primary_key = pw.CompositeKey("channel", "effect_key")
+
+
+class ChannelCursor(_Base):
+    channel = pw.TextField(primary_key=True)
+    cursor = pw.TextField(null=True)
+    revision = pw.IntegerField(default=1)
+    updated_at = pw.FloatField()
+
+    class Meta:
+        table_name = "channel_cursor"
+
+
+ALL_MODELS: tuple[type[_Base], ...] = (
+    HostState, HostCommand, Blob, Run, RunClaim, RunGeneration, NodeAttempt,
+    RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
+    InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
+    ChannelCursor,
+)

@@ -1,0 +1,109 @@
+"""Workflow definitions: helpers, validation, digest, routing, discovery.
+
+A workflow file builds workflows with the helpers and exposes them as
+module attributes::
+
+    release = define_workflow(
+        name="release", start_at="test",
+        nodes={"test": shell(["pytest", "-q"]), "done": compute(run=lambda ctx: {"ok": True})},
+        edges=[edge("test", "done")],
+    )
+
+The model the engine consumes (all frozen dataclasses, see `model.py`):
+
+`Workflow(name, start_at, nodes, routes, max_steps, digest, source_path, attr,
+description, mounts)`
+    `nodes: Mapping[str, NodeSpec]` is flattened: nodes of included
+    workflows appear under qualified ids `mount/node` (`a/b/c` when nested).
+    `routes: Mapping[str, Route]` by qualified source id; a node without a
+    route is terminal. `start_at` is a qualified node id. `digest` is the hex
+    sha256 of structure + callable code (`digest.py`), stable across
+    processes. `source_path`/`attr` say which file attribute it was loaded
+    from (not part of the digest). `mounts: Mapping[str, Mount]` records every
+    include: `Mount(mount_id, parent, workflow_name, start, input)`.
+
+`NodeSpec` (base of `ComputeSpec`, `ActionSpec`, `ShellSpec`,
+`CheckpointSpec`, `NotifySpec`, `AgentSpec`, `HumanDecisionSpec`)
+    Class attributes `kind` and `has_side_effect` (True for action and
+    shell); fields `timeout_s: float | None`, `retries: int`,
+    `retry_backoff_s: float`, `idempotent: bool` (always True except for
+    action/shell, where the author declares it) and `mount: str | None` (the
+    innermost include the node belongs to), plus the kind's own options.
+
+`Route` = `Edge(target)` | `Switch(on, cases, default)`
+    Targets are qualified node ids or `END` (the run ends with this node's
+    output). `route(workflow, node_id, outcome, output) -> RouteDecision`
+    is the pure routing function (`routing.py`).
+
+`NodeContext(input, outputs, run_id, node_id, attempt_id)`
+    What callbacks receive; build it with `node_context(...)`, which applies
+    include scoping (`context.py`): a node inside an include sees the
+    include's input and the include's outputs under child-relative ids.
+
+Discovery and snapshots (`discovery.py`): `discover`, `resolve`,
+`load_snapshot`.
+"""
+
+from piwf_actors.workflows.context import NodeContext, evaluate, node_context, node_input
+from piwf_actors.workflows.define import child_exits, define_workflow
+from piwf_actors.workflows.digest import fingerprint
+from piwf_actors.workflows.discovery import (
+    ResolvedWorkflow,
+    WorkflowRef,
+    discover,
+    load_snapshot,
+    resolve,
+)
+from piwf_actors.workflows.helpers import (
+    action,
+    agent,
+    checkpoint,
+    choice,
+    compute,
+    decision_switch,
+    edge,
+    human_decision,
+    include_workflow,
+    notify,
+    shell,
+    switch,
+    text_input,
+)
+from piwf_actors.workflows.model import (
+    END,
+    NODE_KINDS,
+    ActionSpec,
+    AgentSpec,
+    CheckpointSpec,
+    Choice,
+    ComputeSpec,
+    DecisionTimeout,
+    Edge,
+    HumanDecisionSpec,
+    Include,
+    Mount,
+    NodeSpec,
+    NotifySpec,
+    Route,
+    RouteDef,
+    ShellSpec,
+    Switch,
+    TextInput,
+    Workflow,
+    freeze,
+    thaw,
+)
+from piwf_actors.workflows.routing import RouteDecision, route
+from piwf_actors.workflows.schema import validate_shape
+from piwf_actors.workflows.validation import check_decision_response, json_problem
+
+__all__ = [
+    "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",
+    "DecisionTimeout", "Edge", "HumanDecisionSpec", "Include", "Mount", "NodeContext", "NodeSpec",
+    "NotifySpec", "ResolvedWorkflow", "Route", "RouteDecision", "RouteDef", "ShellSpec", "Switch",
+    "TextInput", "Workflow", "WorkflowRef", "action", "agent", "check_decision_response",
+    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_workflow",
+    "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
+    "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
+    "shell", "switch", "text_input", "thaw", "validate_shape",
+]

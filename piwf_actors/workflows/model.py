@@ -1,0 +1,288 @@
+"""The immutable workflow model the engine consumes.
+
+Every class here is a frozen dataclass. Helpers (`compute`, `shell`, …) build
+node specs holding the user's raw arguments; `define_workflow` validates and
+normalizes them (numbers become floats, dicts become read-only mappings,
+lists become tuples) before they enter a `Workflow`, so a `Workflow` only
+ever holds checked, normalized specs.
+
+Mappings inside the model are `types.MappingProxyType` views over private
+copies; JSON-shaped payloads (a decision's `request`, an agent's schema) are
+deep-frozen with `freeze` and turned back into plain dicts/lists with `thaw`
+before they are encoded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal
+
+#: Route target meaning "the run (or the enclosing include) ends here".
+END = "$end"
+
+NodeKind = Literal["compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision"]
+NODE_KINDS: tuple[str, ...] = (
+    "compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision",
+)
+
+Callback = Callable[..., Any]
+
+
+def freeze(value: Any) -> Any:
+    """A deep read-only copy of a JSON-shaped value (dict → mappingproxy, list → tuple)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(item) for item in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of `freeze`: plain dicts and lists, safe to JSON/msgpack-encode."""
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(item) for item in value]
+    return value
+
+
+def is_number(value: Any) -> bool:
+    """True for finite ints and floats; bool is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+# --- node specs -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeSpec:
+    """Options every node kind has.
+
+    `kind` and `has_side_effect` are per class. `mount` is the qualified id of
+    the innermost include the node belongs to (None for top-level nodes); the
+    engine passes it through `node_context`, it never has to read it itself.
+    """
+
+    kind: ClassVar[str] = ""
+    has_side_effect: ClassVar[bool] = False
+
+    timeout_s: float | None = None
+    retries: int = 0
+    retry_backoff_s: float = 0.0
+    idempotent: bool = True
+    mount: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ComputeSpec(NodeSpec):
+    """A pure function `run(ctx) -> JSON-able output`; safe to re-run."""
+
+    kind: ClassVar[str] = "compute"
+    run: Callback
+    timeout_s: float | None = 900.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActionSpec(NodeSpec):
+    """A side effect `run(ctx) -> JSON-able output`, reserved as an effect before it runs."""
+
+    kind: ClassVar[str] = "action"
+    has_side_effect: ClassVar[bool] = True
+    run: Callback
+    timeout_s: float | None = 900.0
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShellSpec(NodeSpec):
+    """A command run by `piwf_actors.runner.shell.run_shell`.
+
+    `command`, `cwd` and `env` may be callables of the node context. A string
+    command with `shell=False` is split with `shlex.split`; a list command with
+    `shell=True` is joined with `shlex.join` and run by `/bin/sh -c`.
+    """
+
+    kind: ClassVar[str] = "shell"
+    has_side_effect: ClassVar[bool] = True
+    command: Any  # tuple[str, ...] | str | Callback
+    shell: bool = False
+    cwd: Any = None  # str | Callback | None
+    env: Any = None  # Mapping[str, str | None] | Callback | None
+    allow_nonzero_exit: bool = False
+    timeout_s: float | None = 900.0
+    idempotent: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointSpec(NodeSpec):
+    """Waits for an answer; the output is the answer's input."""
+
+    kind: ClassVar[str] = "checkpoint"
+    prompt: Any = ""  # str | Callback
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NotifySpec(NodeSpec):
+    """Delivers a message; counted as idempotent (a duplicate message is harmless)."""
+
+    kind: ClassVar[str] = "notify"
+    message: Any  # str | Callback
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentSpec(NodeSpec):
+    """A prompt for an agent session; a client submits structured output.
+
+    The worker checks a submission against `expected_output` (see
+    `workflows.schema.validate_shape`) and then `validate(ctx, output)`, which
+    returns None (accepted) or a one-line rejection reason. After
+    `max_submissions` rejected submissions the node fails.
+    """
+
+    kind: ClassVar[str] = "agent"
+    prompt: Any  # str | Callback
+    expected_output: Mapping[str, Any] | None = None
+    validate: Callback | None = None
+    max_submissions: int = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextInput:
+    """A free-text field attached to a choice."""
+
+    name: str
+    prompt: str
+    min_length: int = 0
+    max_length: int = 4000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Choice:
+    """One answer of a human decision, optionally asking for text."""
+
+    label: str
+    input: TextInput | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DecisionTimeout:
+    """The response a human decision takes by itself after `after_s` seconds."""
+
+    after_s: float
+    choice: str
+    input: Mapping[str, str] | None = None
+
+    def response(self) -> dict[str, Any]:
+        """The response as the decision's output: `{choice, input?}`."""
+        out: dict[str, Any] = {"choice": self.choice}
+        if self.input is not None:
+            out["input"] = dict(self.input)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HumanDecisionSpec(NodeSpec):
+    """Typed choices delivered to an audience's channels.
+
+    The output is the accepted response `{choice, input?}`; check a response
+    with `workflows.validation.check_decision_response`.
+    """
+
+    kind: ClassVar[str] = "human_decision"
+    audience: str
+    choices: Mapping[str, Choice]
+    request: Any  # Mapping[str, Any] (frozen) | Callback
+    # A DecisionTimeout once defined; helpers leave the raw dict here.
+    on_timeout: Any = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Include:
+    """Definition-time only: mounts `workflow` under the node id it is given.
+
+    Never appears in `Workflow.nodes`; `define_workflow` flattens it.
+    `input(ctx)` computes the child's `ctx.input` from the enclosing scope.
+    """
+
+    workflow: Workflow
+    input: Callback | None = None
+
+
+# --- routes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Always go to `target` (a qualified node id or `END`)."""
+
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    """Go to `cases[key(value at on)]`, else `default`; see `routing.route`."""
+
+    on: str
+    cases: Mapping[str, str]
+    default: str | None = None
+
+    def targets(self) -> tuple[str, ...]:
+        """Every target, default last, duplicates kept."""
+        extra = (self.default,) if self.default is not None else ()
+        return tuple(self.cases.values()) + extra
+
+
+Route = Edge | Switch
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDef:
+    """Definition-time route: `source` is a node id or `"mount.exit"`."""
+
+    source: str
+    route: Route
+
+
+# --- workflow -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """Where an included workflow sits in the flattened node table.
+
+    `mount_id` is qualified (`a/b`); `parent` is the enclosing mount's id or
+    None; `start` is the qualified node an edge to the mount enters.
+    """
+
+    mount_id: str
+    parent: str | None
+    workflow_name: str
+    start: str
+    input: Callback | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A validated, flattened workflow. Build it with `define_workflow`.
+
+    `nodes` and `routes` use qualified ids; a node absent from `routes` is
+    terminal. `digest` is the hex sha256 of the structure and callable code
+    (`workflows.digest`); `source_path`/`attr` say where it was loaded from
+    and are not part of the digest.
+    """
+
+    name: str
+    start_at: str
+    nodes: Mapping[str, NodeSpec]
+    routes: Mapping[str, Route]
+    max_steps: int
+    digest: str
+    source_path: str | None = None
+    attr: str | None = None
+    description: str = ""
+    mounts: Mapping[str, Mount] = field(default_factory=lambda: MappingProxyType({}))

@@ -1,0 +1,328 @@
+"""`HostLease`: renewal, loss and release.
+
+Two layers:
+- the actor alone, with an in-memory writer double, a probe supervisor and a
+  hand-driven clock (its ticker interval is far longer than the test, so
+  every RenewTick is told by the test and every renewal answer too);
+- a real host (`start_host`) with a short lease, checked through the
+  database: heartbeats move, writes with the host's epoch commit, and after
+  another "host" moves the epoch the old one's writes are refused with
+  `stale_epoch` and it stops itself.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pykka
+import pytest
+
+from piwf_actors.actors.host import start_host
+from piwf_actors.actors.lease import GetLease, HostLease, LeaseClaim, LeaseLostNotice, RenewTick
+from piwf_actors.config import HostConfig
+from piwf_actors.errors import LeaseLost, StoreError
+from piwf_actors.store.jsonutil import token_hash
+from piwf_actors.store.requests import WriteCommand, WriteResult
+
+# --- the actor alone ----------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeWriter:
+    """Records what the lease submits; `call` answers `call_result` (the release)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[WriteCommand, Any]] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.call_result: Any = True
+
+    def submit(self, command: WriteCommand, reply_to: Any = None) -> None:
+        self.submitted.append((command, reply_to))
+
+    def call(self, name: str, args: dict[str, Any], **_kwargs: Any) -> Any:
+        self.calls.append((name, args))
+        return self.call_result
+
+
+class Recorder(pykka.ThreadingActor):
+    """A probe supervisor: puts every message it is told into a queue."""
+
+    def __init__(self, inbox: queue.Queue[Any]) -> None:
+        super().__init__()
+        self._inbox = inbox
+
+    def on_receive(self, message: Any) -> None:
+        self._inbox.put(message)
+
+
+LEASE_S = 300.0  # renew interval 100 s: the lease's own ticker never fires during a test
+
+
+@pytest.fixture
+def lease_parts() -> Iterator[tuple[Callable[[], pykka.ActorRef[Any]], FakeWriter, FakeClock, queue.Queue[Any],
+                                    LeaseClaim]]:
+    clock = FakeClock()
+    writer = FakeWriter()
+    notices: queue.Queue[Any] = queue.Queue()
+    supervisor = Recorder.start(notices)
+    claim = LeaseClaim(epoch=3, host_id="h-test", token="secret-token", pid=os.getpid(),
+                       process_start_identity="1.0", lease_s=LEASE_S, expires_at=clock.now + LEASE_S)
+    refs: list[pykka.ActorRef[Any]] = []
+
+    def start() -> pykka.ActorRef[Any]:
+        ref = HostLease.start(writer, claim, supervisor=supervisor, clock=clock)  # type: ignore[arg-type]
+        refs.append(ref)
+        return ref
+
+    try:
+        yield start, writer, clock, notices, claim
+    finally:
+        for ref in refs:
+            ref.stop()
+        supervisor.stop()
+
+
+def _state(lease: pykka.ActorRef[Any]) -> dict[str, Any]:
+    """Ask after a tell: the mailbox is ordered, so the tell has been handled."""
+    return lease.ask(GetLease(), timeout=5)
+
+
+def _renewed(clock: FakeClock, lease_s: float = LEASE_S) -> WriteResult:
+    return WriteResult(True, {"expires_at": clock.now + lease_s, "heartbeat_at": clock.now}, correlation_id="renew")
+
+
+def test_tick_submits_one_renewal_at_a_time(lease_parts) -> None:
+    start, writer, clock, notices, claim = lease_parts
+    lease = start()
+
+    lease.tell(RenewTick())
+    _state(lease)
+    assert len(writer.submitted) == 1
+    command, reply_to = writer.submitted[0]
+    assert command.name == "lease.renew"
+    assert command.args == {**claim.identity_args(), "lease_s": LEASE_S}
+    assert command.args["token_hash"] == token_hash("secret-token")  # the token itself never leaves
+    assert "secret-token" not in repr(command)
+    assert reply_to == lease
+
+    clock.now += 10  # the renewal is still with the writer: no second one
+    lease.tell(RenewTick())
+    _state(lease)
+    assert len(writer.submitted) == 1
+
+    clock.now += 5
+    lease.tell(_renewed(clock))
+    state = _state(lease)
+    assert (state["heartbeat_at"], state["expires_at"]) == (clock.now, clock.now + LEASE_S)
+    assert (state["lost"], state["renew_failures"]) == (False, 0)
+
+    clock.now += 1
+    lease.tell(RenewTick())
+    _state(lease)
+    assert len(writer.submitted) == 2
+    assert notices.empty()
+
+
+def test_refused_renewal_loses_the_lease_and_skips_release(lease_parts) -> None:
+    start, writer, clock, notices, claim = lease_parts
+    lease = start()
+    lease.tell(RenewTick())
+    lease.tell(WriteResult(False, None, LeaseLost.code, "host lease for epoch 3 lost: taken", "renew"))
+
+    notice = notices.get(timeout=5)
+    assert isinstance(notice, LeaseLostNotice)
+    assert notice.epoch == claim.epoch and "taken" in notice.reason
+    assert _state(lease)["lost"] is True
+
+    clock.now += 200  # a lost lease is never renewed again
+    lease.tell(RenewTick())
+    _state(lease)
+    assert len(writer.submitted) == 1
+
+    lease.stop()
+    assert writer.calls == []  # it must not release a lease that may be someone else's now
+    assert notices.empty()  # told once
+
+
+def test_failing_renewals_lose_the_lease_only_at_expiry(lease_parts) -> None:
+    start, writer, clock, notices, claim = lease_parts
+    lease = start()
+    lease.tell(RenewTick())
+    lease.tell(WriteResult(False, None, StoreError.code, "database is locked by another process", "renew"))
+    state = _state(lease)
+    assert (state["lost"], state["renew_failures"]) == (False, 1)
+    assert notices.empty()
+
+    # The next renewal gets no answer at all (a writer stuck on a slow disk) ...
+    clock.now += LEASE_S / 3
+    lease.tell(RenewTick())
+    _state(lease)
+    assert len(writer.submitted) == 2
+    assert notices.empty()
+
+    # ... and the lease runs out: the host must stop, whatever the writer is doing.
+    clock.now = claim.expires_at
+    lease.tell(RenewTick())
+    notice = notices.get(timeout=5)
+    assert isinstance(notice, LeaseLostNotice)
+    assert "expired" in notice.reason
+    assert len(writer.submitted) == 2
+
+
+def test_clean_stop_releases_with_the_claim_identity(lease_parts) -> None:
+    start, writer, _clock, notices, claim = lease_parts
+    lease = start()
+    lease.stop()
+    assert writer.calls == [("lease.release", claim.identity_args())]
+    assert notices.empty()
+
+
+# --- a real host ----------------------------------------------------------------------
+
+
+def _row(state_dir: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
+    finally:
+        conn.close()
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def host_factory(state_dir) -> Iterator[Callable[..., Any]]:
+    hosts: list[Any] = []
+
+    def start(**config: Any) -> Any:
+        host = start_host(HostConfig(state_dir=state_dir, **config))
+        hosts.append(host)
+        return host
+
+    try:
+        yield start
+    finally:
+        for host in hosts:
+            host.stop("test teardown")
+
+
+def test_running_host_renews_its_lease(state_dir, host_factory) -> None:
+    lease_s = 0.6
+    host = host_factory(lease_s=lease_s)
+    first = _row(state_dir)
+    assert first["heartbeat_at"] == first["started_at"]
+    heartbeats = [first["heartbeat_at"]]  # distinct values, in the order they were seen
+
+    def renewed_twice() -> bool:
+        row = _row(state_dir)
+        assert row["expires_at"] == pytest.approx(row["heartbeat_at"] + lease_s)
+        assert (row["epoch"], row["pid"]) == (host.epoch, os.getpid())
+        if row["heartbeat_at"] != heartbeats[-1]:
+            heartbeats.append(row["heartbeat_at"])
+        return len(heartbeats) >= 3
+
+    # Renewals every lease_s / 3 = 0.2 s: two of them well inside ~1 s.
+    _wait_for(renewed_twice, 3, "two lease renewals")
+    assert heartbeats == sorted(heartbeats)  # the heartbeat only moves forward
+    assert not host.stopped
+    state = host.lease.ask(GetLease(), timeout=5)
+    assert (state["lost"], state["renew_failures"], state["epoch"]) == (False, 0, host.epoch)
+    assert state["heartbeat_at"] > first["heartbeat_at"]
+
+    host.stop()
+    released = _row(state_dir)
+    assert released["host_id"] is None and released["epoch"] == host.epoch
+
+
+def _take_over_with_sql(state_dir: Path, host: Any) -> None:
+    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE host_state SET epoch = epoch + 1, host_id = 'intruder', token_hash = 'other' "
+                     "WHERE id = 1")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _take_over_through_the_writer(_state_dir: Path, host: Any) -> None:
+    # What a second host does when it believes the holder is dead (pid + start identity match).
+    claim = host.claim
+    host.writer.call("lease.acquire", {
+        "host_id": "intruder", "token_hash": "other", "pid": os.getpid(), "process_start_identity": "x",
+        "lease_s": 60, "holder_dead": {"pid": claim.pid, "process_start_identity": claim.process_start_identity},
+    })
+
+
+@pytest.mark.parametrize("take_over", [_take_over_with_sql, _take_over_through_the_writer],
+                         ids=["raw-sql", "acquire-with-holder-dead"])
+def test_host_fenced_out_by_a_new_epoch_stops_itself(state_dir, host_factory, take_over) -> None:
+    lease_s = 0.6
+    host = host_factory(lease_s=lease_s)
+    assert host.epoch == 1
+    created = host.writer.execute("run.create", {"workflow": "before", "input": {"n": 1}})
+    assert created.ok, created.error
+    assert created.value["status"] == "queued"
+
+    # Move the epoch right after a renewal, so the next one (0.2 s away) cannot stop the
+    # host before the stale write below reaches the writer.
+    seen = _row(state_dir)["heartbeat_at"]
+    _wait_for(lambda: _row(state_dir)["heartbeat_at"] != seen, 3, "a lease renewal")
+    take_over(state_dir, host)
+    stale = host.writer.execute("run.create", {"workflow": "after", "input": {"n": 2}})
+    assert not stale.ok
+    assert stale.error_code == "stale_epoch"
+    assert "epoch 1 is stale (current epoch is 2)" in (stale.error or "")
+
+    # The next renewal is refused; the host stops within one lease period.
+    assert host.wait(lease_s + 5)
+    assert host.stopped
+    assert "lease" in (host.stop_reason or "")
+    assert "epoch 1" in (host.stop_reason or "")
+    row = _row(state_dir)
+    assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")  # not released by us
+    after_stop = host.writer.execute("run.create", {"workflow": "late"}, timeout=5)
+    assert (after_stop.ok, after_stop.error_code) == (False, "writer_stopped")
+
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        assert [w for (w,) in conn.execute("SELECT workflow FROM run ORDER BY created_at")] == ["before"]
+    finally:
+        conn.close()
+
+
+def test_expired_lease_is_not_renewed(state_dir, host_factory) -> None:
+    # A host paused past its expiry (SIGSTOP, a laptop lid) must not silently revive its lease.
+    lease_s = 0.6
+    host = host_factory(lease_s=lease_s)
+    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
+    try:
+        conn.execute("UPDATE host_state SET expires_at = ? WHERE id = 1", (time.time() - 1,))
+    finally:
+        conn.close()
+    assert host.wait(lease_s + 5)
+    assert "lease for epoch 1 lost" in (host.stop_reason or "")
+    assert "expired" in (host.stop_reason or "")

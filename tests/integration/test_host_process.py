@@ -1,0 +1,266 @@
+"""`bin/piwf-host` as a real process: start, signals, a second host, SIGKILL takeover, lease loss, refusals.
+
+Each test starts real `piwf-host` children (in their own session, stderr to a
+log file it polls with a deadline) and SIGKILLs any that are still running in
+teardown. The database is inspected through the test's own sqlite3
+connections, and the lock file with the test's own flock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PIWF_HOST = REPO / "bin" / "piwf-host"
+POLL_S = 0.02
+
+
+class HostProcess:
+    """One `piwf-host` child whose stderr goes to a file the test polls."""
+
+    def __init__(self, state_dir: Path, log_path: Path, args: list[str]) -> None:
+        self.state_dir = state_dir
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in kill())
+        self.proc = subprocess.Popen(
+            [str(PIWF_HOST), "--state-dir", str(state_dir), *args],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd="/",
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """Wait until `text` is in the log; fail at once if the process exits first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.log()
+            if text in log:
+                return log
+            if self.proc.poll() is not None:
+                pytest.fail(f"piwf-host exited with {self.proc.returncode} before logging {text!r}:\n{self.log()}")
+            if time.monotonic() >= deadline:
+                pytest.fail(f"piwf-host did not log {text!r} within {timeout} s:\n{log}")
+            time.sleep(POLL_S)
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"piwf-host (pid {self.pid}) still running after {timeout} s:\n{self.log()}")
+
+    def send(self, signum: int) -> None:
+        os.kill(self.proc.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL the child's process group if it is still running, then reap it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def start_piwf_host(tmp_path: Path) -> Iterator[Callable[..., HostProcess]]:
+    """Factory `start_piwf_host(state_dir, *args)`; every child is killed in teardown."""
+    started: list[HostProcess] = []
+
+    def start(state_dir: Path, *args: str) -> HostProcess:
+        host = HostProcess(state_dir, tmp_path / f"host-{len(started)}.log", list(args))
+        started.append(host)
+        return host
+
+    try:
+        yield start
+    finally:
+        for host in started:
+            host.kill()
+
+
+def lease_row(state_dir: Path) -> dict[str, Any]:
+    """The host_state row, read through a read-only connection of the test's own."""
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
+    finally:
+        conn.close()
+
+
+def lock_is_free(lock_path: Path) -> bool:
+    """True when nobody holds the flock on `lock_path` (checked by taking it and dropping it)."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("piwf-host: error:")]
+
+
+def test_help_exits_0_and_documents_state_dir() -> None:
+    done = subprocess.run([str(PIWF_HOST), "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "--state-dir" in done.stdout
+    assert "--lease-s" in done.stdout
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_cleanly_and_releases_lease_and_lock(state_dir, start_piwf_host, signum) -> None:
+    host = start_piwf_host(state_dir)
+    host.wait_for_log("host started at epoch 1")
+    assert not lock_is_free(state_dir / "host.lock")
+    held = lease_row(state_dir)
+    assert (held["epoch"], held["pid"]) == (1, host.pid)
+    assert held["host_id"] is not None and held["expires_at"] > time.time()
+
+    host.send(signum)
+    assert host.wait_exit(10) == 0, host.log()
+
+    log = host.log()
+    assert f"received {signal.Signals(signum).name}" in log
+    assert "lease for epoch 1 released" in log
+    assert "host stopped" in log
+    assert not error_lines(log)
+    released = lease_row(state_dir)
+    assert released["epoch"] == 1  # a release keeps the epoch; the next host adds one
+    assert released["host_id"] is None and released["token_hash"] is None and released["pid"] is None
+    assert released["released_at"] is not None
+    assert lock_is_free(state_dir / "host.lock")
+    assert (state_dir / "host.lock").read_bytes() == b""  # the holder record was cleared, not left behind
+
+
+def test_second_host_is_refused_naming_the_live_pid(state_dir, start_piwf_host) -> None:
+    first = start_piwf_host(state_dir)
+    first.wait_for_log("host started at epoch 1")
+
+    second = start_piwf_host(state_dir)
+    assert second.wait_exit(10) == 1
+    errors = error_lines(second.log())
+    assert len(errors) == 1, second.log()
+    assert f"pid {first.pid}" in errors[0]
+    assert str(state_dir) in errors[0]
+
+    # The refused host changed nothing: the first one still holds epoch 1 and keeps running.
+    row = lease_row(state_dir)
+    assert (row["epoch"], row["pid"]) == (1, first.pid)
+    assert first.proc.poll() is None
+    first.send(signal.SIGTERM)
+    assert first.wait_exit(10) == 0, first.log()
+
+
+def test_takeover_after_sigkill_does_not_wait_for_lease_expiry(state_dir, start_piwf_host) -> None:
+    first = start_piwf_host(state_dir, "--lease-s", "30")
+    first.wait_for_log("host started at epoch 1")
+    first.send(signal.SIGKILL)
+    assert first.wait_exit(10) == -signal.SIGKILL
+
+    # The dead host's lease is still on record and far from expiry; its lock record is stale.
+    stale = lease_row(state_dir)
+    assert (stale["epoch"], stale["pid"]) == (1, first.pid)
+    assert stale["host_id"] is not None and stale["expires_at"] > time.time() + 20
+    assert str(first.pid) in (state_dir / "host.lock").read_text()
+    assert lock_is_free(state_dir / "host.lock")  # the kernel dropped the flock with the process
+
+    second = start_piwf_host(state_dir, "--lease-s", "30")
+    # Well inside the 30 s lease: the new host saw that pid + start time are gone.
+    second.wait_for_log("host started at epoch 2", timeout=10)
+    row = lease_row(state_dir)
+    assert (row["epoch"], row["pid"]) == (2, second.pid)
+    assert row["expires_at"] > time.time()
+
+    second.send(signal.SIGTERM)
+    assert second.wait_exit(10) == 0, second.log()
+    assert lease_row(state_dir)["host_id"] is None
+
+
+def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
+    lease_s = 1.5
+    host = start_piwf_host(state_dir, "--lease-s", str(lease_s))
+    host.wait_for_log("host started at epoch 1")
+
+    # Another host takes over behind this one's back: new epoch, new token.
+    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE host_state SET epoch = epoch + 1, token_hash = 'other', host_id = 'intruder' "
+                     "WHERE id = 1")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    bumped_at = time.monotonic()
+
+    # The next renewal (every lease_s / 3) is refused; the host stops within one lease period.
+    assert host.wait_exit(lease_s + 5) == 1, host.log()
+    elapsed = time.monotonic() - bumped_at
+    log = host.log()
+    assert "lease for epoch 1 lost" in log
+    assert "piwf-host: stopped: lease for epoch 1 lost" in log
+    assert "released" not in log  # a host that lost its lease must not release someone else's
+    assert elapsed < lease_s + 5
+    row = lease_row(state_dir)
+    assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")
+    assert lock_is_free(state_dir / "host.lock")
+
+
+def _foreign_sqlite(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('mine, not piwf''s')")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize(("write_file", "reason"), [
+    pytest.param(lambda p: p.write_bytes(b""), "the file is empty (0 bytes)", id="empty"),
+    pytest.param(lambda p: p.write_bytes(b"definitely not a database\n" * 200), "not a SQLite database",
+                 id="garbage"),
+    pytest.param(lambda p: p.write_bytes(b"SQLite format 3\x00" + os.urandom(8192)), "cannot be read",
+                 id="sqlite-header-then-garbage"),
+    pytest.param(_foreign_sqlite, "not a piwf state database", id="foreign-sqlite",
+                 marks=pytest.mark.xfail(strict=True, reason=(
+                     "store/database.py connect() applies journal_mode=wal before the file is "
+                     "verified, so a refused foreign database is converted to WAL (header bytes change)"))),
+])
+def test_refuses_a_damaged_database_and_leaves_it_untouched(state_dir, start_piwf_host, write_file,
+                                                            reason) -> None:
+    database = state_dir / "state.db"
+    write_file(database)
+    before = (hashlib.sha256(database.read_bytes()).hexdigest(), os.stat(database).st_mtime_ns)
+
+    host = start_piwf_host(state_dir)
+    assert host.wait_exit(10) == 1, host.log()
+
+    errors = error_lines(host.log())
+    assert len(errors) == 1, host.log()
+    assert errors[0].startswith(f"piwf-host: error: refusing state database {database}: ")
+    assert reason in errors[0]
+    assert (hashlib.sha256(database.read_bytes()).hexdigest(), os.stat(database).st_mtime_ns) == before
+    assert not Path(f"{database}-wal").exists()
+    assert lock_is_free(state_dir / "host.lock")

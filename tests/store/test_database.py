@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from piwf_actors.errors import StoreRefused
+from piwf_actors.store.database import APPLICATION_ID, open_store, schema_version
+from piwf_actors.store.migrations import LATEST_VERSION
+from piwf_actors.store.paths import StatePaths, default_state_dir, ensure_private_dir
+
+
+def test_new_database_is_created_private_and_versioned(state_dir):
+    db = open_store(state_dir / "state.db")
+    try:
+        conn = db.connection()
+        assert schema_version(db) == LATEST_VERSION
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        assert "run" in db.get_tables() and "host_state" in db.get_tables()
+    finally:
+        db.close()
+    assert stat.S_IMODE(os.stat(state_dir / "state.db").st_mode) == 0o600
+
+
+def test_reopen_keeps_data(state_dir):
+    db = open_store(state_dir / "state.db")
+    db.execute_sql("UPDATE host_state SET epoch = 41")
+    db.close()
+    db = open_store(state_dir / "state.db")
+    assert db.execute_sql("SELECT epoch FROM host_state").fetchone()[0] == 41
+    db.close()
+
+
+def test_zero_byte_file_is_refused(state_dir):
+    (state_dir / "state.db").write_bytes(b"")
+    with pytest.raises(StoreRefused, match="empty"):
+        open_store(state_dir / "state.db")
+    assert (state_dir / "state.db").stat().st_size == 0  # nothing was created over it
+
+
+def test_garbage_header_is_refused(state_dir):
+    (state_dir / "state.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StoreRefused, match="not a SQLite database"):
+        open_store(state_dir / "state.db")
+
+
+def test_foreign_sqlite_database_is_refused(state_dir):
+    conn = sqlite3.connect(state_dir / "state.db")
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreRefused, match="not a piwf state database"):
+        open_store(state_dir / "state.db")
+
+
+def test_newer_schema_is_refused(state_dir):
+    open_store(state_dir / "state.db").close()
+    conn = sqlite3.connect(state_dir / "state.db")
+    conn.execute(f"PRAGMA user_version = {LATEST_VERSION + 5}")
+    conn.close()
+    with pytest.raises(StoreRefused, match="newer"):
+        open_store(state_dir / "state.db")
+
+
+def test_corrupted_page_is_refused(state_dir):
+    path = state_dir / "state.db"
+    db = open_store(path)
+    db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    data = bytearray(path.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    assert len(data) >= 4 * page_size
+    # Scribble over the b-tree pages after the header page: quick_check must notice.
+    for page in range(2, len(data) // page_size):
+        start = page * page_size
+        data[start:start + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreRefused):
+        open_store(path)
+
+
+def test_missing_database_with_leftover_wal_is_refused(state_dir):
+    (state_dir / "state.db-wal").write_bytes(b"x" * 100)
+    with pytest.raises(StoreRefused, match="write-ahead log"):
+        open_store(state_dir / "state.db")
+
+
+def test_state_dir_defaults(monkeypatch, tmp_path):
+    assert default_state_dir({"PIWF_STATE_DIR": "/x/y"}).as_posix() == "/x/y"
+    assert default_state_dir({"XDG_STATE_HOME": "/s"}).as_posix() == "/s/piwf"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_state_dir({}) == tmp_path / ".local" / "state" / "piwf"
+    monkeypatch.setenv("PIWF_STATE_DIR", str(tmp_path / "st"))
+    assert StatePaths.resolve(None).root == tmp_path / "st"
+
+
+def test_state_dir_is_made_private(tmp_path):
+    target = tmp_path / "a" / "b"
+    ensure_private_dir(target)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o700
+    os.chmod(target, 0o755)
+    ensure_private_dir(target)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o700
+
+
+def test_state_dir_symlink_is_refused(tmp_path):
+    from piwf_actors.errors import UnsafePath
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(UnsafePath):
+        ensure_private_dir(tmp_path / "link")
