@@ -4,11 +4,11 @@
 
 The application starts a host with `start_host` (its actors run in this
 process, beside the application's), starts its own actor, `StatusWatcher`,
-which reports the host's status every `--interval` seconds, queues a run now
-and then through the host's writer, and after `--reports` reports stops the
-host and then its own actor. It exits 0 only if nothing is left running.
+which reports the host's status every `--interval` seconds, and after
+`--reports` reports stops the host and then its own actor. It exits 0 only
+if no thread or child process is left running.
 
-Rules an embedding application follows (see docs and STYLE.md):
+Rules an embedding application follows (STYLE.md, "Facts that bite"):
 - talk to the host through the `HostHandle` (`status()`, `writer.call()`,
   `stop()`, `wait()`); those are the edge API and may block;
 - never call `pykka.ActorRegistry.stop_all()`: it would stop the host's
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pykka
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -119,30 +120,48 @@ class StatusWatcher(pykka.ThreadingActor):
             self._done.set()
 
 
+def live_children() -> list[int]:
+    """Pids of this process's descendants that are still running (zombies do not count)."""
+    pids = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                pids.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return sorted(pids)
+
+
 def run(state_dir: str, *, reports: int, interval_s: float, lease_s: float) -> int:
     baseline = set(threading.enumerate())
     host = start_host(HostConfig(state_dir=state_dir, lease_s=lease_s))
     print(f"host started at epoch {host.epoch} on {host.paths.root}")
     done = threading.Event()
     watcher = StatusWatcher.start(host, interval_s=interval_s, reports_wanted=reports, done=done)
-    queued = 0
     try:
+        # The main thread is the application's edge: it waits for the watcher, and notices a
+        # host that stopped by itself (lease lost, a core actor failed) instead of waiting forever.
         deadline = time.monotonic() + 30 + reports * interval_s
-        # The application's own work: queue a run between reports, until the watcher is done.
-        while not done.wait(interval_s / 2):
+        while not done.wait(0.1):
             if host.stopped or time.monotonic() > deadline:
                 break
-            queued += 1
-            host.writer.call("run.create", {"workflow": "embed-demo", "input": {"n": queued}})
     finally:
         host.stop("application finished")
         print(f"host stopped: {host.stop_reason}")
-        made = watcher.ask("reports", timeout=10) if watcher.is_alive() else 0
+        made: int = watcher.ask("reports", block=True, timeout=10) if watcher.is_alive() else 0
         watcher.stop(timeout=10)
-    print(f"watcher made {made} report(s); the application queued {queued} run(s)")
-    left = sorted(t.name for t in set(threading.enumerate()) - baseline if t.is_alive())
+    print(f"watcher made {made} report(s)")
+    # Actor threads end a moment after their stop future is answered: give them a deadline.
+    deadline = time.monotonic() + 10
+    while True:
+        left = sorted(t.name for t in set(threading.enumerate()) - baseline if t.is_alive())
+        children = live_children()
+        if not (left or children) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    print(f"child processes left: {', '.join(map(str, children)) if children else 'none'}")
     print(f"threads left: {', '.join(left) if left else 'none'}")
-    return 0 if made >= reports and not left else 1
+    return 0 if made >= reports and not left and not children else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from piwf_actors.protocol.socket_loop import Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +18,7 @@ class HostConfig:
     host_id: str | None = None
     claim_lease_s: float = 30.0
     warm_workers: int | None = None  # idle worker processes kept ready; default max_workers
+    limits: Limits = field(default_factory=Limits)  # client socket limits (frame size, connections …)
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import ResolvedWorkflow, resolve
 
 
@@ -56,11 +57,17 @@ def _stamp(path: str) -> tuple[Any, ...]:
     return (info.st_mtime_ns, info.st_size, info.st_ino)
 
 
-def start_run(writer: WriterHandle, resolver: WorkflowResolver, *, workflow: str, input: Any = None,
-              project_path: str | None = None, session_id: str | None = None, run_id: str | None = None,
-              client_id: str | None = None, idempotency_key: str | None = None,
-              request_id: str | None = None) -> dict[str, Any]:
+def start_run(writer: WriterHandle, resolver: WorkflowResolver, **kwargs: Any) -> dict[str, Any]:
     """Resolve `workflow` and queue a run; returns {outcome, receipt: {run_id, status}, revision}."""
+    command = start_run_command(resolver, **kwargs)
+    return writer.call(command.name, command.args)
+
+
+def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any = None,
+                      project_path: str | None = None, session_id: str | None = None, run_id: str | None = None,
+                      client_id: str | None = None, idempotency_key: str | None = None,
+                      request_id: str | None = None) -> WriteCommand:
+    """The `run.start` command for a workflow spec (resolving it reads the workflow file)."""
     if project_path is not None:
         project_path = os.path.abspath(project_path)
     resolved = resolver.resolve(workflow, project_path)
@@ -71,5 +78,5 @@ def start_run(writer: WriterHandle, resolver: WorkflowResolver, *, workflow: str
     }
     fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
                            "session_id": session_id, "run_id": run_id}
-    return writer.call("run.start", {"spec": spec, "client_id": client_id, "idempotency_key": idempotency_key,
-                                     "request_id": request_id, "payload": fingerprint_payload})
+    return WriteCommand("run.start", {"spec": spec, "client_id": client_id, "idempotency_key": idempotency_key,
+                                      "request_id": request_id, "payload": fingerprint_payload})

@@ -20,9 +20,11 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, Ping
+from piwf_actors.actors.gateway import ClientGateway
 from piwf_actors.actors.lease import GetLease, HostLease, LeaseClaim, LeaseLostNotice, acquire_lease
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.writer import WriterHandle, start_writer
+from piwf_actors.board import HostBoard
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostError
 from piwf_actors.hostlock import HostLock
@@ -55,6 +57,7 @@ class _Parts:
     stopped: threading.Event = field(default_factory=threading.Event)
     stop_reason: str | None = None
     stop_lock: threading.Lock = field(default_factory=threading.Lock)
+    board: HostBoard = field(default_factory=HostBoard)
 
     def stop_all(self, reason: str) -> None:
         """Stop every part in reverse start order; safe to call twice, from any thread but a part's own."""
@@ -280,14 +283,14 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         options = StoreOptions(synchronous=config.synchronous.upper())
         open_store(paths.database, options).close()
         supervisor = HostSupervisor.start(parts)
-        parts.writer = start_writer(paths.database, options, supervisor=supervisor)
+        parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board)
         _require_started("writer", parts.writer.ref)
         reader = StoreReader(paths.database, options)
         try:
             claim = acquire_lease(parts.writer, lambda: queries.lease_holder(reader), lease_s=config.lease_s,
                                   state_dir=str(paths.root), host_id=config.host_id)
             parts.writer = parts.writer.with_epoch(claim.epoch)
-            parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor)
+            parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board)
             _require_started("lease", parts.lease)
             log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
             reap_orphans(reader, parts.writer, grace_s=config.reap_grace_s)
@@ -299,9 +302,16 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             reader.close()
         scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
                                     supervisor=supervisor, claim_lease_s=config.claim_lease_s,
-                                    warm_workers=config.warm_workers, grace_s=config.reap_grace_s)
+                                    warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
+                                    board=parts.board)
         parts.actors.append(("scheduler", scheduler))
         _require_started("scheduler", scheduler)
+        sup = supervisor
+        gateway = ClientGateway.start(
+            parts.writer, paths.database, paths.socket, host_epoch=claim.epoch, supervisor=supervisor,
+            board=parts.board, limits=config.limits, shutdown=lambda reason: sup.tell(Shutdown(reason)))
+        parts.actors.append(("gateway", gateway))
+        _require_started("gateway", gateway)
     except BaseException:
         parts.stop_all("start-up failed")
         if supervisor is not None:

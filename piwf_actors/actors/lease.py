@@ -23,6 +23,7 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard
 from piwf_actors.errors import LeaseLost
 from piwf_actors.hostlock import holder_alive, process_start_identity
 from piwf_actors.store.jsonutil import token_hash
@@ -98,7 +99,8 @@ class HostLease(CoreActor):
     actor_name = "lease"
 
     def __init__(self, writer: WriterHandle, claim: LeaseClaim, *, supervisor: pykka.ActorRef[Any] | None,
-                 clock: Callable[[], float] = time.time, renew_fraction: float = 1 / 3) -> None:
+                 clock: Callable[[], float] = time.time, renew_fraction: float = 1 / 3,
+                 board: HostBoard | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
@@ -110,10 +112,12 @@ class HostLease(CoreActor):
         self._heartbeat_at = clock()
         self._lost = False
         self._renew_failures = 0
+        self._board = board
 
     def on_start(self) -> None:
         """Runs in the lease's thread: starts the renewal ticker."""
         self._ticker = Ticker(self.actor_ref, RenewTick(), self._interval, "lease").start()
+        self._publish()
 
     def release_resources(self) -> None:
         if self._ticker is not None:
@@ -132,6 +136,10 @@ class HostLease(CoreActor):
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {RenewTick: self._tick, WriteResult: self._renewed, GetLease: self._get}
+
+    def _publish(self) -> None:
+        if self._board is not None:
+            self._board.publish("lease", self._get(GetLease()))
 
     def _get(self, _message: GetLease) -> dict[str, Any]:
         return {"epoch": self._claim.epoch, "host_id": self._claim.host_id, "pid": self._claim.pid,
@@ -159,6 +167,7 @@ class HostLease(CoreActor):
         if result.ok:
             self._claim = _with_expiry(self._claim, result.value["expires_at"])
             self._heartbeat_at = result.value["heartbeat_at"]
+            self._publish()
             if self._renew_failures:
                 log.info("lease renewal for epoch %d recovered", self._claim.epoch)
             self._renew_failures = 0
@@ -173,6 +182,7 @@ class HostLease(CoreActor):
 
     def _lose(self, reason: str) -> None:
         self._lost = True
+        self._publish()
         log.error("lease for epoch %d lost: %s", self._claim.epoch, reason)
         safe_tell(self._supervisor, LeaseLostNotice(self._claim.epoch, reason))
 

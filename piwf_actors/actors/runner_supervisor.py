@@ -25,6 +25,7 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError
 from piwf_actors.runner.process import WorkerProcess
+from piwf_actors.runner.termination import is_same_process, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -249,12 +250,24 @@ class RunnerSupervisor(CoreActor):
             return
         self._exit_reported = True
         try:
-            self._writer.execute("runner.exit", self._exit_args(outcome, None, "host stopping", requeue), timeout=10)
+            result = self._writer.execute("runner.exit", self._exit_args(outcome, None, "host stopping", requeue),
+                                          timeout=10)
+            if result.ok:
+                self._reap_children(result.value.get("children") or [])
         except Exception as exc:  # the next host's recovery settles the run
             log.warning("run %s: could not report runner exit: %s", self._launch.run_id, exc)
 
+    def _reap_children(self, children: list[dict[str, Any]]) -> None:
+        for child in children:
+            if is_same_process(child["pid"], child["create_time"]):
+                log.info("run %s: terminating leftover command pid %d", self._launch.run_id, child["pid"])
+                terminate_tree(child["pid"], child["create_time"], grace_s=self._grace_s)
+            self._writer.submit(WriteCommand("child.release", {**child, "run_id": self._launch.run_id}))
+
     def _exited_recorded(self, result: WriteResult) -> None:
         status = result.value.get("status") if result.ok and isinstance(result.value, dict) else None
+        if result.ok and isinstance(result.value, dict):
+            self._reap_children(result.value.get("children") or [])
         worker = self._worker if self._reusable else None
         self._finished = True
         safe_tell(self._scheduler, RunnerFinished(self._launch.run_id, worker, status))

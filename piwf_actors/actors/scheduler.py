@@ -25,6 +25,7 @@ from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
 from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.board import HostBoard
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.store import queries
 from piwf_actors.store.jsonutil import token_hash
@@ -57,7 +58,8 @@ class Scheduler(CoreActor):
 
     def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
-                 warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING") -> None:
+                 warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
+                 board: HostBoard | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
@@ -76,6 +78,7 @@ class Scheduler(CoreActor):
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
+        self._board = board
 
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
@@ -84,6 +87,7 @@ class Scheduler(CoreActor):
         for _ in range(self._warm):
             self._idle.append(self._spawn_worker())
         self._ticker = Ticker(self.actor_ref, SchedulerTick(), self._tick_s, "scheduler").start()
+        self._publish()
         self._try_claim()
 
     def release_resources(self) -> None:
@@ -174,6 +178,7 @@ class Scheduler(CoreActor):
         ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s)
         self._active[launch.run_id] = ActiveRun(ref, launch, worker)
         self._launched += 1
+        self._publish()
 
     # --- notices and ticks ------------------------------------------------------------
 
@@ -225,10 +230,15 @@ class Scheduler(CoreActor):
             if active.worker.alive():
                 active.worker.shutdown()
             self._release_child(active.worker)
+        self._publish()
         self._try_claim()
 
     def _runner_failed(self, message: ActorFailed) -> None:
         log.error("a runner supervisor failed: %s", message.reason)
+
+    def _publish(self) -> None:
+        if self._board is not None:
+            self._board.publish("scheduler", self._status(GetSchedulerStatus()))
 
     def _status(self, _message: GetSchedulerStatus) -> dict[str, Any]:
         return {

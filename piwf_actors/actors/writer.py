@@ -28,6 +28,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.board import HostBoard
 from piwf_actors.errors import WriterStopped
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import StoreOptions, connect
@@ -202,7 +203,8 @@ class DatabaseWriter(CoreActor):
 
     def __init__(self, db_path: Path, options: StoreOptions = StoreOptions(), *,
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
-                 max_batch: int = 1000, clock: Callable[[], float] = time.time) -> None:
+                 max_batch: int = 1000, clock: Callable[[], float] = time.time,
+                 board: HostBoard | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._db_path = db_path
@@ -217,6 +219,8 @@ class DatabaseWriter(CoreActor):
         self._failed_batches = 0
         self._last_batch = 0
         self._recent: deque[tuple[float, int]] = deque(maxlen=4096)
+        self._board = board
+        self._published_at = 0.0
 
     def on_start(self) -> None:
         """Runs in the writer's thread: opens the only read-write connection."""
@@ -270,6 +274,9 @@ class DatabaseWriter(CoreActor):
             self._recent.append((now, len(batch)))
         else:
             self._failed_batches += 1
+        if self._board is not None and now - self._published_at >= 0.2:
+            self._published_at = now
+            self._board.publish("writer", self._stats_dict(now))
         seq = self._commits
         for (_, reply_to), result in zip(batch, outcome.results, strict=True):
             deliver(reply_to, result)
@@ -280,8 +287,17 @@ class DatabaseWriter(CoreActor):
                 if not safe_tell(subscriber, notice):
                     self._subscribers.remove(subscriber)
 
+    def _stats_dict(self, now: float) -> dict[str, Any]:
+        stats = self._stats_at(now)
+        return {"commits": stats.commits, "commands": stats.commands, "failed_batches": stats.failed_batches,
+                "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
+                "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
+                "at": now}
+
     def _stats(self, _message: GetWriterStats) -> WriterStats:
-        now = self._clock()
+        return self._stats_at(self._clock())
+
+    def _stats_at(self, now: float) -> WriterStats:
         window = [(t, n) for t, n in self._recent if now - t <= 10.0]
         span = max(now - window[0][0], 1.0) if window else 1.0
         return WriterStats(

@@ -128,3 +128,30 @@ def run_events(reader: StoreReader, run_id: str, after: int = 0, limit: int = 50
 def run_status(reader: StoreReader, run_id: str) -> tuple[str, int] | None:
     row = reader.one("SELECT status, revision FROM run WHERE run_id = ?", (run_id,))
     return None if row is None else (row[0], row[1])
+
+
+def pending_interactions(reader: StoreReader, session_id: str | None = None) -> dict[str, Any]:
+    """Pending interactive requests and unacknowledged session messages (all sessions when None)."""
+    params: tuple[Any, ...] = ()
+    where = "r.status IN ('pending', 'presenting')"
+    if session_id is not None:
+        where += " AND (r.target_session_id = ? OR r.target_session_id IS NULL)"
+        params = (session_id,)
+    requests = []
+    for row in reader.all(
+            f"""SELECT r.request_id, r.run_id, r.node_id, r.attempt_id, r.kind, r.target_session_id, r.audience,
+                       r.revision, r.status, r.deadline_at, r.contract_sha256, r.created_at
+                FROM interactive_request r WHERE {where} ORDER BY r.created_at""", params):
+        keys = ("request_id", "run_id", "node_id", "attempt_id", "kind", "session_id", "audience", "revision",
+                "status", "deadline_at", "contract_sha256", "created_at")
+        item = dict(zip(keys, row, strict=True))
+        item["contract"] = _blob_json(reader, item.pop("contract_sha256"))
+        requests.append(item)
+    msg_where = "acked_at IS NULL" + (" AND session_id = ?" if session_id is not None else "")
+    messages = [dict(zip(("message_id", "session_id", "run_id", "kind", "body", "created_at"), row, strict=True))
+                for row in reader.all(
+                    f"""SELECT message_id, session_id, run_id, kind, body, created_at FROM session_message
+                        WHERE {msg_where} ORDER BY created_at""", params)]
+    for message in messages:
+        message["body"] = _json(message["body"])
+    return {"requests": requests, "messages": messages}

@@ -97,7 +97,8 @@ def lease_parts() -> Iterator[tuple[Callable[[], pykka.ActorRef[Any]], FakeWrite
 
 def _state(lease: pykka.ActorRef[Any]) -> dict[str, Any]:
     """Ask after a tell: the mailbox is ordered, so the tell has been handled."""
-    return lease.ask(GetLease(), timeout=5)
+    state: dict[str, Any] = lease.ask(GetLease(), block=True, timeout=5)
+    return state
 
 
 def _renewed(clock: FakeClock, lease_s: float = LEASE_S) -> WriteResult:

@@ -8,6 +8,7 @@ connections, and the lock file with the test's own flock.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,12 +73,34 @@ class HostProcess:
     def kill(self) -> None:
         """SIGKILL the child's process group if it is still running, then reap it."""
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self.proc.kill()
             self.proc.wait(10)
+        # Its workers share its process group (it was started in a session of its own).
+        for pid in group_members(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self._log.close()
+
+    def wait_group_gone(self, timeout: float) -> None:
+        """Wait until no process of this host's group (the host, its workers) is left."""
+        deadline = time.monotonic() + timeout
+        while group_members(self.proc.pid):
+            if time.monotonic() >= deadline:
+                pytest.fail(f"processes of piwf-host {self.pid} still running after {timeout} s: "
+                            f"{group_members(self.proc.pid)}")
+            time.sleep(POLL_S)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.info["pid"]) == pgid:
+                members.append(proc.info["pid"])
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
 
 
 @pytest.fixture
@@ -142,6 +166,7 @@ def test_signal_stops_cleanly_and_releases_lease_and_lock(state_dir, start_piwf_
 
     host.send(signum)
     assert host.wait_exit(10) == 0, host.log()
+    host.wait_group_gone(10)  # its worker processes went with it
 
     log = host.log()
     assert f"received {signal.Signals(signum).name}" in log
@@ -180,6 +205,7 @@ def test_takeover_after_sigkill_does_not_wait_for_lease_expiry(state_dir, start_
     first.wait_for_log("host started at epoch 1")
     first.send(signal.SIGKILL)
     assert first.wait_exit(10) == -signal.SIGKILL
+    first.wait_group_gone(10)  # its idle workers notice the host is gone and exit by themselves
 
     # The dead host's lease is still on record and far from expiry; its lock record is stale.
     stale = lease_row(state_dir)
@@ -219,10 +245,11 @@ def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
     # The next renewal (every lease_s / 3) is refused; the host stops within one lease period.
     assert host.wait_exit(lease_s + 5) == 1, host.log()
     elapsed = time.monotonic() - bumped_at
+    host.wait_group_gone(10)
     log = host.log()
     assert "lease for epoch 1 lost" in log
     assert "piwf-host: stopped: lease for epoch 1 lost" in log
-    assert "released" not in log  # a host that lost its lease must not release someone else's
+    assert "lease for epoch 1 released" not in log  # it must not release a lease that is not its own
     assert elapsed < lease_s + 5
     row = lease_row(state_dir)
     assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")

@@ -158,7 +158,7 @@ def test_racing_processes_never_share_an_epoch(state_dir, racers) -> None:
     assert all(len(epochs) == ACQUISITIONS_EACH for epochs in per_process.values())
     assert len(set(all_epochs)) == len(all_epochs), "two holders were given the same epoch"
     for pid, epochs in per_process.items():
-        assert all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs of {pid} not increasing: {epochs}"
+        assert all(a < b for a, b in zip(epochs, epochs[1:], strict=False)), f"epochs of {pid} not increasing: {epochs}"
     # Every acquisition moved the epoch by exactly one; refused ones moved nothing.
     assert sorted(all_epochs) == list(range(1, total + 1))
     assert all(s["overlaps"] == 0 for s in stats.values()), stats

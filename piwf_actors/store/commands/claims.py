@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import Rejected
+from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
@@ -178,17 +179,22 @@ def runner_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         (args["outcome"], args.get("exit_code"), args.get("diagnostic"), ctx.now, args["runner_epoch"]),
     )
     ctx.changes.touch("run_worker", run_id)
+    # Shell commands the worker started outlive it when it is killed (they lead
+    # their own process groups); the supervisor terminates the ones still registered.
+    children = [{"pid": pid, "create_time": create_time} for pid, create_time in ctx.conn.execute(
+        "SELECT pid, create_time FROM child_process WHERE run_id = ? AND released_at IS NULL AND kind = 'shell'",
+        (run_id,))]
     claim = claim_row(ctx.conn, run_id)
     if (claim is None or claim["generation"] != args["generation"] or claim["claim_token_hash"] != args["token_hash"]
             or claim["host_epoch"] != ctx.host_epoch):
-        return {"status": run_row(ctx.conn, run_id)["status"], "settled": False}
+        return {"status": run_row(ctx.conn, run_id)["status"], "settled": False, "children": children}
     # A host that stops cleanly interrupts runs through no fault of theirs:
     # they go back to the queue whatever their progress.
     progress = None if args.get("requeue") else claim["progress_at_claim"]
     status = settle_interrupted_run(ctx, run_id, outcome=args["outcome"], diagnostic=args.get("diagnostic"),
                                     progress_at_claim=progress,
                                     load_failure=args.get("load_failure"))
-    return {"status": status, "settled": True}
+    return {"status": status, "settled": True, "children": children}
 
 
 @command("host.recover")
@@ -219,7 +225,12 @@ def recover_host(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 @command("effect.resolve")
 def resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """A person settles an ambiguous effect: `confirm` (it happened; continue with
-    the given output) or `retry` (run the node again). The run is re-queued."""
+    the given output) or `retry` (run the node again). The run is re-queued.
+    Recorded for idempotency when a client id and key are given."""
+    return recorded(ctx, args, "effect.resolve", lambda: _resolve_effect(ctx, args))
+
+
+def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     action = args.get("action")
     if action not in ("confirm", "retry"):
         raise Rejected("action must be confirm or retry")

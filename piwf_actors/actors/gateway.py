@@ -1,0 +1,427 @@
+"""`ClientGateway`: the Unix socket where people and programs talk to the host.
+
+The socket I/O runs on a selector thread owned by this actor
+(`protocol.socket_loop`); every decoded frame comes here as a
+`ClientRequest`. Reads are answered from the gateway's own read-only
+connection; writes go to the writer as commands and are answered when the
+writer's result comes back (never blocking this actor); slow work (workflow
+resolution, backup, verify) runs on a small executor owned by the actor.
+Watches are re-evaluated from the writer's change notices, coalesced, and
+an event is sent only when the watched view's digest changed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.board import HostBoard
+from piwf_actors.errors import PiwfError
+from piwf_actors.operations import WorkflowResolver, start_run_command
+from piwf_actors.protocol import views
+from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
+from piwf_actors.protocol.payloads import MUTATING, PAYLOADS, check_payload
+from piwf_actors.protocol.socket_loop import Limits, SocketLoop
+from piwf_actors.store import queries
+from piwf_actors.store.jsonutil import fingerprint
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
+
+_ERROR_OUTCOMES = {"not_found": "notFound", "conflict": "conflict", "claim_lost": "claimLost",
+                   "stale_epoch": "unavailable", "disk_full": "unavailable", "read_only": "unavailable",
+                   "writer_stopped": "unavailable", "store_error": "unavailable"}
+WATCH_TOPICS = ("runs", "run", "host", "interactions")
+MAX_WATCHES_PER_CONNECTION = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    conn_id: int
+    frame: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    conn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushWatches:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitWrite:
+    """From an executor thread: send this command and answer the request with its result."""
+
+    conn_id: int
+    request: Request
+    command: WriteCommand
+
+
+@dataclass
+class Watch:
+    conn_id: int
+    subscription_id: str
+    topic: str
+    run_id: str | None
+    session_id: str | None
+    revision: int = 0
+    digest: str = ""
+    dirty: bool = False
+
+
+@dataclass
+class _Pending:
+    conn_id: int
+    request: Request
+    shape: str = "recorded"  # recorded: value is {outcome, receipt, revision}; plain: value is the receipt
+    after: Callable[[], None] | None = None
+
+
+@dataclass
+class GatewayStats:
+    requests: int = 0
+    by_operation: dict[str, int] = field(default_factory=dict)
+
+
+class ClientGateway(CoreActor):
+    actor_name = "gateway"
+
+    def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
+                 supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
+                 resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None) -> None:
+        """Runs in the caller's thread: stores arguments only."""
+        super().__init__(supervisor)
+        self._writer = writer
+        self._db_path = db_path
+        self._socket_path = socket_path
+        self._epoch = host_epoch
+        self._board = board
+        self._limits = limits
+        self._resolver = resolver or WorkflowResolver()
+        self._shutdown = shutdown
+        self._loop: SocketLoop | None = None
+        self._reader: StoreReader | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: dict[str, _Pending] = {}
+        self._watches: dict[tuple[int, str], Watch] = {}
+        self._flush_scheduled = False
+        self._stats = GatewayStats()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        """Runs in the gateway's thread: reader, executor, change notices, then the socket."""
+        self._reader = StoreReader(self._db_path)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
+        self._writer.ref.tell(Subscribe(self.actor_ref))
+        ref = self.actor_ref
+        self._loop = SocketLoop(
+            self._socket_path,
+            on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._epoch),
+            on_frame=lambda conn_id, frame: safe_tell(ref, ClientRequest(conn_id, frame)),
+            on_closed=lambda conn_id: safe_tell(ref, ConnectionClosed(conn_id)),
+            limits=self._limits,
+        )
+        self._loop.start()
+        log.info("listening on %s", self._socket_path)
+
+    def release_resources(self) -> None:
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
+                FlushWatches: self._flush_watches, WriteResult: self._written, SubmitWrite: self._submit_write}
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _post(self, conn_id: int, frame: dict[str, Any], *, is_response: bool = True) -> None:
+        if self._loop is not None:
+            self._loop.post(conn_id, frame, is_response=is_response)
+
+    def _reply(self, conn_id: int, request: Request | None, outcome: str, **kwargs: Any) -> None:
+        self._post(conn_id, response(request.request_id if request else None, outcome, **kwargs))
+
+    def _in_executor(self, conn_id: int, request: Request, work: Callable[[], Any]) -> None:
+        """Run `work` off the actor thread; it answers the request itself (post is thread-safe)."""
+        assert self._executor is not None
+
+        def run() -> None:
+            try:
+                work()
+            except PiwfError as err:
+                self._reply(conn_id, request, _ERROR_OUTCOMES.get(err.code, "rejected"), error=err.one_line())
+            except Exception as exc:
+                log.exception("%s failed", request.operation)
+                self._reply(conn_id, request, "rejected", error=f"{type(exc).__name__}: {exc}")
+
+        self._executor.submit(run)
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _request(self, message: ClientRequest) -> None:
+        conn_id = message.conn_id
+        try:
+            request = parse_request(message.frame)
+        except BadRequest as bad:
+            self._post(conn_id, response(bad.request_id, "rejected", error=str(bad)))
+            return
+        self._stats.requests += 1
+        self._stats.by_operation[request.operation] = self._stats.by_operation.get(request.operation, 0) + 1
+        handler = self._operations().get(request.operation)
+        spec = PAYLOADS.get(request.operation)
+        if handler is None or spec is None:
+            self._reply(conn_id, request, "rejected", error=f"operation {request.operation!r} is not available")
+            return
+        try:
+            payload = check_payload(request, spec)
+            handler(conn_id, request, payload)
+        except BadRequest as bad:
+            self._reply(conn_id, request, "rejected", error=str(bad))
+        except PiwfError as err:
+            self._reply(conn_id, request, _ERROR_OUTCOMES.get(err.code, "rejected"), error=err.one_line())
+
+    def _operations(self) -> dict[str, Callable[[int, Request, dict[str, Any]], None]]:
+        return {
+            "host.status": self._host_status, "host.stop": self._host_stop,
+            "run.start": self._run_start, "run.list": self._run_list, "run.get": self._run_get,
+            "run.events": self._run_events, "run.cancel": self._run_control, "run.pause": self._run_control,
+            "run.resume": self._run_control, "run.restart": self._run_control,
+            "effect.resolve": self._effect_resolve, "watch": self._watch, "unwatch": self._unwatch,
+            "state.status": self._state_status, "state.verify": self._state_verify,
+            "state.backup": self._state_backup, "state.prune": self._state_prune,
+        }
+
+    def _client_args(self, request: Request) -> dict[str, Any]:
+        """What every recorded (mutating) command carries for idempotency."""
+        return {"client_id": request.client_id, "idempotency_key": request.idempotency_key,
+                "request_id": request.request_id, "run_id": request.run_id,
+                "expected_revision": request.expected_revision, "payload": request.payload}
+
+    def _send_write(self, conn_id: int, request: Request, command: WriteCommand, shape: str = "recorded",
+                    after: Callable[[], None] | None = None) -> None:
+        token = f"req:{conn_id}:{secrets.token_hex(6)}"
+        self._pending[token] = _Pending(conn_id, request, shape, after)
+        self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
+
+    def _submit_write(self, message: SubmitWrite) -> None:
+        self._send_write(message.conn_id, message.request, message.command)
+
+    def _written(self, result: WriteResult) -> None:
+        pending = self._pending.pop(result.correlation_id or "", None)
+        if pending is None:
+            return
+        if not result.ok:
+            outcome = _ERROR_OUTCOMES.get(result.error_code or "", "rejected")
+            self._reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
+            return
+        value = result.value
+        if pending.shape == "recorded":
+            self._reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
+                        revision=value.get("revision"))
+        else:
+            self._reply(pending.conn_id, pending.request, "accepted", receipt=value)
+        if pending.after is not None:
+            pending.after()
+
+    # --- host -----------------------------------------------------------------------------
+
+    def _host_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        assert self._reader is not None
+        view = views.host_view(self._reader, self._board)
+        view["gateway"] = {"connections": self._loop.connection_count() if self._loop else 0,
+                           "watches": len(self._watches), "requests": self._stats.requests}
+        self._reply(conn_id, request, "accepted", receipt=view)
+
+    def _host_stop(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        self._reply(conn_id, request, "accepted", receipt={"stopping": True})
+        if self._shutdown is not None:
+            self._shutdown(f"host.stop from client {request.client_id}")
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def _run_start(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        ref = self.actor_ref
+
+        def work() -> None:
+            command = start_run_command(self._resolver, workflow=payload["workflow"], input=payload.get("input"),
+                                        project_path=payload.get("project_path"),
+                                        session_id=payload.get("session_id"), run_id=payload.get("run_id"),
+                                        client_id=request.client_id, idempotency_key=request.idempotency_key,
+                                        request_id=request.request_id)
+            safe_tell(ref, SubmitWrite(conn_id, request, command))
+
+        self._in_executor(conn_id, request, work)
+
+    def _run_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        assert self._reader is not None
+        status = payload.get("status")
+        if status is not None and status not in queries.RUN_STATUSES:
+            raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
+        runs = queries.run_list(self._reader, status, min(payload.get("limit") or 100, 1000))
+        self._reply(conn_id, request, "accepted", receipt={"runs": runs})
+
+    def _run_get(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        assert self._reader is not None and request.run_id is not None
+        view = queries.run_view(self._reader, request.run_id)
+        if view is None:
+            self._reply(conn_id, request, "notFound", error=f"run {request.run_id} not found")
+            return
+        self._reply(conn_id, request, "accepted", receipt=view, revision=view["revision"])
+
+    def _run_events(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        assert self._reader is not None and request.run_id is not None
+        status = queries.run_status(self._reader, request.run_id)
+        if status is None:
+            self._reply(conn_id, request, "notFound", error=f"run {request.run_id} not found")
+            return
+        limit = min(payload.get("limit") or 500, 5000)
+        events = queries.run_events(self._reader, request.run_id, payload.get("after") or 0, limit)
+        next_after = events[-1]["seq"] if events else (payload.get("after") or 0)
+        self._reply(conn_id, request, "accepted", revision=status[1],
+                    receipt={"events": events, "next_after": next_after, "more": len(events) == limit})
+
+    def _run_control(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        self._send_write(conn_id, request, WriteCommand(request.operation, self._client_args(request)))
+
+    def _effect_resolve(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        if payload["action"] not in ("confirm", "retry"):
+            raise BadRequest("effect.resolve: action must be confirm or retry", request.request_id)
+        args = {**self._client_args(request), "effect_id": payload["effect_id"], "action": payload["action"],
+                "output": payload.get("output")}
+        self._send_write(conn_id, request, WriteCommand("effect.resolve", args))
+
+    # --- state maintenance ---------------------------------------------------------------------
+
+    def _state_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        from piwf_actors.store import maintenance
+
+        self._in_executor(conn_id, request, lambda: self._reply(
+            conn_id, request, "accepted", receipt=maintenance.state_status(self._db_path)))
+
+    def _state_verify(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        from piwf_actors.store import maintenance
+
+        self._in_executor(conn_id, request, lambda: self._reply(
+            conn_id, request, "accepted", receipt=maintenance.verify(self._db_path, time.time())))
+
+    def _state_backup(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        from piwf_actors.store import maintenance
+
+        destination = payload["destination"]
+        if not os.path.isabs(destination):
+            raise BadRequest("state.backup: destination must be an absolute path", request.request_id)
+        self._in_executor(conn_id, request, lambda: self._reply(
+            conn_id, request, "accepted", receipt=maintenance.backup(self._db_path, destination)))
+
+    def _state_prune(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        args = {**self._client_args(request), "before": float(payload["before"]),
+                "apply": bool(payload.get("apply", False))}
+        if not args["apply"]:
+            # A dry run changes nothing, so it is not recorded.
+            args.pop("client_id")
+            args.pop("idempotency_key")
+        self._send_write(conn_id, request, WriteCommand("state.prune", args))
+
+    # --- watches --------------------------------------------------------------------------------
+
+    def _watch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        topic = payload["topic"]
+        if topic not in WATCH_TOPICS:
+            raise BadRequest(f"watch: topic must be one of {', '.join(WATCH_TOPICS)}", request.request_id)
+        run_id = payload.get("run_id") or request.run_id
+        if topic == "run" and not run_id:
+            raise BadRequest("watch: topic run needs run_id", request.request_id)
+        key = (conn_id, payload["subscription_id"])
+        if key in self._watches:
+            raise BadRequest(f"watch: subscription {payload['subscription_id']} already exists", request.request_id)
+        if sum(1 for c, _ in self._watches if c == conn_id) >= MAX_WATCHES_PER_CONNECTION:
+            self._reply(conn_id, request, "unavailable", error="too many watches on this connection")
+            return
+        if topic == "run":
+            assert self._reader is not None
+            if queries.run_status(self._reader, run_id) is None:
+                self._reply(conn_id, request, "notFound", error=f"run {run_id} not found")
+                return
+        watch = Watch(conn_id, payload["subscription_id"], topic, run_id, payload.get("session_id"))
+        self._watches[key] = watch
+        self._reply(conn_id, request, "accepted", receipt={"subscription_id": watch.subscription_id, "topic": topic})
+        self._evaluate(watch)
+
+    def _unwatch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        if self._watches.pop((conn_id, payload["subscription_id"]), None) is None:
+            self._reply(conn_id, request, "notFound", error=f"no subscription {payload['subscription_id']}")
+            return
+        self._reply(conn_id, request, "accepted", receipt={"subscription_id": payload["subscription_id"]})
+
+    def _closed(self, message: ConnectionClosed) -> None:
+        for key in [k for k in self._watches if k[0] == message.conn_id]:
+            del self._watches[key]
+        for token in [t for t, p in self._pending.items() if p.conn_id == message.conn_id]:
+            # The write still happens; its answer has nowhere to go. A client that
+            # reconnects and replays the idempotency key gets it as `adopted`.
+            self._pending[token].conn_id = -1
+
+    def _changed(self, notice: ChangeNotice) -> None:
+        tables = set(notice.tables)
+        for watch in self._watches.values():
+            if watch.topic == "run":
+                hit = watch.run_id in notice.runs
+            elif watch.topic == "runs":
+                hit = "run" in tables
+            elif watch.topic == "host":
+                hit = bool(tables & {"run", "host_state", "run_worker"})
+            else:
+                hit = bool(tables & {"interactive_request", "session_message", "interactive_submission"})
+            watch.dirty = watch.dirty or hit
+        if not self._flush_scheduled and any(w.dirty for w in self._watches.values()):
+            # Coalesce: notices already queued are handled before this flush.
+            self._flush_scheduled = True
+            self.actor_ref.tell(FlushWatches())
+
+    def _flush_watches(self, _message: FlushWatches) -> None:
+        self._flush_scheduled = False
+        for watch in list(self._watches.values()):
+            if watch.dirty:
+                watch.dirty = False
+                self._evaluate(watch)
+
+    def _evaluate(self, watch: Watch) -> None:
+        assert self._reader is not None
+        if watch.topic == "run":
+            view: Any = views.run_view(self._reader, watch.run_id or "")
+        elif watch.topic == "runs":
+            view = views.runs_view(self._reader)
+        elif watch.topic == "host":
+            view = views.host_view(self._reader, self._board, include_rates=False)
+        else:
+            view = views.interactions_view(self._reader, watch.session_id)
+        digest = fingerprint(view)
+        if digest == watch.digest:
+            return
+        watch.digest = digest
+        watch.revision += 1
+        self._post(watch.conn_id, event(watch.subscription_id, watch.topic, watch.revision, view), is_response=False)

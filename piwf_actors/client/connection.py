@@ -1,0 +1,221 @@
+"""`Client`: one connection to a host, requests with retries, watch iterators.
+
+Every request carries a fresh request id and, unless the caller gives one,
+a fresh idempotency key. If the connection drops before the answer
+arrives, the client reconnects and sends the same request again with the
+same key: a mutation that did happen is then answered `adopted`, never
+applied twice.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from piwf_actors.errors import DecodeError, PiwfError
+from piwf_actors.messages import recv_frame, send_frame
+from piwf_actors.store.paths import StatePaths
+
+SCHEMA = "piwf.client.v1"
+
+
+class HostNotRunning(PiwfError):
+    code = "host_not_running"
+
+    def __init__(self, socket_path: str, detail: str) -> None:
+        super().__init__(f"no piwf host is listening on {socket_path} ({detail}); start one with `piwf-host`")
+        self.socket_path = socket_path
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    request_id: str | None
+    outcome: str
+    receipt: Any = None
+    revision: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("accepted", "adopted")
+
+    @classmethod
+    def from_frame(cls, frame: dict[str, Any]) -> Response:
+        return cls(frame.get("request_id"), str(frame.get("outcome")), frame.get("receipt"), frame.get("revision"),
+                   frame.get("error"))
+
+
+class Client:
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None, *, socket_path: str | None = None,
+                 client_id: str | None = None, timeout: float = 30.0, retries: int = 2) -> None:
+        self.socket_path = socket_path or str(StatePaths.resolve(state_dir).socket)
+        self.client_id = client_id or f"client-{uuid.uuid4().hex[:12]}"
+        self.timeout = timeout
+        self.retries = retries
+        self.hello: dict[str, Any] | None = None
+        self._sock: socket.socket | None = None
+        self._events: collections.deque[dict[str, Any]] = collections.deque()
+
+    # --- connection -------------------------------------------------------------------
+
+    def connect(self) -> dict[str, Any]:
+        self.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise HostNotRunning(self.socket_path, exc.strerror or str(exc)) from None
+        except PermissionError as exc:
+            sock.close()
+            raise HostNotRunning(self.socket_path, f"permission denied: {exc}") from None
+        hello = recv_frame(sock)
+        if hello is None or hello.get("type") != "hello":
+            refusal = Response.from_frame(hello) if hello else None
+            sock.close()
+            raise HostNotRunning(self.socket_path, refusal.error if refusal and refusal.error else "no hello")
+        self._sock = sock
+        self.hello = hello
+        return hello
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        if self._sock is None:
+            self.connect()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- requests -------------------------------------------------------------------------
+
+    def request(self, operation: str, payload: dict[str, Any] | None = None, *, run_id: str | None = None,
+                expected_revision: int | None = None, idempotency_key: str | None = None) -> Response:
+        request_id = uuid.uuid4().hex
+        frame: dict[str, Any] = {
+            "schema": SCHEMA, "type": "request", "request_id": request_id, "client_id": self.client_id,
+            "idempotency_key": idempotency_key or uuid.uuid4().hex, "operation": operation,
+            "payload": payload or {},
+        }
+        if run_id is not None:
+            frame["run_id"] = run_id
+        if expected_revision is not None:
+            frame["expected_revision"] = expected_revision
+        last_error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                if self._sock is None:
+                    self.connect()
+                assert self._sock is not None
+                send_frame(self._sock, frame)
+                return self._await(request_id)
+            except HostNotRunning:
+                if attempt == self.retries:
+                    raise
+                last_error = None
+            except (OSError, DecodeError, ConnectionError) as exc:
+                last_error = exc
+            self.close()
+            time.sleep(min(0.1 * 2**attempt, 1.0))
+        raise HostNotRunning(self.socket_path, f"connection lost: {last_error}")
+
+    def _await(self, request_id: str) -> Response:
+        assert self._sock is not None
+        while True:
+            frame = recv_frame(self._sock)
+            if frame is None:
+                raise ConnectionError("host closed the connection")
+            if frame.get("type") == "event":
+                self._events.append(frame)
+                continue
+            if frame.get("type") == "response" and frame.get("request_id") in (request_id, None):
+                return Response.from_frame(frame)
+
+    # --- watches ----------------------------------------------------------------------------
+
+    def watch(self, topic: str, *, run_id: str | None = None, session_id: str | None = None,
+              timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Subscribe and yield events (each: subscription_id, topic, revision, payload).
+
+        Stops when the host closes the connection; `timeout` bounds the wait
+        for each next event (TimeoutError).
+        """
+        subscription_id = uuid.uuid4().hex[:16]
+        payload: dict[str, Any] = {"subscription_id": subscription_id, "topic": topic}
+        if run_id:
+            payload["run_id"] = run_id
+        if session_id:
+            payload["session_id"] = session_id
+        answer = self.request("watch", payload)
+        if not answer.ok:
+            raise PiwfError(f"watch refused ({answer.outcome}): {answer.error}")
+        assert self._sock is not None
+        while True:
+            while self._events:
+                event = self._events.popleft()
+                if event.get("subscription_id") in (subscription_id, None):
+                    yield event
+                    if event.get("topic") == "overflow":
+                        return
+            self._sock.settimeout(timeout)
+            try:
+                frame = recv_frame(self._sock)
+            except socket.timeout:
+                raise TimeoutError("no event within the timeout") from None
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(self.timeout)
+            if frame is None:
+                return
+            if frame.get("type") == "event":
+                self._events.append(frame)
+
+    # --- typed helpers -----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return self._ok(self.request("host.status"))
+
+    def start(self, workflow: str, input: Any = None, *, project_path: str | None = None,
+              session_id: str | None = None, idempotency_key: str | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"workflow": workflow, "input": input}
+        if project_path:
+            payload["project_path"] = str(Path(project_path).absolute())
+        if session_id:
+            payload["session_id"] = session_id
+        return self._ok(self.request("run.start", payload, idempotency_key=idempotency_key))
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        return self._ok(self.request("run.get", run_id=run_id))
+
+    def wait(self, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Follow the run with a watch until it is done, failed or cancelled; returns the run view."""
+        deadline = time.monotonic() + timeout
+        watcher = Client(socket_path=self.socket_path, client_id=self.client_id, timeout=self.timeout)
+        try:
+            for event in watcher.watch("run", run_id=run_id, timeout=max(deadline - time.monotonic(), 0.01)):
+                view = event.get("payload") or {}
+                if view.get("status") in ("done", "failed", "cancelled"):
+                    return view
+                if time.monotonic() >= deadline:
+                    break
+        finally:
+            watcher.close()
+        raise TimeoutError(f"run {run_id} did not finish within {timeout} s")
+
+    @staticmethod
+    def _ok(answer: Response) -> Any:
+        if not answer.ok:
+            raise PiwfError(f"{answer.outcome}: {answer.error}")
+        return answer.receipt

@@ -1,0 +1,1 @@
+"""Client protocol v1: envelopes, payload checks, the socket loop, watch views."""

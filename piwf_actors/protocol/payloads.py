@@ -1,0 +1,74 @@
+"""Payload checks per operation: required and optional fields with their types.
+
+A field spec is (type name, required). Unknown fields are refused so a
+typo never silently means "not given".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.protocol.envelope import BadRequest, Request, is_int
+
+Spec = dict[str, tuple[str, bool]]
+
+#: Operations that change durable state: recorded by (client id, idempotency key).
+MUTATING = frozenset({
+    "run.start", "run.cancel", "run.pause", "run.resume", "run.restart", "effect.resolve", "state.prune",
+    "checkpoint.answer", "decision.answer", "interaction.submit", "interaction.ack",
+})
+
+PAYLOADS: dict[str, Spec] = {
+    "host.status": {},
+    "host.stop": {},
+    "run.start": {"workflow": ("str", True), "input": ("any", False), "project_path": ("str", False),
+                  "session_id": ("str", False), "run_id": ("str", False)},
+    "run.list": {"status": ("str", False), "limit": ("int", False)},
+    "run.get": {},
+    "run.events": {"after": ("int", False), "limit": ("int", False)},
+    "run.cancel": {},
+    "run.pause": {},
+    "run.resume": {},
+    "run.restart": {},
+    "effect.resolve": {"effect_id": ("str", True), "action": ("str", True), "output": ("any", False)},
+    "watch": {"subscription_id": ("str", True), "topic": ("str", True), "run_id": ("str", False),
+              "session_id": ("str", False)},
+    "unwatch": {"subscription_id": ("str", True)},
+    "state.status": {},
+    "state.verify": {},
+    "state.backup": {"destination": ("str", True)},
+    "state.prune": {"before": ("num", True), "apply": ("bool", False)},
+}
+
+#: Operations that need `run_id` in the envelope.
+NEEDS_RUN = frozenset({"run.get", "run.events", "run.cancel", "run.pause", "run.resume", "run.restart"})
+
+_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "int": is_int,
+    "num": lambda v: (is_int(v) or isinstance(v, float)),
+    "bool": lambda v: isinstance(v, bool),
+    "any": lambda v: True,
+    "map": lambda v: isinstance(v, dict),
+}
+
+
+def check_payload(request: Request, spec: Spec) -> dict[str, Any]:
+    payload = request.payload
+    extra = sorted(set(payload) - set(spec))
+    if extra:
+        raise BadRequest(f"{request.operation}: unknown payload field(s): {', '.join(extra)}", request.request_id)
+    for name, (kind, required) in spec.items():
+        if name not in payload or payload[name] is None:
+            if required:
+                raise BadRequest(f"{request.operation}: payload.{name} is required", request.request_id)
+            continue
+        if not _CHECKS[kind](payload[name]):
+            raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
+        if kind == "int" and not (0 <= payload[name] <= 2**53):
+            raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+    if request.operation in NEEDS_RUN and request.run_id is None:
+        raise BadRequest(f"{request.operation} needs run_id in the request envelope", request.request_id)
+    if request.operation == "run.restart" and request.expected_revision is None:
+        raise BadRequest("run.restart needs expected_revision in the request envelope", request.request_id)
+    return payload
