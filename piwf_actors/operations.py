@@ -79,4 +79,4 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
     fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
                            "session_id": session_id, "run_id": run_id}
     return WriteCommand("run.start", {"spec": spec, "client_id": client_id, "idempotency_key": idempotency_key,
-                                      "request_id": request_id, "payload": fingerprint_payload})
+                                      "client_request_id": request_id, "payload": fingerprint_payload})

@@ -90,6 +90,7 @@ class _Pending:
     request: Request
     shape: str = "recorded"  # recorded: value is {outcome, receipt, revision}; plain: value is the receipt
     after: Callable[[], None] | None = None
+    verdict: Callable[[dict[str, Any]], bool] | None = None
 
 
 @dataclass
@@ -121,6 +122,7 @@ class ClientGateway(CoreActor):
         self._watches: dict[tuple[int, str], Watch] = {}
         self._flush_scheduled = False
         self._stats = GatewayStats()
+        self._verdicts: dict[str, tuple[int, Request, str]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -213,18 +215,21 @@ class ClientGateway(CoreActor):
             "effect.resolve": self._effect_resolve, "watch": self._watch, "unwatch": self._unwatch,
             "state.status": self._state_status, "state.verify": self._state_verify,
             "state.backup": self._state_backup, "state.prune": self._state_prune,
+            "interaction.list": self._interaction_list, "checkpoint.answer": self._answer,
+            "decision.answer": self._answer, "interaction.submit": self._answer, "interaction.ack": self._answer,
         }
 
     def _client_args(self, request: Request) -> dict[str, Any]:
         """What every recorded (mutating) command carries for idempotency."""
         return {"client_id": request.client_id, "idempotency_key": request.idempotency_key,
-                "request_id": request.request_id, "run_id": request.run_id,
+                "client_request_id": request.request_id, "run_id": request.run_id,
                 "expected_revision": request.expected_revision, "payload": request.payload}
 
     def _send_write(self, conn_id: int, request: Request, command: WriteCommand, shape: str = "recorded",
-                    after: Callable[[], None] | None = None) -> None:
+                    after: Callable[[], None] | None = None,
+                    verdict: Callable[[dict[str, Any]], bool] | None = None) -> None:
         token = f"req:{conn_id}:{secrets.token_hex(6)}"
-        self._pending[token] = _Pending(conn_id, request, shape, after)
+        self._pending[token] = _Pending(conn_id, request, shape, after, verdict)
         self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
 
     def _submit_write(self, message: SubmitWrite) -> None:
@@ -239,7 +244,9 @@ class ClientGateway(CoreActor):
             self._reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
             return
         value = result.value
-        if pending.shape == "recorded":
+        if pending.verdict is not None and pending.verdict(value):
+            return
+        if pending.shape in ("recorded", "verdict"):
             self._reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
                         revision=value.get("revision"))
         else:
@@ -346,6 +353,55 @@ class ClientGateway(CoreActor):
             args.pop("idempotency_key")
         self._send_write(conn_id, request, WriteCommand("state.prune", args))
 
+    # --- interactions ----------------------------------------------------------------------------
+
+    def _interaction_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        assert self._reader is not None
+        self._reply(conn_id, request, "accepted",
+                    receipt=queries.pending_interactions(self._reader, payload.get("session_id")))
+
+    def _answer(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        args = {**self._client_args(request), **payload}
+        args["payload"] = request.payload
+        after = None
+        if request.operation == "interaction.submit":
+            # The submitter waits for the worker's verdict on its submission.
+            def after_write(value: dict[str, Any]) -> bool:
+                return self._await_verdict(conn_id, request, value)
+
+            self._send_write(conn_id, request, WriteCommand(request.operation, args), shape="verdict",
+                             verdict=after_write)
+            return
+        self._send_write(conn_id, request, WriteCommand(request.operation, args), after=after)
+
+    def _await_verdict(self, conn_id: int, request: Request, value: dict[str, Any]) -> bool:
+        """Hold the answer to interaction.submit until the submission is decided. True if answered now."""
+        receipt = value.get("receipt") or {}
+        submission_id = receipt.get("submission_id")
+        if submission_id is None:
+            return False
+        self._verdicts[submission_id] = (conn_id, request, value.get("outcome", "accepted"))
+        self._check_verdicts()
+        return True
+
+    def _check_verdicts(self) -> None:
+        assert self._reader is not None
+        for submission_id, (conn_id, request, outcome) in list(self._verdicts.items()):
+            decided = queries.submission_state(self._reader, submission_id)
+            if decided is None or decided["outcome"] == "validating" and decided["request_status"] != "cancelled":
+                continue
+            del self._verdicts[submission_id]
+            receipt = {"submission_id": submission_id, "request_id": decided["request_id"],
+                       "outcome": decided["outcome"]}
+            if decided["outcome"] == "accepted":
+                self._reply(conn_id, request, outcome if outcome == "adopted" else "accepted", receipt=receipt)
+            elif decided["outcome"] == "rejected":
+                self._reply(conn_id, request, "rejected", receipt=receipt,
+                            error=(decided.get("receipt") or {}).get("error") or "submission rejected")
+            else:
+                self._reply(conn_id, request, "rejected", receipt=receipt,
+                            error="the request was cancelled before the submission was validated")
+
     # --- watches --------------------------------------------------------------------------------
 
     def _watch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
@@ -387,6 +443,8 @@ class ClientGateway(CoreActor):
 
     def _changed(self, notice: ChangeNotice) -> None:
         tables = set(notice.tables)
+        if self._verdicts and tables & {"interactive_submission", "interactive_request", "run"}:
+            self._check_verdicts()
         for watch in self._watches.values():
             if watch.topic == "run":
                 hit = watch.run_id in notice.runs

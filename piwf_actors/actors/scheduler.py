@@ -79,6 +79,7 @@ class Scheduler(CoreActor):
         self._stopping = False
         self._launched = 0
         self._board = board
+        self._expiring = False
 
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
@@ -147,6 +148,11 @@ class Scheduler(CoreActor):
         self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
 
     def _written(self, result: WriteResult) -> None:
+        if result.correlation_id == "expire":
+            self._expiring = False
+            if not result.ok:
+                log.warning("applying interaction deadlines failed: %s", result.error)
+            return
         if result.correlation_id == "renew":
             self._renewed(result)
             return
@@ -208,7 +214,16 @@ class Scheduler(CoreActor):
                                              correlation_id="renew"), self.actor_ref)
         if self._active:
             self._stop_cancelled(list(self._active))
+        self._expire_deadlines(now)
         self._try_claim()
+
+    def _expire_deadlines(self, now: float) -> None:
+        """Apply passed interaction deadlines (also those that passed while no host ran)."""
+        assert self._reader is not None
+        deadline = queries.next_deadline(self._reader)
+        if deadline is not None and deadline <= now and not self._expiring:
+            self._expiring = True
+            self._writer.submit(WriteCommand("interaction.expire", {}, correlation_id="expire"), self.actor_ref)
 
     def _renewed(self, result: WriteResult) -> None:
         if not result.ok:

@@ -38,6 +38,14 @@ PAYLOADS: dict[str, Spec] = {
     "state.verify": {},
     "state.backup": {"destination": ("str", True)},
     "state.prune": {"before": ("num", True), "apply": ("bool", False)},
+    "interaction.list": {"session_id": ("str", False)},
+    "checkpoint.answer": {"request_id": ("str", True), "submission_id": ("str", False), "input": ("any", False),
+                          "session_id": ("str", False)},
+    "decision.answer": {"request_id": ("str", True), "submission_id": ("str", False), "response": ("map", True),
+                        "session_id": ("str", False)},
+    "interaction.submit": {"request_id": ("str", True), "submission_id": ("str", False),
+                           "session_id": ("str", False), "value": ("any", False)},
+    "interaction.ack": {"message_id": ("str", True)},
 }
 
 #: Operations that need `run_id` in the envelope.

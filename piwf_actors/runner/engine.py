@@ -24,8 +24,18 @@ from piwf_actors.messages import pack
 from piwf_actors.runner.channel import SupervisorChannel
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.store.ids import new_id
-from piwf_actors.workflows import Workflow, evaluate, node_context, route
-from piwf_actors.workflows.model import ActionSpec, ComputeSpec, NotifySpec, ShellSpec
+from piwf_actors.interactions import presentation
+from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
+from piwf_actors.workflows.model import (
+    ActionSpec,
+    AgentSpec,
+    CheckpointSpec,
+    ComputeSpec,
+    HumanDecisionSpec,
+    NotifySpec,
+    ShellSpec,
+    thaw,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +141,8 @@ class RunEngine:
                           confirmed=True)
             return report
         attempt_id = new_id("att")
+        if isinstance(spec, (CheckpointSpec, HumanDecisionSpec, AgentSpec)):
+            return self._interact(node_id, spec, run_input, outputs, attempt_id)
         if spec.has_side_effect:
             reserved = self.channel.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id})
@@ -160,8 +172,7 @@ class RunEngine:
                 message = evaluate(spec.message, ctx)
                 report.update(outcome="ok", output={"message": message}, notification=_checked_output(message))
                 return report
-            report.update(outcome="failed", error=f"{spec.kind} nodes are not supported by this host yet",
-                          error_code="unsupported_node")
+            report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report
         except NodeTimeout as exc:
             report.update(outcome="failed", error=str(exc), error_code="timeout")
@@ -169,6 +180,79 @@ class RunEngine:
             log.debug("node %s failed:\n%s", node_id, traceback.format_exc())
             report.update(outcome="failed", error=_one_line(exc), error_code="node_error")
         return report
+
+    # --- waiting nodes ---------------------------------------------------------------
+
+    def _interact(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
+                  attempt_id: str) -> dict[str, Any] | None:
+        """Ask the host for this node's interactive request; None when the run parks to wait."""
+        ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.channel.run_id,
+                           attempt_id=attempt_id)
+        try:
+            contract, after_s, default = self._contract(spec, ctx)
+        except Exception as exc:  # a presentation that cannot be shown fails the node
+            return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
+                    "error": _one_line(exc), "error_code": "bad_request"}
+        answer = self.channel.accepted("interaction_request", {
+            "node_id": node_id, "attempt_id": attempt_id, "kind": contract["kind"], "contract": contract,
+            "after_s": after_s, "default_response": default})
+        status = answer["status"]
+        if status == "validating":
+            submission = answer["submission"]
+            problem = self._validate_submission(spec, ctx, submission["value"])
+            verdict = self.channel.accepted("submission_verdict", {
+                "request_id": answer["request_id"], "submission_id": submission["submission_id"],
+                "accepted": problem is None, "error": problem, "max_submissions": spec.max_submissions})
+            if verdict["status"] == "exhausted":
+                self.channel.accepted("run_failed", {
+                    "code": "missing_submission",
+                    "message": f"agent step {node_id!r}: {verdict['rejected_count']} submission(s) rejected; "
+                               f"last: {problem}"})
+                return None
+            if verdict["status"] != "settled":
+                return None
+            return {"node_id": node_id, "attempt_id": answer["attempt_id"], "outcome": "ok",
+                    "output": submission["value"], "request_id": answer["request_id"]}
+        if status != "settled":
+            return None  # parked: waiting for an answer
+        return {"node_id": node_id, "attempt_id": answer["attempt_id"], "outcome": "ok", "output": answer["answer"],
+                "request_id": answer["request_id"]}
+
+    @staticmethod
+    def _contract(spec: Any, ctx: Any) -> tuple[dict[str, Any], float | None, Any]:
+        if isinstance(spec, CheckpointSpec):
+            return ({"kind": "checkpoint", "prompt": str(evaluate(spec.prompt, ctx) or "")},
+                    spec.timeout_s, None)
+        if isinstance(spec, AgentSpec):
+            return ({"kind": "agent", "prompt": str(evaluate(spec.prompt, ctx)),
+                     "expected_output": thaw(spec.expected_output), "max_submissions": spec.max_submissions,
+                     "timeout_s": spec.timeout_s}, spec.timeout_s, None)
+        shown = presentation(thaw(evaluate(spec.request, ctx)))
+        choices = {key: {"label": choice.label,
+                         "input": None if choice.input is None else {
+                             "name": choice.input.name, "prompt": choice.input.prompt,
+                             "min_length": choice.input.min_length, "max_length": choice.input.max_length}}
+                   for key, choice in spec.choices.items()}
+        timeout = spec.on_timeout
+        default = timeout.response() if timeout is not None else None
+        contract = {"kind": "decision", "audience": spec.audience, **shown, "choices": choices,
+                    "default_response": default, "timeout_s": timeout.after_s if timeout is not None else None}
+        return contract, (timeout.after_s if timeout is not None else None), default
+
+    @staticmethod
+    def _validate_submission(spec: Any, ctx: Any, value: Any) -> str | None:
+        if spec.expected_output is not None:
+            problems = validate_shape(thaw(spec.expected_output), value)
+            if problems:
+                return "; ".join(problems)[:1000]
+        if spec.validate is not None:
+            try:
+                reason = spec.validate(ctx, value)
+            except Exception as exc:
+                return f"validate raised {_one_line(exc)}"
+            if reason:
+                return str(reason)[:1000]
+        return None
 
     def _register_child(self, pid: int, create_time: float | None) -> None:
         """Registered before the command can do anything lasting, for orphan reaping."""

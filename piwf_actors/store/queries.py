@@ -155,3 +155,17 @@ def pending_interactions(reader: StoreReader, session_id: str | None = None) -> 
     for message in messages:
         message["body"] = _json(message["body"])
     return {"requests": requests, "messages": messages}
+
+
+def submission_state(reader: StoreReader, submission_id: str) -> dict[str, Any] | None:
+    row = reader.one(
+        """SELECT s.request_id, s.outcome, s.receipt, r.status FROM interactive_submission s
+           JOIN interactive_request r ON r.request_id = s.request_id WHERE s.submission_id = ?""", (submission_id,))
+    if row is None:
+        return None
+    return {"request_id": row[0], "outcome": row[1], "receipt": _json(row[2]), "request_status": row[3]}
+
+
+def next_deadline(reader: StoreReader) -> float | None:
+    row = reader.one("SELECT min(deadline_at) FROM interactive_request WHERE status IN ('pending', 'presenting')")
+    return None if row is None else row[0]

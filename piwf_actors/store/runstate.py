@@ -42,7 +42,27 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
         raise NotFound("run", run_id)
     append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)
     ctx.changes.touch("run", run_id)
+    if finished is not None:
+        _summary_message(ctx, run_id, status, error_code, error_message)
     return int(row[0])
+
+
+def _summary_message(ctx: WriteContext, run_id: str, status: str, error_code: str | None,
+                     error_message: str | None) -> None:
+    """A finished run tells its session (if it has one) how it ended, in the outbox."""
+    row = ctx.conn.execute("SELECT session_id, workflow FROM run WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None or row[0] is None:
+        return
+    from piwf_actors.store.ids import new_id
+    from piwf_actors.store.jsonutil import canonical_json
+
+    body = {"run_id": run_id, "workflow": row[1], "status": status}
+    if error_code:
+        body["error"] = {"code": error_code, "message": (error_message or "")[:1000]}
+    ctx.conn.execute(
+        "INSERT INTO session_message (message_id, session_id, run_id, kind, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (new_id("msg", ctx.now), row[0], run_id, "run_summary", canonical_json(body), ctx.now))
+    ctx.changes.touch("session_message", run_id)
 
 
 def bump_revision(ctx: WriteContext, run_id: str) -> int:

@@ -119,7 +119,8 @@ def _park_on_ambiguous_shell(guard, state_dir, host, oracle: Oracle) -> tuple[st
     assert [(e["effect_id"], e["node_id"], e["status"]) for e in view["effects"]] == [(effect_id, "s2", "ambiguous")]
     # The orphaned command (its own session, so not in the worker's group) was terminated.
     wait_for(lambda: not any(alive(p) for p in sleeps), 5, "the orphaned `sleep 60` to be terminated")
-    assert rows(state_dir, "SELECT pid FROM child_process WHERE run_id = ? AND released_at IS NULL", (run_id,)) == []
+    wait_for(lambda: not rows(state_dir, "SELECT pid FROM child_process WHERE run_id = ? AND released_at IS NULL",
+                              (run_id,)), 5, "the reaped command's registration to be released")
     # An ambiguous run is not resumable by run.resume: a person must resolve the effect.
     refused = host.writer.execute("run.resume", {"run_id": run_id})
     assert (refused.ok, refused.error_code) == (False, "rejected")

@@ -1,8 +1,8 @@
 """Client command idempotency: (client id, idempotency key) → one recorded outcome.
 
 A mutating client command carries `client_id`, `idempotency_key` and
-`request_id`. The first time, it runs and its receipt is stored in the same
-transaction as its effect. A replay with the same fingerprint returns the
+`client_request_id` (the protocol's request id). The first time, it runs
+and its receipt is stored in the same transaction as its effect. A replay with the same fingerprint returns the
 stored receipt with outcome `adopted`; the same key — or the same request
 id — with another fingerprint is a `conflict`.
 """
@@ -42,7 +42,7 @@ def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
         if row[0] != print_:
             raise Conflict(f"idempotency key {key} was already used for a different request")
         return {"outcome": "adopted", "receipt": loads(row[1]), "revision": row[2]}
-    request_id = args.get("request_id") or key
+    request_id = args.get("client_request_id") or key
     clash = ctx.conn.execute("SELECT fingerprint FROM host_command WHERE client_id = ? AND request_id = ?",
                              (client_id, request_id)).fetchone()
     if clash is not None:

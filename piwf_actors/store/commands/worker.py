@@ -191,11 +191,15 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     output_sha = _json_blob(ctx, payload.get("output")) if outcome == "ok" else None
     changed = ctx.conn.execute(
         """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
-               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status = 'running'""",
+               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting')""",
         ("succeeded" if outcome == "ok" else "failed", outcome, output_sha, payload.get("error_code"),
          (payload.get("error") or None) and str(payload.get("error"))[:4000], ctx.now, attempt_id, run_id)).rowcount
     if changed != 1:
         raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
+    if payload.get("request_id") is not None:
+        from piwf_actors.store.commands.interactions import consume_request
+
+        consume_request(ctx, run_id, payload["request_id"])
     effect_id = payload.get("effect_id")
     if effect_id is not None:
         status = "applied" if outcome == "ok" else "failed"

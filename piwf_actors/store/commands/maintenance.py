@@ -1,0 +1,125 @@
+"""`state.prune`: delete old terminal runs with everything that belongs to them.
+
+The plan is computed inside the writer's transaction with the same
+`plan_prune` the read side uses, so the runs deleted are exactly the runs
+that are terminal at commit time; the run rows are deleted with the status
+condition repeated, and a mismatch undoes the command.
+
+Pages freed by the deletes are handed back with `PRAGMA incremental_vacuum`
+in the same transaction (SQLite allows it inside a transaction and a
+savepoint; the file itself shrinks when the WAL is next checkpointed), so
+no separate vacuum command is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from piwf_actors.errors import Conflict, Rejected
+from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.maintenance import PrunePlan, check_prune_args, plan_prune
+from piwf_actors.store.runstate import TERMINAL_STATUSES
+
+DEFAULT_MAX_RUNS = 10_000
+#: How many pruned run ids a receipt lists (the counts are always complete).
+RECEIPT_RUN_IDS = 100
+
+_DOOMED = "(SELECT value FROM json_each(?))"
+
+# Rows keyed by run_id that go with their run. Unreleased child_process rows
+# are kept on purpose: they are the host's record of a process that may
+# still be alive and must be reaped; the reaper releases them, and a later
+# prune removes them.
+_RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_generation", "run_worker",
+               "worker_message", "session_message", "host_command")
+
+
+def incremental_vacuum(conn: sqlite3.Connection) -> int:
+    """Hand free pages back (auto_vacuum=INCREMENTAL); returns how many pages went.
+
+    SQLite frees one page per step of `PRAGMA incremental_vacuum`, and
+    Python's sqlite3 steps a statement without result columns only once, so
+    one execute frees one page: loop over the free list (~10 µs a page
+    measured here). A file without incremental auto-vacuum is left alone.
+    """
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        return 0
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    for _ in range(free):
+        conn.execute("PRAGMA incremental_vacuum")
+    return free - int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+def _delete_runs(ctx: WriteContext, run_ids: list[str], before: float) -> None:
+    doomed = json.dumps(run_ids)
+    terminal = ",".join("?" * len(TERMINAL_STATUSES))
+    deleted = ctx.conn.execute(
+        f"DELETE FROM run WHERE run_id IN {_DOOMED} AND status IN ({terminal}) AND finished_at < ?",
+        (doomed, *TERMINAL_STATUSES, before)).rowcount
+    if deleted != len(run_ids):
+        # Cannot happen while the plan is computed in this transaction; refuse rather than half-prune.
+        raise Conflict(f"prune selected {len(run_ids)} runs but only {deleted} are still terminal")
+    ctx.conn.execute(
+        f"""DELETE FROM interactive_submission WHERE request_id IN
+                (SELECT request_id FROM interactive_request WHERE run_id IN {_DOOMED})""", (doomed,))
+    ctx.conn.execute(f"DELETE FROM interactive_request WHERE run_id IN {_DOOMED}", (doomed,))
+    for table in _RUN_TABLES:
+        ctx.conn.execute(f"DELETE FROM {table} WHERE run_id IN {_DOOMED}", (doomed,))
+    ctx.conn.execute(f"DELETE FROM child_process WHERE run_id IN {_DOOMED} AND released_at IS NOT NULL",
+                     (doomed,))
+    for run_id in run_ids:
+        ctx.changes.touch("run", run_id)
+    for table in ("run_event", "node_attempt", "effect", "interactive_request", "session_message"):
+        ctx.changes.touch(table)
+
+
+def _apply(ctx: WriteContext, before: float, max_runs: int) -> dict[str, Any]:
+    plan = plan_prune(ctx.conn, before, max_runs)
+    pages_before = int(ctx.conn.execute("PRAGMA page_count").fetchone()[0])
+    if plan.run_ids:
+        _delete_runs(ctx, plan.run_ids, before)
+        ctx.conn.execute(f"DELETE FROM blob WHERE sha256 IN {_DOOMED}", (json.dumps(plan.blob_shas),))
+        ctx.changes.touch("blob")
+    vacuumed = incremental_vacuum(ctx.conn)
+    pages_after = int(ctx.conn.execute("PRAGMA page_count").fetchone()[0])
+    page_size = int(ctx.conn.execute("PRAGMA page_size").fetchone()[0])
+    return {**_receipt(plan, applied=True), "vacuumed_pages": vacuumed,
+            "bytes_returned": max(0, pages_before - pages_after) * page_size}
+
+
+def _receipt(plan: PrunePlan, *, applied: bool) -> dict[str, Any]:
+    summary = plan.summary(RECEIPT_RUN_IDS)
+    return {"applied": applied, "before": summary["before"], "run_count": summary["run_count"],
+            "remaining": summary["remaining"], "event_count": summary["event_count"],
+            "blob_count": summary["blob_count"], "bytes_freed_estimate": summary["bytes_freed_estimate"],
+            "runs": summary["runs"]}
+
+
+@command("state.prune")
+def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Plan (apply false, the default) or perform (apply true) a prune of terminal runs.
+
+    args: {before: seconds, apply?: bool, max_runs?: int (10,000), client_id?,
+    idempotency_key?, request_id?, payload?}. Answers like every recorded
+    client command: {outcome: accepted | adopted, receipt, revision: None};
+    the receipt is {applied, before, run_count, remaining, event_count,
+    blob_count, bytes_freed_estimate, runs: [first 100 ids]} and, when
+    applied, vacuumed_pages and bytes_returned. A dry run writes nothing and
+    is not recorded; an applied prune is recorded under (client_id,
+    idempotency_key) when both are given, so a replay is `adopted`.
+    """
+    before, max_runs = check_prune_args(args.get("before"), args.get("max_runs", DEFAULT_MAX_RUNS))
+    apply = args.get("apply", False)
+    if not isinstance(apply, bool):
+        raise Rejected("prune `apply` must be true or false")
+    if not apply:
+        return {"outcome": "accepted", "receipt": _receipt(plan_prune(ctx.conn, before, max_runs), applied=False),
+                "revision": None}
+    # The fingerprint covers what decides the effect, unless the caller
+    # supplies its own payload (the client protocol passes the request's).
+    fingerprinted = {**args, "payload_for_fingerprint": args.get(
+        "payload", {"before": before, "apply": True, "max_runs": max_runs})}
+    return recorded(ctx, fingerprinted, "state.prune", lambda: _apply(ctx, before, max_runs))

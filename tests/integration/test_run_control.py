@@ -1,0 +1,155 @@
+"""Run control with real workers: cancel, pause/resume at a node boundary, restart lineage.
+
+An in-process host runs workflows from `wf/recovery_flows.py`; their nodes
+log every execution to an oracle file outside the database, so "each node
+ran once" is counted outside the store. Teardown stops the host and checks
+with psutil that no process of the test (worker, shell command) is left.
+"""
+
+from __future__ import annotations
+
+import psutil
+from wf.harness import (  # noqa: F401  (guard is a fixture)
+    Oracle,
+    active_worker,
+    alive,
+    events,
+    flow,
+    guard,
+    tagged_processes,
+    wait_for,
+    wait_for_oracle,
+    wait_for_status,
+)
+
+SETTLED = ("done", "failed", "cancelled", "parked")
+FOUR = ["p1", "p2", "p3", "p4"]
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_cancel_during_long_shell_sleep_kills_worker_and_shell_tree(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = host.start_run(flow("long_shell"), {"oracle": str(oracle.path)})["receipt"]["run_id"]
+    wait_for_oracle(oracle, "sh")
+    worker_pid = active_worker(host, run_id)
+    # worker → sh -c "…; sleep 60; …" → sleep 60
+    tree = wait_for(lambda: [p for p in _tree(worker_pid) if p.name() == "sleep"] and _tree(worker_pid), 5,
+                    "the worker's `sleep 60`")
+    names = sorted(p.name() for p in tree)
+    assert "sh" in names and "sleep" in names, names
+    for process in tree:
+        guard.track(process.pid)
+
+    receipt = host.cancel_run(run_id)["receipt"]
+    assert receipt["status"] == "cancelling"
+    view = wait_for_status(host, run_id, SETTLED, timeout=10)
+    assert view["status"] == "cancelled", view
+    wait_for(lambda: not any(alive(p) for p in tree), 5,
+             lambda: f"the worker and shell tree to be gone: {[p.pid for p in tree if alive(p)]}")
+    assert not [p for p in tagged_processes(guard.tag) if p.name() == "sleep"]
+    assert oracle.counts(run_id) == {"sh": 1}  # `after` never ran
+    kinds = [e["kind"] for e in events(state_dir, run_id)]
+    assert "cancel_requested" in kinds and kinds[-1] == "run_cancelled"
+    wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the scheduler to retire the runner")
+
+
+def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p2": 1.0}})["receipt"]["run_id"]
+    wait_for_oracle(oracle, "p2")  # node 2 of 4 is running (a 1 s compute)
+    receipt = host.pause_run(run_id)["receipt"]
+    assert receipt["status"] == "pausing"
+
+    view = wait_for_status(host, run_id, SETTLED)
+    assert (view["status"], view["park_reason"]) == ("parked", "paused"), view
+    trace = events(state_dir, run_id)
+    finished = [e["node_id"] for e in trace if e["kind"] == "node_finished"]
+    assert finished == ["p1", "p2"]  # node 2's result was committed before parking
+    assert not [e for e in trace if e["node_id"] in ("p3", "p4")]  # node 3 never started
+    parked_at = next(e["seq"] for e in trace if e["kind"] == "run_parked")
+    assert parked_at > next(e["seq"] for e in trace if e["kind"] == "node_finished" and e["node_id"] == "p2")
+    assert oracle.nodes(run_id) == ["p1", "p2"]
+    wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the runner of the paused run to retire")
+    assert host.get_run(run_id)["status"] == "parked"
+
+    assert host.resume_run(run_id)["receipt"]["status"] == "queued"
+    view = wait_for_status(host, run_id, SETTLED)
+    assert view["status"] == "done", view
+    assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
+    assert [n["attempts"] for n in view["nodes"]] == [1, 1, 1, 1]
+
+
+def test_pause_of_a_queued_run_parks_it_at_once(guard, state_dir) -> None:
+    """With one worker busy, a second run waits in the queue; pausing it parks it before it starts."""
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir, max_workers=1)
+    busy = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p1": 1.0}})["receipt"]["run_id"]
+    wait_for_oracle(oracle, "p1")
+    waiting = host.start_run(flow("idem_action"), {"oracle": str(oracle.path)})["receipt"]["run_id"]
+    assert host.pause_run(waiting)["receipt"]["status"] == "parked"
+    assert wait_for_status(host, busy, SETTLED)["status"] == "done"
+    assert host.get_run(waiting)["status"] == "parked"
+    assert oracle.counts(waiting) == {}
+    host.resume_run(waiting)
+    assert wait_for_status(host, waiting, SETTLED)["status"] == "done"
+    assert oracle.counts(waiting) == {"a1": 1, "a2": 1, "a3": 1}
+
+
+def test_restart_of_a_finished_run_creates_a_child_run_with_the_same_input(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_input = {"oracle": str(oracle.path), "sleep": 0.01}
+    old = host.start_run(flow("four"), run_input)["receipt"]["run_id"]
+    old_view = wait_for_status(host, old, SETTLED)
+    assert old_view["status"] == "done"
+
+    receipt = host.restart_run(old, expected_revision=old_view["revision"])["receipt"]
+    new = receipt["run_id"]
+    assert new != old and receipt["parent_run_id"] == old
+    view = wait_for_status(host, new, SETTLED)
+    assert view["status"] == "done", view
+    assert view["parent_run_id"] == old
+    assert view["input"] == run_input
+    assert view["definition_digest"] == old_view["definition_digest"]
+    assert [n["node_id"] for n in view["nodes"]] == FOUR
+    assert {n["attempt_id"] for n in view["nodes"]}.isdisjoint({n["attempt_id"] for n in old_view["nodes"]})
+    # Its own executions: each node ran once more, under the new run's id.
+    assert oracle.counts(new) == dict.fromkeys(FOUR, 1)
+    assert oracle.counts(old) == dict.fromkeys(FOUR, 1)
+    # The old run is untouched.
+    assert host.get_run(old)["status"] == "done"
+    assert host.get_run(old)["revision"] == old_view["revision"]
+
+
+def test_restart_with_a_stale_revision_is_a_conflict(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    old = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleep": 0.01})["receipt"]["run_id"]
+    view = wait_for_status(host, old, SETTLED)
+    result = host.writer.execute("run.restart", {"run_id": old, "expected_revision": view["revision"] - 1})
+    assert (result.ok, result.error_code) == (False, "conflict")
+    assert len(host.list_runs()) == 1
+
+
+def test_restart_of_a_running_run_cancels_it(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    old = host.start_run(flow("four"), {"oracle": str(oracle.path), "hang": ["p2"]})["receipt"]["run_id"]
+    wait_for_oracle(oracle, "p2")
+    worker = guard.track(active_worker(host, old))
+
+    new = host.restart_run(old)["receipt"]["run_id"]
+    old_view = wait_for_status(host, old, SETTLED, timeout=10)
+    assert old_view["status"] == "cancelled", old_view
+    wait_for(lambda: not alive(worker), 5, "the old run's worker to be killed")
+    view = wait_for_status(host, new, SETTLED)
+    assert view["status"] == "done", view
+    assert view["parent_run_id"] == old
+    assert oracle.counts(old) == {"p1": 1, "p2": 1}
+    assert oracle.counts(new) == dict.fromkeys(FOUR, 1)

@@ -1,0 +1,57 @@
+"""Workflows for the client protocol tests (started by file path, never imported).
+
+Input keys the nodes understand:
+- `sleep`: seconds each compute node sleeps (default 0);
+- `oracle`: a file the shell node of `effectful` appends to (see below).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from piwf_actors.workflows import compute, define_workflow, edge, shell
+
+
+def _step(ctx):
+    delay = (ctx.input or {}).get("sleep", 0) if isinstance(ctx.input, dict) else 0
+    if delay:
+        time.sleep(delay)
+    return {"node": ctx.node_id}
+
+
+# --- one node: the quickest run there is ------------------------------------------------
+
+quick = define_workflow(
+    name="quick",
+    start_at="only",
+    nodes={"only": compute(run=_step)},
+    edges=[],
+)
+
+# --- three compute nodes (watch order, pause/resume, restart) ---------------------------
+
+three = define_workflow(
+    name="three",
+    start_at="a",
+    nodes={"a": compute(run=_step), "b": compute(run=_step), "c": compute(run=_step)},
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+
+
+# --- a non-idempotent shell node (ambiguous effect after a worker SIGKILL) --------------
+
+
+def _shell_command(ctx):
+    """The first execution (no marker file yet) records itself and hangs so the worker can
+    be killed while it runs; a later one finishes at once."""
+    marker = shlex.quote(ctx.input["oracle"])
+    return f"if [ -e {marker} ]; then echo again; else echo first > {marker}; sleep 60; fi"
+
+
+effectful = define_workflow(
+    name="effectful",
+    start_at="act",
+    nodes={"act": shell(command=_shell_command, shell=True), "after": compute(run=_step)},
+    edges=[edge("act", "after")],
+)
