@@ -13,6 +13,13 @@ runs, then measured twice:
                wait for the last one. runs/s = runs / (first submit → last
                done); latencies include the time spent queued.
 
+Each phase also prints where the CPU went, per run: the host process by
+thread (writer, scheduler, runner supervisors + their frame-reader threads,
+which live one run each and are counted as "runner threads" = process total
+minus the long-lived threads, the bench's own clients and watcher) and the
+worker processes (psutil). Read from /proc, so it costs nothing while the
+phase runs.
+
 Steps/s is 3 × runs/s (three compute nodes per run). "Seen done" comes from
 a small pykka actor subscribed to the writer's ChangeNotice that reads the
 status of the runs named in each notice (no per-run polling). Writer
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -47,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pykka
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -134,6 +143,64 @@ class DoneWatcher(pykka.ThreadingActor):
             slot.event.set()
 
 
+# --- where the CPU goes ----------------------------------------------------------------
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+_GROUPS = (("DatabaseWriter", "writer"), ("Scheduler", "scheduler"), ("RunnerSupervisor", "runner threads"),
+           ("runner-", "runner threads"), ("DoneWatcher", "bench watcher"), ("bench-", "bench clients"),
+           ("MainThread", "bench clients"))
+
+
+def _group(thread_name: str) -> str:
+    for prefix, group in _GROUPS:
+        if thread_name.startswith(prefix):
+            return group
+    return "other host threads"
+
+
+@dataclass
+class CpuSnapshot:
+    process_s: float
+    threads: dict[int, tuple[str, float]]  # native id -> (name, cpu s)
+    workers: dict[int, float]  # pid -> cpu s
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    threads: dict[int, tuple[str, float]] = {}
+    for thread in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        threads[thread.native_id or 0] = (thread.name, (int(fields[11]) + int(fields[12])) * _TICK_S)
+    workers: dict[int, float] = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+            workers[child.pid] = times.user + times.system
+        except psutil.Error:
+            pass
+    return CpuSnapshot(usage.ru_utime + usage.ru_stime, threads, workers)
+
+
+def cpu_breakdown(before: CpuSnapshot, after: CpuSnapshot) -> tuple[float, dict[str, float], float]:
+    """(host process cpu s, {group: cpu s}, worker processes cpu s) spent between the snapshots."""
+    groups: dict[str, float] = {}
+    tracked = 0.0
+    for tid, (name, cpu) in after.threads.items():
+        spent = cpu - (before.threads[tid][1] if tid in before.threads else 0.0)
+        groups[_group(name)] = groups.get(_group(name), 0.0) + spent
+        tracked += spent
+    process = after.process_s - before.process_s
+    # Threads that ended during the phase (one supervisor + one reader per run) are gone from /proc.
+    groups["runner threads"] = groups.get("runner threads", 0.0) + max(process - tracked, 0.0)
+    workers = sum(cpu - before.workers.get(pid, 0.0) for pid, cpu in after.workers.items())
+    return process, groups, workers
+
+
 # --- measuring -------------------------------------------------------------------------
 
 
@@ -147,6 +214,7 @@ class Phase:
     commands: int
     commits: int
     failed: int
+    cpu: tuple[float, dict[str, float], float] | None = None
 
     @property
     def rate(self) -> float:
@@ -204,6 +272,7 @@ def closed_loop(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs:
             errors.append(exc)
 
     before = host.writer.stats()
+    cpu_before = cpu_snapshot()
     threads = [threading.Thread(target=client, args=(count,), name=f"bench-client-{n}") for n, count in enumerate(per_client)]
     for t in threads:
         t.start()
@@ -214,12 +283,13 @@ def closed_loop(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs:
     if errors:
         raise errors[0]
     elapsed = max(seen for _, seen, _, _ in results) - began
+    cpu = cpu_breakdown(cpu_before, cpu_snapshot())
     after = host.writer.stats()
     return Phase(f"closed loop, {clients} client{'s' if clients > 1 else ''}", len(results), elapsed,
                  [seen - started for started, seen, _, _ in results],
                  db_latencies(host, [run_id for _, _, run_id, _ in results]),
                  after.commands - before.commands, after.commits - before.commits,
-                 sum(1 for *_, status in results if status != "done"))
+                 sum(1 for *_, status in results if status != "done"), cpu)
 
 
 def burst(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs: int, submitters: int = 4) -> Phase:
@@ -240,6 +310,7 @@ def burst(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs: int, 
             errors.append(exc)
 
     before = host.writer.stats()
+    cpu_before = cpu_snapshot()
     counts = [runs // submitters + (1 if n < runs % submitters else 0) for n in range(submitters)]
     threads = [threading.Thread(target=submit, args=(c,), name=f"bench-submit-{n}") for n, c in enumerate(counts)]
     for t in threads:
@@ -254,12 +325,13 @@ def burst(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs: int, 
     for _, run_id, slot in submitted:
         wait_slot(run_id, slot)
     elapsed = max(slot.seen_at for _, _, slot in submitted) - began
+    cpu = cpu_breakdown(cpu_before, cpu_snapshot())
     after = host.writer.stats()
     phase = Phase(f"burst, {runs} up front", len(submitted), elapsed,
                   [slot.seen_at - started for started, _, slot in submitted],
                   db_latencies(host, [run_id for _, run_id, _ in submitted]),
                   after.commands - before.commands, after.commits - before.commits,
-                  sum(1 for *_, slot in submitted if slot.status != "done"))
+                  sum(1 for *_, slot in submitted if slot.status != "done"), cpu)
     phase.label += f" (submitted in {submit_s:.2f} s)"
     return phase
 
@@ -287,6 +359,14 @@ def print_phase(phase: Phase) -> None:
           f"db created→finished p50 {pct(db, 0.5):7.1f} ms  p99 {pct(db, 0.99):7.1f} ms")
     print(f"    writer: {phase.commands / phase.runs:5.2f} commands/run, {phase.commits / phase.runs:5.2f} commits/run "
           f"({phase.commands / max(phase.commits, 1):4.2f} commands/commit){failed}")
+    if phase.cpu is not None:
+        process, groups, workers = phase.cpu
+        order = ["writer", "scheduler", "runner threads", "other host threads", "bench watcher", "bench clients"]
+        parts = ", ".join(f"{g} {groups.get(g, 0.0) * 1000 / phase.runs:.2f}" for g in order)
+        cores = os.cpu_count() or 1
+        print(f"    cpu ms/run: host {process * 1000 / phase.runs:.2f} ({parts}); "
+              f"workers {workers * 1000 / phase.runs:.2f}; busy {(process + workers) / phase.elapsed_s / cores:.0%} "
+              f"of {cores} cores")
 
 
 def bench_piwf(base: Path, spec: str, workers: int, runs: int, synchronous: str) -> dict[str, Phase]:

@@ -1,44 +1,111 @@
-"""`make demo`: start a host on a temporary state directory, show it, stop it.
+"""`make demo`: a host on a temporary state directory running the example workflows.
 
-Everything goes through the embedding API (`start_host`), the same one an
-application uses to run the host's actors inside its own process.
+1. Starts a host through the embedding API (`start_host`).
+2. Runs the workflows in examples/workflows/: a compute/shell pipeline, a
+   branch via `switch`, a shell failure routed through `$result.outcome`, a
+   loop bounded by `max_steps` (once within budget, once past it).
+3. People in the loop, through the Unix socket with the client library: a
+   release decision answered "ship", and one left unanswered that times out
+   to its default response.
+4. Prints each run's nodes and results, the host status, and stops cleanly.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
+from piwf_actors.client import Client  # noqa: E402
+
+WF = ROOT / "examples" / "workflows"
+console = Console()
 
 
-def show_status(console: Console, status: dict) -> None:
-    lease = status["lease"]
-    table = Table(title=f"piwf host — {status['state_dir']}", show_header=False)
-    table.add_row("epoch", str(lease["epoch"]))
-    table.add_row("pid", str(lease["pid"]))
-    table.add_row("lease expires in", f"{lease['expires_at'] - lease['heartbeat_at']:.1f} s")
-    writer = status["writer"]
-    table.add_row("writer", f"{writer['commits']} commits, {writer['commands']} commands, queue {writer['queue_depth']}")
-    table.add_row("runs", ", ".join(f"{k} {v}" for k, v in status["runs"].items()))
-    console.print(table)
+def short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def run_table(title: str, views: list[dict[str, Any]]) -> Table:
+    table = Table(title=title, show_lines=True)
+    for column in ("workflow", "status", "nodes (attempts) → output", "run output / error"):
+        table.add_column(column, overflow="fold")
+    for view in views:
+        nodes = "\n".join(f"{n['node_id']} ({n['attempts']}) → {short(n['output'] if n['output'] is not None else n['error'], 50)}"
+                          for n in view["nodes"])
+        result = short(view["output"]) if view["status"] == "done" else short(view["error"])
+        status = view["status"] + (f" ({view['park_reason']})" if view.get("park_reason") else "")
+        table.add_row(Text(view["workflow"]), Text(status), Text(nodes), Text(result))
+    return table
+
+
+def wait_status(client: Client, run_id: str, statuses: tuple[str, ...], timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        view = client.get(run_id)
+        if view["status"] in statuses:
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} stayed {view['status']}")
+        time.sleep(0.05)
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    console = Console()
-    with tempfile.TemporaryDirectory(prefix="piwf-demo-") as state_dir:
-        host = start_host(HostConfig(state_dir=state_dir, lease_s=3.0))
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    with tempfile.TemporaryDirectory(prefix="piwf-demo-", dir="/tmp") as state_dir:
+        host = start_host(HostConfig(state_dir=state_dir, max_workers=4))
+        console.print(f"[bold]host started[/] at epoch {host.epoch}, state in {state_dir}")
         try:
-            show_status(console, host.status())
+            starts = [
+                ("pipeline.py:pipeline", {"text": "durable runs survive crashes"}),
+                ("branch.py:triage", {"bytes": 5_000_000}),
+                ("branch.py:triage", {"bytes": 12}),
+                ("recover.py:fallback", {}),
+                ("loop.py:counter", {"target": 3}),
+                ("loop.py:counter", {"target": 50}),
+            ]
+            run_ids = [host.start_run(str(WF / spec), data)["receipt"]["run_id"] for spec, data in starts]
+            views = [host.wait_for_run(run_id, timeout=60) for run_id in run_ids]
+            console.print(run_table("Example workflows", views))
+
+            console.print("\n[bold]People in the loop[/] (through the Unix socket)")
+            with Client(state_dir, client_id="demo-operator") as client:
+                run_id = client.start(str(WF / "release.py:release"), {"version": "1.4.0"}, session_id="ops")["run_id"]
+                wait_status(client, run_id, ("parked",))
+                request = client.request("interaction.list", {"session_id": "ops"}).receipt["requests"][0]
+                contract = request["contract"]
+                console.print(Text(f"decision {request['request_id']}: {contract['title']} — {contract['summary']} "
+                                   f"(choices: {', '.join(contract['choices'])})"))
+                answer = client.request("decision.answer", {"request_id": request["request_id"],
+                                                            "response": {"choice": "ship"}},
+                                        expected_revision=request["revision"])
+                console.print(Text(f"answered ship → {answer.outcome}"))
+                shipped = wait_status(client, run_id, ("done", "failed"))
+
+                quick_id = client.start(str(WF / "release.py:release_quick"), {"version": "1.5.0-rc1"})["run_id"]
+                console.print("release-quick: nobody answers; its decision times out after 2 s …")
+                timed_out = wait_status(client, quick_id, ("done", "failed"), timeout=30)
+                messages = client.request("interaction.list", {"session_id": "ops"}).receipt["messages"]
+            console.print(run_table("Decisions", [shipped, timed_out]))
+            console.print(Text(f"session 'ops' outbox: {[m['kind'] for m in messages]}"))
+
+            status = host.status()
+            console.print(f"runs by status: {status['runs']}; writer: {status['writer']['commits']} commits, "
+                          f"{status['writer']['commands']} commands")
         finally:
             host.stop("demo finished")
         alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]

@@ -126,7 +126,7 @@ class RunEngine:
                 if spec.retry_backoff_s:
                     time.sleep(spec.retry_backoff_s)
                 continue
-            if outcome == "ok":
+            if outcome == "ok" or output is not None:
                 outputs[node_id] = output
             steps += 1
             node_id = report["next"]["node"]

@@ -96,11 +96,9 @@ def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         node["attempts"] = max(node["attempts"], attempt_no)
         node["status"] = status
         node["attempt_id"] = attempt_id
-        if status == "succeeded":
-            node["output"] = _blob_json(reader, output_sha)
-            node["error"] = None
-        elif error_message:
-            node["error"] = {"code": error_code, "message": error_message}
+        node["output"] = _blob_json(reader, output_sha) if output_sha else None
+        node["error"] = None if status == "succeeded" or not error_message else {
+            "code": error_code, "message": error_message}
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
     return {

@@ -8,11 +8,13 @@ matching trace event and records the change for watchers.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from piwf_actors.errors import ClaimLost, NotFound
-from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.events import append_event
+
+if TYPE_CHECKING:  # the commands package imports this module while it loads
+    from piwf_actors.store.commands.registry import WriteContext
 
 ACTIVE_STATUSES = ("starting", "running")
 TERMINAL_STATUSES = ("done", "failed", "cancelled")

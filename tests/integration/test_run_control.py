@@ -1,4 +1,4 @@
-"""Run control with real workers: cancel, pause/resume at a node boundary, restart lineage.
+"""Run control with real workers: cancel and restart lineage (pause/resume: test_run_control_pause.py).
 
 An in-process host runs workflows from `wf/recovery_flows.py`; their nodes
 log every execution to an oracle file outside the database, so "each node
@@ -56,49 +56,6 @@ def test_cancel_during_long_shell_sleep_kills_worker_and_shell_tree(guard, state
     kinds = [e["kind"] for e in events(state_dir, run_id)]
     assert "cancel_requested" in kinds and kinds[-1] == "run_cancelled"
     wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the scheduler to retire the runner")
-
-
-def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_dir) -> None:
-    oracle = Oracle(state_dir / "oracle")
-    host = guard.start_host(state_dir)
-    run_id = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p2": 1.0}})["receipt"]["run_id"]
-    wait_for_oracle(oracle, "p2")  # node 2 of 4 is running (a 1 s compute)
-    receipt = host.pause_run(run_id)["receipt"]
-    assert receipt["status"] == "pausing"
-
-    view = wait_for_status(host, run_id, SETTLED)
-    assert (view["status"], view["park_reason"]) == ("parked", "paused"), view
-    trace = events(state_dir, run_id)
-    finished = [e["node_id"] for e in trace if e["kind"] == "node_finished"]
-    assert finished == ["p1", "p2"]  # node 2's result was committed before parking
-    assert not [e for e in trace if e["node_id"] in ("p3", "p4")]  # node 3 never started
-    parked_at = next(e["seq"] for e in trace if e["kind"] == "run_parked")
-    assert parked_at > next(e["seq"] for e in trace if e["kind"] == "node_finished" and e["node_id"] == "p2")
-    assert oracle.nodes(run_id) == ["p1", "p2"]
-    wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the runner of the paused run to retire")
-    assert host.get_run(run_id)["status"] == "parked"
-
-    assert host.resume_run(run_id)["receipt"]["status"] == "queued"
-    view = wait_for_status(host, run_id, SETTLED)
-    assert view["status"] == "done", view
-    assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
-    assert [n["attempts"] for n in view["nodes"]] == [1, 1, 1, 1]
-
-
-def test_pause_of_a_queued_run_parks_it_at_once(guard, state_dir) -> None:
-    """With one worker busy, a second run waits in the queue; pausing it parks it before it starts."""
-    oracle = Oracle(state_dir / "oracle")
-    host = guard.start_host(state_dir, max_workers=1)
-    busy = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p1": 1.0}})["receipt"]["run_id"]
-    wait_for_oracle(oracle, "p1")
-    waiting = host.start_run(flow("idem_action"), {"oracle": str(oracle.path)})["receipt"]["run_id"]
-    assert host.pause_run(waiting)["receipt"]["status"] == "parked"
-    assert wait_for_status(host, busy, SETTLED)["status"] == "done"
-    assert host.get_run(waiting)["status"] == "parked"
-    assert oracle.counts(waiting) == {}
-    host.resume_run(waiting)
-    assert wait_for_status(host, waiting, SETTLED)["status"] == "done"
-    assert oracle.counts(waiting) == {"a1": 1, "a2": 1, "a3": 1}
 
 
 def test_restart_of_a_finished_run_creates_a_child_run_with_the_same_input(guard, state_dir) -> None:

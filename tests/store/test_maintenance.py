@@ -269,6 +269,23 @@ def test_verify_caps_findings_per_code(store: Store) -> None:
     assert report["truncated"] == ["event_of_missing_run"]
 
 
+def test_verify_reports_a_corrupt_file_instead_of_raising(state_dir: Path) -> None:
+    path = state_dir / "state.db"
+    db = open_store(path)
+    for n in range(300):
+        put_blob(db.connection(), f"payload {n}".encode() * 100, 0.0)
+    db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    data = bytearray(path.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    for page in (10, 20, 30):
+        data[page * page_size:page * page_size + 64] = b"\xff" * 64
+    path.write_bytes(bytes(data))
+    report = maintenance.verify(path, T_NEW)
+    assert report["ok"] is False
+    assert report["integrity"] != ["ok"]
+
+
 # --- backup -------------------------------------------------------------------
 
 

@@ -86,7 +86,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 def _latest_outputs(ctx: WriteContext, run_id: str) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     for node_id, sha in ctx.conn.execute(
-            """SELECT node_id, output_sha256 FROM node_attempt WHERE run_id = ? AND status = 'succeeded'
+            """SELECT node_id, output_sha256 FROM node_attempt WHERE run_id = ?
+               AND (status = 'succeeded' OR (status = 'failed' AND output_sha256 IS NOT NULL))
                ORDER BY step, started_at""", (run_id,)):
         outputs[node_id] = loads(get_blob(ctx.conn, sha).decode()) if sha else None
     return outputs
@@ -188,7 +189,9 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     if attempt_id is None or payload.get("new_attempt"):
         attempt_id, _ = _start_attempt(ctx, run, node_id, attempt_id)
     outcome = payload["outcome"]
-    output_sha = _json_blob(ctx, payload.get("output")) if outcome == "ok" else None
+    # A failed node keeps its output too (a shell's exit code and stderr) for a
+    # `$result.outcome` route to inspect.
+    output_sha = _json_blob(ctx, payload.get("output")) if outcome == "ok" or payload.get("output") is not None else None
     changed = ctx.conn.execute(
         """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
                finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting')""",

@@ -1,0 +1,144 @@
+"""Pause and resume with real workers: a pause takes effect at a node boundary.
+
+`run.pause` of an active run only raises a flag; the run parks `paused` when
+its worker reports the next node result (after committing it), so no node
+is interrupted and none runs twice. `run.resume` re-queues a paused run, or,
+before the boundary was reached, withdraws the pending pause. Every node logs
+each execution to an oracle file outside the database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from wf.harness import (  # noqa: F401  (guard is a fixture)
+    Oracle,
+    active_worker,
+    alive,
+    events,
+    flow,
+    guard,
+    wait_for,
+    wait_for_oracle,
+    wait_for_status,
+)
+
+SETTLED = ("done", "failed", "cancelled", "parked")
+FOUR = ["p1", "p2", "p3", "p4"]
+
+REVISION_CONFLICT = (
+    "store/commands/runs.py pause_run (and resume_run's pause_cancelled branch) bump the run's revision "
+    "while a worker holds the claim; store/commands/worker.py worker_message then refuses that worker's next "
+    "fenced message (node_finished / effect_reserve, whose expected_revision predates the bump) with "
+    "`conflict`, the engine treats it as ProtocolBroken and the worker exits: the node result it had "
+    "computed is discarded and the node runs again; the run is settled by runner.exit instead of "
+    "parking at the node boundary (parked `no_progress` with a crash diagnostic when no node had been "
+    "committed in the launch)"
+)
+
+
+def _start_four(host, oracle: Oracle, **extra) -> str:
+    return host.start_run(flow("four"), {"oracle": str(oracle.path), **extra})["receipt"]["run_id"]
+
+
+@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
+def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = _start_four(host, oracle, sleeps={"p2": 1.0})
+    wait_for_oracle(oracle, "p2")  # node 2 of 4 is running (a 1 s compute)
+    assert host.pause_run(run_id)["receipt"]["status"] == "pausing"
+
+    view = wait_for_status(host, run_id, SETTLED)
+    assert (view["status"], view["park_reason"]) == ("parked", "paused"), view
+    trace = events(state_dir, run_id)
+    finished = [e["node_id"] for e in trace if e["kind"] == "node_finished"]
+    assert finished == ["p1", "p2"], trace  # node 2's result was committed before parking
+    assert not [e for e in trace if e["node_id"] in ("p3", "p4")]  # node 3 never started
+    parked_at = next(e["seq"] for e in trace if e["kind"] == "run_parked")
+    assert parked_at > next(e["seq"] for e in trace if e["kind"] == "node_finished" and e["node_id"] == "p2")
+    assert oracle.nodes(run_id) == ["p1", "p2"]
+    wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the runner of the paused run to retire")
+    assert host.get_run(run_id)["status"] == "parked"
+
+    assert host.resume_run(run_id)["receipt"]["status"] == "queued"
+    view = wait_for_status(host, run_id, SETTLED)
+    assert view["status"] == "done", view
+    assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
+    assert [n["attempts"] for n in view["nodes"]] == [1, 1, 1, 1]
+
+
+@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
+def test_pause_during_the_first_node_of_a_launch_parks_paused(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = _start_four(host, oracle, sleeps={"p1": 1.0})
+    wait_for_oracle(oracle, "p1")
+    host.pause_run(run_id)
+    view = wait_for_status(host, run_id, SETTLED)
+    assert (view["status"], view["park_reason"]) == ("parked", "paused"), view
+    assert [e["node_id"] for e in events(state_dir, run_id) if e["kind"] == "node_finished"] == ["p1"]
+    host.resume_run(run_id)
+    assert wait_for_status(host, run_id, SETTLED)["status"] == "done"
+    assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
+
+
+@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
+def test_resume_before_the_boundary_withdraws_the_pause_without_interrupting(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = _start_four(host, oracle, sleeps={"p2": 1.0})
+    wait_for_oracle(oracle, "p2")
+    worker = guard.track(active_worker(host, run_id))
+    assert host.pause_run(run_id)["receipt"]["status"] == "pausing"
+    assert host.resume_run(run_id)["receipt"]["status"] == "running"
+    view = wait_for_status(host, run_id, SETTLED)
+    assert view["status"] == "done", view
+    kinds = [e["kind"] for e in events(state_dir, run_id)]
+    assert "run_parked" not in kinds and "run_requeued" not in kinds, kinds
+    assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
+    assert alive(worker)  # the same worker served the whole run (and went back to the pool)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "store/commands/claims.py settle_interrupted_run parks a run `paused` (or `no_progress`) when its "
+    "runner dies with a pause pending, but leaves run.pause_requested = 1; store/commands/runs.py "
+    "resume_run then takes its `pause_requested` branch (clears the flag, answers status 'parked') and "
+    "does not re-queue, so the first run.resume is a no-op and a second one is needed"))
+def test_pause_then_worker_crash_parks_paused_and_one_resume_requeues(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = _start_four(host, oracle, hang=["p2"])
+    wait_for_oracle(oracle, "p2")  # p1 committed in this launch; p2 hangs
+    worker = guard.track(active_worker(host, run_id))
+    host.pause_run(run_id)
+    os.kill(worker.pid, signal.SIGKILL)
+    view = wait_for_status(host, run_id, SETTLED, timeout=10)
+    assert (view["status"], view["park_reason"]) == ("parked", "paused"), view
+
+    assert host.resume_run(run_id)["receipt"]["status"] == "queued"
+    view = wait_for_status(host, run_id, SETTLED)
+    assert view["status"] == "done", view
+    assert oracle.counts(run_id) == {"p1": 1, "p2": 2, "p3": 1, "p4": 1}
+
+
+def test_pause_of_a_queued_run_parks_it_at_once(guard, state_dir) -> None:
+    """With one worker busy, a second run waits in the queue; pausing it parks it before it starts."""
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir, max_workers=1)
+    busy = _start_four(host, oracle, sleeps={"p1": 1.0})
+    wait_for_oracle(oracle, "p1")
+    waiting = host.start_run(flow("idem_action"), {"oracle": str(oracle.path)})["receipt"]["run_id"]
+    assert host.pause_run(waiting)["receipt"]["status"] == "parked"
+    assert wait_for_status(host, busy, SETTLED)["status"] == "done"
+    view = host.get_run(waiting)
+    assert (view["status"], view["park_reason"]) == ("parked", "paused")
+    assert oracle.counts(waiting) == {}
+    refused = host.writer.execute("run.pause", {"run_id": waiting})
+    assert (refused.ok, refused.error_code) == (False, "rejected")
+
+    assert host.resume_run(waiting)["receipt"]["status"] == "queued"
+    assert wait_for_status(host, waiting, SETTLED)["status"] == "done"
+    assert oracle.counts(waiting) == {"a1": 1, "a2": 1, "a3": 1}
