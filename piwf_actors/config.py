@@ -19,11 +19,15 @@ class HostConfig:
     claim_lease_s: float = 30.0
     warm_workers: int | None = None  # idle worker processes kept ready; default max_workers
     limits: Limits = field(default_factory=Limits)  # client socket limits (frame size, connections …)
+    retention_days: float = 30.0  # finished runs older than this are pruned when the host is idle; 0 = never
+    prune_every_s: float = 3600.0  # how often the idle host looks for runs to prune
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         if self.lease_s <= 0:
             raise ValueError("lease_s must be positive")
+        if self.retention_days < 0 or self.prune_every_s <= 0:
+            raise ValueError("retention_days must be >= 0 and prune_every_s > 0")
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")

@@ -303,7 +303,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
                                     supervisor=supervisor, claim_lease_s=config.claim_lease_s,
                                     warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
-                                    board=parts.board)
+                                    board=parts.board, retention_days=config.retention_days,
+                                    prune_every_s=config.prune_every_s)
         parts.actors.append(("scheduler", scheduler))
         _require_started("scheduler", scheduler)
         sup = supervisor

@@ -59,7 +59,7 @@ class Scheduler(CoreActor):
     def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
-                 board: HostBoard | None = None) -> None:
+                 board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
@@ -80,6 +80,10 @@ class Scheduler(CoreActor):
         self._launched = 0
         self._board = board
         self._expiring = False
+        self._retention_s = retention_days * 86400.0
+        self._prune_every_s = prune_every_s
+        self._last_prune = time.time()
+        self._pruning = False
 
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
@@ -148,6 +152,13 @@ class Scheduler(CoreActor):
         self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
 
     def _written(self, result: WriteResult) -> None:
+        if result.correlation_id == "prune":
+            self._pruning = False
+            if not result.ok:
+                log.warning("automatic prune failed: %s", result.error)
+            elif result.value["receipt"]["run_count"]:
+                log.info("automatic prune removed %d finished run(s)", result.value["receipt"]["run_count"])
+            return
         if result.correlation_id == "expire":
             self._expiring = False
             if not result.ok:
@@ -215,7 +226,19 @@ class Scheduler(CoreActor):
         if self._active:
             self._stop_cancelled(list(self._active))
         self._expire_deadlines(now)
+        self._prune_when_idle(now)
         self._try_claim()
+
+    def _prune_when_idle(self, now: float) -> None:
+        """Automatic retention: prune finished runs older than the retention, only while idle."""
+        if (self._retention_s <= 0 or self._active or self._pruning
+                or now - self._last_prune < self._prune_every_s):
+            return
+        self._last_prune = now
+        self._pruning = True
+        self._writer.submit(WriteCommand("state.prune", {"before": now - self._retention_s, "apply": True,
+                                                         "max_runs": 1000}, correlation_id="prune"),
+                            self.actor_ref)
 
     def _expire_deadlines(self, now: float) -> None:
         """Apply passed interaction deadlines (also those that passed while no host ran)."""

@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log verbosity (default INFO)")
     parser.add_argument("--lease-s", type=float, default=15.0,
                         help="host lease length in seconds; renewed every third of it (default 15)")
+    parser.add_argument("--retention-days", type=float, default=30.0,
+                        help="prune finished runs older than this when the host is idle; 0 keeps them (default 30)")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"],
                         help="SQLite synchronous mode; FULL survives power loss (default)")
     return parser
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = HostConfig(state_dir=args.state_dir, max_workers=args.max_workers, lease_s=args.lease_s,
-                            synchronous=args.synchronous)
+                            synchronous=args.synchronous, retention_days=args.retention_days)
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

@@ -21,11 +21,19 @@ from piwf_actors.cli import render
 from piwf_actors.client import Client, HostNotRunning
 
 
+class Refused(Exception):
+    """An operation the host answered with a refusal (exit status 1)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(f"{answer.outcome}: {answer.error}")
+        self.answer = answer
+
+
 class HostWentAway(HostNotRunning):
     """The host closed the watch connection (it stopped)."""
 
 
-def _watch(client: Client, topic: str, run_id: str | None = None) -> Iterator[dict[str, Any]]:
+def watch_views(client: Client, topic: str, run_id: str | None = None) -> Iterator[Any]:
     """Yield each watch event's payload on a fresh connection; HostWentAway when the host closes it."""
     watcher = Client(socket_path=client.socket_path, client_id=client.client_id, timeout=client.timeout)
     try:
@@ -40,10 +48,10 @@ def _watch(client: Client, topic: str, run_id: str | None = None) -> Iterator[di
 
 def wait_for_run(client: Client, run_id: str) -> dict[str, Any] | None:
     """Follow `run_id` until it is done, failed or cancelled; returns its last view (None: it vanished)."""
-    for view in _watch(client, "run", run_id):
+    for view in watch_views(client, "run", run_id):
         if view is None or view.get("status") in render.TERMINAL:
             return view
-    return None  # not reached: _watch raises when the stream ends
+    return None  # not reached: watch_views raises when the stream ends
 
 
 def follow_events(client: Client, run_id: str, after: int, emit: Callable[[dict[str, Any]], None]) -> int:
@@ -61,7 +69,7 @@ def follow_events(client: Client, run_id: str, after: int, emit: Callable[[dict[
             if not answer.receipt.get("more"):
                 return
 
-    for view in _watch(client, "run", run_id):
+    for view in watch_views(client, "run", run_id):
         drain()
         if view is None or view.get("status") in render.TERMINAL:
             drain()
@@ -75,7 +83,7 @@ def live_watch(client: Client, console: Console, run_id: str | None) -> None:
     waiting = Text(f"waiting for the host ({topic}) …", style="dim")
     with Live(waiting, console=console, auto_refresh=False, redirect_stderr=False,
               vertical_overflow="visible" if not console.is_terminal else "ellipsis") as live:
-        for view in _watch(client, topic, run_id):
+        for view in watch_views(client, topic, run_id):
             if run_id:
                 renderable = render.run_view(view)
             else:
@@ -107,11 +115,3 @@ def with_progress(console: Console, label: str, work: Callable[[], Any], enabled
     if "error" in box:
         raise box["error"]
     return box.get("value")
-
-
-class Refused(Exception):
-    """An operation the host answered with a refusal (exit status 1)."""
-
-    def __init__(self, answer: Any) -> None:
-        super().__init__(f"{answer.outcome}: {answer.error}")
-        self.answer = answer

@@ -10,13 +10,10 @@ refused response) as JSON on stdout instead of tables.
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
-import re
 import sys
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -24,6 +21,7 @@ from rich.text import Text
 
 from piwf_actors.cli import live, render
 from piwf_actors.cli.live import Refused
+from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.client import Client, HostNotRunning
 from piwf_actors.errors import PiwfError
 from piwf_actors.store.paths import default_state_dir
@@ -67,42 +65,6 @@ class Ctx:
 
 
 # --- argument parsing ---------------------------------------------------------------------
-
-
-def json_value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-
-
-def key_value(raw: str) -> tuple[str, Any]:
-    key, eq, value = raw.partition("=")
-    if not eq or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {raw!r}")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
-
-
-_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def cutoff(raw: str, now: float | None = None) -> float:
-    """`30d`, `12h`, … (that long ago) or an ISO date/datetime (local time unless it says otherwise)."""
-    now = time.time() if now is None else now
-    match = _RELATIVE.match(raw)
-    if match:
-        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
-    try:
-        moment = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r} is neither an ISO date/datetime (2024-05-01, 2024-05-01T12:00) "
-            "nor a relative age (30d, 12h, 90m, 2w)") from None
-    return moment.timestamp()  # a naive value is local time
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,7 +175,12 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
         return EXIT_OK
     if not ctx.json:
         ctx.err.print(Text(f"started {run_id}, waiting for it to end (Ctrl-C stops waiting, not the run) …"))
-    return _show_final(ctx, live.wait_for_run(ctx.client(), run_id), run_id)
+    try:
+        view = live.wait_for_run(ctx.client(), run_id)
+    except KeyboardInterrupt:
+        print(f"piwf: stopped waiting; run {run_id} goes on (piwf show {run_id})", file=sys.stderr)
+        return 130
+    return _show_final(ctx, view, run_id)
 
 
 def cmd_list(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
@@ -240,7 +207,8 @@ def cmd_events(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
                 ctx.out.print(render.event_line(event))
 
         ctx.call("run.get", run_id=args.run_id)  # a clear notFound before any watch
-        live.follow_events(ctx.client(), args.run_id, max(0, args.after), emit)
+        with contextlib.suppress(KeyboardInterrupt):  # leaving a follow is not an error
+            live.follow_events(ctx.client(), args.run_id, max(0, args.after), emit)
         return EXIT_OK
     events: list[dict[str, Any]] = []
     after = max(0, args.after)
@@ -293,14 +261,12 @@ def cmd_watch(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     run_id = ctx.args.run_id
     if run_id:
         ctx.call("run.get", run_id=run_id)  # a clear notFound before any watch
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how one leaves a watch
         if ctx.json:
-            for view in live._watch(ctx.client(), "run" if run_id else "runs", run_id):
+            for view in live.watch_views(ctx.client(), "run" if run_id else "runs", run_id):
                 ctx.out.out(render.to_json(view, indent=None), highlight=False)
         else:
             live.live_watch(ctx.client(), ctx.out, run_id)
-    except KeyboardInterrupt:
-        pass
     return EXIT_OK
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from piwf_actors import HostConfig, start_host
-from piwf_actors.cli.main import cutoff, key_value
+from piwf_actors.cli.values import cutoff, key_value
 from piwf_actors.client import Client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,6 +256,7 @@ def test_parsers() -> None:
     assert key_value("n=3") == ("n", 3)
     assert key_value("s=hello") == ("s", "hello")
     assert key_value("o={\"a\": null}") == ("o", {"a": None})
+    assert key_value("x=NaN") == ("x", "NaN") and key_value("e=") == ("e", "")
     assert cutoff("30d", now=1_000_000.0) == 1_000_000.0 - 30 * 86400
     assert cutoff("1.5h", now=10_000.0) == 10_000.0 - 5400
     assert cutoff("2024-01-01T00:00:00+00:00") == 1704067200.0

@@ -1,0 +1,51 @@
+"""Argument values of `piwf`: JSON, key=value input pairs, prune cutoffs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+
+def json_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def key_value(raw: str) -> tuple[str, Any]:
+    """`n=3` → ("n", 3); a value that is not JSON (`name=ada`, `x=NaN`) stays a string."""
+    key, eq, value = raw.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {raw!r}")
+    try:
+        return key, json.loads(value, parse_constant=_no_constants)
+    except ValueError:
+        return key, value
+
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def cutoff(raw: str, now: float | None = None) -> float:
+    """`30d`, `12h`, … (that long ago) or an ISO date/datetime (local time unless it says otherwise)."""
+    now = time.time() if now is None else now
+    match = _RELATIVE.match(raw)
+    if match:
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        moment = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is neither an ISO date/datetime (2024-05-01, 2024-05-01T12:00) "
+            "nor a relative age (30d, 12h, 90m, 2w)") from None
+    return moment.timestamp()  # a naive value is local time
