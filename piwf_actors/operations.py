@@ -16,7 +16,8 @@ from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.store.requests import WriteCommand
-from piwf_actors.workflows import ResolvedWorkflow, resolve
+from piwf_actors.errors import Rejected
+from piwf_actors.workflows import ResolvedWorkflow, json_problem, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
                       client_id: str | None = None, idempotency_key: str | None = None,
                       request_id: str | None = None) -> WriteCommand:
     """The `run.start` command for a workflow spec (resolving it reads the workflow file)."""
+    problem = json_problem(input)
+    if problem is not None:
+        raise Rejected(f"run input: {problem.replace('output is', 'it is')}")
     if project_path is not None:
         project_path = os.path.abspath(project_path)
     resolved = resolver.resolve(workflow, project_path)

@@ -86,7 +86,10 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
         "state_dir": state_dir,
     }
     holder_pid, holder_identity = reader_row()
-    if holder_pid is not None and not holder_alive(holder_pid, holder_identity):
+    # The caller holds the lock file, so no live host owns this state dir: a
+    # lease recorded for a process that is gone — or for this very process (a
+    # host embedded here that failed before it could release) — is stale.
+    if holder_pid is not None and (holder_pid == pid or not holder_alive(holder_pid, holder_identity)):
         claim_args["holder_dead"] = {"pid": holder_pid, "process_start_identity": holder_identity}
     token = secrets.token_urlsafe(32)
     claim_args["token_hash"] = token_hash(token)

@@ -67,18 +67,22 @@ class Ctx:
 # --- argument parsing ---------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """--json and --state-dir; a subcommand's copy uses SUPPRESS so it never resets a value given before it."""
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                         help="print the host's answer as JSON")
-    common.add_argument("--state-dir", default=argparse.SUPPRESS,
+    parser.add_argument("--state-dir", default=argparse.SUPPRESS if suppress else None,
                         help=f"the host's state directory (default: $PIWF_STATE_DIR, else $XDG_STATE_HOME/piwf, "
                         f"else ~/.local/state/piwf; here {default_state_dir()})")
-    parser = argparse.ArgumentParser(prog="piwf", parents=[common],
-                                     description="Talk to a running piwf host: start and follow runs, "
-                                     "control them, inspect the host and its state.")
-    parser.set_defaults(json=False, state_dir=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Separate parsers, not shared parent actions: set_defaults on one would change them all.
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, suppress=True)
+    parser = argparse.ArgumentParser(prog="piwf", description="Talk to a running piwf host: start and follow "
+                                     "runs, control them, inspect the host and its state.")
+    _add_common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(parent: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:

@@ -78,6 +78,25 @@ def parse_request(frame: dict[str, Any]) -> Request:
     return Request(request_id, client_id, key, operation, payload, run_id, revision)
 
 
+def non_finite_path(value: Any, path: str = "payload", depth: int = 0) -> str | None:
+    """Where `value` holds NaN or ±Infinity (valid msgpack floats that JSON, and so the store, cannot hold)."""
+    if isinstance(value, float):
+        return None if value == value and value not in (float("inf"), float("-inf")) else path
+    if depth > 40:
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite_path(item, f"{path}.{key}", depth + 1)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = non_finite_path(item, f"{path}[{index}]", depth + 1)
+            if found:
+                return found
+    return None
+
+
 def one_line(text: str) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= MAX_ERROR_LEN else line[: MAX_ERROR_LEN - 1] + "…"

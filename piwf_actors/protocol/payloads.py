@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from piwf_actors.protocol.envelope import BadRequest, Request, is_int
+from piwf_actors.protocol.envelope import BadRequest, Request, is_int, non_finite_path
 
 Spec = dict[str, tuple[str, bool]]
 
@@ -75,6 +75,10 @@ def check_payload(request: Request, spec: Spec) -> dict[str, Any]:
             raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
         if kind == "int" and not (0 <= payload[name] <= 2**53):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+    bad_float = non_finite_path(payload)
+    if bad_float is not None:
+        raise BadRequest(f"{request.operation}: {bad_float} is NaN or infinite, which cannot be stored",
+                         request.request_id)
     if request.operation in NEEDS_RUN and request.run_id is None:
         raise BadRequest(f"{request.operation} needs run_id in the request envelope", request.request_id)
     if request.operation == "run.restart" and request.expected_revision is None:

@@ -34,6 +34,10 @@ from piwf_actors.messages.codec import MAX_FRAME_BYTES
 log = logging.getLogger(__name__)
 
 
+#: How long a connection that overflowed its send queue gets to take the overflow event.
+OVERFLOW_GRACE_S = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_frame_bytes: int = MAX_FRAME_BYTES
@@ -54,6 +58,7 @@ class _Conn:
     inflight: int = 0
     frame_started: float | None = None
     close_when_flushed: bool = False
+    overflowed_at: float | None = None
     closed: bool = False
 
 
@@ -253,7 +258,12 @@ class SocketLoop:
             log.info("connection %d sent a malformed frame (%s); closing it", conn.conn_id, exc.one_line(200))
             self._close(conn)
             return
-        conn.frame_started = (conn.frame_started or time.monotonic()) if conn.decoder.mid_frame else None
+        # The body deadline runs per frame: a frame that began in this read (after
+        # completing others) starts its own clock.
+        if not conn.decoder.mid_frame:
+            conn.frame_started = None
+        elif frames or conn.frame_started is None:
+            conn.frame_started = time.monotonic()
         for frame in frames:
             if conn.inflight >= self._limits.max_inflight:
                 request_id = frame.get("request_id") if isinstance(frame.get("request_id"), str) else None
@@ -274,20 +284,33 @@ class SocketLoop:
             conn = self._conns.get(conn_id)
             if conn is None or conn.closed:
                 continue
+            if conn.overflowed_at is not None:
+                continue  # being let go: nothing more is queued for it
             if is_response:
                 conn.inflight = max(conn.inflight - 1, 0)
             elif conn.outbox_bytes + len(data) > self._limits.max_outbox_bytes:
-                # A watcher that does not read: tell it why, then let it go.
-                log.info("connection %d does not read its events; closing it", conn.conn_id)
-                self._enqueue(conn, encode_frame({"schema": "piwf.client.v1", "type": "event",
-                                                  "subscription_id": None, "topic": "overflow", "revision": 0,
-                                                  "payload": {"reason": "send queue full; reconnect and watch again"}}),
-                              force=True)
-                conn.close_when_flushed = True
+                self._overflow(conn)
                 continue
             self._enqueue(conn, data)
             if close_after:
                 conn.close_when_flushed = True
+
+    def _overflow(self, conn: _Conn) -> None:
+        """A watcher that does not read: drop what it has not taken, tell it why, let it go.
+
+        Queued frames not yet started are discarded (the client must watch
+        again anyway); the overflow event is sent if the socket takes it, and
+        the connection is closed after a short grace whether or not it did.
+        """
+        log.info("connection %d does not read its events; closing it", conn.conn_id)
+        conn.overflowed_at = time.monotonic()
+        while len(conn.outbox) > 1:
+            conn.outbox_bytes -= len(conn.outbox.pop())
+        self._enqueue(conn, encode_frame({"schema": "piwf.client.v1", "type": "event", "subscription_id": None,
+                                          "topic": "overflow", "revision": 0,
+                                          "payload": {"reason": "send queue full; reconnect and watch again"}}),
+                      force=True)
+        conn.close_when_flushed = True
 
     def _enqueue(self, conn: _Conn, data: bytes, force: bool = False) -> None:
         if conn.close_when_flushed and not force:
@@ -324,6 +347,9 @@ class SocketLoop:
     def _check_deadlines(self) -> None:
         now = time.monotonic()
         for conn in list(self._conns.values()):
+            if conn.overflowed_at is not None and now - conn.overflowed_at > OVERFLOW_GRACE_S:
+                self._close(conn)
+                continue
             if conn.frame_started is not None and now - conn.frame_started > self._limits.frame_deadline_s:
                 log.info("connection %d did not finish a frame within %.0f s; closing it", conn.conn_id,
                          self._limits.frame_deadline_s)

@@ -111,7 +111,7 @@ _CODE_TO_CLASS: dict[str, type[errors.PiwfError]] = {
     for cls in (
         errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.ClaimLost,
         errors.Conflict, errors.NotFound, errors.Rejected, errors.UnknownCommand,
-        errors.WriterStopped, errors.LeaseLost, errors.StoreError,
+        errors.WriterStopped, errors.LeaseLost, errors.StoreError, errors.HostAlreadyRunning,
     )
 }
 

@@ -93,6 +93,10 @@ class Run(_Base):
     pause_requested = pw.BooleanField(default=False)
     cancel_requested = pw.BooleanField(default=False)
     revision = pw.IntegerField(default=1)
+    # Bumped by every accepted worker transition only: the fence a worker's
+    # `expected_revision` is checked against. Client operations (pause,
+    # cancel) change `revision` but must not invalidate the worker's view.
+    progress = pw.IntegerField(default=0)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     finished_at = pw.FloatField(null=True)

@@ -62,7 +62,8 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any] | None
     revision = set_status(ctx, run_id, "starting", "run_claimed",
                           payload={"generation": generation, "runner_epoch": args["runner_epoch"]})
     return {
-        "run_id": run_id, "generation": generation, "runner_epoch": args["runner_epoch"], "revision": revision,
+        "run_id": run_id, "generation": generation, "runner_epoch": args["runner_epoch"], "revision": run["progress"],
+        "run_revision": revision,
         "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
         "project_path": run["project_path"],
@@ -153,13 +154,16 @@ def settle_interrupted_run(ctx: WriteContext, run_id: str, *, outcome: str, diag
         set_status(ctx, run_id, "failed", "run_failed", error_code="workflow_load_failed",
                    error_message=load_failure[:8192], payload={"error_code": "workflow_load_failed"})
         return "failed"
+    if run["pause_requested"]:
+        # The person asked for a pause: honour it, whatever the runner managed.
+        ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+        set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
+                   payload={"reason": "paused", "runner_outcome": outcome})
+        return "parked"
     if progress_at_claim is not None and run["steps"] <= progress_at_claim:
         detail = f"runner {outcome} before it committed progress" + (f": {diagnostic}" if diagnostic else "")
         set_status(ctx, run_id, "parked", "run_parked", park_reason="no_progress", park_detail=detail[:2000],
                    payload={"reason": "no_progress", "detail": detail[:2000]})
-        return "parked"
-    if run["pause_requested"]:
-        set_status(ctx, run_id, "parked", "run_parked", park_reason="paused", payload={"reason": "paused"})
         return "parked"
     set_status(ctx, run_id, "queued", "run_requeued", payload={"runner_outcome": outcome, "diagnostic": diagnostic})
     return "queued"

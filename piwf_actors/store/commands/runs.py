@@ -51,8 +51,8 @@ def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, input_sha: str | Non
     ctx.conn.execute(
         """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
                source_sha256, input_sha256, project_path, session_id, parent_run_id, status,
-               revision, steps, pause_requested, cancel_requested, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, ?, ?)""",
+               revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
          spec.get("definition_digest"), source_sha, input_sha, spec.get("project_path"),
          spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now),

@@ -24,6 +24,8 @@ from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
 from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
 
 Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]
+#: Operations that neither check nor move the progress revision (bookkeeping, not transitions).
+_UNFENCED_OPS = frozenset({"ready", "register_child", "release_child"})
 _OPERATIONS: dict[str, Handler] = {}
 
 
@@ -59,8 +61,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         raise Rejected(f"unknown worker operation {op!r}")
     run = run_row(ctx.conn, run_id)
     expected = args.get("expected_revision")
-    if expected is not None and expected != run["revision"] and op not in ("ready", "register_child", "release_child"):
-        raise Conflict(f"run {run_id} revision conflict: expected {expected}, got {run['revision']}")
+    if expected is not None and expected != run["progress"] and op not in _UNFENCED_OPS:
+        raise Conflict(f"run {run_id} progress conflict: expected {expected}, got {run['progress']}")
     ctx.conn.execute("SAVEPOINT op")
     try:
         value = handler(ctx, run, payload)
@@ -72,10 +74,14 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         ctx.conn.execute("ROLLBACK TO op")
         ctx.conn.execute("RELEASE op")
         response = {"outcome": "rejected", "error": err.one_line(), "error_code": err.code,
-                    "revision": run_row(ctx.conn, run_id)["revision"]}
+                    "revision": run["progress"]}
     else:
         ctx.conn.execute("RELEASE op")
-        response = {"outcome": "accepted", "value": value, "revision": run_row(ctx.conn, run_id)["revision"]}
+        progress = run["progress"]
+        if op not in _UNFENCED_OPS:
+            progress = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? RETURNING progress",
+                                        (run_id,)).fetchone()[0]
+        response = {"outcome": "accepted", "value": value, "revision": progress}
     ctx.conn.execute(
         """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
                response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
