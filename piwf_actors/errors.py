@@ -149,7 +149,7 @@ class LeaseLost(HostError):
     code = "lease_lost"
 
     def __init__(self, epoch: int, detail: str) -> None:
-        super().__init__(f"host lease for epoch {epoch} lost: {detail}")
+        super().__init__(f"lease for epoch {epoch} lost: {detail}")
         self.epoch = epoch
 
 

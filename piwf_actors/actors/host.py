@@ -108,7 +108,8 @@ class HostSupervisor(CoreActor):
         self._stop_in_background(f"{message.actor} failed: {message.reason}")
 
     def _lease_lost(self, message: LeaseLostNotice) -> None:
-        self._stop_in_background(f"lease for epoch {message.epoch} lost: {message.reason}")
+        reason = message.reason if "lost" in message.reason else f"lease for epoch {message.epoch} lost: {message.reason}"
+        self._stop_in_background(reason)
 
     def _shutdown(self, message: Shutdown) -> None:
         self._stop_in_background(message.reason)

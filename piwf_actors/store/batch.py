@@ -111,7 +111,11 @@ def _run(conn: sqlite3.Connection, commands: list[WriteCommand], now: float, com
     try:
         epoch, leased = _current_epoch(conn)
         for cmd in commands:
-            results.append(_apply_one(conn, cmd, now, epoch, leased, changes, commit_seq, savepoints))
+            result = _apply_one(conn, cmd, now, epoch, leased, changes, commit_seq, savepoints)
+            results.append(result)
+            if result.ok and cmd.name.startswith("lease."):
+                # The lease moved inside this transaction: fence later commands by the new state.
+                epoch, leased = _current_epoch(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -99,6 +99,8 @@ def open_store(path: Path, options: StoreOptions = StoreOptions()) -> pw.SqliteD
     database of a version this code can migrate.
     """
     create = check_file(path)
+    if not create:
+        _inspect_read_only(path)
     old_umask = os.umask(0o077)
     try:
         if create:
@@ -118,6 +120,34 @@ def open_store(path: Path, options: StoreOptions = StoreOptions()) -> pw.SqliteD
     for suffix in ("", "-wal", "-shm"):
         tighten_file(Path(f"{path}{suffix}"))
     return db
+
+
+def _inspect_read_only(path: Path) -> None:
+    """Refuse a foreign or corrupt file before anything writes to it.
+
+    Opening with our pragmas would already change a foreign database (it
+    switches the journal to WAL), so identity and health are checked first
+    through a read-only connection.
+    """
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise _refuse(path, f"cannot be opened ({exc})") from exc
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        has_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != APPLICATION_ID and (app_id != 0 or version != 0 or has_tables):
+            raise _refuse(path, "a SQLite database that is not a piwf state database")
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if [row[0] for row in check] != ["ok"]:
+            raise _refuse(path, f"corrupt ({check[0][0]})")
+        if version > LATEST_VERSION:
+            raise _refuse(path, f"schema version {version} is newer than this piwf ({LATEST_VERSION})")
+    except sqlite3.DatabaseError as exc:
+        raise _refuse(path, f"cannot be read ({' '.join(str(exc).split())})") from exc
+    finally:
+        conn.close()
 
 
 def _initialise_file(path: Path) -> None:

@@ -123,4 +123,8 @@ def error_from_code(code: str, message: str) -> errors.PiwfError:
         return _CodedError(code, message)
     err = cls.__new__(cls)
     errors.PiwfError.__init__(err, message)
+    # The typed constructor arguments did not travel; leave them defined but unknown.
+    for attribute in ("pid", "epoch", "current_epoch", "run_id", "kind", "key", "name", "path", "reason"):
+        if not hasattr(err, attribute):
+            setattr(err, attribute, None)
     return err

@@ -30,7 +30,11 @@ import pykka
 import pytest
 
 from piwf_actors import HostConfig, HostHandle, start_host
-from piwf_actors.errors import HostAlreadyRunning, PiwfError, StoreRefused
+from piwf_actors.errors import HostAlreadyRunning, StoreRefused
+from piwf_actors.hostlock import process_start_identity
+from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.database import open_store
+from piwf_actors.store.requests import WriteCommand
 
 REPO = Path(__file__).resolve().parents[2]
 EMBED_APP = REPO / "examples" / "embed_app.py"
@@ -240,7 +244,8 @@ def test_core_actor_failure_stops_only_that_host(state_dir, other_state_dir, app
 def test_start_on_a_held_state_dir_raises_and_leaves_nothing_running(state_dir, hosts) -> None:
     holder = hosts(state_dir, lease_s=2)
     settled = Snapshot()
-    fds = sorted(os.listdir("/proc/self/fd"))
+    lock_fds = _open_files_under(state_dir).count(str(state_dir / "host.lock"))
+    assert lock_fds == 1  # the holder's
 
     with pytest.raises(HostAlreadyRunning) as refused:
         start_host(HostConfig(state_dir=state_dir, lease_s=2))
@@ -248,7 +253,7 @@ def test_start_on_a_held_state_dir_raises_and_leaves_nothing_running(state_dir, 
     assert str(state_dir) in str(refused.value)
 
     assert settled.extra() == {"threads": [], "children": [], "actors": []}
-    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert _open_files_under(state_dir).count(str(state_dir / "host.lock")) == lock_fds  # no leaked lock fd
     assert not _lock_is_free(state_dir)
     assert not holder.stopped and _fenced_write_ok(holder)
     row = _row(state_dir)
@@ -282,18 +287,49 @@ def test_start_stop_cycles_on_one_dir_take_successive_epochs(state_dir, hosts) -
     before.wait_back()
 
 
-@pytest.mark.xfail(strict=True, raises=PiwfError, reason=(
-    "after a core actor fails the lease cannot be released (the writer is gone), and acquire_lease "
-    "(actors/lease.py) treats the recorded holder - this very process - as alive, so a restart in the "
-    "same process is refused until the lease expires; the error is also an untyped _CodedError, not "
-    "HostAlreadyRunning (store/requests.py _CODE_TO_CLASS lacks host_already_running)"))
 def test_restart_in_the_same_process_after_a_core_failure(state_dir, hosts) -> None:
     failed = hosts(state_dir, lease_s=30)
     failed.writer.ref.tell(object())
     assert failed.wait(10)
-    assert _lock_is_free(state_dir)  # nothing holds the directory any more ...
-    restarted = hosts(state_dir, lease_s=30)  # ... so this should not wait 30 s for the lease to expire
+    # The writer died first, so the lease could not be released and is still on record ...
+    held = _row(state_dir)
+    assert (held["epoch"], held["pid"]) == (1, os.getpid()) and held["host_id"] is not None
+    assert held["expires_at"] > time.time() + 20
+    assert _lock_is_free(state_dir)
+    # ... but this process holds the lock file now, so no live host can own it: no 30 s wait.
+    restarted = hosts(state_dir, lease_s=30)
     assert restarted.epoch == 2
+    assert _fenced_write_ok(restarted)
+
+
+def test_live_lease_holder_without_the_lock_file_is_not_displaced(state_dir, hosts) -> None:
+    # A live host whose lock file was deleted under it still holds the lease row: the lock
+    # alone must not let a new host displace it (the lease row is the second fence).
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
+    try:
+        db = open_store(state_dir / "state.db")
+        try:
+            taken = apply_batch(db, [WriteCommand("lease.acquire", {
+                "host_id": "elsewhere", "token_hash": "t" * 64, "pid": holder.pid,
+                "process_start_identity": process_start_identity(holder.pid), "lease_s": 600,
+            })], time.time()).results[0]
+        finally:
+            db.close()
+        assert taken.ok, taken.error
+        before = Snapshot()
+
+        with pytest.raises(HostAlreadyRunning) as refused:
+            hosts(state_dir, lease_s=2)
+        assert f"pid {holder.pid}" in str(refused.value)
+
+        before.wait_back()  # the writer and supervisor it had started are gone again
+        assert _lock_is_free(state_dir)
+        assert _open_files_under(state_dir) == []
+        row = _row(state_dir)
+        assert (row["epoch"], row["pid"], row["host_id"]) == (1, holder.pid, "elsewhere")
+    finally:
+        holder.kill()
+        holder.wait(10)
 
 
 @pytest.mark.parametrize("use_state_dir", [True, False], ids=["state-dir", "temporary-dir"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import textwrap
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from piwf_actors import HostConfig, start_host
+from piwf_actors.cli.main import main
 from piwf_actors.cli.values import cutoff, key_value
 from piwf_actors.client import Client
 
@@ -63,6 +65,8 @@ def env() -> Iterator[dict[str, Any]]:
     state = _short_dir("pc-")
     work = _short_dir("pc-wf-")
     (work / "wf.py").write_text(WORKFLOWS)
+    (work / "proj" / ".piwf" / "workflows").mkdir(parents=True)
+    (work / "proj" / ".piwf" / "workflows" / "flows.py").write_text(WORKFLOWS)
     host = start_host(HostConfig(state_dir=state, max_workers=4))
     try:
         yield {"state": state, "work": work, "wf": str(work / "wf.py"), "host": host}
@@ -122,6 +126,14 @@ def test_start_key_values_build_the_input_and_relative_paths_work(env: dict[str,
     assert view["project_path"] == str(env["work"])
 
 
+def test_start_a_discovered_workflow_by_name(env: dict[str, Any]) -> None:
+    project = env["work"] / "proj"
+    by_flag = ok_json(piwf(env["state"], "start", "quick", "--project", str(project), "--wait", "--json"))
+    assert by_flag["status"] == "done" and by_flag["project_path"] == str(project)
+    from_cwd = ok_json(piwf(env["state"], "start", "quick", "--json", cwd=project))
+    assert wait_status(env, from_cwd["run_id"], ("done",))["project_path"] == str(project)
+
+
 def test_failed_run_exits_1_and_untrusted_text_is_not_markup(env: dict[str, Any]) -> None:
     result = piwf(env["state"], "start", f"{env['wf']}:failing", "--wait")
     assert result.returncode == 1, result.stderr
@@ -142,7 +154,6 @@ def test_list_and_show(env: dict[str, Any]) -> None:
     assert shown.returncode == 0, shown.stderr
     for text in (run_id, "quick", "done", "nodes", '{"got":{"who":"list"}}'):
         assert text in shown.stdout
-    assert ok_json(piwf(env["state"], "show", run_id, "--json"))["run_id"] == run_id
 
 
 def test_events(env: dict[str, Any]) -> None:
@@ -187,8 +198,8 @@ def test_pause_resume_cancel_follow_and_restart(env: dict[str, Any]) -> None:
 
 
 def test_unknown_run_and_effect_exit_1(env: dict[str, Any]) -> None:
-    for args in (("show", "run_nope"), ("events", "run_nope"), ("cancel", "run_nope"), ("restart", "run_nope"),
-                 ("watch", "run_nope"), ("effect", "resolve", "eff_nope", "confirm")):
+    for args in (("show", "run_nope"), ("restart", "run_nope"), ("watch", "run_nope"),
+                 ("effect", "resolve", "eff_nope", "confirm")):
         result = piwf(env["state"], *args)
         assert result.returncode == 1, (args, result.stderr)
         assert result.stderr.startswith("piwf: notFound: "), (args, result.stderr)
@@ -206,6 +217,10 @@ def test_status(env: dict[str, Any]) -> None:
     assert view["epoch"] >= 1 and view["lease"]["live"] is True
     assert set(view["runs"]) >= {"queued", "running", "done", "failed", "cancelled"}
     assert view["workers"]["max"] == 4 and "queue_depth" in view["writer"]
+    # Common options may come before the subcommand too (and PIWF_STATE_DIR names the default).
+    before = piwf(None, "--json", "--state-dir", str(env["state"]), "status",
+                  extra_env={"PIWF_STATE_DIR": "/nonexistent"})
+    assert ok_json(before)["epoch"] == view["epoch"]
     human = piwf(None, "status", extra_env={"PIWF_STATE_DIR": str(env["state"])})
     assert human.returncode == 0 and "epoch" in human.stdout and "commits/s" in human.stdout
 
@@ -217,10 +232,8 @@ def test_state_commands(env: dict[str, Any]) -> None:
         return
     status = ok_json(piwf(env["state"], "state", "status", "--json"))
     assert status["tables"]["run"] >= 1 and "done" in status["runs"]
-    verify = piwf(env["state"], "state", "verify", "--json")
-    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"] is True
-    human = piwf(env["state"], "state", "verify")
-    assert human.returncode == 0 and "state ok" in human.stdout
+    verify = piwf(env["state"], "state", "verify")
+    assert verify.returncode == 0 and "state ok" in verify.stdout
     destination = env["work"] / f"backup-{uuid.uuid4().hex[:6]}.db"
     backup = ok_json(piwf(env["state"], "state", "backup", str(destination), "--json"))
     assert backup["verified"] is True and destination.is_file()
@@ -243,13 +256,16 @@ def test_host_not_running_exits_3_with_a_hint() -> None:
     assert "piwf-host" in result.stderr and "no piwf host" in result.stderr
 
 
-def test_bad_usage_exits_2(env: dict[str, Any]) -> None:
-    for args in ((), ("start",), ("frobnicate",), ("list", "--limit", "many"), ("effect", "resolve", "e", "maybe"),
+def test_bad_usage_exits_2(env: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    result = piwf(env["state"], "start")  # once for real, through bin/piwf
+    assert result.returncode == 2 and "usage:" in result.stderr
+    for args in ((), ("frobnicate",), ("list", "--limit", "many"), ("effect", "resolve", "e", "maybe"),
                  ("start", "wf", "--input", "{not json"), ("start", "wf", "novalue"), ("state",),
-                 ("list", "--bogus")):
-        result = piwf(env["state"], *args)
-        assert result.returncode == 2, (args, result.stdout, result.stderr)
-        assert "usage:" in result.stderr
+                 ("list", "--bogus"), ("show",), ("state", "prune"), ("start", "wf", "--wait", "a=1", "-x")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args, "--state-dir", str(env["state"])])
+        assert exit_info.value.code == 2, args
+        assert "usage:" in capsys.readouterr().err, args
 
 
 def test_parsers() -> None:
@@ -297,9 +313,16 @@ def test_watch_in_a_terminal(env: dict[str, Any]) -> None:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
-def test_host_stop_ends_watches_with_exit_3() -> None:
+def test_verify_violations_then_host_stop_ends_watches_with_exit_3() -> None:
     state = _short_dir("pc-stop-")
     host = start_host(HostConfig(state_dir=state, max_workers=1))
+    # Break an invariant behind the host's back: an event of a run that does not exist.
+    with sqlite3.connect(state / "state.db") as db:
+        db.execute("INSERT INTO run_event (run_id, seq, kind, created_at) VALUES ('run_ghost', 1, 'note', 0)")
+    db.close()
+    verify = piwf(state, "state", "verify")
+    assert verify.returncode == 1 and "event_of_missing_run" in verify.stdout and "run_ghost" in verify.stdout
+    assert json.loads(piwf(state, "state", "verify", "--json").stdout)["ok"] is False
     watch = subprocess.Popen([str(PIWF), "watch", "--json", "--state-dir", str(state)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:

@@ -192,3 +192,31 @@ shell_failure_routed = define_workflow(
            "bad": compute(run=step)},
     edges=[switch("check", on="$result.outcome", cases={"ok": "good", "failed": "bad"})],
 )
+
+
+# --- host stop while runners are busy ------------------------------------------------
+
+
+def stubborn_step(ctx):
+    """Ignores SIGTERM (as a careless node might), so killing its worker takes the whole grace period."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record(ctx)
+    time.sleep(30)
+    return {"node": ctx.node_id}
+
+
+def gated_step(ctx):
+    """Records itself, then waits (up to 30 s) for the gate file named in the input to exist."""
+    record(ctx)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(ctx.input["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return {"node": ctx.node_id}
+
+
+stubborn = define_workflow(name="stubborn", start_at="stubborn", nodes={"stubborn": compute(run=stubborn_step)},
+                           edges=[])
+
+gated = define_workflow(name="gated", start_at="gated", nodes={"gated": compute(run=gated_step)}, edges=[])

@@ -1,0 +1,547 @@
+"""The client protocol end to end: a host in its own process, clients talking to its Unix socket.
+
+Every figure goes through `piwf_actors.client.Client` and a real host started
+as a subprocess (`bin/piwf-host --state-dir D --max-workers m`, durable:
+synchronous=FULL unless --synchronous says otherwise), so the clients' CPU
+never shares the host's GIL. Prints, from one run:
+
+  1. requests   round trips/s and p50/p99 latency of `host.status` and of
+                `run.get` (of an existing, finished 3-node run) with 1, 8 and
+                32 concurrent clients, each on its own connection, each
+                sending its next request when the previous answer arrived
+                (closed loop) for --seconds. Clients are processes (fork) by
+                default; `--client-mode thread` runs them as threads of this
+                process instead, `both` prints both. Host CPU is the host
+                process's user+sys time over the figure (psutil), per request.
+  2. watch      from a node commit to the `run` watch event that first shows
+                that node succeeded: one watcher connection per run, opened
+                before `run.start`, watching the run as soon as `run.start`
+                answers; runs one after another until --commits node commits
+                were seen. Latency = event arrival (time.time() here) minus
+                the `node_finished` event's created_at from `run.events`
+                (time.time() in the host's writer, taken when it starts the
+                batch, so the figure includes the commit's fsync). Nodes
+                already committed when the watch's first snapshot was taken
+                are not counted. For scale, one raw sqlite3 INSERT+COMMIT in
+                the same directory and synchronous mode.
+  3. runs       start→done of trivial 3-node compute runs through the socket,
+                one host per --workers value (max_workers=m, warm_workers=m),
+                closed loop: m client threads, each `run.start` → wait until
+                the run is seen done → next, --runs runs per value after a
+                short warm-up. "Seen done" comes from one `runs` watch on a
+                separate connection (shared by the clients). Prints runs/s,
+                start→done p50/p99 (client wall clock, run.start sent → done
+                event here) and created_at → finished_at from `run.get`, and
+                host/worker CPU per run.
+
+Run: .venv/bin/python bench/protocol.py [--seconds 2] [--commits 200] [--runs 120]
+     [--workers 1 2 8] [--clients 1 8 32] [--client-mode process|thread|both]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
+
+WORKFLOW_SOURCE = '''\
+"""Three trivial compute nodes: a → b → c."""
+
+from piwf_actors.workflows import compute, define_workflow, edge
+
+trivial = define_workflow(
+    name="trivial3",
+    start_at="a",
+    nodes={
+        "a": compute(run=lambda ctx: {"n": 1}),
+        "b": compute(run=lambda ctx: {"n": ctx.outputs["a"]["n"] + 1}),
+        "c": compute(run=lambda ctx: {"n": ctx.outputs["b"]["n"] + 1}),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+'''
+
+FINAL = ("done", "failed", "cancelled")
+WAIT_S = 60.0
+
+
+def pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --- the host, in its own process ------------------------------------------------------------
+
+
+class HostProcess:
+    def __init__(self, state_dir: Path, max_workers: int, synchronous: str) -> None:
+        self.state_dir = state_dir
+        self.max_workers = max_workers
+        self.socket_path = str(state_dir / "host.sock")
+        self._log = open(state_dir.parent / f"{state_dir.name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [str(REPO / "bin" / "piwf-host"), "--state-dir", str(state_dir), "--max-workers", str(max_workers),
+             "--synchronous", synchronous, "--log-level", "WARNING"],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.ps = psutil.Process(self.proc.pid)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the socket answers and the scheduler holds max_workers started workers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"piwf-host exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                with Client(socket_path=self.socket_path, retries=0, timeout=5) as client:
+                    workers = client.status()["workers"]
+                    if workers["idle"] + len(workers["active"]) >= self.max_workers:
+                        return
+            except HostNotRunning:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"piwf-host not ready within {timeout} s: {self.log_tail()}")
+
+    def cpu(self) -> tuple[float, float]:
+        """(host process cpu s, its child processes' cpu s — the workers)."""
+        times = self.ps.cpu_times()
+        workers = 0.0
+        for child in self.ps.children(recursive=True):
+            try:
+                t = child.cpu_times()
+                workers += t.user + t.system
+            except psutil.Error:
+                pass
+        return times.user + times.system, workers
+
+    def runqueue_wait(self) -> float | None:
+        """Seconds the host's threads spent runnable but waiting for a CPU (Linux schedstat), summed."""
+        total = 0.0
+        try:
+            tasks = os.listdir(f"/proc/{self.proc.pid}/task")
+        except OSError:
+            return None
+        for tid in tasks:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def log_tail(self) -> str:
+        self._log.flush()
+        text = (self.state_dir.parent / f"{self.state_dir.name}.log").read_text(errors="replace")
+        return " | ".join(text.strip().splitlines()[-5:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def finish_one(socket_path: str, spec: str) -> str:
+    """Start one run and wait until it is done; its run_id."""
+    with Client(socket_path=socket_path) as client:
+        run_id = client.start(spec, {"i": 0})["run_id"]
+        view = client.wait(run_id, timeout=WAIT_S)
+        if view["status"] != "done":
+            raise RuntimeError(f"run {run_id} ended {view['status']}: {view.get('error')}")
+        return run_id
+
+
+# --- 1. request round trips ---------------------------------------------------------------------
+
+
+def request_loop(socket_path: str, operation: str, run_id: str | None, seconds: float, go: Any,
+                 results: Any) -> None:
+    """One client: warm up, wait for the others, then request/answer in a loop for `seconds`."""
+    try:
+        client = Client(socket_path=socket_path)
+        client.connect()
+        for _ in range(20):
+            client.request(operation, run_id=run_id)
+        go.wait()
+        latencies = []
+        cpu0 = time.thread_time()
+        started = time.time()
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        now = t0
+        failures = 0
+        while now < end:
+            answer = client.request(operation, run_id=run_id)
+            after = time.perf_counter()
+            if not answer.ok:
+                failures += 1
+            latencies.append(after - now)
+            now = after
+        finished = time.time()
+        cpu = time.thread_time() - cpu0
+        client.close()
+        results.put((started, finished, latencies, failures, cpu, None))
+    except BaseException as exc:  # reported by the parent
+        results.put((0.0, 0.0, [], 0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+@dataclass
+class RequestFigure:
+    operation: str
+    clients: int
+    mode: str
+    count: int
+    elapsed_s: float
+    latencies_s: list[float]
+    failures: int
+    host_cpu_s: float
+    host_wait_s: float | None
+    clients_cpu_s: float
+    machine_busy: float
+
+    def line(self) -> str:
+        ms = [s * 1000 for s in self.latencies_s]
+        rate = self.count / self.elapsed_s
+        wait = "" if self.host_wait_s is None else f", waited for a cpu {self.host_wait_s / self.elapsed_s:4.0%}"
+        return (f"  {self.operation:<11} {self.clients:3d} client{'s' if self.clients > 1 else ' '} ({self.mode:<7}) "
+                f"{rate:7,.0f} req/s  p50 {pct(ms, 0.5):6.2f} ms  p99 {pct(ms, 0.99):6.2f} ms  "
+                f"host {self.host_cpu_s * 1e6 / self.count:4.0f} µs/req ({self.host_cpu_s / self.elapsed_s:4.0%} of a "
+                f"core{wait}), clients {self.clients_cpu_s * 1e6 / self.count:4.0f} µs/req, machine busy "
+                f"{self.machine_busy:4.0%}" + (f"   {self.failures} NOT ok" if self.failures else ""))
+
+
+def request_figure(host: HostProcess, operation: str, run_id: str | None, clients: int, mode: str,
+                   seconds: float) -> RequestFigure:
+    if mode == "process":
+        ctx = multiprocessing.get_context("fork")  # this process runs no threads here; the host is elsewhere
+        go: Any = ctx.Barrier(clients + 1)
+        results: Any = ctx.Queue()
+        workers: list[Any] = [ctx.Process(target=request_loop, args=(host.socket_path, operation, run_id, seconds,
+                                                                     go, results), daemon=True)
+                              for _ in range(clients)]
+    else:
+        import queue
+
+        go = threading.Barrier(clients + 1)
+        results = queue.Queue()
+        workers = [threading.Thread(target=request_loop, args=(host.socket_path, operation, run_id, seconds, go,
+                                                               results), daemon=True)
+                   for _ in range(clients)]
+    for worker in workers:
+        worker.start()
+    go.wait(timeout=60)
+    cpu_before, _ = host.cpu()
+    wait_before = host.runqueue_wait()
+    machine_before = psutil.cpu_times()
+    collected = [results.get(timeout=seconds + 60) for _ in range(clients)]
+    machine_after = psutil.cpu_times()
+    wait_after = host.runqueue_wait()
+    cpu_after, _ = host.cpu()
+    for worker in workers:
+        worker.join(timeout=30)
+    errors = [error for *_, error in collected if error]
+    if errors:
+        raise RuntimeError(f"{operation} client failed: {errors[0]}")
+    latencies = [s for _, _, lat, _, _, _ in collected for s in lat]
+    elapsed = max(f for _, f, *_ in collected) - min(s for s, *_ in collected)
+    idle = (machine_after.idle + machine_after.iowait) - (machine_before.idle + machine_before.iowait)
+    total = sum(machine_after) - sum(machine_before)
+    return RequestFigure(operation, clients, mode, len(latencies), elapsed, latencies,
+                         sum(f for _, _, _, f, _, _ in collected), cpu_after - cpu_before,
+                         None if wait_before is None or wait_after is None else wait_after - wait_before,
+                         sum(c for *_, c, _ in collected), 1 - idle / total if total > 0 else 0.0)
+
+
+# --- 2. watch latency ----------------------------------------------------------------------------
+
+
+def watch_latency(host: HostProcess, spec: str, commits: int) -> tuple[list[float], list[float], int, int]:
+    """(node commit → event latencies s, run done commit → event s, nodes skipped, runs)."""
+    samples: list[float] = []
+    done_samples: list[float] = []
+    skipped = 0
+    runs = 0
+    control = Client(socket_path=host.socket_path)
+    control.connect()
+    try:
+        while len(samples) < commits:
+            runs += 1
+            if runs > 4 * commits:
+                raise RuntimeError(f"only {len(samples)} node commits observed after {runs} runs")
+            with Client(socket_path=host.socket_path) as watcher:
+                run_id = control.start(spec, {"i": runs})["run_id"]
+                arrivals: list[tuple[float, dict[str, Any]]] = []
+                for event in watcher.watch("run", run_id=run_id, timeout=WAIT_S):
+                    arrivals.append((time.time(), event.get("payload") or {}))
+                    if arrivals[-1][1].get("status") in FINAL:
+                        break
+            answer = control.request("run.events", run_id=run_id)
+            if not answer.ok:
+                raise RuntimeError(f"run.events {run_id}: {answer.outcome} {answer.error}")
+            for record in answer.receipt["events"]:
+                if record["kind"] == "run_finished":
+                    for index, (arrived, view) in enumerate(arrivals):
+                        if view.get("status") in FINAL:
+                            if index > 0:
+                                done_samples.append(arrived - record["created_at"])
+                            break
+                if record["kind"] != "node_finished":
+                    continue
+                for index, (arrived, view) in enumerate(arrivals):
+                    node = next((n for n in view.get("nodes", ()) if n["node_id"] == record["node_id"]), None)
+                    if node is not None and node["status"] == "succeeded":
+                        if index == 0:
+                            skipped += 1  # committed before the watch's first snapshot
+                        else:
+                            samples.append(arrived - record["created_at"])
+                        break
+    finally:
+        control.close()
+    return samples, done_samples, skipped, runs
+
+
+def raw_commit_ms(directory: Path, synchronous: str, count: int = 100) -> list[float]:
+    """One INSERT + COMMIT per transaction on a WAL database in `directory` (the fsync floor)."""
+    path = directory / "raw-commit.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=wal")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA wal_autocheckpoint=20")  # the WAL wraps early: commits overwrite, as in a long-lived host
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT, created_at REAL)")
+        out = []
+        for i in range(-50, count):  # the first 50 (growing a fresh WAL file) are not counted
+            t0 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (payload, created_at) VALUES (?, ?)", (f'{{"i":{i}}}', time.time()))
+            conn.execute("COMMIT")
+            if i >= 0:
+                out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+# --- 3. runs start → done --------------------------------------------------------------------------
+
+
+class DoneWatcher:
+    """One `runs` watch on its own connection; wakes the client waiting for a run when it is final."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._client = Client(socket_path=socket_path)
+        self._client.connect()
+        self._cond = threading.Condition()
+        self._final: dict[str, tuple[str, float]] = {}  # run_id -> (status, perf_counter seen)
+        self.events = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-runs-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self._client.watch("runs"):
+                seen = time.perf_counter()
+                self.events += 1
+                with self._cond:
+                    for run in (event.get("payload") or {}).get("runs", ()):
+                        if run["status"] in FINAL and run["run_id"] not in self._final:
+                            self._final[run["run_id"]] = (run["status"], seen)
+                    self._cond.notify_all()
+        except BaseException as exc:  # the host closed the connection at stop, or a real failure
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def wait(self, run_id: str, timeout: float = WAIT_S) -> tuple[str, float]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while run_id not in self._final:
+                if self._error is not None:
+                    raise RuntimeError(f"runs watch failed: {self._error}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"run {run_id} not seen done within {timeout} s")
+                self._cond.wait(remaining)
+            return self._final[run_id]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass
+class RunsFigure:
+    workers: int
+    runs: int
+    elapsed_s: float
+    latencies_s: list[float]
+    db_latencies_s: list[float]
+    not_done: int
+    host_cpu_s: float
+    workers_cpu_s: float
+    watch_events: int
+
+
+def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, clients: int) -> RunsFigure:
+    per_client = [runs // clients + (1 if n < runs % clients else 0) for n in range(clients)]
+    results: list[tuple[float, float, str, str]] = []  # (started, seen, run_id, status)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    go = threading.Barrier(clients + 1)
+
+    def client(count: int) -> None:
+        try:
+            with Client(socket_path=host.socket_path) as conn:
+                go.wait()
+                for i in range(count):
+                    started = time.perf_counter()
+                    run_id = conn.start(spec, {"i": i})["run_id"]
+                    status, seen = watcher.wait(run_id)
+                    with lock:
+                        results.append((started, seen, run_id, status))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            go.abort()
+
+    threads = [threading.Thread(target=client, args=(c,), name=f"bench-client-{n}", daemon=True)
+               for n, c in enumerate(per_client)]
+    for t in threads:
+        t.start()
+    events_before = watcher.events
+    try:
+        go.wait(timeout=60)
+    except threading.BrokenBarrierError:
+        pass
+    cpu_before = host.cpu()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    elapsed = max(seen for _, seen, _, _ in results) - began
+    cpu_after = host.cpu()
+    db = []
+    with Client(socket_path=host.socket_path) as conn:
+        for _, _, run_id, _ in results:
+            view = conn.get(run_id)
+            if view.get("finished_at") is not None:
+                db.append(view["finished_at"] - view["created_at"])
+    return RunsFigure(clients, len(results), elapsed, [seen - started for started, seen, _, _ in results], db,
+                      sum(1 for *_, status in results if status != "done"), cpu_after[0] - cpu_before[0],
+                      cpu_after[1] - cpu_before[1], watcher.events - events_before)
+
+
+# --- main -------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per request figure (default 2)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--client-mode", choices=["process", "thread", "both"], default="process")
+    parser.add_argument("--commits", type=int, default=200, help="node commits for the watch figure (default 200)")
+    parser.add_argument("--runs", type=int, default=120, help="runs per max_workers value (default 120)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
+    parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
+    parser.add_argument("--dir", default=None, help="directory for the state dirs (default: a temp dir)")
+    args = parser.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="piwf-bench-proto-", dir=args.dir))
+    total = time.perf_counter()
+    try:
+        workflow_file = base / "trivial3.py"
+        workflow_file.write_text(WORKFLOW_SOURCE)
+        spec = f"{workflow_file}:trivial"
+        print(f"host: bin/piwf-host subprocess (synchronous={args.synchronous}); clients in this process "
+              f"(pid {os.getpid()}); {os.cpu_count()} cores, load average {load()}, python {sys.version.split()[0]}, "
+              f"state under {base}")
+
+        # 1 + 2 share one host (max_workers=1).
+        host = HostProcess(base / "requests", 1, args.synchronous)
+        try:
+            host.wait_ready()
+            run_id = finish_one(host.socket_path, spec)
+            modes = ["process", "thread"] if args.client_mode == "both" else [args.client_mode]
+            print(f"1. request round trips, closed loop, {args.seconds:g} s per figure, one connection per client "
+                  f"(host max_workers=1, idle; run.get of a done 3-node run)")
+            for operation, rid in (("host.status", None), ("run.get", run_id)):
+                for clients in args.clients:
+                    for mode in modes:
+                        print(request_figure(host, operation, rid, clients, mode, args.seconds).line(), flush=True)
+
+            samples, done_samples, skipped, runs = watch_latency(host, spec, args.commits)
+            ms = [s * 1000 for s in samples]
+            done_ms = [s * 1000 for s in done_samples]
+            raw = raw_commit_ms(base, args.synchronous)
+            print(f"2. watch latency, node_finished created_at (writer batch start) → `run` watch event received, "
+                  f"{runs} runs one at a time")
+            print(f"  node commits   p50 {pct(ms, 0.5):7.2f} ms  p90 {pct(ms, 0.9):7.2f} ms  p99 {pct(ms, 0.99):7.2f} ms"
+                  f"  max {max(ms):7.2f} ms  (n={len(ms)}; {skipped} committed before the watch's first snapshot, "
+                  f"not counted)")
+            print(f"  run done       p50 {pct(done_ms, 0.5):7.2f} ms  p99 {pct(done_ms, 0.99):7.2f} ms  "
+                  f"(the last node's commit, status done, n={len(done_ms)})")
+            print(f"  for scale: raw sqlite3 INSERT+COMMIT in the same dir, synchronous={args.synchronous}: "
+                  f"p50 {pct(raw, 0.5):6.2f} ms  p99 {pct(raw, 0.99):6.2f} ms")
+        finally:
+            host.stop()
+
+        print(f"3. runs start→done through the socket, closed loop: m client threads (run.start, then wait for "
+              f"the `runs` watch to show it done), {args.runs} runs per m after a warm-up")
+        for workers in args.workers:
+            host = HostProcess(base / f"runs-{workers}", workers, args.synchronous)
+            try:
+                host.wait_ready()
+                watcher = DoneWatcher(host.socket_path)
+                try:
+                    closed_loop(host, watcher, spec, max(2 * workers, 4), workers)  # warm-up, not reported
+                    fig = closed_loop(host, watcher, spec, args.runs, workers)
+                finally:
+                    watcher.close()
+            finally:
+                host.stop()
+            lat = [s * 1000 for s in fig.latencies_s]
+            db = [s * 1000 for s in fig.db_latencies_s]
+            failed = f", {fig.not_done} NOT done" if fig.not_done else ""
+            print(f"  max_workers={workers} ({workers} client{'s' if workers > 1 else ''}): "
+                  f"{fig.runs / fig.elapsed_s:6.1f} runs/s   start→done p50 {pct(lat, 0.5):6.1f} ms  "
+                  f"p99 {pct(lat, 0.99):6.1f} ms   created_at→finished_at p50 {pct(db, 0.5):6.1f} ms  "
+                  f"p99 {pct(db, 0.99):6.1f} ms{failed}")
+            print(f"      cpu ms/run: host {fig.host_cpu_s * 1000 / fig.runs:5.2f}, workers "
+                  f"{fig.workers_cpu_s * 1000 / fig.runs:5.2f}; host busy {fig.host_cpu_s / fig.elapsed_s:4.0%} of a "
+                  f"core; {fig.watch_events / fig.runs:4.1f} `runs` events/run")
+        print(f"total {time.perf_counter() - total:.0f} s; load average now {load()}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

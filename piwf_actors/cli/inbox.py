@@ -1,0 +1,131 @@
+"""`piwf inbox`, `piwf answer`, `piwf submit`, `piwf ack`: people and sessions in the loop."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from piwf_actors.cli import render
+from piwf_actors.cli.values import json_value
+
+
+def name_text(raw: str) -> tuple[str, str]:
+    """`name=text` for a decision's text input: the text is kept as typed (never parsed as JSON)."""
+    name, eq, text = raw.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected name=text, got {raw!r}")
+    return name, text
+
+
+def add_commands(add: Any, sub: Any) -> None:
+    """Register the commands. `answer` and `submit` take `--json VALUE` (the value to send), so their
+    output format follows the global flag given before the command: `piwf --json answer …`."""
+    p = add(sub, "inbox", "pending decisions, checkpoints, agent requests and session messages", cmd_inbox)
+    p.add_argument("--session", help="only what is addressed to this session")
+    state_only = argparse.ArgumentParser(add_help=False)
+    state_only.add_argument("--state-dir", default=argparse.SUPPRESS, help="the host's state directory")
+    p = sub.add_parser("answer", parents=[state_only], help="answer a decision or a checkpoint",
+                       description="Answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
+                                   "(REQUEST --json VALUE).")
+    p.set_defaults(handler=cmd_answer)
+    p.add_argument("request_id", metavar="REQUEST")
+    p.add_argument("choice", nargs="?", help="the decision's choice")
+    p.add_argument("--input", action="append", default=[], type=name_text, metavar="NAME=TEXT",
+                   help="text input of the chosen choice")
+    p.add_argument("--json", dest="value", type=json_value, metavar="VALUE", help="a checkpoint's answer as JSON")
+    p.add_argument("--session", help="the session answering (kept as provenance)")
+    p = sub.add_parser("submit", parents=[state_only], help="submit an agent step's output (waits for the verdict)",
+                       description="Submit an agent step's structured output; prints the worker's verdict.")
+    p.set_defaults(handler=cmd_submit)
+    p.add_argument("request_id", metavar="REQUEST")
+    p.add_argument("--json", dest="value", type=json_value, required=True, metavar="VALUE",
+                   help="the output as JSON")
+    p.add_argument("--session", help="the session the request is addressed to")
+    p = add(sub, "ack", "acknowledge a session message", cmd_ack)
+    p.add_argument("message_id", metavar="MESSAGE")
+
+
+def _requests_table(requests: list[dict[str, Any]]) -> Table:
+    table = Table(title="pending requests", title_justify="left")
+    for column in ("request", "kind", "run / node", "asks", "answers", "deadline"):
+        table.add_column(column, overflow="fold")
+    for request in requests:
+        contract = request.get("contract") or {}
+        if request["kind"] == "decision":
+            asks = f"{contract.get('title', '')}\n{contract.get('summary', '')}".strip()
+            answers = ", ".join(
+                key + (f" (--input {c['input']['name']}=…)" if c.get("input") else "")
+                for key, c in (contract.get("choices") or {}).items())
+        else:
+            asks = str(contract.get("prompt", ""))
+            answers = "--value JSON" + (f" matching {render.compact(contract['expected_output'])}"
+                                        if contract.get("expected_output") else "")
+        table.add_row(Text(request["request_id"]), Text(request["kind"]),
+                      Text(f"{request['run_id']}\n{request['node_id']}"), Text(asks), Text(answers),
+                      Text(render.when(request.get("deadline_at")) if request.get("deadline_at") else "—"))
+    return table
+
+
+def _messages_table(messages: list[dict[str, Any]]) -> Table:
+    table = Table(title="session messages", title_justify="left")
+    for column in ("message", "session", "kind", "run", "body"):
+        table.add_column(column, overflow="fold")
+    for message in messages:
+        table.add_row(Text(message["message_id"]), Text(str(message.get("session_id") or "—")),
+                      Text(message["kind"]), Text(str(message.get("run_id") or "")),
+                      Text(render.compact(message.get("body"), 100)))
+    return table
+
+
+def cmd_inbox(ctx: Any, _parser: argparse.ArgumentParser) -> int:
+    payload = {"session_id": ctx.args.session} if ctx.args.session else {}
+    receipt = ctx.call("interaction.list", payload)
+    ctx.show(receipt, lambda r: Group(_requests_table(r["requests"]), _messages_table(r["messages"])))
+    return 0
+
+
+def _find_request(ctx: Any, request_id: str) -> dict[str, Any] | None:
+    for request in ctx.call("interaction.list", {}).get("requests", []):
+        if request["request_id"] == request_id:
+            return request
+    return None
+
+
+def cmd_answer(ctx: Any, parser: argparse.ArgumentParser) -> int:
+    args = ctx.args
+    session = {"session_id": args.session} if args.session else {}
+    if args.choice is None:
+        if args.value is None:
+            parser.error("give a CHOICE (decision) or --value JSON (checkpoint)")
+        receipt = ctx.call("checkpoint.answer", {"request_id": args.request_id, "input": args.value, **session})
+    else:
+        if args.value is not None:
+            parser.error("a decision takes CHOICE [--input name=text], not --value")
+        response: dict[str, Any] = {"choice": args.choice}
+        if args.input:
+            response["input"] = dict(args.input)
+        request = _find_request(ctx, args.request_id)
+        envelope = {"expected_revision": request["revision"]} if request else {}
+        receipt = ctx.call("decision.answer", {"request_id": args.request_id, "response": response, **session},
+                           **envelope)
+    ctx.show(receipt, lambda r: Text(f"answered {args.request_id}: run {r.get('run_id')} resumes"))
+    return 0
+
+
+def cmd_submit(ctx: Any, _parser: argparse.ArgumentParser) -> int:
+    payload = {"request_id": ctx.args.request_id, "value": ctx.args.value}
+    if ctx.args.session:
+        payload["session_id"] = ctx.args.session
+    receipt = ctx.call("interaction.submit", payload)
+    ctx.show(receipt, lambda r: Text(f"submission {r.get('submission_id')} {r.get('outcome')}"))
+    return 0
+
+
+def cmd_ack(ctx: Any, _parser: argparse.ArgumentParser) -> int:
+    receipt = ctx.call("interaction.ack", {"message_id": ctx.args.message_id})
+    ctx.show(receipt, lambda _r: Text(f"acknowledged {ctx.args.message_id}"))
+    return 0
