@@ -288,7 +288,8 @@ class ClientGateway(CoreActor):
         status = payload.get("status")
         if status is not None and status not in queries.RUN_STATUSES:
             raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
-        runs = queries.run_list(self._reader, status, min(payload.get("limit") or 100, 1000))
+        limit = payload.get("limit")
+        runs = queries.run_list(self._reader, status, min(100 if limit is None else limit, 1000))
         self._reply(conn_id, request, "accepted", receipt={"runs": runs})
 
     def _run_get(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:

@@ -56,6 +56,7 @@ class _Parts:
     actors: list[tuple[str, pykka.ActorRef[Any]]] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
     stop_reason: str | None = None
+    stop_requested: bool = False  # a clean stop someone asked for (host.stop), not a failure
     stop_lock: threading.Lock = field(default_factory=threading.Lock)
     board: HostBoard = field(default_factory=HostBoard)
 
@@ -112,6 +113,7 @@ class HostSupervisor(CoreActor):
         self._stop_in_background(reason)
 
     def _shutdown(self, message: Shutdown) -> None:
+        self._parts.stop_requested = True
         self._stop_in_background(message.reason)
 
     def _stop_in_background(self, reason: str) -> None:
@@ -163,6 +165,11 @@ class HostHandle:
     @property
     def stop_reason(self) -> str | None:
         return self._parts.stop_reason
+
+    @property
+    def stop_requested(self) -> bool:
+        """True when the host stopped because someone asked it to (host.stop), not because of a failure."""
+        return self._parts.stop_requested
 
     def actor(self, name: str) -> pykka.ActorRef[Any] | None:
         for actor_name, ref in self._parts.actors:

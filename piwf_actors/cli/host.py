@@ -1,6 +1,6 @@
 """`piwf-host`: run a host in the foreground until SIGINT/SIGTERM.
 
-Exit status: 0 after a clean stop, 1 when the host could not start (another
+Exit status: 0 after a clean stop (signal or `piwf host stop`), 1 when the host could not start (another
 host holds the state directory, the database was refused …) or stopped
 because of a failure (lease lost, core actor crashed), 2 for bad usage.
 """
@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if host.stopped and not stop_requested.is_set():
         reason = host.stop_reason or "unknown reason"
         host.stop(reason)
+        if host.stop_requested:
+            log.info("stopped on request: %s", reason)
+            return 0
         print(f"piwf-host: stopped: {reason}", file=sys.stderr)
         return 1
     host.stop("signal received")

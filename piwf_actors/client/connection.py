@@ -125,6 +125,11 @@ class Client:
                 if attempt == self.retries:
                     raise
                 last_error = None
+            except socket.timeout:
+                # No answer in time is not a lost connection: the host may still be
+                # working on it (a backup), so the request is not sent again.
+                self.close()
+                raise TimeoutError(f"{operation}: no answer within {self.timeout:g} s") from None
             except (OSError, DecodeError, ConnectionError) as exc:
                 last_error = exc
             self.close()

@@ -81,8 +81,8 @@ class RunEngine:
         self._children: list[tuple[int, float]] = []
 
     def run(self) -> None:
-        state = self.channel.accepted("ready", {"definition_digest": self.workflow.digest, "pid": os.getpid()},
-                                      fenced=False)
+        state = self.channel.accepted("ready", {"definition_digest": self.workflow.digest, "pid": os.getpid(),
+                                                "start_at": self.workflow.start_at}, fenced=False)
         run_input = state["input"]
         outputs: dict[str, Any] = dict(state["outputs"])
         attempts: dict[str, int] = dict(state["attempts"])

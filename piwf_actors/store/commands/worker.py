@@ -111,6 +111,9 @@ def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> d
     ctx.conn.execute("UPDATE run_worker SET status = 'live' WHERE run_id = ? AND status = 'starting'", (run_id,))
     first = ctx.conn.execute("SELECT 1 FROM run_event WHERE run_id = ? AND kind = 'run_started' LIMIT 1",
                              (run_id,)).fetchone() is None
+    if run["current_node"] is None and payload.get("start_at"):
+        # Shown by run.get while the first node runs (pure nodes announce themselves only when done).
+        ctx.conn.execute("UPDATE run SET current_node = ? WHERE run_id = ?", (payload["start_at"], run_id))
     if payload.get("definition_digest") and not run["definition_digest"]:
         ctx.conn.execute("UPDATE run SET definition_digest = ? WHERE run_id = ?",
                          (payload["definition_digest"], run_id))
@@ -123,7 +126,7 @@ def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> d
         confirmed[node_id] = {"effect_id": effect_id, "output": loads(get_blob(ctx.conn, sha).decode()) if sha else None}
     return {
         "input": loads(get_blob(ctx.conn, run["input_sha256"]).decode()) if run["input_sha256"] else None,
-        "current_node": run["current_node"],
+        "current_node": run["current_node"],  # None on a fresh run: the worker starts at start_at
         "steps": run["steps"],
         "outputs": _latest_outputs(ctx, run_id),
         "attempts": _attempt_counts(ctx, run_id),
