@@ -12,7 +12,8 @@ never shares the host's GIL. Prints, from one run:
                 (closed loop) for --seconds. Clients are processes (fork) by
                 default; `--client-mode thread` runs them as threads of this
                 process instead, `both` prints both. Host CPU is the host
-                process's user+sys time over the figure (psutil), per request.
+                process's user+sys time over the figure (psutil), per request;
+                clients' CPU is their own thread time, per request.
   2. watch      from a node commit to the `run` watch event that first shows
                 that node succeeded: one watcher connection per run, opened
                 before `run.start`, watching the run as soon as `run.start`
@@ -22,8 +23,9 @@ never shares the host's GIL. Prints, from one run:
                 (time.time() in the host's writer, taken when it starts the
                 batch, so the figure includes the commit's fsync). Nodes
                 already committed when the watch's first snapshot was taken
-                are not counted. For scale, one raw sqlite3 INSERT+COMMIT in
-                the same directory and synchronous mode.
+                are not counted. For scale: one raw sqlite3 INSERT+COMMIT
+                in the same directory and synchronous mode, while a fresh WAL
+                file grows and once it is reused.
   3. runs       start→done of trivial 3-node compute runs through the socket,
                 one host per --workers value (max_workers=m, warm_workers=m),
                 closed loop: m client threads, each `run.start` → wait until
@@ -32,7 +34,16 @@ never shares the host's GIL. Prints, from one run:
                 separate connection (shared by the clients). Prints runs/s,
                 start→done p50/p99 (client wall clock, run.start sent → done
                 event here) and created_at → finished_at from `run.get`, and
-                host/worker CPU per run.
+                host/worker CPU per run. The `runs` watch is not free: each
+                event re-reads the 50 newest runs and the status counts and
+                digests them in the host's gateway thread (several ms of host
+                CPU per run here; polling the database from this process
+                instead would leave the host that CPU).
+
+Machine busy is the share of all cores in use over the figure (everything on
+the machine, not just the bench: other load shows up there); "waited for a
+cpu" is the time the host's threads spent runnable but not running, summed
+over its threads (/proc schedstat), as a share of the figure's wall time.
 
 Run: .venv/bin/python bench/protocol.py [--seconds 2] [--commits 200] [--runs 120]
      [--workers 1 2 8] [--clients 1 8 32] [--client-mode process|thread|both]
@@ -41,6 +52,7 @@ Run: .venv/bin/python bench/protocol.py [--seconds 2] [--commits 200] [--runs 12
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -327,24 +339,37 @@ def watch_latency(host: HostProcess, spec: str, commits: int) -> tuple[list[floa
     return samples, done_samples, skipped, runs
 
 
-def raw_commit_ms(directory: Path, synchronous: str, count: int = 100) -> list[float]:
-    """One INSERT + COMMIT per transaction on a WAL database in `directory` (the fsync floor)."""
+def raw_commit_ms(directory: Path, synchronous: str, count: int = 100) -> tuple[list[float], list[float]]:
+    """One INSERT + COMMIT per transaction on a WAL database in `directory`: (WAL growing, WAL reused) ms.
+
+    While a fresh WAL file grows, every commit's fsync also has to persist the
+    file's new size (a filesystem journal commit on ext4); once the WAL has
+    been checkpointed and restarts from its beginning, commits overwrite pages
+    in place, which can be cheaper. A fresh state dir (as here) starts in the
+    first regime; a long-lived host is mostly in the second. Both depend on
+    what else is writing to the disk.
+    """
     path = directory / "raw-commit.db"
     conn = sqlite3.connect(path, isolation_level=None)
+
+    def commit(i: int) -> float:
+        t0 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (payload, created_at) VALUES (?, ?)", (f'{{"i":{i}}}', time.time()))
+        conn.execute("COMMIT")
+        return (time.perf_counter() - t0) * 1000
+
     try:
         conn.execute("PRAGMA journal_mode=wal")
         conn.execute(f"PRAGMA synchronous={synchronous}")
-        conn.execute("PRAGMA wal_autocheckpoint=20")  # the WAL wraps early: commits overwrite, as in a long-lived host
         conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT, created_at REAL)")
-        out = []
-        for i in range(-50, count):  # the first 50 (growing a fresh WAL file) are not counted
-            t0 = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t (payload, created_at) VALUES (?, ?)", (f'{{"i":{i}}}', time.time()))
-            conn.execute("COMMIT")
-            if i >= 0:
-                out.append((time.perf_counter() - t0) * 1000)
-        return out
+        growing = [commit(i) for i in range(count)]  # far below the 1000-page auto-checkpoint
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA wal_autocheckpoint=20")  # from here the WAL wraps every ~20 commits
+        for i in range(50):  # grow it to its working size once, not counted
+            commit(i)
+        reused = [commit(i) for i in range(count)]
+        return growing, reused
     finally:
         conn.close()
         for suffix in ("", "-wal", "-shm"):
@@ -409,6 +434,7 @@ class RunsFigure:
     host_cpu_s: float
     workers_cpu_s: float
     watch_events: int
+    machine_busy: float
 
 
 def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, clients: int) -> RunsFigure:
@@ -437,11 +463,10 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, c
     for t in threads:
         t.start()
     events_before = watcher.events
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: raised below
         go.wait(timeout=60)
-    except threading.BrokenBarrierError:
-        pass
     cpu_before = host.cpu()
+    machine_before = psutil.cpu_times()
     began = time.perf_counter()
     for t in threads:
         t.join()
@@ -449,6 +474,9 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, c
         raise errors[0]
     elapsed = max(seen for _, seen, _, _ in results) - began
     cpu_after = host.cpu()
+    machine_after = psutil.cpu_times()
+    idle = (machine_after.idle + machine_after.iowait) - (machine_before.idle + machine_before.iowait)
+    total = sum(machine_after) - sum(machine_before)
     db = []
     with Client(socket_path=host.socket_path) as conn:
         for _, _, run_id, _ in results:
@@ -457,7 +485,8 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, c
                 db.append(view["finished_at"] - view["created_at"])
     return RunsFigure(clients, len(results), elapsed, [seen - started for started, seen, _, _ in results], db,
                       sum(1 for *_, status in results if status != "done"), cpu_after[0] - cpu_before[0],
-                      cpu_after[1] - cpu_before[1], watcher.events - events_before)
+                      cpu_after[1] - cpu_before[1], watcher.events - events_before,
+                      1 - idle / total if total > 0 else 0.0)
 
 
 # --- main -------------------------------------------------------------------------------------------
@@ -509,8 +538,10 @@ def main() -> None:
                   f"not counted)")
             print(f"  run done       p50 {pct(done_ms, 0.5):7.2f} ms  p99 {pct(done_ms, 0.99):7.2f} ms  "
                   f"(the last node's commit, status done, n={len(done_ms)})")
-            print(f"  for scale: raw sqlite3 INSERT+COMMIT in the same dir, synchronous={args.synchronous}: "
-                  f"p50 {pct(raw, 0.5):6.2f} ms  p99 {pct(raw, 0.99):6.2f} ms")
+            growing, reused = raw
+            print(f"  for scale, raw sqlite3 INSERT+COMMIT in the same dir, synchronous={args.synchronous}: "
+                  f"WAL file growing p50 {pct(growing, 0.5):5.2f} ms p99 {pct(growing, 0.99):5.2f} ms; "
+                  f"WAL reused p50 {pct(reused, 0.5):5.2f} ms p99 {pct(reused, 0.99):5.2f} ms")
         finally:
             host.stop()
 
@@ -537,7 +568,7 @@ def main() -> None:
                   f"p99 {pct(db, 0.99):6.1f} ms{failed}")
             print(f"      cpu ms/run: host {fig.host_cpu_s * 1000 / fig.runs:5.2f}, workers "
                   f"{fig.workers_cpu_s * 1000 / fig.runs:5.2f}; host busy {fig.host_cpu_s / fig.elapsed_s:4.0%} of a "
-                  f"core; {fig.watch_events / fig.runs:4.1f} `runs` events/run")
+                  f"core; machine busy {fig.machine_busy:4.0%}; {fig.watch_events / fig.runs:4.1f} `runs` events/run")
         print(f"total {time.perf_counter() - total:.0f} s; load average now {load()}")
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -252,12 +252,17 @@ class Scheduler(CoreActor):
         if not result.ok:
             log.warning("claim renewal failed: %s", result.error)
             return
+        assert self._reader is not None
         for run_id, held in result.value.items():
             active = self._active.get(run_id)
-            if not held and active is not None and not active.stopping:
-                active.stopping = True
-                log.warning("run %s: claim lost", run_id)
-                safe_tell(active.ref, StopRunner("claimLost"))
+            if held or active is None or active.stopping:
+                continue
+            status = queries.run_status(self._reader, run_id)
+            if status is not None and status[0] not in ("starting", "running"):
+                continue  # the run ended or parked and released its claim; its runner is finishing
+            active.stopping = True
+            log.warning("run %s: claim lost", run_id)
+            safe_tell(active.ref, StopRunner("claimLost"))
 
     def _finished(self, message: RunnerFinished) -> None:
         active = self._active.pop(message.run_id, None)

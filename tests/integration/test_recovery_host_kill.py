@@ -17,33 +17,40 @@ create_time) and their records are settled.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import psutil
 import pytest
-from wf.harness import (  # noqa: F401  (guard is a fixture)
+from wf import harness
+from wf.harness import (
     Oracle,
     alive,
     committed_nodes,
     events,
     flow,
-    guard,
     rows,
     wait_for,
     wait_for_oracle,
     wait_for_status,
 )
 
+guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
+
 NODES = ["n1", "n2", "n3", "n4", "n5", "n6"]
 IDEMPOTENT_ACTIONS = {"n2", "n3", "n5"}
 
 
-def _kill_host_at(guard, state_dir: Path, oracle: Oracle, node_id: str, *, workflow_input=None):
+def _kill_host_at(guard, state_dir: Path, oracle: Oracle, node_id: str, *, workflow_input=None,
+                  workflow: str = "six", before_kill=None):
     """Start a host script (with a run when `workflow_input` is given), wait until `node_id`
     executes, SIGKILL the host; returns (run_id or None, epoch, old worker processes)."""
-    script = guard.host_script(state_dir, workflow=flow("six") if workflow_input else None, input=workflow_input)
+    script = guard.host_script(state_dir, workflow=flow(workflow) if workflow_input else None, input=workflow_input)
     epoch = int(script.value("EPOCH"))
     run_id = script.value("RUN") if workflow_input else None
     wait_for_oracle(oracle, node_id, timeout=20)
+    if before_kill is not None:
+        before_kill(run_id)
     workers = script.descendants()
     assert workers, "the host script has no worker processes"
     assert script.sigkill() < 0
@@ -67,13 +74,15 @@ def _assert_old_workers_settled(state_dir: Path, run_id: str, old_epochs: set[in
     workers = rows(state_dir, "SELECT host_epoch, status, outcome FROM run_worker WHERE run_id = ?", (run_id,))
     old = [w for w in workers if w["host_epoch"] in old_epochs]
     assert old and all(w["status"] == "orphaned" for w in old), workers
+    marks = ",".join("?" * len(old_epochs))
     unreleased = rows(state_dir, "SELECT pid, kind, host_epoch FROM child_process WHERE released_at IS NULL "
-                                 "AND host_epoch IN (%s)" % ",".join(str(e) for e in old_epochs))
+                                 f"AND host_epoch IN ({marks})", tuple(old_epochs))
     assert unreleased == []
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
-def test_host_sigkill_mid_run_resumes_from_last_committed_node(guard, state_dir, k) -> None:
+def test_host_sigkill_mid_run_resumes_from_last_committed_node(guard, state_dir, k, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="piwf_actors.actors.host")
     oracle = Oracle(state_dir / "oracle")
     hang = f"n{k}"
     run_id, old_epoch, old_workers = _kill_host_at(
@@ -93,6 +102,9 @@ def test_host_sigkill_mid_run_resumes_from_last_committed_node(guard, state_dir,
     # Reaping happens inside start_host, before the scheduler starts.
     wait_for(lambda: not any(alive(w) for w in old_workers), 5,
              lambda: f"old workers {[w.pid for w in old_workers if alive(w)]} to be reaped")
+    reaped = " ".join(r.getMessage() for r in caplog.records if "reaped orphan" in r.getMessage())
+    for worker in in_flight:
+        assert f"reaped orphan worker pid {worker.pid}" in reaped
 
     view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))
     assert view["status"] == "done", view
@@ -140,3 +152,42 @@ def test_two_host_kills_in_one_run(guard, state_dir) -> None:
     _assert_executions(oracle, run_id, [(committed_first, seen_first), (committed_second, seen_second)])
     assert oracle.counts(run_id) == {"n1": 1, "n2": 2, "n3": 1, "n4": 2, "n5": 1, "n6": 1}
     _assert_old_workers_settled(state_dir, run_id, {epoch1, epoch2})
+
+
+def test_host_sigkill_during_a_shell_node_parks_ambiguous_and_reaps_the_command(guard, state_dir) -> None:
+    """The worker and its shell command lead sessions of their own, so both outlive the host; the
+    next host reaps both (pid + create_time), parks the run on the ambiguous effect, and a person's
+    confirmation lets it finish without running the command again."""
+    oracle = Oracle(state_dir / "oracle")
+    commands: list[psutil.Process] = []
+
+    def registered(run_id: str) -> None:
+        found = wait_for(lambda: rows(state_dir, "SELECT pid FROM child_process WHERE run_id = ? AND kind = 'shell' "
+                                                 "AND released_at IS NULL", (run_id,)), 10, "the shell registration")
+        shell = psutil.Process(found[0]["pid"])
+        commands.extend([shell, *wait_for(lambda: shell.children(recursive=True), 5, "the shell's sleep")])
+
+    run_id, old_epoch, old_workers = _kill_host_at(
+        guard, state_dir, oracle, "s2", workflow="shell_effect", workflow_input={"oracle": str(oracle.path)},
+        before_kill=registered)
+    for process in commands:
+        guard.track(process.pid)
+    assert sorted(p.name() for p in commands) == ["sh", "sleep"]
+    assert all(alive(p) for p in commands), "the command should outlive its host"
+
+    host = guard.start_host(state_dir)
+    assert host.epoch > old_epoch
+    wait_for(lambda: not any(alive(p) for p in commands + old_workers), 5, "the orphaned worker and command to go")
+    view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))
+    assert (view["status"], view["park_reason"]) == ("parked", "ambiguous_effect"), view
+    effect_id = view["park_detail"]
+    assert [(e["effect_id"], e["node_id"], e["status"]) for e in view["effects"]] == [(effect_id, "s2", "ambiguous")]
+    assert rows(state_dir, "SELECT pid FROM child_process WHERE released_at IS NULL AND host_epoch = ?",
+                (old_epoch,)) == []
+
+    output = {"stdout": "it did happen\n", "stderr": "", "exit_code": 0, "duration_ms": 5}
+    host.resolve_effect(effect_id, "confirm", output=output)
+    view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))
+    assert view["status"] == "done", view
+    assert {n["node_id"]: n["output"] for n in view["nodes"]}["s2"] == output
+    assert oracle.counts(run_id) == {"s1": 1, "s2": 1, "s3": 1}

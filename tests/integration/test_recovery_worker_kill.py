@@ -22,18 +22,20 @@ import signal
 
 import psutil
 import pytest
-from wf.harness import (  # noqa: F401  (guard is a fixture)
+from wf import harness
+from wf.harness import (
     Oracle,
     active_worker,
     alive,
     events,
     flow,
-    guard,
     rows,
     wait_for,
     wait_for_oracle,
     wait_for_status,
 )
+
+guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 
 SETTLED = ("done", "failed", "cancelled", "parked")
 
@@ -79,8 +81,9 @@ def test_worker_sigkill_without_progress_parks_no_progress_then_resume_finishes(
     view = wait_for_status(host, run_id, SETTLED, timeout=10)
     assert (view["status"], view["park_reason"]) == ("parked", "no_progress"), view
     assert "SIGKILL" in view["park_detail"]
-    # Parking is the stop: nothing relaunches it on its own.
-    assert host.status()["scheduler"]["active"] == []
+    # Parking is the stop: the runner retires and nothing relaunches the run on its own.
+    wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the runner to retire")
+    assert _kinds(state_dir, run_id).count("run_claimed") == 1
     assert oracle.counts(run_id) == {"p1": 1}
 
     assert host.resume_run(run_id)["outcome"] == "accepted"
@@ -90,15 +93,7 @@ def test_worker_sigkill_without_progress_parks_no_progress_then_resume_finishes(
 
 
 def _shell_sleeps(guard) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sleep"
-            and _tagged(p, guard.tag)]
-
-
-def _tagged(process: psutil.Process, tag: str) -> bool:
-    try:
-        return process.environ().get("PIWF_RECOVERY_TEST_TAG") == tag and alive(process)
-    except psutil.Error:
-        return False
+    return [p for p in harness.tagged_processes(guard.tag) if p.name() == "sleep"]
 
 
 def _park_on_ambiguous_shell(guard, state_dir, host, oracle: Oracle) -> tuple[str, str]:

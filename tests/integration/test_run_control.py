@@ -9,18 +9,20 @@ with psutil that no process of the test (worker, shell command) is left.
 from __future__ import annotations
 
 import psutil
-from wf.harness import (  # noqa: F401  (guard is a fixture)
+from wf import harness
+from wf.harness import (
     Oracle,
     active_worker,
     alive,
     events,
     flow,
-    guard,
     tagged_processes,
     wait_for,
     wait_for_oracle,
     wait_for_status,
 )
+
+guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 
 SETTLED = ("done", "failed", "cancelled", "parked")
 FOUR = ["p1", "p2", "p3", "p4"]

@@ -13,7 +13,10 @@ Every node logs its executions to an oracle file outside the database.
 
 from __future__ import annotations
 
-from wf.harness import Oracle, events, flow, guard, rows, wait_for_status  # noqa: F401  (guard is a fixture)
+from wf import harness
+from wf.harness import Oracle, events, flow, rows, wait_for_status
+
+guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 
 SETTLED = ("done", "failed", "cancelled", "parked")
 

@@ -187,6 +187,18 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
     return found
 
 
+def describe(processes: list[psutil.Process]) -> str:
+    parts = []
+    for process in processes:
+        try:
+            parts.append(f"{process.pid} (parent {process.ppid()}, {process.status()}, "
+                         f"started {time.time() - process.create_time():.1f} s ago) "
+                         f"{' '.join(process.cmdline())[:120]!r}")
+        except psutil.Error:
+            parts.append(f"{process.pid} (gone)")
+    return "; ".join(parts) or "none"
+
+
 def kill_group_and_process(process: psutil.Process) -> None:
     try:
         if not alive(process):
@@ -298,8 +310,7 @@ class Harness:
                 break
             time.sleep(POLL_S)
         if left:
-            problems.append("processes still alive after teardown: "
-                            + "; ".join(f"{p.pid}" for p in left))
+            problems.append(f"processes still alive after teardown: {describe(left)}")
             for process in left:
                 kill_group_and_process(process)
         return problems

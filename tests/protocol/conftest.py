@@ -296,6 +296,15 @@ def _children() -> set[int]:
     return found
 
 
+def host_config(state_dir: Path, limits: Limits | dict[str, Any] | None = None, **config: Any) -> HostConfig:
+    if isinstance(limits, dict):
+        limits = Limits(**limits)
+    settings = {**HOST_DEFAULTS, **config}
+    if limits is not None:
+        settings["limits"] = limits
+    return HostConfig(state_dir=state_dir, **settings)
+
+
 @pytest.fixture
 def make_host(state_dir: Path) -> Iterator[Callable[..., HostHandle]]:
     """`make_host(limits=Limits(...) or dict, **config)`: a host on the test's state directory.
@@ -307,12 +316,7 @@ def make_host(state_dir: Path) -> Iterator[Callable[..., HostHandle]]:
     hosts: list[HostHandle] = []
 
     def make(limits: Limits | dict[str, Any] | None = None, **config: Any) -> HostHandle:
-        if isinstance(limits, dict):
-            limits = Limits(**limits)
-        settings = {**HOST_DEFAULTS, **config}
-        if limits is not None:
-            settings["limits"] = limits
-        host = start_host(HostConfig(state_dir=state_dir, **settings))
+        host = start_host(host_config(state_dir, limits, **config))
         hosts.append(host)
         return host
 
@@ -380,7 +384,7 @@ def wait_run(conn: Conn, run_id: str, statuses: tuple[str, ...] = ("done", "fail
     return wait_for(reached, timeout, lambda: f"run {run_id} to reach {statuses}: {seen.get('view')}")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def proto() -> Any:
     """This module's helpers (flow, frame_bytes, body_frame, request_frame, wait_for, wait_run, Conn …),
     for test modules, which cannot import a conftest by name."""

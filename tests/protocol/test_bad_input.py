@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -30,6 +32,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from piwf_actors import start_host
 from piwf_actors.protocol.socket_loop import Limits
 
 PLACEHOLDER = "PLACEHOLDER_"  # packs as b"\xac" + 12 bytes
@@ -112,11 +115,26 @@ MALFORMED: dict[str, tuple[bytes, bool]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def shared(proto):
+    """One host (64 KiB frames) and one bystander for the whole catalogue of bad frames and
+    requests: the bystander stays connected through all of them."""
+    state_dir = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+    host = start_host(proto.host_config(state_dir, Limits(max_frame_bytes=64 * 1024)))
+    bystander = proto.Bystander(host.paths.socket, client_id="bystander")
+    try:
+        yield host, bystander
+        bystander.assert_serving()
+    finally:
+        bystander.close()
+        host.stop("test teardown")
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 @pytest.mark.parametrize("case", list(MALFORMED))
-def test_malformed_frame_closes_only_that_connection(case, make_host, connect, proto) -> None:
-    host = make_host(limits=Limits(max_frame_bytes=64 * 1024))
-    bystander = connect(host, proto.Bystander, client_id="bystander")
-    bystander.assert_serving()
+def test_malformed_frame_closes_only_that_connection(case, shared, connect) -> None:
+    host, bystander = shared
+    bystander.wait_connections(1)
     data, shutdown = MALFORMED[case]
 
     bad = connect(host)
@@ -135,7 +153,8 @@ def test_malformed_frame_closes_only_that_connection(case, make_host, connect, p
     assert fresh.request("host.status")["outcome"] == "accepted"
 
 
-def test_nesting_of_exactly_32_is_decoded(host, bystander, connect) -> None:
+def test_nesting_of_exactly_32_is_decoded(shared, connect) -> None:
+    host, bystander = shared
     conn = connect(host)
     answer = conn.request("host.status", {"x": nested(30)})  # map(1) > payload(2) > 30 lists = 32
     assert answer["outcome"] == "rejected"  # decoded; refused only for the unknown payload field
@@ -234,7 +253,8 @@ INVALID: dict[str, tuple] = {
 
 
 @pytest.mark.parametrize("case", list(INVALID))
-def test_bad_request_is_rejected_and_connection_stays_open(case, host, bystander, connect, proto) -> None:
+def test_bad_request_is_rejected_and_connection_stays_open(case, shared, connect, proto) -> None:
+    host, bystander = shared
     operation, payload, fields, echo, fragment = INVALID[case]
     conn = connect(host)
     request = proto.request_frame(operation, payload, **fields)
@@ -251,8 +271,9 @@ def test_bad_request_is_rejected_and_connection_stays_open(case, host, bystander
 
 @pytest.mark.parametrize("operation", ["interaction.list", "checkpoint.answer", "decision.answer",
                                        "interaction.submit", "channel.status", "channel.reload"])
-def test_operations_not_available_yet_are_rejected(operation, host, bystander, connect) -> None:
+def test_operations_not_available_yet_are_rejected(operation, shared, connect) -> None:
     """Operations of the spec that have not landed are refused as such (skipped once they land)."""
+    host, bystander = shared
     conn = connect(host)
     answer = conn.request(operation, {})
     if "not available" not in (answer.get("error") or ""):
@@ -262,7 +283,8 @@ def test_operations_not_available_yet_are_rejected(operation, host, bystander, c
     bystander.assert_serving()
 
 
-def test_error_is_one_line_of_at_most_1000_characters(host, bystander, connect) -> None:
+def test_error_is_one_line_of_at_most_1000_characters(shared, connect) -> None:
+    host, bystander = shared
     conn = connect(host)
     payload = {f"field\n{i}\r\t" + "x" * 100: i for i in range(200)}
     answer = conn.request("run.list", payload)  # Conn checks the error's length and lines

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -196,10 +197,8 @@ class HostScript:
     def sigkill(self) -> int:
         """SIGKILL the host's whole process group (its workers lead their own sessions and stay)."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return self.proc.wait(10)
 
 
