@@ -46,6 +46,7 @@ class Launch:
     token_hash: str
     revision: int
     envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes
+    attached: bool = False  # the worker's pid was recorded with the claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +104,17 @@ class RunnerSupervisor(CoreActor):
         self._finished = False
         self._load_failure: str | None = None
         self._reusable = False
+        self._claim_released = False
 
     # --- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
         """Runs in the supervisor's thread: hands the launch to the worker and starts reading."""
         launch = self._launch
-        self._writer.submit(WriteCommand("runner.attach", {
-            "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": self._worker.pid,
-            "create_time": self._worker.create_time}))
+        if not launch.attached:
+            self._writer.submit(WriteCommand("runner.attach", {
+                "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": self._worker.pid,
+                "create_time": self._worker.create_time}))
         self._worker.launches += 1
         self._reader = threading.Thread(target=self._read_frames, name=f"runner-{launch.run_id}", daemon=True)
         self._reader.start()
@@ -160,6 +163,15 @@ class RunnerSupervisor(CoreActor):
         if kind == "request":
             self._forward(frame)
         elif kind == "run_over":
+            if self._claim_released and not self._exit_reported:
+                # The last transition ended the launch in the same commit (done,
+                # failed, parked): nothing is left to settle, so no extra commit.
+                self._exit_reported = True
+                self._finished = True
+                worker = self._worker if self._worker.alive() else None
+                safe_tell(self._scheduler, RunnerFinished(self._launch.run_id, worker, None))
+                self.actor_ref.stop(block=False)
+                return
             self._exit("exited", reusable=True)
         elif kind != "hello":
             log.warning("run %s: unexpected worker frame %r", self._launch.run_id, kind)
@@ -189,6 +201,8 @@ class RunnerSupervisor(CoreActor):
         if result.ok:
             answer = dict(result.value)
             answer.setdefault("outcome", "accepted")
+            if answer.get("released"):
+                self._claim_released = True
         else:
             answer = {"outcome": _OUTCOMES.get(result.error_code or "", "rejected"), "error": result.error}
         self._answer(message_id, answer)

@@ -75,6 +75,7 @@ class Scheduler(CoreActor):
         self._active: dict[str, ActiveRun] = {}
         self._idle: list[WorkerProcess] = []
         self._claiming = False
+        self._slots: list[tuple[WorkerProcess | None, str, str]] = []
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
@@ -131,25 +132,40 @@ class Scheduler(CoreActor):
     def _release_child(self, worker: WorkerProcess) -> None:
         self._writer.submit(WriteCommand("child.release", {"pid": worker.pid, "create_time": worker.create_time}))
 
-    def _take_worker(self) -> WorkerProcess:
+    # --- claiming ------------------------------------------------------------------
+
+    def _try_claim(self) -> None:
+        """Claim as many runs as there are free slots, in one command.
+
+        Idle warm workers are matched to slots before the claim so that their
+        pid is recorded with it; slots beyond the idle workers get a worker
+        spawned after the claim. Nothing is sent when no run is eligible.
+        """
+        free = self._max_workers - len(self._active)
+        if self._stopping or self._claiming or free <= 0:
+            return
+        assert self._reader is not None
+        if not queries.claimable_exists(self._reader, list(self._active)):
+            return
+        self._claiming = True
+        self._slots = []
+        for _ in range(free):
+            worker = self._idle_worker()
+            self._slots.append((worker, secrets.token_urlsafe(24), uuid.uuid4().hex))
+        slots = [{"token_hash": token_hash(token), "runner_epoch": epoch,
+                  **({"pid": worker.pid, "create_time": worker.create_time} if worker else {})}
+                 for worker, token, epoch in self._slots]
+        args = {"exclude": list(self._active), "slots": slots, "claim_lease_s": self._claim_lease_s}
+        self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
+
+    def _idle_worker(self) -> WorkerProcess | None:
         while self._idle:
             worker = self._idle.pop()
             if worker.alive():
                 return worker
             worker.process.wait()
             self._release_child(worker)
-        return self._spawn_worker()
-
-    # --- claiming ------------------------------------------------------------------
-
-    def _try_claim(self) -> None:
-        if self._stopping or self._claiming or len(self._active) >= self._max_workers:
-            return
-        self._claiming = True
-        self._pending_token = secrets.token_urlsafe(24)
-        args = {"exclude": list(self._active), "token_hash": token_hash(self._pending_token),
-                "runner_epoch": uuid.uuid4().hex, "claim_lease_s": self._claim_lease_s}
-        self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
+        return None
 
     def _written(self, result: WriteResult) -> None:
         if result.correlation_id == "prune":
@@ -170,28 +186,34 @@ class Scheduler(CoreActor):
         if result.correlation_id != "claim":
             return
         self._claiming = False
+        slots, self._slots = self._slots, []
+        claimed = result.value if result.ok else []
         if not result.ok:
-            log.warning("claiming a run failed: %s", result.error)
-            return
-        claimed = result.value
-        if claimed is None:
-            return
-        if self._stopping:
-            return  # the next host start re-queues it
-        self._launch(claimed)
-        self._try_claim()
+            log.warning("claiming runs failed: %s", result.error)
+        by_epoch = {run["runner_epoch"]: run for run in claimed}
+        for worker, token, epoch in slots:
+            run = by_epoch.get(epoch)
+            if run is None or self._stopping:
+                if worker is not None:
+                    self._idle.append(worker)  # unused slot: the worker stays warm
+                continue
+            self._launch(run, token, worker)
+        if claimed and not self._stopping:
+            self._try_claim()
 
-    def _launch(self, claimed: dict[str, Any]) -> None:
+    def _launch(self, claimed: dict[str, Any], token: str, worker: WorkerProcess | None) -> None:
         assert self._reader is not None
         source = queries.blob(self._reader, claimed["source_sha256"])
         launch = Launch(
             run_id=claimed["run_id"], generation=claimed["generation"], runner_epoch=claimed["runner_epoch"],
-            token_hash=token_hash(self._pending_token), revision=claimed["revision"],
+            token_hash=token_hash(token), revision=claimed["revision"],
             envelope={"workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
                       "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
                       "project_path": claimed["project_path"], "source": source or b""},
+            attached=worker is not None,
         )
-        worker = self._take_worker()
+        if worker is None:
+            worker = self._spawn_worker()
         ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s)
         self._active[launch.run_id] = ActiveRun(ref, launch, worker)
         self._launched += 1

@@ -167,3 +167,12 @@ def submission_state(reader: StoreReader, submission_id: str) -> dict[str, Any] 
 def next_deadline(reader: StoreReader) -> float | None:
     row = reader.one("SELECT min(deadline_at) FROM interactive_request WHERE status IN ('pending', 'presenting')")
     return None if row is None else row[0]
+
+
+def claimable_exists(reader: StoreReader, exclude: list[str]) -> bool:
+    """Is any run waiting to be claimed? (A cheap read before asking the writer to claim.)"""
+    marks = ",".join("?" * len(exclude)) or "''"
+    row = reader.one(
+        f"""SELECT 1 FROM run WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
+            AND run_id NOT IN ({marks}) LIMIT 1""", tuple(exclude))
+    return row is not None

@@ -105,5 +105,10 @@ def require_claim(ctx: WriteContext, run_id: str, token_hash: str, generation: i
 
 
 def release_claim(ctx: WriteContext, run_id: str) -> None:
-    ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ?", (run_id,))
+    """End the run's current claim; the launch that held it is over."""
+    claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING runner_epoch", (run_id,)).fetchone()
+    if claim is not None:
+        ctx.conn.execute("UPDATE run_worker SET status = 'exited', outcome = coalesce(outcome, 'exited'), "
+                         "ended_at = coalesce(ended_at, ?) WHERE worker_id = ? AND status IN ('starting', 'live')",
+                         (ctx.now, claim[0]))
     ctx.changes.touch("run_claim", run_id)

@@ -12,6 +12,7 @@ work; sibling `.py` modules first imported by this exec are dropped from
 from __future__ import annotations
 
 import itertools
+import functools
 import os
 import sys
 import threading
@@ -50,6 +51,13 @@ def _is_sibling(module: object, root: str) -> bool:
     return filename.startswith(root + os.sep) and "site-packages" not in filename
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(source: bytes, path: str) -> types.CodeType:
+    """Compiling is pure and code objects are immutable, so a warm worker reuses them;
+    every load still executes the code into a fresh module (no shared module state)."""
+    return compile(source, path, "exec", dont_inherit=True)
+
+
 def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.ModuleType:
     """Run `source` as a new module whose `__file__` is `path`; exceptions propagate."""
     path = os.path.abspath(path)
@@ -59,7 +67,7 @@ def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.Modu
     module = types.ModuleType(name)
     module.__file__ = path
     module.__package__ = package
-    code = compile(source, path, "exec", dont_inherit=True)
+    code = _compiled(source, path)
     wanted = [directory, package_root] + ([os.path.abspath(project_path)] if project_path else [])
     with _IMPORT_WINDOW:
         added = [entry for entry in dict.fromkeys(wanted) if entry not in sys.path]

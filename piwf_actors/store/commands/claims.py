@@ -20,27 +20,47 @@ from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_st
 def _eligible(ctx: WriteContext, exclude: list[str]) -> str | None:
     """The next run to start: fresh queued runs first (oldest first), then re-queued ones."""
     placeholders = ",".join("?" * len(exclude)) or "''"
-    row = ctx.conn.execute(
-        f"""SELECT run_id FROM run
-            WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
-              AND run_id NOT IN ({placeholders})
-              AND run_id NOT IN (SELECT run_id FROM run_claim)
-            ORDER BY steps > 0, created_at LIMIT 1""",
-        tuple(exclude),
-    ).fetchone()
-    return None if row is None else row[0]
+    # Two passes over the (status, created_at) index rather than one sort of the whole queue.
+    for progress in ("steps = 0", "steps > 0"):
+        row = ctx.conn.execute(
+            f"""SELECT run_id FROM run
+                WHERE status = 'queued' AND {progress} AND pause_requested = 0 AND cancel_requested = 0
+                  AND run_id NOT IN ({placeholders})
+                  AND run_id NOT IN (SELECT run_id FROM run_claim)
+                ORDER BY created_at LIMIT 1""",
+            tuple(exclude),
+        ).fetchone()
+        if row is not None:
+            return str(row[0])
+    return None
 
 
 @command("scheduler.claim_next")
-def claim_next(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    """Claim the next eligible run for a new runner; None when nothing is eligible.
+def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
+    """Claim eligible runs for new launches, one per slot.
 
-    Marks the run `starting`, records the claim and a `run_worker` row, and
-    returns what the runner supervisor needs to launch the worker.
+    `args.slots` lists {token_hash, runner_epoch, pid?, create_time?} — one
+    per free worker; the answer is the list of claimed runs (possibly
+    empty). Without `slots` the args are one slot and the answer is one
+    claimed run or None. Each claimed run is marked `starting`, gets a claim
+    and a `run_worker` row (with the worker's pid when it is known already).
     """
-    run_id = _eligible(ctx, list(args.get("exclude", [])))
-    if run_id is None:
-        return None
+    single = "slots" not in args
+    slots = [args] if single else list(args["slots"])
+    exclude = list(args.get("exclude", []))
+    claimed: list[dict[str, Any]] = []
+    for slot in slots:
+        run_id = _eligible(ctx, exclude)
+        if run_id is None:
+            break
+        exclude.append(run_id)
+        claimed.append(_claim(ctx, run_id, slot, float(args["claim_lease_s"])))
+    if single:
+        return claimed[0] if claimed else None
+    return claimed
+
+
+def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: float) -> dict[str, Any]:
     row = ctx.conn.execute(
         """INSERT INTO run_generation (run_id, generation) VALUES (?, 1)
            ON CONFLICT (run_id) DO UPDATE SET generation = generation + 1 RETURNING generation""",
@@ -51,19 +71,21 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any] | None
     ctx.conn.execute(
         """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,
                claimed_at, expires_at, progress_at_claim) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        (run_id, args["token_hash"], generation, args["runner_epoch"], ctx.host_epoch, ctx.now,
-         ctx.now + float(args["claim_lease_s"]), run["steps"]),
+        (run_id, slot["token_hash"], generation, slot["runner_epoch"], ctx.host_epoch, ctx.now,
+         ctx.now + claim_lease_s, run["steps"]),
     )
+    pid = slot.get("pid")
     ctx.conn.execute(
-        """INSERT INTO run_worker (worker_id, run_id, generation, runner_epoch, host_epoch, status, started_at)
-           VALUES (?, ?, ?, ?, ?, 'starting', ?)""",
-        (args["runner_epoch"], run_id, generation, args["runner_epoch"], ctx.host_epoch, ctx.now),
+        """INSERT INTO run_worker (worker_id, run_id, generation, runner_epoch, host_epoch, pid, process_create_time,
+               status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (slot["runner_epoch"], run_id, generation, slot["runner_epoch"], ctx.host_epoch, pid,
+         slot.get("create_time"), "starting" if pid is None else "live", ctx.now),
     )
     revision = set_status(ctx, run_id, "starting", "run_claimed",
-                          payload={"generation": generation, "runner_epoch": args["runner_epoch"]})
+                          payload={"generation": generation, "runner_epoch": slot["runner_epoch"]})
     return {
-        "run_id": run_id, "generation": generation, "runner_epoch": args["runner_epoch"], "revision": run["progress"],
-        "run_revision": revision,
+        "run_id": run_id, "generation": generation, "runner_epoch": slot["runner_epoch"], "revision": run["progress"],
+        "run_revision": revision, "token_hash": slot["token_hash"],
         "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
         "project_path": run["project_path"],

@@ -21,7 +21,7 @@ from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.ids import new_id
 from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
-from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
+from piwf_actors.store.runstate import claim_row, release_claim, require_claim, run_row, set_status
 
 Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]
 #: Operations that neither check nor move the progress revision (bookkeeping, not transitions).
@@ -82,6 +82,10 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             progress = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? RETURNING progress",
                                         (run_id,)).fetchone()[0]
         response = {"outcome": "accepted", "value": value, "revision": progress}
+        if claim_row(ctx.conn, run_id) is None:
+            # The transition ended the launch (run finished, failed or parked): the
+            # supervisor need not settle the run when the worker then ends the launch.
+            response["released"] = True
     ctx.conn.execute(
         """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
                response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
