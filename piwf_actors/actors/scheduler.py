@@ -108,10 +108,12 @@ class Scheduler(CoreActor):
             except pykka.ActorDeadError:
                 pass
         self._active.clear()
-        for worker in self._idle:
+        # Warm workers, including those lent to a claim still in flight.
+        for worker in self._idle + [w for w, _, _ in self._slots if w is not None]:
             worker.shutdown()
             self._release_child(worker)
         self._idle.clear()
+        self._slots = []
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -169,8 +169,11 @@ class SocketLoop:
             data = encode_frame({**{k: frame[k] for k in ("schema", "type", "request_id") if k in frame},
                                  "outcome": "rejected", "error": f"response could not be encoded: {exc}"})
         with self._posts_lock:
+            first = not self._posts
             self._posts.append((conn_id, data, is_response, close_after))
-        self._wake()
+        if first:
+            # Only the first post of a batch wakes the loop; it drains them all.
+            self._wake()
 
     def _wake(self) -> None:
         try:

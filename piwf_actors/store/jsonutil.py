@@ -17,7 +17,11 @@ def canonical_json(value: Any) -> str:
 
 def fingerprint(value: Any) -> str:
     """sha256 hex of the canonical JSON of `value` (bytes are hex-encoded first)."""
-    return hashlib.sha256(canonical_json(_plain(value)).encode()).hexdigest()
+    try:
+        text = canonical_json(value)  # the common case: already plain JSON
+    except TypeError:
+        text = canonical_json(_plain(value))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _plain(value: Any) -> Any:

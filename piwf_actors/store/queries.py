@@ -81,7 +81,12 @@ def run_list(reader: StoreReader, status: str | None = None, limit: int = 100) -
 
 
 def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
-    """Everything `run.get` returns: the run, its output and error, and its nodes."""
+    """Everything `run.get` returns: the run, its output and error, and its nodes (one snapshot)."""
+    with reader.snapshot():
+        return _run_view(reader, run_id)
+
+
+def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     cursor = reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
     row = cursor.fetchone()
     if row is None:

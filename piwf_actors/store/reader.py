@@ -7,7 +7,9 @@ with `mode=ro`.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,19 @@ class StoreReader:
 
     def close(self) -> None:
         self._db.close()
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Run several queries against one consistent view (a read transaction)."""
+        conn = self.conn
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
         return self.conn.execute(sql, params).fetchone()

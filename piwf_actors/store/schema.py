@@ -103,7 +103,7 @@ class Run(_Base):
 
     class Meta:
         table_name = "run"
-        indexes = ((("status", "created_at"), False), (("finished_at",), False))
+        indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False))
 
 
 class RunClaim(_Base):
