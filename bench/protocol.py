@@ -34,11 +34,13 @@ never shares the host's GIL. Prints, from one run:
                 separate connection (shared by the clients). Prints runs/s,
                 start→done p50/p99 (client wall clock, run.start sent → done
                 event here) and created_at → finished_at from `run.get`, and
-                host/worker CPU per run. The `runs` watch is not free: each
-                event re-reads the 50 newest runs and the status counts and
-                digests them in the host's gateway thread (several ms of host
-                CPU per run here; polling the database from this process
-                instead would leave the host that CPU).
+                host/worker CPU per run. Twice per m (--done-via): the
+                `runs` watch is not free (each event re-reads the 50 newest
+                runs and the status counts and digests them in the host's
+                gateway thread), so the same closed loop is repeated with
+                completion seen by polling the state database read-only
+                from this process every 1 ms instead, which costs the host
+                nothing.
 
 Machine busy is the share of all cores in use over the figure (everything on
 the machine, not just the bench: other load shows up there); "waited for a
@@ -47,6 +49,7 @@ over its threads (/proc schedstat), as a share of the figure's wall time.
 
 Run: .venv/bin/python bench/protocol.py [--seconds 2] [--commits 200] [--runs 120]
      [--workers 1 2 8] [--clients 1 8 32] [--client-mode process|thread|both]
+     [--done-via runs|db|both]
 """
 
 from __future__ import annotations
@@ -423,6 +426,54 @@ class DoneWatcher:
         self._client.close()
 
 
+class DbPoller:
+    """Sees runs finish by polling the state database read-only from this process: no host CPU spent on it."""
+
+    def __init__(self, db_path: Path, interval_s: float = 0.001) -> None:
+        self._conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False)
+        self._interval_s = interval_s
+        self._cond = threading.Condition()
+        self._waiting: set[str] = set()
+        self._final: dict[str, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self.events = 0  # polls that found a run final
+        self._thread = threading.Thread(target=self._run, name="bench-db-poll", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            with self._cond:
+                waiting = tuple(self._waiting)
+            if not waiting:
+                continue
+            rows = self._conn.execute(f"SELECT run_id, status FROM run WHERE run_id IN ({','.join('?' * len(waiting))})",
+                                      waiting).fetchall()
+            seen = time.perf_counter()
+            with self._cond:
+                for run_id, status in rows:
+                    if status in FINAL:
+                        self._final[run_id] = (status, seen)
+                        self._waiting.discard(run_id)
+                        self.events += 1
+                self._cond.notify_all()
+
+    def wait(self, run_id: str, timeout: float = WAIT_S) -> tuple[str, float]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._waiting.add(run_id)
+            while run_id not in self._final:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"run {run_id} not seen done within {timeout} s")
+                self._cond.wait(remaining)
+            return self._final[run_id]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._conn.close()
+
+
 @dataclass
 class RunsFigure:
     workers: int
@@ -437,7 +488,8 @@ class RunsFigure:
     machine_busy: float
 
 
-def closed_loop(host: HostProcess, watcher: DoneWatcher, spec: str, runs: int, clients: int) -> RunsFigure:
+def closed_loop(host: HostProcess, watcher: DoneWatcher | DbPoller, spec: str, runs: int,
+                clients: int) -> RunsFigure:
     per_client = [runs // clients + (1 if n < runs % clients else 0) for n in range(clients)]
     results: list[tuple[float, float, str, str]] = []  # (started, seen, run_id, status)
     lock = threading.Lock()
@@ -500,6 +552,8 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=200, help="node commits for the watch figure (default 200)")
     parser.add_argument("--runs", type=int, default=120, help="runs per max_workers value (default 120)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
+    parser.add_argument("--done-via", choices=["runs", "db", "both"], default="both",
+                        help="how section 3 sees runs finish: a `runs` watch, polling the db, or both (default)")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
     parser.add_argument("--dir", default=None, help="directory for the state dirs (default: a temp dir)")
     args = parser.parse_args()
@@ -510,9 +564,9 @@ def main() -> None:
         workflow_file = base / "trivial3.py"
         workflow_file.write_text(WORKFLOW_SOURCE)
         spec = f"{workflow_file}:trivial"
-        print(f"host: bin/piwf-host subprocess (synchronous={args.synchronous}); clients in this process "
-              f"(pid {os.getpid()}); {os.cpu_count()} cores, load average {load()}, python {sys.version.split()[0]}, "
-              f"state under {base}")
+        print(f"host: bin/piwf-host subprocess (synchronous={args.synchronous}); clients: this process (pid "
+              f"{os.getpid()}), section 1 from {args.client_mode} clients, 2 and 3 from threads; {os.cpu_count()} cores, "
+              f"load average {load()}, python {sys.version.split()[0]}, state under {base}")
 
         # 1 + 2 share one host (max_workers=1).
         host = HostProcess(base / "requests", 1, args.synchronous)
@@ -545,30 +599,37 @@ def main() -> None:
         finally:
             host.stop()
 
-        print(f"3. runs start→done through the socket, closed loop: m client threads (run.start, then wait for "
-              f"the `runs` watch to show it done), {args.runs} runs per m after a warm-up")
+        print(f"3. runs start→done through the socket, closed loop: m client threads (run.start, wait until the run "
+              f"is seen done, next), {args.runs} runs per m and method after a warm-up, same host for both methods")
+        methods = ["runs", "db"] if args.done_via == "both" else [args.done_via]
         for workers in args.workers:
             host = HostProcess(base / f"runs-{workers}", workers, args.synchronous)
+            figures = {}
             try:
                 host.wait_ready()
-                watcher = DoneWatcher(host.socket_path)
-                try:
-                    closed_loop(host, watcher, spec, max(2 * workers, 4), workers)  # warm-up, not reported
-                    fig = closed_loop(host, watcher, spec, args.runs, workers)
-                finally:
-                    watcher.close()
+                for method in methods:
+                    watcher: DoneWatcher | DbPoller = (DoneWatcher(host.socket_path) if method == "runs"
+                                                       else DbPoller(host.state_dir / "state.db"))
+                    try:
+                        closed_loop(host, watcher, spec, max(2 * workers, 4), workers)  # warm-up, not reported
+                        figures[method] = closed_loop(host, watcher, spec, args.runs, workers)
+                    finally:
+                        watcher.close()
             finally:
                 host.stop()
-            lat = [s * 1000 for s in fig.latencies_s]
-            db = [s * 1000 for s in fig.db_latencies_s]
-            failed = f", {fig.not_done} NOT done" if fig.not_done else ""
-            print(f"  max_workers={workers} ({workers} client{'s' if workers > 1 else ''}): "
-                  f"{fig.runs / fig.elapsed_s:6.1f} runs/s   start→done p50 {pct(lat, 0.5):6.1f} ms  "
-                  f"p99 {pct(lat, 0.99):6.1f} ms   created_at→finished_at p50 {pct(db, 0.5):6.1f} ms  "
-                  f"p99 {pct(db, 0.99):6.1f} ms{failed}")
-            print(f"      cpu ms/run: host {fig.host_cpu_s * 1000 / fig.runs:5.2f}, workers "
-                  f"{fig.workers_cpu_s * 1000 / fig.runs:5.2f}; host busy {fig.host_cpu_s / fig.elapsed_s:4.0%} of a "
-                  f"core; machine busy {fig.machine_busy:4.0%}; {fig.watch_events / fig.runs:4.1f} `runs` events/run")
+            print(f"  max_workers={workers}, {workers} client{'s' if workers > 1 else ''}:")
+            for method, fig in figures.items():
+                lat = [s * 1000 for s in fig.latencies_s]
+                db = [s * 1000 for s in fig.db_latencies_s]
+                failed = f", {fig.not_done} NOT done" if fig.not_done else ""
+                label = "done seen via `runs` watch" if method == "runs" else "done seen by polling the db"
+                events = f"; {fig.watch_events / fig.runs:3.1f} `runs` events/run" if method == "runs" else ""
+                print(f"    {label:<28} {fig.runs / fig.elapsed_s:6.1f} runs/s   start→done p50 {pct(lat, 0.5):6.1f} ms  "
+                      f"p99 {pct(lat, 0.99):6.1f} ms   created_at→finished_at p50 {pct(db, 0.5):6.1f} ms  "
+                      f"p99 {pct(db, 0.99):6.1f} ms{failed}")
+                print(f"    {'':<28} cpu ms/run: host {fig.host_cpu_s * 1000 / fig.runs:5.2f}, workers "
+                      f"{fig.workers_cpu_s * 1000 / fig.runs:4.2f}; host busy {fig.host_cpu_s / fig.elapsed_s:4.0%} of a "
+                      f"core; machine busy {fig.machine_busy:4.0%}{events}")
         print(f"total {time.perf_counter() - total:.0f} s; load average now {load()}")
     finally:
         shutil.rmtree(base, ignore_errors=True)

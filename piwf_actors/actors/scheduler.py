@@ -102,12 +102,19 @@ class Scheduler(CoreActor):
             self._ticker.stop()
             self._ticker = None
         safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
+        lent = [active.worker for active in self._active.values()]
         for active in list(self._active.values()):
             try:
                 active.ref.stop(block=True, timeout=30)
             except pykka.ActorDeadError:
                 pass
         self._active.clear()
+        # A runner that finished while we were stopping handed its worker back in a
+        # RunnerFinished this actor will never read: no worker may outlive the host.
+        for worker in lent:
+            if worker.alive():
+                worker.shutdown()
+            self._release_child(worker)
         # Warm workers, including those lent to a claim still in flight.
         for worker in self._idle + [w for w, _, _ in self._slots if w is not None]:
             worker.shutdown()

@@ -13,6 +13,9 @@ after its run was claimed again, a replayed message) deterministic.
 - the same (runner epoch, message id) with the same payload returns the
   recorded answer with `"replayed": True` and applies nothing again; with
   another payload it is rejected.
+
+One test runs a real host: the scheduler's renewals keep the claim of a node
+that runs longer than the claim lease, so its result is not refused.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wf import harness
+from wf.harness import Oracle, events, flow, wait_for_status
 
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store
 from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
+
+guard = harness.guard  # the fixture of the real-process test (see wf/harness.py)
 
 T0 = 1_700_000_000.0
 
@@ -234,3 +241,13 @@ def test_replay_after_claim_loss_returns_the_recorded_answer(store, run_id) -> N
     replay = first.message("m1", "ready")
     assert replay.ok and replay.value == {**answer.value, "replayed": True}
     assert store.run_state(run_id)["status"] == "starting"
+
+
+def test_renewals_keep_the_claim_of_a_node_longer_than_the_claim_lease(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir, claim_lease_s=1.0)
+    run_id = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p2": 2.5}})["receipt"]["run_id"]
+    view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))
+    assert view["status"] == "done", view
+    assert oracle.counts(run_id) == {"p1": 1, "p2": 1, "p3": 1, "p4": 1}
+    assert [e["kind"] for e in events(state_dir, run_id)].count("run_claimed") == 1

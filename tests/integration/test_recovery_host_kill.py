@@ -12,7 +12,9 @@ the same directory and waits for the run to end `done`.
 Counted: every node ran; every node committed before the kill ran exactly
 once; only the node in flight at a kill ran twice; the new host's epoch is
 higher; the old host's worker processes are gone (reaped by pid +
-create_time) and their records are settled.
+create_time) and their records are settled. Variants: two kills in one run
+(three hosts), and a kill during a non-idempotent shell node, whose orphaned
+command the next host reaps before parking the run on the ambiguous effect.
 """
 
 from __future__ import annotations

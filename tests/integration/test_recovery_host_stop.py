@@ -54,13 +54,6 @@ def test_stop_mid_node_requeues_without_parking_and_the_next_host_finishes(guard
     assert oracle.counts(run_id) == {"p1": 2, "p2": 1, "p3": 1, "p4": 1}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "actors/scheduler.py Scheduler.release_resources stops each active RunnerSupervisor in turn; a runner "
-    "that completes meanwhile (runner.exit recorded) hands its reusable worker back with a RunnerFinished "
-    "tell that the stopping scheduler never processes, and then stops itself without killing the worker "
-    "(RunnerSupervisor.release_resources skips it because _finished is set); release_resources only shuts "
-    "down `_idle` workers, so that worker process outlives host.stop() (until the garbage collector happens "
-    "to close its socket)"))
 def test_stop_while_another_runner_hands_back_its_worker_leaves_no_worker(guard, state_dir, caplog) -> None:
     caplog.set_level(logging.INFO, logger="piwf_actors.runner.termination")
     oracle = Oracle(state_dir / "oracle")

@@ -112,3 +112,18 @@ def test_restart_of_a_running_run_cancels_it(guard, state_dir) -> None:
     assert view["parent_run_id"] == old
     assert oracle.counts(old) == {"p1": 1, "p2": 1}
     assert oracle.counts(new) == dict.fromkeys(FOUR, 1)
+
+
+def test_cancel_of_a_parked_run_ends_it_at_once(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    host = guard.start_host(state_dir)
+    run_id = host.start_run(flow("four"), {"oracle": str(oracle.path), "sleeps": {"p1": 1.0}})["receipt"]["run_id"]
+    wait_for_oracle(oracle, "p1")
+    host.pause_run(run_id)
+    assert wait_for_status(host, run_id, SETTLED)["status"] == "parked"
+    assert host.cancel_run(run_id)["receipt"]["status"] == "cancelled"
+    view = host.get_run(run_id)
+    assert view["status"] == "cancelled" and view["finished_at"] is not None
+    refused = host.writer.execute("run.resume", {"run_id": run_id})
+    assert (refused.ok, refused.error_code) == (False, "rejected")
+    assert oracle.counts(run_id) == {"p1": 1}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 
-import pytest
 from wf import harness
 from wf.harness import (
     Oracle,
@@ -30,22 +29,10 @@ guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 SETTLED = ("done", "failed", "cancelled", "parked")
 FOUR = ["p1", "p2", "p3", "p4"]
 
-REVISION_CONFLICT = (
-    "store/commands/runs.py pause_run (and resume_run's pause_cancelled branch) bump the run's revision "
-    "while a worker holds the claim; store/commands/worker.py worker_message then refuses that worker's next "
-    "fenced message (node_finished / effect_reserve, whose expected_revision predates the bump) with "
-    "`conflict`, the engine treats it as ProtocolBroken and the worker exits: the node result it had "
-    "computed is discarded and the node runs again; the run is settled by runner.exit instead of "
-    "parking at the node boundary (parked `no_progress` with a crash diagnostic when no node had been "
-    "committed in the launch)"
-)
-
-
 def _start_four(host, oracle: Oracle, **extra) -> str:
     return host.start_run(flow("four"), {"oracle": str(oracle.path), **extra})["receipt"]["run_id"]
 
 
-@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
 def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
@@ -72,7 +59,6 @@ def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_
     assert [n["attempts"] for n in view["nodes"]] == [1, 1, 1, 1]
 
 
-@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
 def test_pause_during_the_first_node_of_a_launch_parks_paused(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
@@ -87,7 +73,6 @@ def test_pause_during_the_first_node_of_a_launch_parks_paused(guard, state_dir) 
     assert oracle.counts(run_id) == dict.fromkeys(FOUR, 1)
 
 
-@pytest.mark.xfail(strict=True, reason=REVISION_CONFLICT)
 def test_resume_before_the_boundary_withdraws_the_pause_without_interrupting(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
@@ -104,11 +89,6 @@ def test_resume_before_the_boundary_withdraws_the_pause_without_interrupting(gua
     assert alive(worker)  # the same worker served the whole run (and went back to the pool)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store/commands/claims.py settle_interrupted_run parks a run `paused` (or `no_progress`) when its "
-    "runner dies with a pause pending, but leaves run.pause_requested = 1; store/commands/runs.py "
-    "resume_run then takes its `pause_requested` branch (clears the flag, answers status 'parked') and "
-    "does not re-queue, so the first run.resume is a no-op and a second one is needed"))
 def test_pause_then_worker_crash_parks_paused_and_one_resume_requeues(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)

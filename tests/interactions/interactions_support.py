@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -251,10 +252,8 @@ class HostScript:
     def sigkill(self) -> int:
         """SIGKILL the host's process group (workers lead their own sessions); returns the exit status."""
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return self.proc.wait(10)
 
 

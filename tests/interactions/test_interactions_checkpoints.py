@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,16 @@ SESSION = "sess-cp"
 ANSWER = {"items": [1, "two", {"three": 3.5}], "ok": True, "nothing": None, "text": "héllo ✓"}
 
 
-def _next_event(events: Any, timeout: float, what: str, match: Any) -> dict[str, Any]:
-    """The first event from the watch iterator for which `match(payload)` holds."""
+def _next_event(events: Iterator[dict[str, Any]], timeout: float, what: str,
+                match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The first event from the watch for which `match(payload)` holds (the watch's own
+    per-event timeout bounds each wait; a generator that raised is finished, so no retry)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             event = next(events)
-        except TimeoutError:
-            continue
+        except (TimeoutError, StopIteration):
+            break
         if match(event["payload"]):
             return event
     pytest.fail(f"no interactions event with {what} within {timeout} s")
@@ -30,7 +33,7 @@ def test_checkpoint_answer_becomes_the_output_and_messages_wait_for_ack(ix: Harn
     ix.host()
     client = ix.client()
     watcher = ix.client("watcher")
-    events = watcher.watch("interactions", session_id=SESSION, timeout=1.0)
+    events = watcher.watch("interactions", session_id=SESSION, timeout=15.0)
     first = next(events)  # the current view, at once
     assert first["topic"] == "interactions" and "requests" in first["payload"]
 

@@ -23,7 +23,6 @@ from interactions_support import (
     submissions,
     wait_for,
     wait_run,
-    wait_waiting,
 )
 
 from piwf_actors.client import Client, HostNotRunning

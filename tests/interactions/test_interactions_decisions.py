@@ -23,6 +23,8 @@ from interactions_support import (
     listed,
     pending_request,
     requests_of,
+    rows,
+    run_view,
     start,
     submissions,
     wait_run,
@@ -189,7 +191,7 @@ def test_invalid_answers_are_refused_and_the_run_keeps_waiting(ix: Harness, tmp_
     request = pending_request(client, run_id)
     revision = request["revision"]
 
-    cases = [
+    cases: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
         ("unknown choice", {"choice": "maybe"}, {}, "rejected", "unknown choice"),
         ("missing input", {"choice": "fix"}, {}, "rejected", "needs input"),
         ("wrong input name", {"choice": "fix", "input": {"why": "x"}}, {}, "rejected", "needs input"),
@@ -257,23 +259,13 @@ def test_cancel_while_waiting_cancels_the_request(ix: Harness, tmp_path: Path) -
     view = wait_run(client, run_id, ("cancelled",), timeout=10)
     assert view["status"] == "cancelled"
     assert requests_of(client, run_id) == []
-    assert [r["status"] for r in ix_rows_request(ix, request["request_id"])] == ["cancelled"]
+    assert rows(ix.state_dir, "SELECT status FROM interactive_request WHERE request_id = ?",
+                (request["request_id"],)) == [{"status": "cancelled"}]
 
     refused = _answer(client, request, {"choice": "ship"})
     assert refused.outcome == "rejected", refused
     assert "cancelled" in assert_one_line(refused.error)
     assert submissions(ix.state_dir, request["request_id"]) == []
-    assert run_view_status(client, run_id) == "cancelled"
+    assert run_view(client, run_id)["status"] == "cancelled"
     assert oracle.counts(run_id) == {}
 
-
-def ix_rows_request(ix: Harness, request_id: str) -> list[dict[str, Any]]:
-    from interactions_support import rows
-
-    return rows(ix.state_dir, "SELECT status FROM interactive_request WHERE request_id = ?", (request_id,))
-
-
-def run_view_status(client: Client, run_id: str) -> str:
-    from interactions_support import run_view
-
-    return run_view(client, run_id)["status"]

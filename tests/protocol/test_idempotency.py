@@ -233,3 +233,39 @@ def test_client_retry_of_run_control_is_adopted(operation, host, connect, proto,
     assert answer.outcome == "adopted", answer
     assert answer.receipt["run_id"] == run_id
     observer.request("run.cancel", run_id=run_id)
+
+
+def test_interaction_answers_replays_are_adopted(host, connect, proto) -> None:
+    conn = connect(host)
+    started = {}
+    for name, payload in (("asks", {}), ("decides", {"input": {"version": "1.2.0"}}),
+                          ("asks_agent", {"session_id": "sess-1"}), ("tells", {"session_id": "sess-1"})):
+        started[name] = conn.ok("run.start", {"workflow": proto.flow(name), **payload})["receipt"]["run_id"]
+
+    def pending() -> dict | None:
+        receipt = conn.ok("interaction.list")["receipt"]
+        ready = len(receipt["requests"]) == 3 and any(m["kind"] == "notify" for m in receipt["messages"])
+        return receipt if ready else None
+
+    receipt = proto.wait_for(pending, 15, lambda: "three pending requests and a notify message: "
+                             f"{conn.ok('interaction.list')['receipt']}")
+    by_kind = {r["kind"]: r for r in receipt["requests"]}
+
+    _replay(conn, "checkpoint.answer", {"request_id": by_kind["checkpoint"]["request_id"], "submission_id": "cp-1",
+                                        "input": {"version": "1.2.0"}}, key="answer-cp")
+    decision = by_kind["decision"]
+    _replay(conn, "decision.answer", {"request_id": decision["request_id"], "submission_id": "d-1",
+                                      "response": {"choice": "ship"}},
+            key="answer-d", expected_revision=decision["revision"])
+    submitted, _ = _replay(conn, "interaction.submit", {"request_id": by_kind["agent"]["request_id"],
+                                                        "submission_id": "a-1", "session_id": "sess-1",
+                                                        "value": {"summary": "Adds retries"}}, key="submit-a")
+    assert submitted["receipt"]["outcome"] == "accepted"
+    (message,) = [m for m in receipt["messages"] if m["kind"] == "notify"]
+    _replay(conn, "interaction.ack", {"message_id": message["message_id"]}, key="ack-m")
+
+    assert proto.wait_run(conn, started["asks"])["output"] == {"version": "1.2.0"}
+    assert proto.wait_run(conn, started["decides"])["output"] == {"choice": "ship"}
+    assert proto.wait_run(conn, started["asks_agent"])["status"] == "done"
+    after = conn.ok("interaction.list")["receipt"]
+    assert after["requests"] == [] and message["message_id"] not in [m["message_id"] for m in after["messages"]]

@@ -51,7 +51,7 @@ def test_run_watch_sees_the_run_in_order_and_keeps_working(host, connect, proto)
 
     assert all(e["topic"] == "run" and e["subscription_id"] == "one-run" for e in events)
     revisions = [e["revision"] for e in events]
-    assert revisions[0] == 1 and all(a < b for a, b in zip(revisions, revisions[1:])), revisions
+    assert revisions[0] == 1 and all(a < b for a, b in zip(revisions, revisions[1:], strict=False)), revisions
     statuses = [e["payload"]["status"] for e in events]
     ranks = [STATUS_ORDER[s] for s in statuses]
     assert ranks == sorted(ranks), f"statuses went backwards: {statuses}"

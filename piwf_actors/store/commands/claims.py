@@ -165,6 +165,8 @@ def settle_interrupted_run(ctx: WriteContext, run_id: str, *, outcome: str, diag
     if run["status"] not in ("starting", "running"):
         return str(run["status"])
     if run["cancel_requested"]:
+        # An effect cut off by the cancel has an unknown outcome; record it as such.
+        recover_applying_effects(ctx, run_id)
         set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"runner_outcome": outcome})
         return "cancelled"
     effect_id = recover_applying_effects(ctx, run_id)

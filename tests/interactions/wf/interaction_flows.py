@@ -115,6 +115,11 @@ def _long_enough(_ctx, value):
     return None if len(value["summary"]) >= 5 else "summary is shorter than 5 characters"
 
 
+def _after_agent(ctx):
+    _record(ctx)
+    return {"summary": ctx.outputs["summarize"]["summary"]}
+
+
 def _agent_flow(name: str, *, max_submissions: int = 3, timeout_s: float | None = None):
     return define_workflow(
         name=name,
@@ -122,7 +127,7 @@ def _agent_flow(name: str, *, max_submissions: int = 3, timeout_s: float | None 
         nodes={
             "summarize": agent(prompt=lambda ctx: f"Summarize {ctx.input['topic']}", expected_output=SUMMARY_SHAPE,
                                validate=_long_enough, max_submissions=max_submissions, timeout_s=timeout_s),
-            "after": compute(run=lambda ctx: (_record(ctx), {"summary": ctx.outputs["summarize"]["summary"]})[1]),
+            "after": compute(run=_after_agent),
         },
         edges=[edge("summarize", "after")],
     )

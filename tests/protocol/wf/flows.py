@@ -55,3 +55,46 @@ effectful = define_workflow(
     nodes={"act": shell(command=_shell_command, shell=True), "after": compute(run=_step)},
     edges=[edge("act", "after")],
 )
+
+
+# --- interactive nodes (checkpoint, human decision, agent step, notify) -----------------
+
+from piwf_actors.workflows import agent, checkpoint, choice, human_decision, notify, text_input  # noqa: E402
+
+asks = define_workflow(
+    name="asks",
+    start_at="confirm",
+    nodes={"confirm": checkpoint(prompt="Type the version to release")},
+    edges=[],
+)
+
+decides = define_workflow(
+    name="decides",
+    start_at="approve",
+    nodes={
+        "approve": human_decision(
+            audience="operator",
+            choices={"ship": choice(label="Ship it"),
+                     "fix": choice(label="Needs changes",
+                                   input=text_input(name="instructions", prompt="What should change?"))},
+            request=lambda ctx: {"title": f"Ship {ctx.input['version']}?", "summary": "Tests passed."},
+        ),
+    },
+    edges=[],
+)
+
+asks_agent = define_workflow(
+    name="asks-agent",
+    start_at="summarize",
+    nodes={"summarize": agent(prompt="Summarize the change in one line",
+                              expected_output={"type": "object", "required": ["summary"],
+                                               "properties": {"summary": {"type": "string"}}})},
+    edges=[],
+)
+
+tells = define_workflow(
+    name="tells",
+    start_at="say",
+    nodes={"say": notify(message="Release 1.2.0 is out")},
+    edges=[],
+)
