@@ -102,11 +102,6 @@ def test_agent_fails_missing_submission_after_max_rejections(ix: Harness, tmp_pa
     assert [m["body"]["error"]["code"] for m in summary] == ["missing_submission"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: when max_submissions rejections fail the run, the request stays 'pending' "
-    "(store/commands/interactions.py _submission_verdict returns 'exhausted' without cancelling it, and "
-    "the worker's run_failed does not cancel the run's requests): it is still listed, and a later "
-    "interaction.submit is stored 'validating' and never decided, so the gateway never answers it"))
 def test_agent_request_of_a_run_failed_by_rejections_is_closed(ix: Harness, tmp_path: Path) -> None:
     ix.host()
     client = ix.client("summarizer")

@@ -138,9 +138,9 @@ def test_two_clients_answering_at_once_one_wins_and_the_run_resumes_once(ix: Har
     settled = [e["seq"] for e in trace if e["kind"] == "interaction_settled"]
     assert len(settled) == 1, trace
     after = [e for e in trace if e["seq"] > settled[0]]
-    # One resume: one wake (`run_resumed` with `after`: parked → queued), one claim, one
+    # One resume: one wake (`run_requeued` with `after`: parked → queued), one claim, one
     # worker start (`run_resumed` with the node it resumes at: queued → running).
-    wakes = [e["payload"] for e in after if e["kind"] == "run_resumed" and "after" in e["payload"]]
+    wakes = [e["payload"] for e in after if e["kind"] == "run_requeued" and "after" in e["payload"]]
     assert wakes == [{"after": "decision.answer"}], trace
     assert len([e for e in after if e["kind"] == "run_claimed"]) == 1, trace
     starts = [e["payload"] for e in after if e["kind"] == "run_resumed" and "after" not in e["payload"]]

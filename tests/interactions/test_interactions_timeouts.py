@@ -36,10 +36,10 @@ def test_decision_default_is_applied_when_its_deadline_passes(ix: Harness, tmp_p
     assert accepted[0]["submitted_at"] >= deadline_at
     kinds = [e["kind"] for e in events(ix.state_dir, run_id)]
     assert kinds.count("interaction_settled") == 1
-    # The run was woken once, by the deadline (a `run_resumed` with `after`; the worker's
+    # The run was woken once, by the deadline (a `run_requeued` with `after`; the worker's
     # `ready` logs another `run_resumed`, with the node it resumes at).
     wakes = [e["payload"] for e in events(ix.state_dir, run_id)
-             if e["kind"] == "run_resumed" and "after" in (e["payload"] or {})]
+             if e["kind"] == "run_requeued" and "after" in (e["payload"] or {})]
     assert wakes == [{"after": "timeout"}]
 
     # A human answer after the default was applied is too late.

@@ -184,7 +184,7 @@ def _wake_run(ctx: WriteContext, run_id: str, reason: str) -> None:
     """A parked-waiting run goes back to the queue to consume its answer."""
     run = run_row(ctx.conn, run_id)
     if run["status"] == "parked" and run["park_reason"] == "waiting":
-        set_status(ctx, run_id, "queued", "run_resumed", payload={"after": reason})
+        set_status(ctx, run_id, "queued", "run_requeued", payload={"after": reason})
 
 
 def _open_request(ctx: WriteContext, request_id: str, kind: str) -> dict[str, Any]:
