@@ -184,6 +184,13 @@ def _wake_run(ctx: WriteContext, run_id: str, reason: str) -> None:
     """A parked-waiting run goes back to the queue to consume its answer."""
     run = run_row(ctx.conn, run_id)
     if run["status"] == "parked" and run["park_reason"] == "waiting":
+        if run["pause_requested"]:
+            # Paused while it waited (a deadline can still settle it): it stays
+            # parked, now as paused, and `run.resume` lets it consume the answer.
+            ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+            set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
+                       payload={"reason": "paused", "after": reason})
+            return
         set_status(ctx, run_id, "queued", "run_requeued", payload={"after": reason})
 
 
