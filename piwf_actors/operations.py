@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.store.requests import WriteCommand
 from piwf_actors.errors import Rejected
+from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import ResolvedWorkflow, json_problem, resolve
 
 

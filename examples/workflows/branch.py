@@ -1,6 +1,6 @@
 """Branching with `switch`: route on a field of the previous node's output."""
 
-from piwf_actors.workflows import compute, define_workflow, edge, switch
+from piwf_actors.workflows import compute, define_workflow, switch
 
 triage = define_workflow(
     name="triage",

@@ -31,7 +31,7 @@ from piwf_actors.errors import PiwfError
 from piwf_actors.operations import WorkflowResolver, start_run_command
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
-from piwf_actors.protocol.payloads import MUTATING, PAYLOADS, check_payload
+from piwf_actors.protocol.payloads import PAYLOADS, check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.store import queries
 from piwf_actors.store.jsonutil import fingerprint
@@ -416,7 +416,8 @@ class ClientGateway(CoreActor):
         if key in self._watches:
             raise BadRequest(f"watch: subscription {payload['subscription_id']} already exists", request.request_id)
         if sum(1 for c, _ in self._watches if c == conn_id) >= MAX_WATCHES_PER_CONNECTION:
-            self._reply(conn_id, request, "unavailable", error="too many watches on this connection")
+            self._reply(conn_id, request, "rejected",
+                        error=f"at most {MAX_WATCHES_PER_CONNECTION} watches per connection")
             return
         if topic == "run":
             assert self._reader is not None

@@ -125,7 +125,7 @@ class Client:
                 if attempt == self.retries:
                     raise
                 last_error = None
-            except socket.timeout:
+            except TimeoutError:
                 # No answer in time is not a lost connection: the host may still be
                 # working on it (a backup), so the request is not sent again.
                 self.close()
@@ -177,7 +177,7 @@ class Client:
             self._sock.settimeout(timeout)
             try:
                 frame = recv_frame(self._sock)
-            except socket.timeout:
+            except TimeoutError:
                 raise TimeoutError("no event within the timeout") from None
             finally:
                 if self._sock is not None:

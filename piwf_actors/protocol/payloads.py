@@ -6,11 +6,15 @@ typo never silently means "not given".
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from piwf_actors.protocol.envelope import BadRequest, Request, is_int, non_finite_path
 
 Spec = dict[str, tuple[str, bool]]
+
+#: A run id a client chooses must be one the envelope can carry back.
+RUN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 #: Operations that change durable state: recorded by (client id, idempotency key).
 MUTATING = frozenset({
@@ -75,6 +79,10 @@ def check_payload(request: Request, spec: Spec) -> dict[str, Any]:
             raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
         if kind == "int" and not (0 <= payload[name] <= 2**53):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+    run_id = payload.get("run_id")
+    if isinstance(run_id, str) and not RUN_ID.fullmatch(run_id):
+        raise BadRequest(f"{request.operation}: payload.run_id must be 1-200 characters of letters, digits "
+                         "and _.:-", request.request_id)
     bad_float = non_finite_path(payload)
     if bad_float is not None:
         raise BadRequest(f"{request.operation}: {bad_float} is NaN or infinite, which cannot be stored",

@@ -230,10 +230,10 @@ class SocketLoop:
             self._conns[conn.conn_id] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
             if len(self._conns) > self._limits.max_connections:
+                conn.close_when_flushed = True  # set first: the flush below then closes it
                 self._enqueue(conn, encode_frame({
                     "schema": "piwf.client.v1", "type": "response", "request_id": None, "outcome": "unavailable",
-                    "error": f"too many connections; retry in {self._limits.retry_after_s:g} s"}))
-                conn.close_when_flushed = True
+                    "error": f"too many connections; retry in {self._limits.retry_after_s:g} s"}), force=True)
                 continue
             self._enqueue(conn, encode_frame(self._on_open(conn.conn_id)))
 

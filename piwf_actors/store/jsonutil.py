@@ -6,7 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 

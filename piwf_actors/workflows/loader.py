@@ -11,8 +11,8 @@ work; sibling `.py` modules first imported by this exec are dropped from
 
 from __future__ import annotations
 
-import itertools
 import functools
+import itertools
 import os
 import sys
 import threading

@@ -16,6 +16,7 @@ import contextlib
 import select
 import socket
 import struct
+import sys
 import time
 import uuid
 import warnings
@@ -392,6 +393,9 @@ def wait_run(conn: Conn, run_id: str, statuses: tuple[str, ...] = ("done", "fail
 def proto() -> Any:
     """This module's helpers (flow, frame_bytes, body_frame, request_frame, wait_for, wait_run, Conn …),
     for test modules, which cannot import a conftest by name."""
-    import sys
+    return _THIS_MODULE
 
-    return sys.modules[__name__]
+
+# Captured while this module is being imported: every conftest.py without a
+# package is named "conftest", so sys.modules["conftest"] may later be another one.
+_THIS_MODULE = sys.modules[__name__]

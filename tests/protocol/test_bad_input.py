@@ -317,9 +317,6 @@ def test_non_finite_float_input_is_rejected_not_unavailable(host, bystander, con
     bystander.assert_serving()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: run.start's payload.run_id is only checked to be a str, not like an "
-                   "envelope run_id (non-empty, <= 200 characters), so a run can be created that no run.get, "
-                   "run.cancel, run.pause … can ever name")
 def test_run_start_refuses_a_run_id_the_envelope_could_not_carry(host, bystander, connect, proto) -> None:
     conn = connect(host)
     answer = conn.request("run.start", {"workflow": proto.flow("quick"), "run_id": "r" * 201})
@@ -522,9 +519,6 @@ def test_too_many_connections_get_unavailable_with_retry_hint(make_host, connect
     assert again.request("host.status")["outcome"] == "accepted"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: SocketLoop._accept enqueues the refusal (which _flush sends at "
-                   "once) and only then sets close_when_flushed, so nothing ever closes the refused connection: "
-                   "it lingers, holding a slot, until the client hangs up")
 def test_refused_connection_is_closed_by_the_host(make_host, connect, proto) -> None:
     host = make_host(limits=Limits(max_connections=2))
     bystander = connect(host, proto.Bystander, client_id="bystander")

@@ -170,11 +170,11 @@ def test_watch_requests_that_cannot_be_served(host, connect, proto) -> None:
     answer = conn.request("watch", {"subscription_id": "nope", "topic": "run", "run_id": "run_nope"})
     assert answer["outcome"] == "notFound"
     assert conn.request("unwatch", {"subscription_id": "never"})["outcome"] == "notFound"
-    # At most 32 watches per connection; the 33rd is `unavailable`.
+    # At most 32 watches per connection; the 33rd is `rejected` (retrying would not help).
     for index in range(31):
         _watch(conn, f"w{index}", "host")
     answer = conn.request("watch", {"subscription_id": "one-too-many", "topic": "host"})
-    assert answer["outcome"] == "unavailable" and "too many watches" in answer["error"]
+    assert answer["outcome"] == "rejected" and "at most 32 watches" in answer["error"]
     assert conn.request("unwatch", {"subscription_id": "w0"})["outcome"] == "accepted"
     _watch(conn, "one-too-many", "host")
     assert conn.request("host.status")["outcome"] == "accepted"

@@ -43,9 +43,11 @@ def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
             raise Conflict(f"idempotency key {key} was already used for a different request")
         return {"outcome": "adopted", "receipt": loads(row[1]), "revision": row[2]}
     request_id = args.get("client_request_id") or key
-    clash = ctx.conn.execute("SELECT fingerprint FROM host_command WHERE client_id = ? AND request_id = ?",
-                             (client_id, request_id)).fetchone()
+    clash = ctx.conn.execute("SELECT fingerprint, receipt, revision FROM host_command "
+                             "WHERE client_id = ? AND request_id = ?", (client_id, request_id)).fetchone()
     if clash is not None:
+        if clash[0] == print_:  # the same request resent under a new key: still the same request
+            return {"outcome": "adopted", "receipt": loads(clash[1]), "revision": clash[2]}
         raise Conflict(f"request id {request_id} was already used for a different request")
     receipt = apply()
     ctx.conn.execute(
