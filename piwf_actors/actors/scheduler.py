@@ -218,7 +218,8 @@ class Scheduler(CoreActor):
             token_hash=token_hash(token), revision=claimed["revision"],
             envelope={"workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
                       "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
-                      "project_path": claimed["project_path"], "source": source or b""},
+                      "project_path": claimed["project_path"], "source": source or b"",
+                      "state": claimed.get("state")},
             attached=worker is not None,
         )
         if worker is None:

@@ -37,6 +37,7 @@ class SupervisorChannel:
         self.runner_epoch: str = launch["runner_epoch"]
         self.revision: int | None = launch.get("revision")
         self._next_id = 0
+        self._outstanding: str | None = None  # op of a request sent with `begin`, answer not read yet
 
     def request(self, op: str, payload: dict[str, Any] | None = None, *, fenced: bool = True) -> dict[str, Any]:
         """Send one request and wait for its answer; returns {outcome, value, revision, error}.
@@ -44,6 +45,14 @@ class SupervisorChannel:
         `fenced` requests carry the expected revision; the answer's revision
         becomes the next expectation.
         """
+        self.settle()
+        self.begin(op, payload, fenced=fenced)
+        return self._read_answer()
+
+    def begin(self, op: str, payload: dict[str, Any] | None = None, *, fenced: bool = True) -> None:
+        """Send a request without waiting; its answer is read (and must be accepted)
+        before the next request goes out, so requests stay strictly in order."""
+        self.settle()
         self._next_id += 1
         frame = {
             "kind": "request", "message_id": f"m{self._next_id}", "op": op, "run_id": self.run_id,
@@ -52,9 +61,24 @@ class SupervisorChannel:
         }
         try:
             send_frame(self._sock, frame)
-            answer = recv_frame(self._sock)
         except OSError as exc:
             raise ProtocolBroken(f"supervisor connection failed: {exc}") from exc
+        self._outstanding = op
+
+    def settle(self) -> None:
+        """Read the answer of a request sent with `begin`; anything but accepted ends the launch."""
+        if self._outstanding is None:
+            return
+        answer = self._read_answer()
+        if answer.get("outcome") != "accepted":
+            raise ProtocolBroken(f"{self._outstanding} was {answer.get('outcome')}: {answer.get('error')}")
+
+    def _read_answer(self) -> dict[str, Any]:
+        op, self._outstanding = self._outstanding, None
+        try:
+            answer = recv_frame(self._sock)
+        except OSError as exc:
+            raise ProtocolBroken(f"supervisor connection failed while waiting for {op}: {exc}") from exc
         if answer is None:
             raise ProtocolBroken("supervisor closed the connection")
         outcome = answer.get("outcome")

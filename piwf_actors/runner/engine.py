@@ -80,9 +80,17 @@ class RunEngine:
         self.channel = channel
         self._children: list[tuple[int, float]] = []
 
-    def run(self) -> None:
-        state = self.channel.accepted("ready", {"definition_digest": self.workflow.digest, "pid": os.getpid(),
-                                                "start_at": self.workflow.start_at}, fenced=False)
+    def run(self, launch_state: dict[str, Any] | None = None) -> None:
+        ready = {"definition_digest": self.workflow.digest, "pid": os.getpid(), "start_at": self.workflow.start_at}
+        if launch_state is not None:
+            # The claim shipped the state: start the first node while `ready` is
+            # committed. Its answer is read before the next request, so nothing the
+            # node reports, and no side effect (it needs effect_reserve first),
+            # gets ahead of it.
+            self.channel.begin("ready", ready, fenced=False)
+            state = launch_state
+        else:
+            state = self.channel.accepted("ready", ready, fenced=False)
         run_input = state["input"]
         outputs: dict[str, Any] = dict(state["outputs"])
         attempts: dict[str, int] = dict(state["attempts"])

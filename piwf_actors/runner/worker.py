@@ -36,7 +36,8 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
     except WorkflowLoadFailed as exc:
         channel.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
         return
-    RunEngine(workflow, channel).run()
+    RunEngine(workflow, channel).run(launch.get("state"))
+    channel.settle()
 
 
 def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:

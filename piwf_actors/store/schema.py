@@ -164,6 +164,8 @@ class RunEvent(_Base):
     class Meta:
         table_name = "run_event"
         primary_key = pw.CompositeKey("run_id", "seq")
+        # Rows live in the primary-key b-tree itself: one b-tree per insert, not two.
+        without_rowid = True
 
 
 class RunWorker(_Base):
@@ -217,6 +219,7 @@ class WorkerMessage(_Base):
     class Meta:
         table_name = "worker_message"
         primary_key = pw.CompositeKey("runner_epoch", "message_id")
+        without_rowid = True
 
 
 class Effect(_Base):

@@ -13,6 +13,7 @@ from typing import Any
 from piwf_actors.errors import Rejected
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.worker import launch_state
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
 
@@ -89,6 +90,9 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
         "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
         "project_path": run["project_path"],
+        # The state ships with the launch, so the worker starts its first node
+        # while its `ready` is being committed (see runner/engine.py).
+        "state": launch_state(ctx, run),
     }
 
 

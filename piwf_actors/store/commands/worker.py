@@ -123,6 +123,12 @@ def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> d
                          (payload["definition_digest"], run_id))
     set_status(ctx, run_id, "running", "run_started" if first else "run_resumed",
                payload={"current_node": run["current_node"], "steps": run["steps"]})
+    return launch_state(ctx, run)
+
+
+def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
+    """What a launch resumes from: input, where it stands, the latest output per node."""
+    run_id = run["run_id"]
     confirmed = {}
     for effect_id, node_id, sha in ctx.conn.execute(
             """SELECT effect_id, node_id, output_sha256 FROM effect WHERE run_id = ? AND status = 'applied'
