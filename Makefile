@@ -23,6 +23,9 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/writer.py
+	$(PY) bench/spawn.py
+	$(PY) bench/throughput.py
+	$(PY) bench/protocol.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff
