@@ -30,11 +30,11 @@ from piwf_actors.board import HostBoard
 from piwf_actors.errors import PiwfError
 from piwf_actors.operations import WorkflowResolver, start_run_command
 from piwf_actors.protocol import views
-from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
+from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
 from piwf_actors.protocol.payloads import PAYLOADS, check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
+from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
 from piwf_actors.store import queries
-from piwf_actors.store.jsonutil import fingerprint
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 _ERROR_OUTCOMES = {"not_found": "notFound", "conflict": "conflict", "claim_lost": "claimLost",
                    "stale_epoch": "unavailable", "disk_full": "unavailable", "read_only": "unavailable",
                    "writer_stopped": "unavailable", "store_error": "unavailable"}
-WATCH_TOPICS = ("runs", "run", "host", "interactions")
-MAX_WATCHES_PER_CONNECTION = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +68,6 @@ class SubmitWrite:
     conn_id: int
     request: Request
     command: WriteCommand
-
-
-@dataclass
-class Watch:
-    conn_id: int
-    subscription_id: str
-    topic: str
-    run_id: str | None
-    session_id: str | None
-    revision: int = 0
-    digest: str = ""
-    dirty: bool = False
 
 
 @dataclass
@@ -119,7 +105,7 @@ class ClientGateway(CoreActor):
         self._reader: StoreReader | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: dict[str, _Pending] = {}
-        self._watches: dict[tuple[int, str], Watch] = {}
+        self._watches = WatchSet()
         self._flush_scheduled = False
         self._stats = GatewayStats()
         self._verdicts: dict[str, tuple[int, Request, str]] = {}
@@ -406,82 +392,50 @@ class ClientGateway(CoreActor):
     # --- watches --------------------------------------------------------------------------------
 
     def _watch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        topic = payload["topic"]
-        if topic not in WATCH_TOPICS:
-            raise BadRequest(f"watch: topic must be one of {', '.join(WATCH_TOPICS)}", request.request_id)
         run_id = payload.get("run_id") or request.run_id
-        if topic == "run" and not run_id:
-            raise BadRequest("watch: topic run needs run_id", request.request_id)
-        key = (conn_id, payload["subscription_id"])
-        if key in self._watches:
-            raise BadRequest(f"watch: subscription {payload['subscription_id']} already exists", request.request_id)
-        if sum(1 for c, _ in self._watches if c == conn_id) >= MAX_WATCHES_PER_CONNECTION:
-            self._reply(conn_id, request, "rejected",
-                        error=f"at most {MAX_WATCHES_PER_CONNECTION} watches per connection")
+        try:
+            watch = self._watches.add(conn_id, payload["subscription_id"], payload["topic"], run_id,
+                                      payload.get("session_id"))
+        except WatchRefused as refused:
+            self._reply(conn_id, request, "rejected", error=str(refused))
             return
-        if topic == "run":
-            assert self._reader is not None
-            if queries.run_status(self._reader, run_id) is None:
-                self._reply(conn_id, request, "notFound", error=f"run {run_id} not found")
-                return
-        watch = Watch(conn_id, payload["subscription_id"], topic, run_id, payload.get("session_id"))
-        self._watches[key] = watch
-        self._reply(conn_id, request, "accepted", receipt={"subscription_id": watch.subscription_id, "topic": topic})
-        self._evaluate(watch)
+        assert self._reader is not None
+        if watch.topic == "run" and queries.run_status(self._reader, run_id or "") is None:
+            self._watches.remove(conn_id, watch.subscription_id)
+            self._reply(conn_id, request, "notFound", error=f"run {run_id} not found")
+            return
+        self._reply(conn_id, request, "accepted", receipt={"subscription_id": watch.subscription_id,
+                                                           "topic": watch.topic})
+        self._send_event(watch)
 
     def _unwatch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        if self._watches.pop((conn_id, payload["subscription_id"]), None) is None:
+        if not self._watches.remove(conn_id, payload["subscription_id"]):
             self._reply(conn_id, request, "notFound", error=f"no subscription {payload['subscription_id']}")
             return
         self._reply(conn_id, request, "accepted", receipt={"subscription_id": payload["subscription_id"]})
 
     def _closed(self, message: ConnectionClosed) -> None:
-        for key in [k for k in self._watches if k[0] == message.conn_id]:
-            del self._watches[key]
+        self._watches.drop_connection(message.conn_id)
         for token in [t for t, p in self._pending.items() if p.conn_id == message.conn_id]:
             # The write still happens; its answer has nowhere to go. A client that
             # reconnects and replays the idempotency key gets it as `adopted`.
             self._pending[token].conn_id = -1
 
     def _changed(self, notice: ChangeNotice) -> None:
-        tables = set(notice.tables)
-        if self._verdicts and tables & {"interactive_submission", "interactive_request", "run"}:
+        if self._verdicts and set(notice.tables) & {"interactive_submission", "interactive_request", "run"}:
             self._check_verdicts()
-        for watch in self._watches.values():
-            if watch.topic == "run":
-                hit = watch.run_id in notice.runs
-            elif watch.topic == "runs":
-                hit = "run" in tables
-            elif watch.topic == "host":
-                hit = bool(tables & {"run", "host_state", "run_worker"})
-            else:
-                hit = bool(tables & {"interactive_request", "session_message", "interactive_submission"})
-            watch.dirty = watch.dirty or hit
-        if not self._flush_scheduled and any(w.dirty for w in self._watches.values()):
+        if self._watches.mark(notice) and not self._flush_scheduled:
             # Coalesce: notices already queued are handled before this flush.
             self._flush_scheduled = True
             self.actor_ref.tell(FlushWatches())
 
     def _flush_watches(self, _message: FlushWatches) -> None:
         self._flush_scheduled = False
-        for watch in list(self._watches.values()):
-            if watch.dirty:
-                watch.dirty = False
-                self._evaluate(watch)
+        for watch in self._watches.take_dirty():
+            self._send_event(watch)
 
-    def _evaluate(self, watch: Watch) -> None:
+    def _send_event(self, watch: Watch) -> None:
         assert self._reader is not None
-        if watch.topic == "run":
-            view: Any = views.run_view(self._reader, watch.run_id or "")
-        elif watch.topic == "runs":
-            view = views.runs_view(self._reader)
-        elif watch.topic == "host":
-            view = views.host_view(self._reader, self._board, include_rates=False)
-        else:
-            view = views.interactions_view(self._reader, watch.session_id)
-        digest = fingerprint(view)
-        if digest == watch.digest:
-            return
-        watch.digest = digest
-        watch.revision += 1
-        self._post(watch.conn_id, event(watch.subscription_id, watch.topic, watch.revision, view), is_response=False)
+        frame = WatchSet.evaluate(watch, self._reader, self._board)
+        if frame is not None:
+            self._post(watch.conn_id, frame, is_response=False)
