@@ -21,7 +21,7 @@ from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.ids import new_id
 from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
-from piwf_actors.store.runstate import claim_row, release_claim, require_claim, run_row, set_status
+from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
 
 Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]
 #: Operations that neither check nor move the progress revision (bookkeeping, not transitions).
@@ -55,11 +55,12 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if seen[0] != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
         return {**loads(seen[1]), "replayed": True}
-    require_claim(ctx, run_id, args["token_hash"], args["generation"], runner_epoch)
+    claim = require_claim(ctx, run_id, args["token_hash"], args["generation"], runner_epoch)
     handler = _OPERATIONS.get(op)
     if handler is None:
         raise Rejected(f"unknown worker operation {op!r}")
     run = run_row(ctx.conn, run_id)
+    run["claim_generation"] = claim["generation"]
     expected = args.get("expected_revision")
     if expected is not None and expected != run["progress"] and op not in _UNFENCED_OPS:
         raise Conflict(f"run {run_id} progress conflict: expected {expected}, got {run['progress']}")
@@ -82,7 +83,7 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             progress = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? RETURNING progress",
                                         (run_id,)).fetchone()[0]
         response = {"outcome": "accepted", "value": value, "revision": progress}
-        if claim_row(ctx.conn, run_id) is None:
+        if "run_claim" in ctx.changes.tables:  # only release_claim touches it here
             # The transition ended the launch (run finished, failed or parked): the
             # supervisor need not settle the run when the worker then ends the launch.
             response["released"] = True
@@ -147,7 +148,9 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
 
 def _boundary_directive(ctx: WriteContext, run: dict[str, Any]) -> str | None:
     """At a node boundary: park a run whose pause was requested. Returns 'stop' if parked."""
-    current = run_row(ctx.conn, run["run_id"])
+    # `run` was read in this transaction; only this command could have changed
+    # the flags since, and it does not.
+    current = run
     if current["cancel_requested"]:
         return "stop"
     if current["pause_requested"]:
@@ -182,8 +185,10 @@ def _start_attempt(ctx: WriteContext, run: dict[str, Any], node_id: str,
     attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
                                   (run["run_id"], node_id)).fetchone()[0] + 1
     attempt_id = attempt_id or new_id("att", ctx.now)
-    generation = ctx.conn.execute("SELECT generation FROM run_claim WHERE run_id = ?",
-                                  (run["run_id"],)).fetchone()[0]
+    generation = run.get("claim_generation")
+    if generation is None:
+        generation = ctx.conn.execute("SELECT generation FROM run_claim WHERE run_id = ?",
+                                      (run["run_id"],)).fetchone()[0]
     ctx.conn.execute(
         """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, generation, started_at)
            VALUES (?, ?, ?, ?, ?, 'running', ?, ?)""",
