@@ -18,8 +18,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
-test-slow: $(STAMP)
-	$(PY) -m pytest -m slow
+test-slow: $(STAMP)  # long crash/soak tests, if any are marked slow (exit 5 = none selected)
+	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 
 bench: $(STAMP)
 	$(PY) bench/writer.py
