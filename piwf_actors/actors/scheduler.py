@@ -192,6 +192,10 @@ class Scheduler(CoreActor):
         if result.correlation_id == "renew":
             self._renewed(result)
             return
+        if result.correlation_id == "settle":
+            if result.ok and result.value:
+                log.warning("settled run(s) whose runner left without a recorded exit: %s", result.value)
+            return
         if result.correlation_id != "claim":
             return
         self._claiming = False
@@ -248,18 +252,26 @@ class Scheduler(CoreActor):
 
     def _tick(self, _message: SchedulerTick) -> None:
         now = time.time()
-        if self._active and now - self._last_renewal >= self._claim_lease_s / 3:
+        if now - self._last_renewal >= self._claim_lease_s / 3:
             self._last_renewal = now
-            claims = [{"run_id": a.launch.run_id, "generation": a.launch.generation,
-                       "token_hash": a.launch.token_hash} for a in self._active.values()]
-            self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
-                                                                        "claim_lease_s": self._claim_lease_s},
-                                             correlation_id="renew"), self.actor_ref)
+            self._renew_claims()
+            # Safety net for claims whose runner is gone without a recorded exit.
+            self._writer.submit(WriteCommand("scheduler.settle_abandoned", {"active": list(self._active)},
+                                             correlation_id="settle"), self.actor_ref)
         if self._active:
             self._stop_cancelled(list(self._active))
         self._expire_deadlines(now)
         self._prune_when_idle(now)
         self._try_claim()
+
+    def _renew_claims(self) -> None:
+        if not self._active:
+            return
+        claims = [{"run_id": a.launch.run_id, "generation": a.launch.generation,
+                   "token_hash": a.launch.token_hash} for a in self._active.values()]
+        self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
+                                                                    "claim_lease_s": self._claim_lease_s},
+                                         correlation_id="renew"), self.actor_ref)
 
     def _prune_when_idle(self, now: float) -> None:
         """Automatic retention: prune finished runs older than the retention, only while idle."""

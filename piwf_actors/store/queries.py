@@ -170,7 +170,10 @@ def submission_state(reader: StoreReader, submission_id: str) -> dict[str, Any] 
 
 
 def next_deadline(reader: StoreReader) -> float | None:
-    row = reader.one("SELECT min(deadline_at) FROM interactive_request WHERE status IN ('pending', 'presenting')")
+    row = reader.one(
+        """SELECT min(deadline_at) FROM interactive_request r WHERE status IN ('pending', 'presenting')
+           AND NOT EXISTS (SELECT 1 FROM interactive_submission s
+                           WHERE s.request_id = r.request_id AND s.outcome = 'validating')""")
     return None if row is None else row[0]
 
 

@@ -111,6 +111,24 @@ def renew_claims(ctx: WriteContext, args: dict[str, Any]) -> dict[str, bool]:
     return held
 
 
+@command("scheduler.settle_abandoned")
+def settle_abandoned(ctx: WriteContext, args: dict[str, Any]) -> dict[str, str]:
+    """Safety net: claims of this host whose lease ran out and whose run has no
+    runner any more (its exit could not be recorded) are settled like a
+    runner that went away, so no run stays `running` until the next restart."""
+    active = set(args.get("active", []))
+    settled: dict[str, str] = {}
+    for run_id, progress in ctx.conn.execute(
+            "SELECT run_id, progress_at_claim FROM run_claim WHERE host_epoch = ? AND expires_at <= ?",
+            (ctx.host_epoch, ctx.now)).fetchall():
+        if run_id in active:
+            continue
+        settled[run_id] = settle_interrupted_run(ctx, run_id, outcome="abandoned",
+                                                 diagnostic="the runner's exit was never recorded",
+                                                 progress_at_claim=progress)
+    return settled
+
+
 @command("runner.attach")
 def attach_runner(ctx: WriteContext, args: dict[str, Any]) -> bool:
     """Record the worker process serving a launch (pid + create_time) for reaping."""
@@ -291,6 +309,11 @@ def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     remaining = ctx.conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND status = 'ambiguous'",
                                  (run_id,)).fetchone()[0]
     if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect" and remaining == 0:
-        revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"after": "effect.resolve"})
+        if run["pause_requested"]:
+            ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+            revision = set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
+                                  payload={"reason": "paused", "after": "effect.resolve"})
+        else:
+            revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"after": "effect.resolve"})
     ctx.changes.touch("effect", run_id)
     return {"run_id": run_id, "effect_id": args["effect_id"], "action": action, "revision": revision}

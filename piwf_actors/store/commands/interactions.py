@@ -76,9 +76,17 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
     returns {status: waiting, directive: stop}.
     """
     run_id, node_id = run["run_id"], payload["node_id"]
+    if run["cancel_requested"]:
+        # Being cancelled: do not park (that would release the claim and lose the
+        # cancel); the launch ends and runner.exit settles the run as cancelled.
+        return {"status": "waiting", "directive": "stop"}
     existing = _request(ctx, "run_id = ? AND node_id = ? AND consumed_at IS NULL AND status != 'cancelled' "
                              "ORDER BY created_at DESC LIMIT 1", (run_id, node_id))
     if existing is not None:
+        # A launch that was interrupted left the attempt `interrupted`; this
+        # launch carries it on.
+        ctx.conn.execute("UPDATE node_attempt SET status = 'running' WHERE attempt_id = ? "
+                         "AND status IN ('waiting', 'interrupted')", (existing["attempt_id"],))
         if existing["status"] == "settled":
             accepted = _submission(ctx, existing["accepted_submission_id"])
             assert accepted is not None
@@ -88,8 +96,6 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
             "SELECT submission_id, payload FROM interactive_submission WHERE request_id = ? AND outcome = 'validating' "
             "ORDER BY submitted_at LIMIT 1", (existing["request_id"],)).fetchone()
         if validating is not None:
-            ctx.conn.execute("UPDATE node_attempt SET status = 'running' WHERE attempt_id = ? AND status = 'waiting'",
-                             (existing["attempt_id"],))
             return {"status": "validating", "request_id": existing["request_id"],
                     "attempt_id": existing["attempt_id"], "rejected_count": existing["rejected_count"],
                     "submission": {"submission_id": validating[0], "value": loads(validating[1])}}
@@ -150,6 +156,8 @@ def _submission_verdict(ctx: WriteContext, run: dict[str, Any], payload: dict[st
     ctx.changes.touch("interactive_request", run["run_id"])
     if count >= int(payload.get("max_submissions") or 3):
         return {"status": "exhausted", "rejected_count": count}
+    if run["cancel_requested"]:
+        return {"status": "waiting", "rejected_count": count, "directive": "stop"}
     _park_waiting(ctx, run, request["request_id"], request["attempt_id"])
     return {"status": "waiting", "rejected_count": count, "directive": "stop"}
 
@@ -184,6 +192,9 @@ def _wake_run(ctx: WriteContext, run_id: str, reason: str) -> None:
     """A parked-waiting run goes back to the queue to consume its answer."""
     run = run_row(ctx.conn, run_id)
     if run["status"] == "parked" and run["park_reason"] == "waiting":
+        if run["cancel_requested"]:
+            set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"after": reason})
+            return
         if run["pause_requested"]:
             # Paused while it waited (a deadline can still settle it): it stays
             # parked, now as paused, and `run.resume` lets it consume the answer.
@@ -330,8 +341,10 @@ def interaction_expire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
     """
     expired: dict[str, str] = {}
     rows = ctx.conn.execute(
-        "SELECT request_id FROM interactive_request WHERE status IN ('pending', 'presenting') "
-        "AND deadline_at IS NOT NULL AND deadline_at <= ? ORDER BY deadline_at LIMIT 100", (ctx.now,)).fetchall()
+        "SELECT request_id FROM interactive_request r WHERE status IN ('pending', 'presenting') "
+        "AND deadline_at IS NOT NULL AND deadline_at <= ? AND NOT EXISTS (SELECT 1 FROM interactive_submission s "
+        "WHERE s.request_id = r.request_id AND s.outcome = 'validating') ORDER BY deadline_at LIMIT 100",
+        (ctx.now,)).fetchall()
     for (request_id,) in rows:
         request = _request(ctx, "request_id = ?", (request_id,))
         assert request is not None
