@@ -35,7 +35,7 @@ def make_release(after_s: float) -> object:
                 request=lambda ctx: {
                     "title": f"Ship {ctx.input['version']}?",
                     "summary": ctx.outputs["test"]["stdout"].strip(),
-                    "blocks": [{"kind": "fields", "fields": [{"label": "version", "value": ctx.input["version"]}]}],
+                    "blocks": [{"kind": "fields", "fields": [{"label": "version", "value": str(ctx.input["version"])}]}],
                 },
                 on_timeout={"after_s": after_s, "response": {"choice": "stop"}},
             ),

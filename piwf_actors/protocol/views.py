@@ -26,7 +26,7 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
                                         "live")},
         "runs": queries.run_counts(reader),
         "workers": {"max": scheduler.get("max_workers"), "active": scheduler.get("active", []),
-                    "idle": len(scheduler.get("idle_workers", []))},
+                    "idle": len(scheduler.get("idle_workers", [])), "idle_pids": scheduler.get("idle_workers", [])},
     }
     if include_rates:
         writer = board.snapshot("writer")
