@@ -164,10 +164,15 @@ class SocketLoop:
             data = encode_frame(frame, self._limits.max_frame_bytes)
         except EncodeError as exc:
             log.error("cannot encode a frame for connection %d: %s", conn_id, exc)
-            if not is_response:
-                return
-            data = encode_frame({**{k: frame[k] for k in ("schema", "type", "request_id") if k in frame},
-                                 "outcome": "rejected", "error": f"response could not be encoded: {exc}"})
+            if is_response:
+                data = encode_frame({**{k: frame[k] for k in ("schema", "type", "request_id") if k in frame},
+                                     "outcome": "rejected", "error": f"response could not be encoded: {exc}"})
+            else:
+                # The watcher is told, rather than left with a view it thinks is current.
+                data = encode_frame({**{k: frame.get(k) for k in ("schema", "type", "subscription_id", "topic",
+                                                                   "revision")},
+                                     "payload": {"truncated": True,
+                                                 "reason": f"the view could not be sent: {exc.one_line(300)}"}})
         with self._posts_lock:
             first = not self._posts
             self._posts.append((conn_id, data, is_response, close_after))
