@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets its own short state directory.
+"""Shared fixtures: every test gets its own short state directory (and a second one on request);
+`hosts` starts in-process hosts that teardown stops.
 
 AF_UNIX socket paths are limited to ~107 bytes and pytest's tmp_path can be
 longer, so state dirs live under /tmp with a short random name.
@@ -8,16 +9,46 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from piwf_actors import HostConfig, HostHandle, start_host
 
-@pytest.fixture
-def state_dir() -> Iterator[Path]:
+
+def _short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    yield from _short_dir()
+
+
+@pytest.fixture
+def other_state_dir() -> Iterator[Path]:
+    """A second state directory, for tests with two hosts."""
+    yield from _short_dir()
+
+
+@pytest.fixture
+def hosts() -> Iterator[Callable[..., HostHandle]]:
+    """Factory `hosts(state_dir, **config)`; every host started is stopped in teardown."""
+    started: list[HostHandle] = []
+
+    def start(state_dir: Path, **config: Any) -> HostHandle:
+        host = start_host(HostConfig(state_dir=state_dir, **config))
+        started.append(host)
+        return host
+
+    try:
+        yield start
+    finally:
+        for host in started:
+            host.stop("test teardown")

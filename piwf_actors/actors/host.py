@@ -300,7 +300,6 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             parts.writer = parts.writer.with_epoch(claim.epoch)
             parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board)
             _require_started("lease", parts.lease)
-            log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
             reap_orphans(reader, parts.writer, grace_s=config.reap_grace_s)
             recovered = parts.writer.call("host.recover", {})["runs"]
             if recovered:
@@ -321,6 +320,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             board=parts.board, limits=config.limits, shutdown=lambda reason: sup.tell(Shutdown(reason)))
         parts.actors.append(("gateway", gateway))
         _require_started("gateway", gateway)
+        # Logged once everything runs: a client may connect from this line on.
+        log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
     except BaseException:
         parts.stop_all("start-up failed")
         if supervisor is not None:

@@ -14,20 +14,17 @@ thread (a `threading.Timer`) is not the host's and is ignored.
 from __future__ import annotations
 
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pykka
 import pytest
+from testsupport import host_state_row, live_children, lock_is_free, wait_for
 
 from piwf_actors import HostConfig, HostHandle, start_host
 from piwf_actors.errors import HostAlreadyRunning, StoreRefused
@@ -47,17 +44,6 @@ def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if not isinstance(t, threading.Timer)}
 
 
-def _children() -> set[int]:
-    alive = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                alive.add(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 def _open_files_under(*dirs: Path) -> list[str]:
     found = []
     for fd in os.listdir("/proc/self/fd"):
@@ -70,51 +56,24 @@ def _open_files_under(*dirs: Path) -> list[str]:
     return found
 
 
-def _lock_is_free(state_dir: Path) -> bool:
-    """flock conflicts between two open() of one file even inside one process, so this sees our own hosts."""
-    import fcntl
-
-    fd = os.open(state_dir / "host.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _wait_for(predicate: Callable[[], Any], timeout: float, what: Callable[[], str] | str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
-        time.sleep(0.02)
-
-
 class Snapshot:
     """Threads, child processes and actors alive at one moment."""
 
     def __init__(self) -> None:
         self.threads = _threads()
-        self.children = _children()
+        self.children = live_children()
         self.actors = set(pykka.ActorRegistry.get_all())
 
     def extra(self) -> dict[str, list[Any]]:
         return {
             "threads": sorted(t.name for t in _threads() - self.threads),
-            "children": sorted(_children() - self.children),
+            "children": sorted(live_children() - self.children),
             "actors": sorted(str(a) for a in set(pykka.ActorRegistry.get_all()) - self.actors),
         }
 
     def wait_back(self, timeout: float = 10.0) -> None:
         """Wait until nothing started after this snapshot is still alive."""
-        _wait_for(lambda: not any(self.extra().values()), timeout, lambda: f"leftovers to go: {self.extra()}")
+        wait_for(lambda: not any(self.extra().values()), timeout, lambda: f"leftovers to go: {self.extra()}")
 
 
 # --- fixtures -----------------------------------------------------------------------
@@ -143,45 +102,10 @@ def app_actor() -> Iterator[pykka.ActorRef[Any]]:
         ref.stop()
 
 
-@pytest.fixture
-def other_state_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def hosts() -> Iterator[Callable[..., HostHandle]]:
-    """Factory `hosts(state_dir, **config)`; every host started is stopped in teardown."""
-    started: list[HostHandle] = []
-
-    def start(state_dir: Path, **config: Any) -> HostHandle:
-        host = start_host(HostConfig(state_dir=state_dir, **config))
-        started.append(host)
-        return host
-
-    try:
-        yield start
-    finally:
-        for host in started:
-            host.stop("test teardown")
-
-
 def _fenced_write_ok(host: HostHandle) -> bool:
     """A harmless write fenced by the host's epoch: it commits only while the host owns its lease."""
     result = host.writer.execute("child.release", {"pid": 0, "create_time": 0.0}, timeout=10)
     return result.ok
-
-
-def _row(state_dir: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        conn.row_factory = sqlite3.Row
-        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
-    finally:
-        conn.close()
 
 
 # --- tests --------------------------------------------------------------------------
@@ -193,7 +117,7 @@ def test_two_hosts_beside_an_app_actor_stop_without_leftovers(state_dir, other_s
     first = hosts(state_dir, lease_s=2)
     second = hosts(other_state_dir, lease_s=2)
     assert (first.epoch, second.epoch) == (1, 1)
-    assert not _lock_is_free(state_dir) and not _lock_is_free(other_state_dir)
+    assert not lock_is_free(state_dir / "host.lock") and not lock_is_free(other_state_dir / "host.lock")
     assert _fenced_write_ok(first) and _fenced_write_ok(second)
     assert first.status()["state_dir"] == str(state_dir)
     assert second.status()["state_dir"] == str(other_state_dir)
@@ -201,7 +125,7 @@ def test_two_hosts_beside_an_app_actor_stop_without_leftovers(state_dir, other_s
 
     first.stop("test: first done")
     assert first.stopped and not second.stopped
-    assert _lock_is_free(state_dir) and not _lock_is_free(other_state_dir)
+    assert lock_is_free(state_dir / "host.lock") and not lock_is_free(other_state_dir / "host.lock")
     assert _fenced_write_ok(second)  # stopping one host left the other alone
     assert second.status()["lease"]["epoch"] == 1
 
@@ -209,9 +133,9 @@ def test_two_hosts_beside_an_app_actor_stop_without_leftovers(state_dir, other_s
     before.wait_back()
     assert app_actor.is_alive()
     assert app_actor.ask("count", timeout=5) == 1
-    assert _lock_is_free(state_dir) and _lock_is_free(other_state_dir)
+    assert lock_is_free(state_dir / "host.lock") and lock_is_free(other_state_dir / "host.lock")
     assert _open_files_under(state_dir, other_state_dir) == []
-    assert _row(state_dir)["host_id"] is None and _row(other_state_dir)["host_id"] is None
+    assert host_state_row(state_dir)["host_id"] is None and host_state_row(other_state_dir)["host_id"] is None
 
 
 def test_core_actor_failure_stops_only_that_host(state_dir, other_state_dir, app_actor, hosts) -> None:
@@ -225,14 +149,14 @@ def test_core_actor_failure_stops_only_that_host(state_dir, other_state_dir, app
     assert failing.wait(10)
     assert "writer" in (failing.stop_reason or "")
     with_survivor.wait_back()  # the failed host's actors, ticker, workers and stop thread are gone
-    assert _lock_is_free(state_dir)
+    assert lock_is_free(state_dir / "host.lock")
     assert _open_files_under(state_dir) == []
 
     # The other host and the application's actor did not notice.
     assert not survivor.stopped
     assert _fenced_write_ok(survivor)
-    heartbeat = _row(other_state_dir)["heartbeat_at"]
-    _wait_for(lambda: _row(other_state_dir)["heartbeat_at"] > heartbeat, 5, "the survivor's next lease renewal")
+    heartbeat = host_state_row(other_state_dir)["heartbeat_at"]
+    wait_for(lambda: host_state_row(other_state_dir)["heartbeat_at"] > heartbeat, 5, "the survivor's next lease renewal")
     assert survivor.status()["lease"]["lost"] is False
     assert app_actor.is_alive()
 
@@ -254,9 +178,9 @@ def test_start_on_a_held_state_dir_raises_and_leaves_nothing_running(state_dir, 
 
     assert settled.extra() == {"threads": [], "children": [], "actors": []}
     assert _open_files_under(state_dir).count(str(state_dir / "host.lock")) == lock_fds  # no leaked lock fd
-    assert not _lock_is_free(state_dir)
+    assert not lock_is_free(state_dir / "host.lock")
     assert not holder.stopped and _fenced_write_ok(holder)
-    row = _row(state_dir)
+    row = host_state_row(state_dir)
     assert (row["epoch"], row["pid"]) == (1, os.getpid())
 
 
@@ -270,7 +194,7 @@ def test_start_on_a_refused_database_raises_and_leaves_nothing_running(state_dir
     assert "not a SQLite database" in str(refused.value)
 
     assert before.extra() == {"threads": [], "children": [], "actors": []}
-    assert _lock_is_free(state_dir)  # taken before the check, released by the failed start
+    assert lock_is_free(state_dir / "host.lock")  # taken before the check, released by the failed start
     assert _open_files_under(state_dir) == []
     assert database.read_bytes() == b"\x00" * 4096
 
@@ -280,9 +204,9 @@ def test_start_stop_cycles_on_one_dir_take_successive_epochs(state_dir, hosts) -
     for expected in (1, 2):
         host = hosts(state_dir, lease_s=2)
         assert host.epoch == expected
-        assert _row(state_dir)["epoch"] == expected
+        assert host_state_row(state_dir)["epoch"] == expected
         host.stop()
-        row = _row(state_dir)
+        row = host_state_row(state_dir)
         assert (row["epoch"], row["host_id"]) == (expected, None)
     before.wait_back()
 
@@ -292,10 +216,10 @@ def test_restart_in_the_same_process_after_a_core_failure(state_dir, hosts) -> N
     failed.writer.ref.tell(object())
     assert failed.wait(10)
     # The writer died first, so the lease could not be released and is still on record ...
-    held = _row(state_dir)
+    held = host_state_row(state_dir)
     assert (held["epoch"], held["pid"]) == (1, os.getpid()) and held["host_id"] is not None
     assert held["expires_at"] > time.time() + 20
-    assert _lock_is_free(state_dir)
+    assert lock_is_free(state_dir / "host.lock")
     # ... but this process holds the lock file now, so no live host can own it: no 30 s wait.
     restarted = hosts(state_dir, lease_s=30)
     assert restarted.epoch == 2
@@ -323,9 +247,9 @@ def test_live_lease_holder_without_the_lock_file_is_not_displaced(state_dir, hos
         assert f"pid {holder.pid}" in str(refused.value)
 
         before.wait_back()  # the writer and supervisor it had started are gone again
-        assert _lock_is_free(state_dir)
+        assert lock_is_free(state_dir / "host.lock")
         assert _open_files_under(state_dir) == []
-        row = _row(state_dir)
+        row = host_state_row(state_dir)
         assert (row["epoch"], row["pid"], row["host_id"]) == (1, holder.pid, "elsewhere")
     finally:
         holder.kill()
@@ -351,6 +275,6 @@ def test_embed_app_example_reports_and_exits_cleanly(state_dir, use_state_dir) -
     assert lines[-2:] == ["child processes left: none", "threads left: none"]
     if use_state_dir:
         assert lines[0] == f"host started at epoch 1 on {state_dir}"
-        assert _row(state_dir)["host_id"] is None  # the app's host released its lease
+        assert host_state_row(state_dir)["host_id"] is None  # the app's host released its lease
     else:
         assert not Path(lines[0].rsplit(" on ", 1)[1]).exists()  # the temporary directory is gone

@@ -22,10 +22,9 @@ from typing import Any
 
 import pykka
 import pytest
+from testsupport import host_state_row, wait_for
 
-from piwf_actors.actors.host import start_host
 from piwf_actors.actors.lease import GetLease, HostLease, LeaseClaim, LeaseLostNotice, RenewTick
-from piwf_actors.config import HostConfig
 from piwf_actors.errors import LeaseLost, StoreError
 from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
@@ -194,51 +193,21 @@ def test_clean_stop_releases_with_the_claim_identity(lease_parts) -> None:
 # --- a real host ----------------------------------------------------------------------
 
 
-def _row(state_dir: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        conn.row_factory = sqlite3.Row
-        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
-    finally:
-        conn.close()
-
-
-def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
-
-
 @pytest.fixture
-def host_factory(state_dir) -> Iterator[Callable[..., Any]]:
-    hosts: list[Any] = []
-
-    def start(**config: Any) -> Any:
-        host = start_host(HostConfig(state_dir=state_dir, **config))
-        hosts.append(host)
-        return host
-
-    try:
-        yield start
-    finally:
-        for host in hosts:
-            host.stop("test teardown")
+def host_factory(state_dir, hosts) -> Callable[..., Any]:
+    """`host_factory(**config)`: `hosts` (tests/conftest.py) on the test's state directory."""
+    return lambda **config: hosts(state_dir, **config)
 
 
 def test_running_host_renews_its_lease(state_dir, host_factory) -> None:
     lease_s = 0.6
     host = host_factory(lease_s=lease_s)
-    first = _row(state_dir)
+    first = host_state_row(state_dir)
     assert first["heartbeat_at"] == first["started_at"]
     heartbeats = [first["heartbeat_at"]]  # distinct values, in the order they were seen
 
     def renewed_twice() -> bool:
-        row = _row(state_dir)
+        row = host_state_row(state_dir)
         assert row["expires_at"] == pytest.approx(row["heartbeat_at"] + lease_s)
         assert (row["epoch"], row["pid"]) == (host.epoch, os.getpid())
         if row["heartbeat_at"] != heartbeats[-1]:
@@ -246,7 +215,7 @@ def test_running_host_renews_its_lease(state_dir, host_factory) -> None:
         return len(heartbeats) >= 3
 
     # Renewals every lease_s / 3 = 0.2 s: two of them well inside ~1 s.
-    _wait_for(renewed_twice, 3, "two lease renewals")
+    wait_for(renewed_twice, 3, "two lease renewals", poll=0.01)
     assert heartbeats == sorted(heartbeats)  # the heartbeat only moves forward
     assert not host.stopped
     state = host.lease.ask(GetLease(), timeout=5)
@@ -254,7 +223,7 @@ def test_running_host_renews_its_lease(state_dir, host_factory) -> None:
     assert state["heartbeat_at"] > first["heartbeat_at"]
 
     host.stop()
-    released = _row(state_dir)
+    released = host_state_row(state_dir)
     assert released["host_id"] is None and released["epoch"] == host.epoch
 
 
@@ -292,8 +261,8 @@ def test_host_fenced_out_by_a_new_epoch_stops_itself(state_dir, host_factory, ta
 
     # Move the epoch right after a renewal, so the next one (0.2 s away) cannot stop the
     # host before the stale write below reaches the writer.
-    seen = _row(state_dir)["heartbeat_at"]
-    _wait_for(lambda: _row(state_dir)["heartbeat_at"] != seen, 3, "a lease renewal")
+    seen = host_state_row(state_dir)["heartbeat_at"]
+    wait_for(lambda: host_state_row(state_dir)["heartbeat_at"] != seen, 3, "a lease renewal", poll=0.01)
     take_over(state_dir, host)
     stale = host.writer.execute(*fenced_write)
     assert not stale.ok
@@ -305,7 +274,7 @@ def test_host_fenced_out_by_a_new_epoch_stops_itself(state_dir, host_factory, ta
     assert host.stopped
     assert "lease" in (host.stop_reason or "")
     assert "epoch 1" in (host.stop_reason or "")
-    row = _row(state_dir)
+    row = host_state_row(state_dir)
     assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")  # not released by us
     after_stop = host.writer.execute(*fenced_write, timeout=5)
     assert (after_stop.ok, after_stop.error_code) == (False, "writer_stopped")

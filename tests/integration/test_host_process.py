@@ -10,7 +10,6 @@ lock file with the test's own flock.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import signal
@@ -19,14 +18,13 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
+from testsupport import POLL_S, host_state_row, lock_is_free
 
 REPO = Path(__file__).resolve().parents[2]
 PIWF_HOST = REPO / "bin" / "piwf-host"
-POLL_S = 0.02
 
 
 class HostProcess:
@@ -121,30 +119,6 @@ def start_piwf_host(tmp_path: Path) -> Iterator[Callable[..., HostProcess]]:
             host.kill()
 
 
-def lease_row(state_dir: Path) -> dict[str, Any]:
-    """The host_state row, read through a read-only connection of the test's own."""
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        conn.row_factory = sqlite3.Row
-        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
-    finally:
-        conn.close()
-
-
-def lock_is_free(lock_path: Path) -> bool:
-    """True when nobody holds the flock on `lock_path` (checked by taking it and dropping it)."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    finally:
-        os.close(fd)
-
-
 def error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("piwf-host: error:")]
 
@@ -161,7 +135,7 @@ def test_signal_stops_cleanly_and_releases_lease_and_lock(state_dir, start_piwf_
     host = start_piwf_host(state_dir)
     host.wait_for_log("host started at epoch 1")
     assert not lock_is_free(state_dir / "host.lock")
-    held = lease_row(state_dir)
+    held = host_state_row(state_dir)
     assert (held["epoch"], held["pid"]) == (1, host.pid)
     assert held["host_id"] is not None and held["expires_at"] > time.time()
 
@@ -174,7 +148,7 @@ def test_signal_stops_cleanly_and_releases_lease_and_lock(state_dir, start_piwf_
     assert "lease for epoch 1 released" in log
     assert "host stopped" in log
     assert not error_lines(log)
-    released = lease_row(state_dir)
+    released = host_state_row(state_dir)
     assert released["epoch"] == 1  # a release keeps the epoch; the next host adds one
     assert released["host_id"] is None and released["token_hash"] is None and released["pid"] is None
     assert released["released_at"] is not None
@@ -194,7 +168,7 @@ def test_second_host_is_refused_naming_the_live_pid(state_dir, start_piwf_host) 
     assert str(state_dir) in errors[0]
 
     # The refused host changed nothing: the first one still holds epoch 1 and keeps running.
-    row = lease_row(state_dir)
+    row = host_state_row(state_dir)
     assert (row["epoch"], row["pid"]) == (1, first.pid)
     assert first.proc.poll() is None
     first.send(signal.SIGTERM)
@@ -209,7 +183,7 @@ def test_takeover_after_sigkill_does_not_wait_for_lease_expiry(state_dir, start_
     first.wait_group_gone(10)  # its idle workers notice the host is gone and exit by themselves
 
     # The dead host's lease is still on record and far from expiry; its lock record is stale.
-    stale = lease_row(state_dir)
+    stale = host_state_row(state_dir)
     assert (stale["epoch"], stale["pid"]) == (1, first.pid)
     assert stale["host_id"] is not None and stale["expires_at"] > time.time() + 20
     assert str(first.pid) in (state_dir / "host.lock").read_text()
@@ -218,13 +192,13 @@ def test_takeover_after_sigkill_does_not_wait_for_lease_expiry(state_dir, start_
     second = start_piwf_host(state_dir, "--lease-s", "30")
     # Well inside the 30 s lease: the new host saw that pid + start time are gone.
     second.wait_for_log("host started at epoch 2", timeout=10)
-    row = lease_row(state_dir)
+    row = host_state_row(state_dir)
     assert (row["epoch"], row["pid"]) == (2, second.pid)
     assert row["expires_at"] > time.time()
 
     second.send(signal.SIGTERM)
     assert second.wait_exit(10) == 0, second.log()
-    assert lease_row(state_dir)["host_id"] is None
+    assert host_state_row(state_dir)["host_id"] is None
 
 
 def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
@@ -252,7 +226,7 @@ def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
     assert "piwf-host: stopped: lease for epoch 1 lost" in log
     assert "lease for epoch 1 released" not in log  # it must not release a lease that is not its own
     assert elapsed < lease_s + 5
-    row = lease_row(state_dir)
+    row = host_state_row(state_dir)
     assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")
     assert lock_is_free(state_dir / "host.lock")
 

@@ -1,6 +1,6 @@
 """Host SIGKILL mid-run: a later host on the same state directory finishes the run.
 
-A host runs in a subprocess of its own (`wf/host_main.py`, its own session)
+A host runs in a subprocess of its own (`tests/host_script.py`, its own session)
 and starts a six-node run (`six`: compute nodes and idempotent actions) whose
 nodes log every execution to an oracle file outside the database. Node k
 hangs on its first execution, so when k lines are in the oracle the kill lands

@@ -1,5 +1,5 @@
 """Interactions across a host SIGKILL: the host runs in a subprocess of its own session
-(wf/interaction_host.py); the test kills its process group with SIGKILL and starts the
+(tests/host_script.py); the test kills its process group with SIGKILL and starts the
 next host in-process on the same state directory.
 """
 

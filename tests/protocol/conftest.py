@@ -27,6 +27,7 @@ from typing import Any
 import msgpack
 import psutil
 import pytest
+from testsupport import HOST_DEFAULTS, POLL_S, live_children, wait_for
 
 from piwf_actors import HostConfig, HostHandle, start_host
 from piwf_actors.protocol.socket_loop import Limits
@@ -37,7 +38,6 @@ RESPONSE_KEYS = {"schema", "type", "request_id", "outcome", "revision", "receipt
 EVENT_KEYS = {"schema", "type", "subscription_id", "topic", "revision", "payload"}
 HELLO_KEYS = {"schema", "type", "connection_id", "version", "host_epoch"}
 FLOWS = Path(__file__).resolve().parent / "wf" / "flows.py"
-POLL_S = 0.02
 
 
 def flow(attr: str) -> str:
@@ -66,17 +66,6 @@ def request_frame(operation: str, payload: dict[str, Any] | None = None, /, **fi
         else:
             frame[key] = value
     return frame
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
-        time.sleep(POLL_S)
 
 
 def check_response(frame: dict[str, Any]) -> None:
@@ -283,20 +272,6 @@ class Bystander(Conn):
 
 # --- fixtures --------------------------------------------------------------------------------
 
-HOST_DEFAULTS = {"lease_s": 5.0, "max_workers": 2, "warm_workers": 1, "reap_grace_s": 0.5}
-
-
-def _children() -> set[int]:
-    found = set()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found.add(child.pid)
-        except psutil.Error:
-            pass
-    return found
-
-
 def host_config(state_dir: Path, limits: Limits | dict[str, Any] | None = None, **config: Any) -> HostConfig:
     if isinstance(limits, dict):
         limits = Limits(**limits)
@@ -313,7 +288,7 @@ def make_host(state_dir: Path) -> Iterator[Callable[..., HostHandle]]:
     Teardown stops it, checks that the socket file is gone, and kills (with a
     warning) any child process it left behind.
     """
-    before = _children()
+    before = live_children()
     hosts: list[HostHandle] = []
 
     def make(limits: Limits | dict[str, Any] | None = None, **config: Any) -> HostHandle:
@@ -329,7 +304,7 @@ def make_host(state_dir: Path) -> Iterator[Callable[..., HostHandle]]:
         if host.paths.socket.exists():
             problems.append(f"socket {host.paths.socket} left behind")
     deadline = time.monotonic() + 10
-    while (left := _children() - before) and time.monotonic() < deadline:
+    while (left := live_children() - before) and time.monotonic() < deadline:
         time.sleep(POLL_S)
     for pid in left:
         # Not a protocol failure, so a warning: a worker whose run ended just as the host

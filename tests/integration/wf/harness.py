@@ -4,7 +4,7 @@
   process the test starts with a unique environment variable, starts
   in-process hosts and host subprocesses for the test, and in teardown stops
   and kills all of them and then checks with psutil that no tagged process
-  (host, worker, shell command) is left alive.
+  (host, worker, shell command) is left alive (`testsupport.ProcessGuard`).
 - `Oracle`: the execution log the workflow nodes write outside the database.
 - `rows`: read the state database through the test's own read-only sqlite3
   connection (works while no host is running, e.g. right after a SIGKILL).
@@ -14,55 +14,38 @@
 from __future__ import annotations
 
 import collections
-import contextlib
-import json
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from testsupport import (  # noqa: F401 (re-exported for the test modules)
+    POLL_S,
+    HostScript,
+    ProcessGuard,
+    alive,
+    events,
+    guarded,
+    host_script_args,
+    kill_group_and_process,
+    rows,
+    wait_for,
+)
+from testsupport import tagged_processes as _tagged_processes
 
-from piwf_actors import HostConfig, HostHandle, start_host
+from piwf_actors import HostHandle
 
 WF = Path(__file__).resolve().parent
 REPO = WF.parents[2]
 FLOWS = WF / "recovery_flows.py"
-HOST_MAIN = WF / "host_main.py"
 TAG_VAR = "PIWF_RECOVERY_TEST_TAG"
-POLL_S = 0.02
 
 
 def flow(attr: str) -> str:
     """The `run.start` spec of a workflow in recovery_flows.py."""
     return f"{FLOWS}:{attr}"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str | Callable[[], str]) -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
-        time.sleep(POLL_S)
-
-
-def alive(process: psutil.Process) -> bool:
-    """Running and not a zombie; `is_running` compares the start time, so a reused pid reads as dead."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 # --- the oracle ---------------------------------------------------------------------------
@@ -91,23 +74,6 @@ class Oracle:
 # --- the database, read by the test itself ---------------------------------------------
 
 
-def rows(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        conn.row_factory = sqlite3.Row
-        return [dict(row) for row in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
-
-
-def events(state_dir: Path, run_id: str) -> list[dict[str, Any]]:
-    found = rows(state_dir, "SELECT seq, kind, node_id, attempt_id, payload FROM run_event WHERE run_id = ? "
-                            "ORDER BY seq", (run_id,))
-    for event in found:
-        event["payload"] = None if event["payload"] is None else json.loads(event["payload"])
-    return found
-
-
 def committed_nodes(state_dir: Path, run_id: str) -> list[str]:
     """Node ids whose result is committed (`node_finished` events), in order."""
     return [e["node_id"] for e in events(state_dir, run_id) if e["kind"] == "node_finished"]
@@ -118,145 +84,24 @@ def committed_nodes(state_dir: Path, run_id: str) -> list[str]:
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
     """Every live (non-zombie) process other than this one whose environment carries `tag`."""
-    found = []
-    for process in psutil.process_iter():
-        if process.pid == os.getpid():
-            continue
-        try:
-            if process.environ().get(TAG_VAR) == tag and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+    return _tagged_processes(TAG_VAR, tag)
 
 
-def describe(processes: list[psutil.Process]) -> str:
-    parts = []
-    for process in processes:
-        try:
-            parts.append(f"{process.pid} {' '.join(process.cmdline())[:120]!r}")
-        except psutil.Error:
-            parts.append(f"{process.pid} (gone)")
-    return "; ".join(parts) or "none"
-
-
-def kill_group_and_process(process: psutil.Process) -> None:
-    """SIGKILL `process`'s process group (workers and commands lead their own) and the process."""
-    try:
-        if not alive(process):
-            return
-        pgid = os.getpgid(process.pid)
-        if pgid != os.getpgrp():
-            os.killpg(pgid, signal.SIGKILL)
-        process.send_signal(signal.SIGKILL)
-    except (OSError, psutil.Error):
-        pass
-
-
-class HostScript:
-    """`host_main.py` in its own session; stdout and stderr go to files the test polls."""
-
-    def __init__(self, state_dir: Path, log_dir: Path, index: int, *, workflow: str | None = None,
-                 input: Any = None, lease_s: float = 5.0) -> None:
-        self.out_path = log_dir / f"host-{index}.out"
-        self.err_path = log_dir / f"host-{index}.err"
-        args = [sys.executable, str(HOST_MAIN), "--state-dir", str(state_dir), "--lease-s", str(lease_s)]
-        if workflow is not None:
-            args += ["--workflow", workflow, "--input", json.dumps(input)]
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         start_new_session=True, cwd="/")
-        self.process = psutil.Process(self.proc.pid)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def value(self, key: str, timeout: float = 20.0) -> str:
-        """Wait for the stdout line `KEY value`; fail if the process exits first."""
-
-        def find() -> str | None:
-            for line in self.out_path.read_text().splitlines():
-                if line.startswith(key + " "):
-                    return line.split(" ", 1)[1]
-            if self.proc.poll() is not None:
-                pytest.fail(f"host script exited with {self.proc.returncode} before printing {key}:\n{self.log()}")
-            return None
-
-        return wait_for(find, timeout, lambda: f"{key} from the host script; log:\n{self.log()}")
-
-    def descendants(self) -> list[psutil.Process]:
-        try:
-            return self.process.children(recursive=True)
-        except psutil.Error:
-            return []
-
-    def sigkill(self) -> int:
-        """SIGKILL the host's whole process group (its workers lead their own sessions and stay)."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait(10)
-
-
-class Guard:
+class Guard(ProcessGuard):
     """Owns everything one test starts; see the module docstring."""
 
     def __init__(self, tag: str, log_dir: Path) -> None:
-        self.tag = tag
-        self.log_dir = log_dir
-        self.hosts: list[HostHandle] = []
-        self.scripts: list[HostScript] = []
-        self.tracked: list[psutil.Process] = []
+        super().__init__(TAG_VAR, tag, log_dir)
 
-    def start_host(self, state_dir: Path, **config: Any) -> HostHandle:
-        settings = {"lease_s": 5.0, "max_workers": 2, "warm_workers": 1, "reap_grace_s": 0.5, **config}
-        host = start_host(HostConfig(state_dir=state_dir, **settings))
-        self.hosts.append(host)
-        return host
-
-    def host_script(self, state_dir: Path, **kwargs: Any) -> HostScript:
-        script = HostScript(state_dir, self.log_dir, len(self.scripts), **kwargs)
-        self.scripts.append(script)
-        return script
-
-    def track(self, pid: int) -> psutil.Process:
-        process = psutil.Process(pid)
-        self.tracked.append(process)
-        return process
+    def host_script(self, state_dir: Path, *, workflow: str | None = None, input: Any = None,
+                    lease_s: float = 5.0) -> HostScript:
+        """tests/host_script.py on `state_dir` (see `testsupport.HostScript`)."""
+        return self.start_script(host_script_args(state_dir, lease_s=lease_s, workflow=workflow, input=input))
 
     def teardown(self) -> list[str]:
-        problems: list[str] = []
         for host in self.hosts:
             _let_finished_runners_retire(host)
-        for host in reversed(self.hosts):
-            try:
-                host.stop("test teardown")
-            except Exception as exc:  # keep tearing down; report it
-                problems.append(f"host.stop raised {type(exc).__name__}: {exc}")
-        for script in self.scripts:
-            if script.proc.poll() is None:
-                # Killed by the teardown itself: nobody will reap its workers, so the test does.
-                children = script.descendants()
-                script.sigkill()
-                for child in children:
-                    kill_group_and_process(child)
-            else:
-                script.proc.wait(10)
-        deadline = time.monotonic() + 10
-        while True:
-            left = [p for p in tagged_processes(self.tag) + self.tracked if alive(p)]
-            if not left or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL_S)
-        if left:
-            problems.append(f"processes of the test still alive after teardown: {describe(left)}")
-            for process in left:
-                kill_group_and_process(process)
-        return problems
+        return super().teardown()
 
 
 def _let_finished_runners_retire(host: HostHandle, timeout: float = 5.0) -> None:
@@ -284,15 +129,7 @@ SETTLED = ("done", "failed", "cancelled", "parked")
 def guard(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Guard]:
     """A `Guard` whose tag is in this process's environment while the test runs, so every
     host, worker and shell command the test causes inherits it."""
-    tag = uuid.uuid4().hex
-    monkeypatch.setenv(TAG_VAR, tag)
-    keeper = Guard(tag, tmp_path)
-    try:
-        yield keeper
-    finally:
-        problems = keeper.teardown()
-        if problems:
-            pytest.fail("teardown: " + " | ".join(problems), pytrace=False)
+    yield from guarded(monkeypatch, TAG_VAR, lambda tag: Guard(tag, tmp_path))  # type: ignore[misc]
 
 
 def active_worker(host: HostHandle, run_id: str, timeout: float = 10.0) -> int:

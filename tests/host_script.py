@@ -1,0 +1,48 @@
+"""A host in a process of its own, for the SIGKILL tests (see `testsupport.HostScript`).
+
+    python host_script.py --state-dir DIR [--lease-s S] [--max-workers N] [--warm-workers N]
+                          [--reap-grace-s S] [--workflow SPEC --input JSON [--session ID]]
+
+Starts a host (`start_host`), prints `EPOCH <n>` and, when a workflow is
+given, starts one run (in session ID if given) and prints `RUN <run_id>`;
+then waits until it is stopped or killed. Stdout lines are flushed at once:
+the test polls them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from piwf_actors import HostConfig, start_host  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--lease-s", type=float, default=5.0)
+    parser.add_argument("--max-workers", type=int, default=2)
+    parser.add_argument("--warm-workers", type=int, default=1)
+    parser.add_argument("--reap-grace-s", type=float, default=0.5)
+    parser.add_argument("--workflow")
+    parser.add_argument("--input", default="null")
+    parser.add_argument("--session")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="host %(process)d: %(name)s: %(message)s")
+    host = start_host(HostConfig(state_dir=args.state_dir, lease_s=args.lease_s, max_workers=args.max_workers,
+                                 warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s))
+    print(f"EPOCH {host.epoch}", flush=True)
+    if args.workflow:
+        receipt = host.start_run(args.workflow, json.loads(args.input), session_id=args.session)["receipt"]
+        print(f"RUN {receipt['run_id']}", flush=True)
+    host.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Helpers shared by the test suites (importable from any test file: tests/ is on sys.path).
+
+- `wait_for`: poll a predicate with a deadline (never a bare sleep).
+- `rows` / `events` / `host_state_row`: read the state database through the
+  test's own read-only sqlite3 connection (works while no host runs, e.g.
+  right after a SIGKILL); `lock_is_free`: check the host lock with the test's
+  own flock.
+- `live_children`, `alive`, `tagged_processes`, `kill_group_and_process`:
+  what a test started and whether it is still running.
+- `HostScript`: a host subprocess script (by default tests/host_script.py) in
+  its own session, with stdout and stderr in files the test polls.
+- `ProcessGuard` and `guarded`: the teardown shared by the real-process test
+  fixtures: every process a test causes carries a tag (an environment
+  variable); teardown stops the hosts, kills the host scripts and proves with
+  psutil that no tagged process is left alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from piwf_actors import HostConfig, HostHandle, start_host
+
+POLL_S = 0.02
+#: The settings of the hosts tests start, unless a test says otherwise.
+HOST_DEFAULTS = {"lease_s": 5.0, "max_workers": 2, "warm_workers": 1, "reap_grace_s": 0.5}
+HOST_SCRIPT = Path(__file__).resolve().parent / "host_script.py"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, describe: str | Callable[[], str], *,
+             poll: float = POLL_S) -> Any:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {describe() if callable(describe) else describe}")
+        time.sleep(poll)
+
+
+# --- the database and the lock, read by the test itself ------------------------------------
+
+
+@contextlib.contextmanager
+def _read_only(state_dir: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        conn.row_factory = sqlite3.Row
+        yield conn
+    finally:
+        conn.close()
+
+
+def rows(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    with _read_only(state_dir) as conn:
+        return [dict(row) for row in conn.execute(sql, params).fetchall()]
+
+
+def host_state_row(state_dir: Path) -> dict[str, Any]:
+    """The host_state row (the lease)."""
+    with _read_only(state_dir) as conn:
+        return dict(conn.execute("SELECT * FROM host_state WHERE id = 1").fetchone())
+
+
+def events(state_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    found = rows(state_dir, "SELECT seq, kind, node_id, attempt_id, payload FROM run_event WHERE run_id = ? "
+                            "ORDER BY seq", (run_id,))
+    for event in found:
+        event["payload"] = None if event["payload"] is None else json.loads(event["payload"])
+    return found
+
+
+def lock_is_free(lock_path: Path) -> bool:
+    """True when nobody holds the flock on `lock_path` (checked by taking it and dropping it).
+
+    flock conflicts between two open() of one file even inside one process, so this sees our own hosts."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def live_children() -> set[int]:
+    """Pids of this process's live (non-zombie) descendants."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie; `is_running` compares the start time, so a reused pid reads as dead."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def tagged_processes(tag_var: str, tag: str) -> list[psutil.Process]:
+    """Every live (non-zombie) process other than this one whose environment has `tag_var=tag`."""
+    found = []
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        try:
+            if process.environ().get(tag_var) == tag and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def describe(processes: list[psutil.Process]) -> str:
+    parts = []
+    for process in processes:
+        try:
+            parts.append(f"{process.pid} (parent {process.ppid()}, {process.status()}, "
+                         f"started {time.time() - process.create_time():.1f} s ago) "
+                         f"{' '.join(process.cmdline())[:120]!r}")
+        except psutil.Error:
+            parts.append(f"{process.pid} (gone)")
+    return "; ".join(parts) or "none"
+
+
+def kill_group_and_process(process: psutil.Process) -> None:
+    """SIGKILL `process`'s process group (workers and commands lead their own) and the process."""
+    try:
+        if not alive(process):
+            return
+        pgid = os.getpgid(process.pid)
+        if pgid != os.getpgrp():
+            os.killpg(pgid, signal.SIGKILL)
+        process.send_signal(signal.SIGKILL)
+    except (OSError, psutil.Error):
+        pass
+
+
+class HostScript:
+    """A host subprocess script in its own session; stdout and stderr go to files the test polls.
+
+    `args` are the script's command-line arguments; the script prints lines `KEY value`
+    (tests/host_script.py prints `EPOCH <n>` and `RUN <run_id>`)."""
+
+    def __init__(self, args: Sequence[str], log_dir: Path, index: int, *, script: Path = HOST_SCRIPT) -> None:
+        self.out_path = log_dir / f"host-{index}.out"
+        self.err_path = log_dir / f"host-{index}.err"
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, str(script), *args], stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=err, start_new_session=True, cwd="/")
+        self.process = psutil.Process(self.proc.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def value(self, key: str, timeout: float = 20.0) -> str:
+        """Wait for the stdout line `KEY value`; fail if the process exits first."""
+
+        def find() -> str | None:
+            for line in self.out_path.read_text().splitlines():
+                if line.startswith(key + " "):
+                    return line.split(" ", 1)[1]
+            if self.proc.poll() is not None:
+                pytest.fail(f"host script exited with {self.proc.returncode} before printing {key}:\n{self.log()}")
+            return None
+
+        return wait_for(find, timeout, lambda: f"{key} from the host script; log:\n{self.log()}")
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return self.process.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def sigkill(self) -> int:
+        """SIGKILL the host's whole process group (its workers lead their own sessions and stay);
+        returns the exit status."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait(10)
+
+
+def host_script_args(state_dir: Path, *, workflow: str | None = None, input: Any = None,
+                     **options: Any) -> list[str]:
+    """Arguments for tests/host_script.py: `--state-dir`, then `--name value` for each option
+    (`lease_s=1.0` gives `--lease-s 1.0`), then the workflow and its input if one is given."""
+    args = ["--state-dir", str(state_dir)]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    if workflow is not None:
+        args += ["--workflow", workflow, "--input", json.dumps(input)]
+    return args
+
+
+class ProcessGuard:
+    """Owns the hosts and host scripts one test starts and the processes it tracks; `teardown`
+    stops and kills them all and reports any process carrying the test's tag still alive."""
+
+    def __init__(self, tag_var: str, tag: str, log_dir: Path) -> None:
+        self.tag_var = tag_var
+        self.tag = tag
+        self.log_dir = log_dir
+        self.hosts: list[HostHandle] = []
+        self.scripts: list[HostScript] = []
+        self.tracked: list[psutil.Process] = []
+
+    def start_host(self, state_dir: Path, **config: Any) -> HostHandle:
+        """An in-process host (`HOST_DEFAULTS`, overridden by `config`), stopped in teardown."""
+        host = start_host(HostConfig(state_dir=state_dir, **{**HOST_DEFAULTS, **config}))
+        self.hosts.append(host)
+        return host
+
+    def start_script(self, args: Sequence[str]) -> HostScript:
+        script = HostScript(args, self.log_dir, len(self.scripts))
+        self.scripts.append(script)
+        return script
+
+    def track(self, pid: int) -> psutil.Process:
+        process = psutil.Process(pid)
+        self.tracked.append(process)
+        return process
+
+    def teardown(self) -> list[str]:
+        problems: list[str] = []
+        for host in reversed(self.hosts):
+            try:
+                host.stop("test teardown")
+            except Exception as exc:  # keep tearing down; report it
+                problems.append(f"host.stop raised {type(exc).__name__}: {exc}")
+        for script in self.scripts:
+            if script.proc.poll() is None:
+                # Killed by the teardown itself: nobody will reap its workers, so the test does.
+                children = script.descendants()
+                script.sigkill()
+                for child in children:
+                    kill_group_and_process(child)
+            else:
+                script.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while True:
+            left = [p for p in tagged_processes(self.tag_var, self.tag) + self.tracked if alive(p)]
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        if left:
+            problems.append(f"processes of the test still alive after teardown: {describe(left)}")
+            for process in left:
+                kill_group_and_process(process)
+        return problems
+
+
+def guarded(monkeypatch: pytest.MonkeyPatch, tag_var: str,
+            make: Callable[[str], ProcessGuard]) -> Iterator[ProcessGuard]:
+    """The body of a guard fixture (`yield from guarded(...)`): a fresh tag in this process's
+    environment while the test runs, so every host, worker and shell command the test causes
+    inherits it; `make(tag)` builds the guard, whose teardown problems fail the test."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(tag_var, tag)
+    keeper = make(tag)
+    try:
+        yield keeper
+    finally:
+        problems = keeper.teardown()
+        if problems:
+            pytest.fail("teardown: " + " | ".join(problems), pytrace=False)
