@@ -75,34 +75,14 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's directory)
+
 from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
-
-WORKFLOW_SOURCE = '''\
-"""Three trivial compute nodes: a → b → c."""
-
-from piwf_actors.workflows import compute, define_workflow, edge
-
-trivial = define_workflow(
-    name="trivial3",
-    start_at="a",
-    nodes={
-        "a": compute(run=lambda ctx: {"n": 1}),
-        "b": compute(run=lambda ctx: {"n": ctx.outputs["a"]["n"] + 1}),
-        "c": compute(run=lambda ctx: {"n": ctx.outputs["b"]["n"] + 1}),
-    },
-    edges=[edge("a", "b"), edge("b", "c")],
-)
-'''
 
 FINAL = ("done", "failed", "cancelled")
 WAIT_S = 60.0
 
 
-def pct(samples: list[float], q: float) -> float:
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def load() -> str:

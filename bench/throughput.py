@@ -62,27 +62,12 @@ import pykka
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's directory)
+
 from piwf_actors import HostConfig, HostHandle, start_host  # noqa: E402
 from piwf_actors.actors.writer import Subscribe, Unsubscribe  # noqa: E402
 from piwf_actors.store.reader import StoreReader  # noqa: E402
 from piwf_actors.store.requests import ChangeNotice  # noqa: E402
-
-WORKFLOW_SOURCE = '''\
-"""Three trivial compute nodes: a → b → c."""
-
-from piwf_actors.workflows import compute, define_workflow, edge
-
-trivial = define_workflow(
-    name="trivial3",
-    start_at="a",
-    nodes={
-        "a": compute(run=lambda ctx: {"n": 1}),
-        "b": compute(run=lambda ctx: {"n": ctx.outputs["a"]["n"] + 1}),
-        "c": compute(run=lambda ctx: {"n": ctx.outputs["b"]["n"] + 1}),
-    },
-    edges=[edge("a", "b"), edge("b", "c")],
-)
-'''
 
 STEPS_PER_RUN = 3
 FINAL = ("done", "failed", "cancelled")
@@ -223,9 +208,6 @@ class Phase:
         return self.runs / self.elapsed_s
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def db_latencies(host: HostHandle, run_ids: list[str]) -> list[float]:

@@ -19,11 +19,15 @@ from pathlib import Path
 import psutil
 
 from piwf_actors.errors import HostAlreadyRunning, UnsafePath
+from piwf_actors.runner.termination import process_start_identity as process_create_time
 
 
 def process_start_identity(pid: int) -> str:
-    """A string that names one process for its whole life: its start time."""
-    return repr(psutil.Process(pid).create_time())
+    """A string that names one process for its whole life: its start time (psutil create_time)."""
+    create_time = process_create_time(pid)
+    if create_time is None:
+        raise psutil.NoSuchProcess(pid)
+    return repr(create_time)
 
 
 def holder_alive(pid: int | None, identity: str | None) -> bool:

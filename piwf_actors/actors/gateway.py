@@ -350,7 +350,6 @@ class ClientGateway(CoreActor):
     def _answer(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         args = {**self._client_args(request), **payload}
         args["payload"] = request.payload
-        after = None
         if request.operation == "interaction.submit":
             # The submitter waits for the worker's verdict on its submission.
             def after_write(value: dict[str, Any]) -> bool:
@@ -359,7 +358,7 @@ class ClientGateway(CoreActor):
             self._send_write(conn_id, request, WriteCommand(request.operation, args), shape="verdict",
                              verdict=after_write)
             return
-        self._send_write(conn_id, request, WriteCommand(request.operation, args), after=after)
+        self._send_write(conn_id, request, WriteCommand(request.operation, args))
 
     def _await_verdict(self, conn_id: int, request: Request, value: dict[str, Any]) -> bool:
         """Hold the answer to interaction.submit until the submission is decided. True if answered now."""

@@ -5,7 +5,7 @@ check, supervisor, writer, lease, orphan reaping, then the rest — and
 returns a `HostHandle`. Stopping goes in reverse, writer last, lock file
 after it. Nothing here is global: two hosts on two state directories can run
 in one process beside an application's own pykka actors, and stopping one
-never touches anything it did not start (no `ActorRegistry.stop_all()`).
+never touches anything it did not start (no `ActorRegistry.shut_down()`).
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ class _Parts:
     stop_requested: bool = False  # a clean stop someone asked for (host.stop), not a failure
     stop_lock: threading.Lock = field(default_factory=threading.Lock)
     board: HostBoard = field(default_factory=HostBoard)
+    resolver: WorkflowResolver = field(default_factory=WorkflowResolver)  # one cache for the API and the socket
 
-    def stop_all(self, reason: str) -> None:
+    def shut_down(self, reason: str) -> None:
         """Stop every part in reverse start order; safe to call twice, from any thread but a part's own."""
         with self.stop_lock:
             if self.stopped.is_set():
@@ -123,7 +124,7 @@ class HostSupervisor(CoreActor):
 
         def run() -> None:
             self._parts.stop_reason = None
-            self._parts.stop_all(reason)
+            self._parts.shut_down(reason)
             try:
                 self.actor_ref.stop(block=False)
             except pykka.ActorDeadError:
@@ -142,7 +143,7 @@ class HostHandle:
         self._parts = parts
         self.claim = claim
         self.supervisor = supervisor
-        self._resolver = WorkflowResolver()
+        self._resolver = parts.resolver
 
     @property
     def epoch(self) -> int:
@@ -262,7 +263,7 @@ class HostHandle:
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop every actor this host started (reverse order) and release the lock."""
-        self._parts.stop_all(reason)
+        self._parts.shut_down(reason)
         try:
             self.supervisor.stop(block=True, timeout=10)
         except (pykka.ActorDeadError, pykka.Timeout):
@@ -317,13 +318,14 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         sup = supervisor
         gateway = ClientGateway.start(
             parts.writer, paths.database, paths.socket, host_epoch=claim.epoch, supervisor=supervisor,
-            board=parts.board, limits=config.limits, shutdown=lambda reason: sup.tell(Shutdown(reason)))
+            board=parts.board, limits=config.limits, resolver=parts.resolver,
+            shutdown=lambda reason: sup.tell(Shutdown(reason)))
         parts.actors.append(("gateway", gateway))
         _require_started("gateway", gateway)
         # Logged once everything runs: a client may connect from this line on.
         log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
     except BaseException:
-        parts.stop_all("start-up failed")
+        parts.shut_down("start-up failed")
         if supervisor is not None:
             _stop_ref("supervisor", supervisor)
         raise

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from typing import Any
+
+from piwf_actors.store.jsonutil import canonical_json
 
 
 def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:
@@ -14,6 +17,11 @@ def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:
         (key, len(data), data, now),
     )
     return key
+
+
+def put_json_blob(conn: sqlite3.Connection, value: Any, now: float) -> str:
+    """Store `value` as canonical JSON (once) and return its key."""
+    return put_blob(conn, canonical_json(value).encode(), now)
 
 
 def get_blob(conn: sqlite3.Connection, key: str | None) -> bytes | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from piwf_actors.store.reader import StoreReader
@@ -55,8 +56,6 @@ def cancel_requested(reader: StoreReader, run_ids: list[str]) -> list[str]:
 
 
 def _json(text: str | None) -> Any:
-    import json
-
     return None if text is None else json.loads(text)
 
 

@@ -46,12 +46,16 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     ctx.changes.touch("run", run_id)
     if finished is not None:
         # A run that ended waits for nothing: its open requests are closed with it.
-        if ctx.conn.execute(
-                "UPDATE interactive_request SET status = 'cancelled', revision = revision + 1, updated_at = ? "
-                "WHERE run_id = ? AND status IN ('pending', 'presenting')", (ctx.now, run_id)).rowcount:
-            ctx.changes.touch("interactive_request", run_id)
+        cancel_open_requests(ctx, run_id)
         _summary_message(ctx, run_id, status, error_code, error_message)
     return int(row[0])
+
+
+def cancel_open_requests(ctx: WriteContext, run_id: str) -> None:
+    if ctx.conn.execute(
+            "UPDATE interactive_request SET status = 'cancelled', revision = revision + 1, updated_at = ? "
+            "WHERE run_id = ? AND status IN ('pending', 'presenting')", (ctx.now, run_id)).rowcount:
+        ctx.changes.touch("interactive_request", run_id)
 
 
 def _summary_message(ctx: WriteContext, run_id: str, status: str, error_code: str | None,

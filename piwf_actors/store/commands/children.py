@@ -11,24 +11,33 @@ from typing import Any
 from piwf_actors.store.commands.registry import WriteContext, command
 
 
-@command("child.register")
-def register_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
+def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id: str | None) -> None:
+    """Record a child this host started (also used by the worker's register_child)."""
     ctx.conn.execute(
         """INSERT OR REPLACE INTO child_process
            (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
            VALUES (?, ?, ?, ?, ?, ?, NULL)""",
-        (args["pid"], args["create_time"], args["kind"], args.get("run_id"), ctx.host_epoch, ctx.now),
+        (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now),
     )
-    ctx.changes.touch("child_process", args.get("run_id"))
+    ctx.changes.touch("child_process", run_id)
+
+
+def release(ctx: WriteContext, pid: int, create_time: float, run_id: str | None) -> bool:
+    """The child is known to be gone (waited for, or reaped)."""
+    changed = ctx.conn.execute(
+        "UPDATE child_process SET released_at = ? WHERE pid = ? AND create_time = ? AND released_at IS NULL",
+        (ctx.now, pid, create_time),
+    ).rowcount
+    ctx.changes.touch("child_process", run_id)
+    return changed == 1
+
+
+@command("child.register")
+def register_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
+    register(ctx, args["pid"], args["create_time"], args["kind"], args.get("run_id"))
     return True
 
 
 @command("child.release")
 def release_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
-    """The child is known to be gone (waited for, or reaped)."""
-    changed = ctx.conn.execute(
-        "UPDATE child_process SET released_at = ? WHERE pid = ? AND create_time = ? AND released_at IS NULL",
-        (ctx.now, args["pid"], args["create_time"]),
-    ).rowcount
-    ctx.changes.touch("child_process", args.get("run_id"))
-    return changed == 1
+    return release(ctx, args["pid"], args["create_time"], args.get("run_id"))

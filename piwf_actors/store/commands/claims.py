@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import Rejected
+from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.worker import launch_state
@@ -293,10 +294,8 @@ def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     run_id, node_id, status = row
     if status != "ambiguous":
         raise Rejected(f"effect {args['effect_id']} is {status}, not ambiguous")
-    from piwf_actors.store.commands.runs import store_json_blob
-
     if action == "confirm":
-        output_sha = store_json_blob(ctx, args.get("output"))
+        output_sha = put_json_blob(ctx.conn, args.get("output"), ctx.now)
         ctx.conn.execute("UPDATE effect SET status = 'applied', resolution = 'confirmed', output_sha256 = ?, "
                          "settled_at = ? WHERE effect_id = ?", (output_sha, ctx.now, args["effect_id"]))
     else:

@@ -16,7 +16,7 @@ from typing import Any
 
 from piwf_actors.errors import Conflict, NotFound, Rejected
 from piwf_actors.interactions import check_decision, contract_digest, request_id_for
-from piwf_actors.store.blobs import get_blob
+from piwf_actors.store.blobs import get_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.worker import _start_attempt, operation
@@ -110,14 +110,12 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
     request_id = request_id_for(run_id, node_id, attempt_id, digest)
     after_s = payload.get("after_s")
     default = payload.get("default_response")
-    from piwf_actors.store.commands.runs import store_json_blob
-
     ctx.conn.execute(
         """INSERT INTO interactive_request (request_id, run_id, node_id, attempt_id, kind, target_session_id,
                audience, contract_sha256, digest, revision, status, deadline_at, default_response, rejected_count,
                created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?, 0, ?, ?)""",
         (request_id, run_id, node_id, attempt_id, kind, run["session_id"], contract.get("audience"),
-         store_json_blob(ctx, contract), digest, None if after_s is None else ctx.now + float(after_s),
+         put_json_blob(ctx.conn, contract, ctx.now), digest, None if after_s is None else ctx.now + float(after_s),
          None if default is None else canonical_json(default), ctx.now, ctx.now))
     append_event(ctx.conn, run_id, "interaction_requested", ctx.now, node_id=node_id, attempt_id=attempt_id,
                  payload={"request_id": request_id, "kind": kind})

@@ -10,13 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
-from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.blobs import put_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.ids import new_id
-from piwf_actors.store.jsonutil import canonical_json
-from piwf_actors.store.runstate import TERMINAL_STATUSES, bump_revision, claim_row, run_row, set_status
+from piwf_actors.store.runstate import (
+    TERMINAL_STATUSES,
+    bump_revision,
+    cancel_open_requests,
+    claim_row,
+    run_row,
+    set_status,
+)
 
 #: Event kinds a client or worker may append as free-form notes.
 NOTE_KINDS = frozenset({"note", "log"})
@@ -34,17 +40,13 @@ def append_note(ctx: WriteContext, args: dict[str, Any]) -> int:
     return seq
 
 
-def store_json_blob(ctx: WriteContext, value: Any) -> str:
-    return put_blob(ctx.conn, canonical_json(value).encode(), ctx.now)
-
-
 def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, input_sha: str | None = None,
                 source_sha: str | None = None) -> dict[str, Any]:
     run_id = spec.get("run_id") or new_id("run", ctx.now)
     if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
         raise Rejected(f"run {run_id} already exists")
     if input_sha is None:
-        input_sha = store_json_blob(ctx, spec.get("input"))
+        input_sha = put_json_blob(ctx.conn, spec.get("input"), ctx.now)
     source = spec.get("source")
     if source_sha is None and isinstance(source, bytes):
         source_sha = put_blob(ctx.conn, source, ctx.now)
@@ -81,18 +83,11 @@ def _check_revision(run: dict[str, Any], args: dict[str, Any]) -> None:
         raise Conflict(f"run {run['run_id']} is at revision {run['revision']}, not {expected}")
 
 
-def _cancel_requests(ctx: WriteContext, run_id: str) -> None:
-    ctx.conn.execute(
-        """UPDATE interactive_request SET status = 'cancelled', revision = revision + 1, updated_at = ?
-           WHERE run_id = ? AND status IN ('pending', 'presenting')""", (ctx.now, run_id))
-    ctx.changes.touch("interactive_request", run_id)
-
-
 def _cancel(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
     run_id = run["run_id"]
     if run["status"] in TERMINAL_STATUSES:
         raise Rejected(f"run {run_id} is already {run['status']}")
-    _cancel_requests(ctx, run_id)
+    cancel_open_requests(ctx, run_id)
     if claim_row(ctx.conn, run_id) is not None:
         ctx.conn.execute("UPDATE run SET cancel_requested = 1 WHERE run_id = ?", (run_id,))
         append_event(ctx.conn, run_id, "cancel_requested", ctx.now)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
-from piwf_actors.store.blobs import get_blob, put_blob
+from piwf_actors.store.blobs import get_blob, put_json_blob
+from piwf_actors.store.commands import children
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.ids import new_id
@@ -35,10 +36,6 @@ def operation(name: str) -> Callable[[Handler], Handler]:
         return fn
 
     return register
-
-
-def _json_blob(ctx: WriteContext, value: Any) -> str:
-    return put_blob(ctx.conn, canonical_json(value).encode(), ctx.now)
 
 
 @command("worker.message")
@@ -215,7 +212,8 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     outcome = payload["outcome"]
     # A failed node keeps its output too (a shell's exit code and stderr) for a
     # `$result.outcome` route to inspect.
-    output_sha = _json_blob(ctx, payload.get("output")) if outcome == "ok" or payload.get("output") is not None else None
+    keep = outcome == "ok" or payload.get("output") is not None
+    output_sha = put_json_blob(ctx.conn, payload.get("output"), ctx.now) if keep else None
     changed = ctx.conn.execute(
         """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
                finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting')""",
@@ -287,16 +285,11 @@ def _run_failed(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any])
 
 @operation("register_child")
 def _register_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
-    ctx.conn.execute(
-        """INSERT OR REPLACE INTO child_process (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
-           VALUES (?, ?, ?, ?, ?, ?, NULL)""",
-        (payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"], ctx.host_epoch, ctx.now))
-    ctx.changes.touch("child_process", run["run_id"])
+    children.register(ctx, payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"])
     return True
 
 
 @operation("release_child")
 def _release_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
-    ctx.conn.execute("UPDATE child_process SET released_at = ? WHERE pid = ? AND create_time = ?",
-                     (ctx.now, payload["pid"], payload["create_time"]))
+    children.release(ctx, payload["pid"], payload["create_time"], run["run_id"])
     return True
