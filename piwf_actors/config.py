@@ -21,6 +21,9 @@ class HostConfig:
     limits: Limits = field(default_factory=Limits)  # client socket limits (frame size, connections …)
     retention_days: float = 30.0  # finished runs older than this are pruned when the host is idle; 0 = never
     prune_every_s: float = 3600.0  # how often the idle host looks for runs to prune
+    idempotency_days: float = 365.0  # client request records kept (after their runs) for replays; 0 = forever
+    watchdog_grace_s: float = 5.0  # a node still running this long past its timeout_s is killed from outside
+    worker_ready_timeout_s: float = 30.0  # a worker that sends nothing for this long after a launch is replaced
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
@@ -29,5 +32,9 @@ class HostConfig:
             raise ValueError("lease_s must be positive")
         if self.retention_days < 0 or self.prune_every_s <= 0:
             raise ValueError("retention_days must be >= 0 and prune_every_s > 0")
+        if self.idempotency_days < 0:
+            raise ValueError("idempotency_days must be >= 0")
+        if self.watchdog_grace_s < 0 or self.worker_ready_timeout_s <= 0:
+            raise ValueError("watchdog_grace_s must be >= 0 and worker_ready_timeout_s > 0")
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")

@@ -85,6 +85,21 @@ class StaleEpoch(StoreError):
         self.current_epoch = current_epoch
 
 
+class LeaseExpired(StoreError):
+    """A fenced write from a host whose lease ran out, even if no other host took it (yet).
+
+    Checked inside the writer's transaction with the clock read there, so a
+    host paused past its lease (SIGSTOP, a stalled VM) changes nothing when it
+    wakes up. Retryable: the host may take the lease again."""
+
+    code = "lease_expired"
+
+    def __init__(self, epoch: int, expired_at: float | None) -> None:
+        when = "is not held" if expired_at is None else f"expired at {expired_at:.3f}"
+        super().__init__(f"the lease of host epoch {epoch} {when}; nothing was written")
+        self.epoch = epoch
+
+
 class ClaimLost(StoreError):
     """A run write whose claim (token, generation or runner epoch) is not current."""
 

@@ -9,6 +9,8 @@
   what a test started and whether it is still running.
 - `HostScript`: a host subprocess script (by default tests/host_script.py) in
   its own session, with stdout and stderr in files the test polls.
+- `small_filesystem`: a tmpfs of a chosen size mounted for one test (root only;
+  skips elsewhere), and `fill_up` to fill it to the last byte.
 - `ProcessGuard` and `guarded`: the teardown shared by the real-process test
   fixtures: every process a test causes carries a tag (an environment
   variable); teardown stops the hosts, kills the host scripts and proves with
@@ -99,6 +101,43 @@ def lock_is_free(lock_path: Path) -> bool:
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return True
+    finally:
+        os.close(fd)
+
+
+# --- a small disk -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_filesystem(size: str) -> Iterator[Path]:
+    """A fresh tmpfs of `size` (e.g. "3m") under /tmp, unmounted afterwards; skips the test where
+    mounting is not possible (not root, no tmpfs)."""
+    if os.geteuid() != 0 or "tmpfs" not in Path("/proc/filesystems").read_text():
+        pytest.skip("mounting a tmpfs needs root")
+    mount = Path(f"/tmp/pw-fs-{os.getpid()}-{time.monotonic_ns()}")
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"cannot mount tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        mount.rmdir()
+
+
+def fill_up(path: Path) -> None:
+    """Write `path` until its filesystem has no byte left."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
     finally:
         os.close(fd)
 

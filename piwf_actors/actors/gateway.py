@@ -120,7 +120,7 @@ class ClientGateway(CoreActor):
         ref = self.actor_ref
         self._loop = SocketLoop(
             self._socket_path,
-            on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._epoch),
+            on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._writer.host_epoch or self._epoch),
             on_frame=lambda conn_id, frame: safe_tell(ref, ClientRequest(conn_id, frame)),
             on_closed=lambda conn_id: safe_tell(ref, ConnectionClosed(conn_id)),
             limits=self._limits,
@@ -203,6 +203,7 @@ class ClientGateway(CoreActor):
             "state.backup": self._state_backup, "state.prune": self._state_prune,
             "interaction.list": self._interaction_list, "checkpoint.answer": self._answer,
             "decision.answer": self._answer, "interaction.submit": self._answer, "interaction.ack": self._answer,
+            "content.read": self._content_read,
         }
 
     def _client_args(self, request: Request) -> dict[str, Any]:
@@ -294,9 +295,21 @@ class ClientGateway(CoreActor):
             return
         limit = min(payload.get("limit") or 500, 5000)
         events = queries.run_events(self._reader, request.run_id, payload.get("after") or 0, limit)
+        events, cut = views.fit(events)
         next_after = events[-1]["seq"] if events else (payload.get("after") or 0)
         self._reply(conn_id, request, "accepted", revision=status[1],
-                    receipt={"events": events, "next_after": next_after, "more": len(events) == limit})
+                    receipt={"events": events, "next_after": next_after, "more": cut or len(events) == limit})
+
+    def _content_read(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        """A chunk of a stored value that a view showed as `{"$content": digest, …}`."""
+        assert self._reader is not None
+        length = payload.get("length")
+        chunk = queries.content_chunk(self._reader, payload["digest"], payload.get("offset") or 0,
+                                      queries.CONTENT_CHUNK_BYTES if length is None else length)
+        if chunk is None:
+            self._reply(conn_id, request, "notFound", error=f"no content {payload['digest'][:64]}")
+            return
+        self._reply(conn_id, request, "accepted", receipt=chunk)
 
     def _run_control(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         self._send_write(conn_id, request, WriteCommand(request.operation, self._client_args(request)))
@@ -334,6 +347,8 @@ class ClientGateway(CoreActor):
     def _state_prune(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         args = {**self._client_args(request), "before": float(payload["before"]),
                 "apply": bool(payload.get("apply", False))}
+        if payload.get("idempotency_before") is not None:
+            args["idempotency_before"] = float(payload["idempotency_before"])
         if not args["apply"]:
             # A dry run changes nothing, so it is not recorded.
             args.pop("client_id")
@@ -344,8 +359,7 @@ class ClientGateway(CoreActor):
 
     def _interaction_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         assert self._reader is not None
-        self._reply(conn_id, request, "accepted",
-                    receipt=queries.pending_interactions(self._reader, payload.get("session_id")))
+        self._reply(conn_id, request, "accepted", receipt=views.interactions_view(self._reader, payload.get("session_id")))
 
     def _answer(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         args = {**self._client_args(request), **payload}

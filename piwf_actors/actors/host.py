@@ -19,14 +19,22 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import ActorFailed, CoreActor, Ping
+from piwf_actors.actors.base import ActorFailed, CoreActor, Ping, safe_tell
 from piwf_actors.actors.gateway import ClientGateway
-from piwf_actors.actors.lease import GetLease, HostLease, LeaseClaim, LeaseLostNotice, acquire_lease
+from piwf_actors.actors.lease import (
+    GetLease,
+    HostLease,
+    LeaseClaim,
+    LeaseLostNotice,
+    LeaseRegained,
+    LeaseSuspended,
+    acquire_lease,
+)
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import HostBoard
 from piwf_actors.config import HostConfig
-from piwf_actors.errors import HostError
+from piwf_actors.errors import HostError, NotFound
 from piwf_actors.hostlock import HostLock
 from piwf_actors.operations import WorkflowResolver
 from piwf_actors.operations import start_run as _start_run
@@ -104,7 +112,15 @@ class HostSupervisor(CoreActor):
         self._parts = parts
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {ActorFailed: self._failed, LeaseLostNotice: self._lease_lost, Shutdown: self._shutdown}
+        return {ActorFailed: self._failed, LeaseLostNotice: self._lease_lost, Shutdown: self._shutdown,
+                LeaseSuspended: self._to_scheduler, LeaseRegained: self._to_scheduler}
+
+    def _to_scheduler(self, message: LeaseSuspended | LeaseRegained) -> None:
+        """The lease paused (disk full) or came back at a higher epoch: the scheduler pauses claims,
+        or adopts its live claims under the new epoch and resumes."""
+        for name, ref in self._parts.actors:
+            if name == "scheduler":
+                safe_tell(ref, message)
 
     def _failed(self, message: ActorFailed) -> None:
         self._stop_in_background(f"{message.actor} failed: {message.reason}")
@@ -147,7 +163,9 @@ class HostHandle:
 
     @property
     def epoch(self) -> int:
-        return self.claim.epoch
+        """The host epoch now (it grows when the host takes its lease again after a full disk)."""
+        epoch = self.writer.host_epoch
+        return self.claim.epoch if epoch is None else epoch
 
     @property
     def writer(self) -> WriterHandle:
@@ -223,6 +241,22 @@ class HostHandle:
     def list_runs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         return self._read(lambda r: queries.run_list(r, status, limit))
 
+    def read_content(self, digest: str) -> bytes:
+        """The bytes of a stored value that `get_run` showed as `{"$content": digest, …}` (its
+        canonical JSON). Raises NotFound when no such value is stored."""
+
+        def read(reader: StoreReader) -> bytes:
+            data = bytearray()
+            while True:
+                chunk = queries.content_chunk(reader, digest, len(data))
+                if chunk is None:
+                    raise NotFound("content", digest)
+                data += chunk["data"]
+                if len(data) >= chunk["total_bytes"] or not chunk["data"]:
+                    return bytes(data)
+
+        return self._read(read)
+
     def run_events(self, run_id: str, after: int = 0, limit: int = 500) -> list[dict[str, Any]]:
         return self._read(lambda r: queries.run_events(r, run_id, after, limit))
 
@@ -239,8 +273,10 @@ class HostHandle:
     def resume_run(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
         return self._control("run.resume", run_id, **kwargs)
 
-    def restart_run(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        return self._control("run.restart", run_id, **kwargs)
+    def restart_run(self, run_id: str, *, expected_revision: int, **kwargs: Any) -> dict[str, Any]:
+        """A new run of a finished run's snapshot and input (only a done, failed or cancelled run
+        without unsettled effects; one per revision: a second call is `adopted`)."""
+        return self._control("run.restart", run_id, expected_revision=expected_revision, **kwargs)
 
     def resolve_effect(self, effect_id: str, action: str, output: Any = None) -> dict[str, Any]:
         return self.writer.call("effect.resolve", {"effect_id": effect_id, "action": action, "output": output})
@@ -299,7 +335,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             claim = acquire_lease(parts.writer, lambda: queries.lease_holder(reader), lease_s=config.lease_s,
                                   state_dir=str(paths.root), host_id=config.host_id)
             parts.writer = parts.writer.with_epoch(claim.epoch)
-            parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board)
+            parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board,
+                                          claim_lease_s=config.claim_lease_s)
             _require_started("lease", parts.lease)
             reap_orphans(reader, parts.writer, grace_s=config.reap_grace_s)
             recovered = parts.writer.call("host.recover", {})["runs"]
@@ -312,7 +349,9 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
                                     supervisor=supervisor, claim_lease_s=config.claim_lease_s,
                                     warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
                                     board=parts.board, retention_days=config.retention_days,
-                                    prune_every_s=config.prune_every_s)
+                                    prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
+                                    watchdog_grace_s=config.watchdog_grace_s,
+                                    worker_ready_timeout_s=config.worker_ready_timeout_s)
         parts.actors.append(("scheduler", scheduler))
         _require_started("scheduler", scheduler)
         sup = supervisor

@@ -6,6 +6,16 @@ writer. A renewal that is refused, or no successful renewal before the lease
 runs out, means another host may own the state now: the actor tells the
 supervisor, which stops the host within one lease period. On a clean stop
 the lease is released so the next host need not wait for it to expire.
+
+One exception: when the renewals failed only because the database cannot
+be written (disk full, read-only file), the lease is *suspended* rather
+than lost. Writes are fenced off by the expired lease anyway; the host keeps
+serving reads and its workers keep their results. The actor keeps trying
+to take the lease again at a higher epoch (`lease.reacquire`, accepted only
+while the row still names this holder: the lock file proves no other host
+took this state directory; the live run claims move to the new epoch in
+the same transaction) and, once it succeeds, tells the supervisor, which
+has the scheduler claim again.
 """
 
 from __future__ import annotations
@@ -63,6 +73,26 @@ class LeaseLostNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseSuspended:
+    """Told to the supervisor: the lease ran out while the disk could not be written; claims pause."""
+
+    epoch: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRegained:
+    """Told to the supervisor: the lease is held again, at `epoch` (> `previous_epoch`)."""
+
+    previous_epoch: int
+    epoch: int
+
+
+#: Renewal failures that mean "this host cannot write", not "another host may own the state".
+STORAGE_FAILURES = frozenset({"disk_full", "read_only"})
+
+
+@dataclass(frozen=True, slots=True)
 class GetLease:
     """Answered with the current LeaseClaim (token withheld) and last heartbeat."""
 
@@ -103,9 +133,10 @@ class HostLease(CoreActor):
 
     def __init__(self, writer: WriterHandle, claim: LeaseClaim, *, supervisor: pykka.ActorRef[Any] | None,
                  clock: Callable[[], float] = time.time, renew_fraction: float = 1 / 3,
-                 board: HostBoard | None = None) -> None:
+                 board: HostBoard | None = None, claim_lease_s: float = 30.0) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
+        self._claim_lease_s = claim_lease_s
         self._writer = writer
         self._claim = claim
         self._clock = clock
@@ -115,10 +146,13 @@ class HostLease(CoreActor):
         self._heartbeat_at = clock()
         self._lost = False
         self._renew_failures = 0
+        self._storage_failing = False
+        self._suspended = False
         self._board = board
 
     def on_start(self) -> None:
         """Runs in the lease's thread: starts the renewal ticker."""
+        self._writer.lease_renewed(self._claim.expires_at)
         self._ticker = Ticker(self.actor_ref, RenewTick(), self._interval, "lease").start()
         self._publish()
 
@@ -130,7 +164,7 @@ class HostLease(CoreActor):
     def on_stop(self) -> None:
         """Runs in the lease's thread on a clean stop: gives the lease back."""
         self.release_resources()
-        if not self._lost:
+        if not self._lost and not self._suspended:
             try:
                 released = self._writer.call("lease.release", self._claim.identity_args(), timeout=5)
                 log.info("lease for epoch %d %s", self._claim.epoch, "released" if released else "was already gone")
@@ -148,40 +182,98 @@ class HostLease(CoreActor):
         return {"epoch": self._claim.epoch, "host_id": self._claim.host_id, "pid": self._claim.pid,
                 "process_start_identity": self._claim.process_start_identity,
                 "expires_at": self._claim.expires_at, "heartbeat_at": self._heartbeat_at,
-                "lease_s": self._claim.lease_s, "renew_failures": self._renew_failures, "lost": self._lost}
+                "lease_s": self._claim.lease_s, "renew_failures": self._renew_failures, "lost": self._lost,
+                "suspended": self._suspended}
 
     def _tick(self, _message: RenewTick) -> None:
         if self._lost:
             return
         now = self._clock()
-        if now >= self._claim.expires_at:
-            self._lose("no successful renewal before the lease expired")
+        if self._suspended:
+            self._send("lease.reacquire", "reacquire", now)
             return
+        if now >= self._claim.expires_at:
+            if self._storage_failing:
+                self._suspend("the lease expired while the database could not be written")
+                self._send("lease.reacquire", "reacquire", now)
+            else:
+                self._lose("no successful renewal before the lease expired")
+            return
+        self._send("lease.renew", "renew", now)
+
+    def _send(self, name: str, correlation: str, now: float) -> None:
         if self._renew_sent_at is not None and now - self._renew_sent_at < self._interval:
-            return  # the previous renewal is still with the writer
+            return  # the previous attempt is still with the writer
         self._renew_sent_at = now
         args = {**self._claim.identity_args(), "lease_s": self._claim.lease_s}
-        self._writer.submit(WriteCommand("lease.renew", args, correlation_id="renew"), self.actor_ref)
+        if name == "lease.reacquire":
+            args["claim_lease_s"] = self._claim_lease_s
+        self._writer.submit(WriteCommand(name, args, correlation_id=correlation), self.actor_ref)
 
     def _renewed(self, result: WriteResult) -> None:
         self._renew_sent_at = None
         if self._lost:
             return
+        if result.correlation_id == "reacquire":
+            self._reacquired(result)
+            return
+        if self._suspended:
+            return  # a renewal that was in flight when the lease was suspended
         if result.ok:
             self._claim = _with_expiry(self._claim, result.value["expires_at"])
+            self._writer.lease_renewed(self._claim.expires_at)
             self._heartbeat_at = result.value["heartbeat_at"]
             self._publish()
             if self._renew_failures:
                 log.info("lease renewal for epoch %d recovered", self._claim.epoch)
             self._renew_failures = 0
+            self._storage_failing = False
             return
         if result.error_code == LeaseLost.code:
+            if self._storage_failing:
+                # It ran out while the disk was full; whether someone else took it is
+                # for lease.reacquire to find out (it checks the row's holder).
+                self._suspend(result.error or "renewal refused after storage failures")
+                return
             self._lose(result.error or "renewal refused")
             return
         self._renew_failures += 1
+        self._storage_failing = result.error_code in STORAGE_FAILURES
         log.warning("lease renewal failed (%d in a row): %s", self._renew_failures, result.error)
         if self._clock() >= self._claim.expires_at:
-            self._lose(f"renewals kept failing: {result.error}")
+            if self._storage_failing:
+                self._suspend(f"the lease expired while the database could not be written: {result.error}")
+            else:
+                self._lose(f"renewals kept failing: {result.error}")
+
+    def _suspend(self, reason: str) -> None:
+        if self._suspended:
+            return
+        self._suspended = True
+        self._publish()
+        log.warning("lease for epoch %d suspended: %s; serving reads, claiming nothing, and taking the lease "
+                    "again once writes succeed", self._claim.epoch, reason)
+        safe_tell(self._supervisor, LeaseSuspended(self._claim.epoch, reason))
+
+    def _reacquired(self, result: WriteResult) -> None:
+        if result.ok:
+            previous = self._claim.epoch
+            self._claim = _with_epoch(self._claim, result.value["epoch"], result.value["expires_at"])
+            self._heartbeat_at = result.value["heartbeat_at"]
+            self._writer.lease_renewed(self._claim.expires_at)
+            self._writer.advance_epoch(self._claim.epoch)
+            self._suspended = False
+            self._storage_failing = False
+            self._renew_failures = 0
+            self._publish()
+            log.warning("lease taken again at epoch %d (was %d) now that writes succeed", self._claim.epoch,
+                        previous)
+            safe_tell(self._supervisor, LeaseRegained(previous, self._claim.epoch))
+            return
+        if result.error_code == LeaseLost.code:
+            self._lose(result.error or "another host took the lease")
+            return
+        log.debug("taking the lease again failed: %s", result.error)
 
     def _lose(self, reason: str) -> None:
         self._lost = True
@@ -191,5 +283,9 @@ class HostLease(CoreActor):
 
 
 def _with_expiry(claim: LeaseClaim, expires_at: float) -> LeaseClaim:
-    return LeaseClaim(claim.epoch, claim.host_id, claim.token, claim.pid, claim.process_start_identity,
+    return _with_epoch(claim, claim.epoch, expires_at)
+
+
+def _with_epoch(claim: LeaseClaim, epoch: int, expires_at: float) -> LeaseClaim:
+    return LeaseClaim(epoch, claim.host_id, claim.token, claim.pid, claim.process_start_identity,
                       claim.lease_s, expires_at)

@@ -7,7 +7,21 @@ or must be stopped (cancel, claim lost, host stopping) it reports the exit
 to the writer (`runner.exit`, which settles an interrupted run) and then
 tells the scheduler it is finished, handing back the worker if it can serve
 another launch. A supervisor's crash is contained: the scheduler notices
-(one-for-one) and the run is settled like a crashed runner.
+(one-for-one) and the run is settled like a crashed runner; a launch it
+cannot even start is reported as an exit too, so no run stays `starting`.
+
+Frames stay bounded (`messages/content.py`): large launch values go as
+content references the worker reads with `content.read` (answered here,
+from the blob table or from values this supervisor cut out of a frame), and
+content the worker sends ahead of a request is put back before the request
+goes to the writer.
+
+The watchdog, outside the worker: a node the worker announced with its
+`timeout_s` (`node_begin`) that is still running `grace_s` after it is
+stopped from here (its process tree is killed; the run goes back to the
+queue and the next launch routes the node's `timeout` failure), and a
+worker that never sends its first request within `ready_timeout_s` is
+replaced (the run is requeued). The scheduler's tick drives both checks.
 """
 
 from __future__ import annotations
@@ -15,8 +29,10 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pykka
@@ -24,16 +40,24 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError
+from piwf_actors.messages import pack
+from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut
+from piwf_actors.messages.frames import frame_of_body
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, terminate_tree
+from piwf_actors.store import queries
+from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
 
-#: Map writer error codes to worker-protocol outcomes.
+#: Map writer error codes to worker-protocol outcomes. `unavailable` means "nothing was
+#: written, send it again": the worker keeps its result and retries.
 _OUTCOMES = {"claim_lost": "claimLost", "conflict": "conflict", "not_found": "notFound",
              "stale_epoch": "claimLost", "disk_full": "unavailable", "read_only": "unavailable",
-             "writer_stopped": "unavailable"}
+             "writer_stopped": "unavailable", "lease_expired": "unavailable"}
+#: Requests after which no node is running any more (the watchdog stands down).
+_NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +81,11 @@ class WorkerFrame:
 @dataclass(frozen=True, slots=True)
 class WorkerGone:
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTick:
+    """From the scheduler's tick: check the running node's deadline and the start-up deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +119,9 @@ class RunnerSupervisor(CoreActor):
     actor_name = "runner"
 
     def __init__(self, writer: WriterHandle, scheduler: pykka.ActorRef[Any], worker: WorkerProcess,
-                 launch: Launch, *, grace_s: float = 3.0) -> None:
+                 launch: Launch, *, grace_s: float = 3.0, db_path: Path | None = None,
+                 watchdog_grace_s: float = 5.0, ready_timeout_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """Runs in the scheduler's thread: stores arguments only."""
         super().__init__(scheduler)
         self._writer = writer
@@ -98,6 +129,17 @@ class RunnerSupervisor(CoreActor):
         self._worker = worker
         self._launch = launch
         self._grace_s = grace_s
+        self._db_path = db_path
+        self._watchdog_grace_s = watchdog_grace_s
+        self._ready_timeout_s = ready_timeout_s
+        self._clock = clock
+        self._ready_deadline: float | None = None
+        self._watch: tuple[str, str, float, float] | None = None  # node, attempt, timeout_s, deadline
+        self._uploads = ContentUpload()
+        self._cut_out: dict[str, bytes] = {}  # content this supervisor cut out of its own frames
+        self._readable: set[str] = set()  # stored content the worker was pointed at
+        self._store: StoreReader | None = None
+        self._sent_epoch: dict[str, int | None] = {}  # host epoch each pending worker message went with
         self._reader: threading.Thread | None = None
         self._stop_reason: str | None = None
         self._exit_reported = False
@@ -109,21 +151,64 @@ class RunnerSupervisor(CoreActor):
     # --- lifecycle -------------------------------------------------------------
 
     def on_start(self) -> None:
-        """Runs in the supervisor's thread: hands the launch to the worker and starts reading."""
+        """Runs in the supervisor's thread: hands the launch to the worker and starts reading.
+
+        Whatever goes wrong here is reported as the launch's exit (`launchFailed`):
+        an exception escaping `on_start` would stop this actor without a word and
+        leave the run `starting` with its claim renewed for ever.
+        """
         launch = self._launch
-        if not launch.attached:
-            self._writer.submit(WriteCommand("runner.attach", {
-                "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": self._worker.pid,
-                "create_time": self._worker.create_time}))
-        self._worker.launches += 1
-        self._reader = threading.Thread(target=self._read_frames, name=f"runner-{launch.run_id}", daemon=True)
-        self._reader.start()
         try:
-            self._worker.send({"kind": "launch", "run_id": launch.run_id, "generation": launch.generation,
-                               "runner_epoch": launch.runner_epoch, "revision": launch.revision,
-                               **launch.envelope})
-        except OSError as exc:
-            self.actor_ref.tell(WorkerGone(f"could not send the launch: {exc}"))
+            if not launch.attached:
+                self._writer.submit(WriteCommand("runner.attach", {
+                    "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": self._worker.pid,
+                    "create_time": self._worker.create_time}))
+            self._worker.launches += 1
+            self._ready_deadline = self._clock() + self._ready_timeout_s
+            frame = self._launch_frame()
+            self._reader = threading.Thread(target=self._read_frames, name=f"runner-{launch.run_id}", daemon=True)
+            self._reader.start()
+            try:
+                self._send(frame, under=("state",))
+            except OSError as exc:
+                self.actor_ref.tell(WorkerGone(f"could not send the launch: {exc}"))
+        except Exception as exc:  # the launch could not start: settle it, free the slot
+            log.exception("run %s: the launch could not start", launch.run_id)
+            code = self._kill_worker("launchFailed")
+            self._exit("launchFailed", reusable=False, exit_code=code,
+                       diagnostic=f"the launch could not start: {type(exc).__name__}: {exc}")
+
+    def _launch_frame(self) -> dict[str, Any]:
+        """The launch envelope; large stored values (the state's, the source) as content references."""
+        launch = self._launch
+        envelope = dict(launch.envelope)
+        refs: list[ContentRef] = []
+        source_ref = envelope.pop("source_ref", None)
+        if source_ref is not None:
+            refs.append(ContentRef(("source",), source_ref["digest"], source_ref["bytes"], "raw"))
+        state = envelope.get("state")
+        if isinstance(state, dict) and state.get("content_refs"):
+            state = dict(state)
+            for item in state.pop("content_refs"):
+                refs.append(ContentRef(("state", *item["path"]), item["digest"], item["bytes"], item["encoding"]))
+            envelope["state"] = state
+        self._readable.update(ref.digest for ref in refs)
+        frame = {"kind": "launch", "run_id": launch.run_id, "generation": launch.generation,
+                 "runner_epoch": launch.runner_epoch, "revision": launch.revision, **envelope}
+        if refs:
+            frame["refs"] = [ref.to_wire() for ref in refs]
+        return frame
+
+    def _send(self, frame: dict[str, Any], under: tuple[str, ...]) -> None:
+        """Send a frame to the worker, cutting large values under `under` out as readable content."""
+        body = pack(frame)
+        if len(body) > FRAME_BUDGET:
+            frame, contents = cut(frame, len(body), under=under)
+            frame["refs"] = [*frame.get("refs", []), *(ref.to_wire() for ref, _ in contents)]
+            for ref, data in contents:
+                self._cut_out[ref.digest] = data
+            body = pack(frame)
+        self._worker.sock.sendall(frame_of_body(body))
 
     def _read_frames(self) -> None:
         """The reader thread: turns the worker's frames into messages to this actor."""
@@ -144,6 +229,11 @@ class RunnerSupervisor(CoreActor):
                 return
 
     def release_resources(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._uploads.clear()
+        self._cut_out.clear()
         if not self._finished:
             # Stopped from outside (host stopping) or crashed: the worker must not outlive us.
             self._kill_worker("host_stopping" if self._stop_reason is None else self._stop_reason)
@@ -153,15 +243,39 @@ class RunnerSupervisor(CoreActor):
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {WorkerFrame: self._frame, WriteResult: self._written, WorkerGone: self._gone,
-                StopRunner: self._stop_runner}
+                StopRunner: self._stop_runner, WatchdogTick: self._watchdog}
 
     # --- worker protocol ---------------------------------------------------------
 
     def _frame(self, message: WorkerFrame) -> None:
+        if self._exit_reported:
+            return
         frame = message.frame
         kind = frame.get("kind")
         if kind == "request":
+            self._ready_deadline = None  # the worker is up and talking
+            op = frame.get("op")
+            if op in _NODE_ENDS:
+                self._watch = None
+            if op == "content.read":
+                self._content_read(frame)
+                return
+            try:
+                frame = self._uploads.resolve(frame)
+            except DecodeError as exc:
+                self._answer(frame.get("message_id"), {"outcome": "rejected", "error": exc.one_line()})
+                return
             self._forward(frame)
+        elif kind == "content":
+            try:
+                self._uploads.add(frame)
+            except DecodeError as exc:
+                self._protocol_error(f"bad content frame: {exc.one_line()}")
+        elif kind == "node_begin":
+            timeout_s = frame.get("timeout_s")
+            if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
+                self._watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
+                               self._clock() + float(timeout_s) + self._watchdog_grace_s)
         elif kind == "run_over":
             if self._claim_released and not self._exit_reported:
                 # The last transition ended the launch in the same commit (done,
@@ -187,8 +301,9 @@ class RunnerSupervisor(CoreActor):
         args = {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
                 "token_hash": launch.token_hash, "message_id": frame.get("message_id"), "op": frame.get("op"),
                 "expected_revision": frame.get("expected_revision"), "payload": frame.get("payload")}
-        self._writer.submit(WriteCommand("worker.message", args, correlation_id=f"msg:{frame.get('message_id')}"),
-                            self.actor_ref)
+        correlation = f"msg:{frame.get('message_id')}"
+        self._sent_epoch[correlation] = self._writer.host_epoch
+        self._writer.submit(WriteCommand("worker.message", args, correlation_id=correlation), self.actor_ref)
 
     def _written(self, result: WriteResult) -> None:
         correlation = result.correlation_id or ""
@@ -198,11 +313,22 @@ class RunnerSupervisor(CoreActor):
         if not correlation.startswith("msg:"):
             return
         message_id = correlation[4:]
-        if result.ok:
+        sent_epoch = self._sent_epoch.pop(correlation, None)
+        expires_at = self._writer.lease_expires_at
+        if result.ok and expires_at is not None and time.time() >= expires_at:
+            # Committed under the lease, but the lease ran out before the answer went
+            # out (the host was paused): the worker must not go on now. It sends the
+            # message again and gets the recorded answer once the lease is held again.
+            answer = {"outcome": "unavailable", "error": "the host's lease expired; try again"}
+        elif result.ok:
             answer = dict(result.value)
             answer.setdefault("outcome", "accepted")
             if answer.get("released"):
                 self._claim_released = True
+        elif result.error_code == "stale_epoch" and sent_epoch != self._writer.host_epoch:
+            # Sent just before the host took its lease again at a higher epoch (its claims moved
+            # with it): nothing was written, so the worker sends it again under the new epoch.
+            answer = {"outcome": "unavailable", "error": result.error}
         else:
             answer = {"outcome": _OUTCOMES.get(result.error_code or "", "rejected"), "error": result.error}
         self._answer(message_id, answer)
@@ -210,10 +336,70 @@ class RunnerSupervisor(CoreActor):
             self._stop_runner(StopRunner("claimLost"))
 
     def _answer(self, message_id: Any, answer: dict[str, Any]) -> None:
+        value = answer.get("value")
+        if isinstance(value, dict) and value.get("content_refs"):
+            # A `ready` answer carries the launch state; its large values stay in the store.
+            value = dict(value)
+            refs = [ContentRef(("value", *item["path"]), item["digest"], item["bytes"], item["encoding"])
+                    for item in value.pop("content_refs")]
+            self._readable.update(ref.digest for ref in refs)
+            answer = {**answer, "value": value, "refs": [ref.to_wire() for ref in refs]}
         try:
-            self._worker.send({"kind": "response", "message_id": message_id, **answer})
+            self._send({"kind": "response", "message_id": message_id, **answer}, under=("value",))
         except OSError:
             pass  # the reader thread reports the broken connection
+
+    def _content_read(self, frame: dict[str, Any]) -> None:
+        """Answer `content.read {digest, offset}`: one chunk of content this launch was pointed at."""
+        payload = frame.get("payload") or {}
+        digest, offset = payload.get("digest"), payload.get("offset", 0)
+        if not isinstance(digest, str) or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            self._answer(frame.get("message_id"), {"outcome": "rejected", "error": "content.read needs digest, offset"})
+            return
+        held = self._cut_out.get(digest)
+        if held is not None:
+            chunk: dict[str, Any] | None = {"digest": digest, "offset": offset, "total_bytes": len(held),
+                                            "data": held[offset:offset + CHUNK_BYTES]}
+        elif digest in self._readable and self._db_path is not None:
+            if self._store is None:
+                self._store = StoreReader(self._db_path)
+            chunk = queries.content_chunk(self._store, digest, offset, CHUNK_BYTES)
+        else:
+            self._answer(frame.get("message_id"), {"outcome": "rejected",
+                                                   "error": f"content {digest[:12]}… is not part of this launch"})
+            return
+        if chunk is None:
+            self._answer(frame.get("message_id"), {"outcome": "notFound", "error": f"content {digest[:12]}… is gone"})
+            return
+        self._answer(frame.get("message_id"), {"outcome": "accepted", "value": chunk})
+
+    def _protocol_error(self, detail: str) -> None:
+        log.warning("run %s: worker %d broke the protocol: %s", self._launch.run_id, self._worker.pid, detail)
+        code = self._kill_worker("crashed")
+        self._exit("crashed", reusable=False, exit_code=code, diagnostic=detail)
+
+    # --- the watchdog -------------------------------------------------------------
+
+    def _watchdog(self, _message: WatchdogTick) -> None:
+        if self._exit_reported:
+            return
+        now = self._clock()
+        if self._watch is not None and now >= self._watch[3]:
+            node_id, attempt_id, timeout_s, _ = self._watch
+            self._watch = None
+            log.warning("run %s: node %s ran past its timeout of %g s (+%g s grace); stopping worker %d",
+                        self._launch.run_id, node_id, timeout_s, self._watchdog_grace_s, self._worker.pid)
+            code = self._kill_worker("timedOut")
+            self._exit("timedOut", reusable=False, exit_code=code,
+                       diagnostic=f"node {node_id} exceeded its timeout of {timeout_s:g} s",
+                       timed_out={"node_id": node_id, "attempt_id": attempt_id, "after_s": timeout_s})
+        elif self._ready_deadline is not None and now >= self._ready_deadline:
+            self._ready_deadline = None
+            log.warning("run %s: worker %d did not become ready within %g s; replacing it", self._launch.run_id,
+                        self._worker.pid, self._ready_timeout_s)
+            code = self._kill_worker("startTimeout")
+            self._exit("startTimeout", reusable=False, exit_code=code,
+                       diagnostic=f"the worker did not become ready within {self._ready_timeout_s:g} s")
 
     # --- endings -----------------------------------------------------------------
 
@@ -242,22 +428,26 @@ class RunnerSupervisor(CoreActor):
         return code
 
     def _exit(self, outcome: str, *, reusable: bool, exit_code: int | None = None,
-              diagnostic: str | None = None) -> None:
+              diagnostic: str | None = None, timed_out: dict[str, Any] | None = None) -> None:
         if self._exit_reported:
             return
         self._exit_reported = True
+        self._watch = self._ready_deadline = None
         self._reusable = reusable and self._worker.alive()
         if diagnostic:
             log.warning("run %s: worker %d %s (%s)", self._launch.run_id, self._worker.pid, outcome, diagnostic)
-        self._writer.submit(WriteCommand("runner.exit", self._exit_args(outcome, exit_code, diagnostic),
-                                         correlation_id="exit"), self.actor_ref)
+        args = self._exit_args(outcome, exit_code, diagnostic)
+        if timed_out is not None:
+            args["timed_out"] = timed_out
+        self._writer.submit(WriteCommand("runner.exit", args, correlation_id="exit"), self.actor_ref)
 
     def _exit_args(self, outcome: str, exit_code: int | None, diagnostic: str | None,
                    requeue: bool = False) -> dict[str, Any]:
         launch = self._launch
         return {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
                 "token_hash": launch.token_hash, "outcome": outcome, "exit_code": exit_code,
-                "diagnostic": diagnostic, "load_failure": self._load_failure, "requeue": requeue}
+                "diagnostic": diagnostic and diagnostic[:2000], "load_failure": self._load_failure,
+                "requeue": requeue}
 
     def _report_exit_blocking(self, outcome: str, requeue: bool) -> None:
         if self._exit_reported:

@@ -22,10 +22,12 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
-from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner
+from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
+from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner, WatchdogTick
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard
+from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.store import queries
 from piwf_actors.store.jsonutil import token_hash
@@ -59,9 +61,16 @@ class Scheduler(CoreActor):
     def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
-                 board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0) -> None:
+                 board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0,
+                 idempotency_days: float = 365.0, watchdog_grace_s: float = 5.0,
+                 worker_ready_timeout_s: float = 30.0) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
+        self._idempotency_s = idempotency_days * 86400.0
+        self._watchdog_grace_s = watchdog_grace_s
+        self._ready_timeout_s = worker_ready_timeout_s
+        # The lease ran out while the disk was full: claim nothing until it is held again.
+        self._suspended = False
         self._writer = writer
         self._db_path = db_path
         self._max_workers = max_workers
@@ -128,7 +137,24 @@ class Scheduler(CoreActor):
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {SchedulerTick: self._tick, ChangeNotice: self._changed, WriteResult: self._written,
                 RunnerFinished: self._finished, ActorFailed: self._runner_failed,
-                GetSchedulerStatus: self._status}
+                GetSchedulerStatus: self._status, LeaseSuspended: self._lease_suspended,
+                LeaseRegained: self._lease_regained}
+
+    # --- the lease pausing and coming back ------------------------------------------
+
+    def _lease_suspended(self, _message: LeaseSuspended) -> None:
+        """The disk is full past the lease: claim nothing, let runners keep their workers
+        (they hold their results and resend them) until the lease is held again."""
+        self._suspended = True
+        self._publish()
+
+    def _lease_regained(self, _message: LeaseRegained) -> None:
+        """The lease is held again at a higher epoch and the live claims moved with it
+        (`lease.reacquire`): runners go on, claiming resumes."""
+        self._suspended = False
+        self._last_renewal = 0.0
+        self._publish()
+        self._try_claim()
 
     # --- workers -----------------------------------------------------------------
 
@@ -151,7 +177,7 @@ class Scheduler(CoreActor):
         spawned after the claim. Nothing is sent when no run is eligible.
         """
         free = self._max_workers - len(self._active)
-        if self._stopping or self._claiming or free <= 0:
+        if self._stopping or self._claiming or self._suspended or free <= 0:
             return
         assert self._reader is not None
         if not queries.claimable_exists(self._reader, list(self._active)):
@@ -192,6 +218,10 @@ class Scheduler(CoreActor):
         if result.correlation_id == "renew":
             self._renewed(result)
             return
+        if result.correlation_id and result.correlation_id.startswith("unlaunched:"):
+            if not result.ok:
+                log.warning("settling a claim that could not be launched failed: %s", result.error)
+            return
         if result.correlation_id == "settle":
             if result.ok and result.value:
                 log.warning("settled run(s) whose runner left without a recorded exit: %s", result.value)
@@ -215,23 +245,44 @@ class Scheduler(CoreActor):
             self._try_claim()
 
     def _launch(self, claimed: dict[str, Any], token: str, worker: WorkerProcess | None) -> None:
-        assert self._reader is not None
-        source = queries.blob(self._reader, claimed["source_sha256"])
-        launch = Launch(
-            run_id=claimed["run_id"], generation=claimed["generation"], runner_epoch=claimed["runner_epoch"],
-            token_hash=token_hash(token), revision=claimed["revision"],
-            envelope={"workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
-                      "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
-                      "project_path": claimed["project_path"], "source": source or b"",
-                      "state": claimed.get("state")},
-            attached=worker is not None,
-        )
-        if worker is None:
-            worker = self._spawn_worker()
-        ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s)
+        """Start a runner supervisor for a claimed run. If that fails, the claim is settled like a
+        runner that exited at once (the run parks `no_progress` with the reason) and the worker
+        stays warm: a launch that cannot start never holds a slot."""
+        try:
+            launch = self._launch_record(claimed, token, attached=worker is not None)
+            if worker is None:
+                worker = self._spawn_worker()
+            ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s,
+                                         db_path=self._db_path, watchdog_grace_s=self._watchdog_grace_s,
+                                         ready_timeout_s=self._ready_timeout_s)
+        except Exception as exc:
+            log.exception("run %s: could not launch", claimed["run_id"])
+            if worker is not None and worker.alive():
+                self._idle.append(worker)
+            self._writer.submit(WriteCommand("runner.exit", {
+                "run_id": claimed["run_id"], "generation": claimed["generation"],
+                "runner_epoch": claimed["runner_epoch"], "token_hash": token_hash(token), "outcome": "launchFailed",
+                "exit_code": None, "diagnostic": f"could not launch: {type(exc).__name__}: {exc}"[:2000]},
+                correlation_id=f"unlaunched:{claimed['run_id']}"), self.actor_ref)
+            return
         self._active[launch.run_id] = ActiveRun(ref, launch, worker)
         self._launched += 1
         self._publish()
+
+    def _launch_record(self, claimed: dict[str, Any], token: str, *, attached: bool) -> Launch:
+        assert self._reader is not None
+        source, size = queries.small_blob(self._reader, claimed["source_sha256"], INLINE_BYTES)
+        envelope: dict[str, Any] = {
+            "workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
+            "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
+            "project_path": claimed["project_path"], "source": source or b"", "state": claimed.get("state")}
+        if source is None and size >= 0:
+            # A large snapshot travels as content the worker reads in chunks.
+            envelope["source"] = None
+            envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": size}
+        return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
+                      runner_epoch=claimed["runner_epoch"], token_hash=token_hash(token),
+                      revision=claimed["revision"], envelope=envelope, attached=attached)
 
     # --- notices and ticks ------------------------------------------------------------
 
@@ -252,6 +303,10 @@ class Scheduler(CoreActor):
 
     def _tick(self, _message: SchedulerTick) -> None:
         now = time.time()
+        for active in self._active.values():
+            safe_tell(active.ref, WatchdogTick())
+        if self._suspended:
+            return  # nothing can be written until the lease is held again
         if now - self._last_renewal >= self._claim_lease_s / 3:
             self._last_renewal = now
             self._renew_claims()
@@ -280,9 +335,11 @@ class Scheduler(CoreActor):
             return
         self._last_prune = now
         self._pruning = True
-        self._writer.submit(WriteCommand("state.prune", {"before": now - self._retention_s, "apply": True,
-                                                         "max_runs": 1000}, correlation_id="prune"),
-                            self.actor_ref)
+        args: dict[str, Any] = {"before": now - self._retention_s, "apply": True, "max_runs": 1000}
+        if self._idempotency_s > 0:
+            # Idempotency records outlive their runs, for their own retention.
+            args["idempotency_before"] = now - self._idempotency_s
+        self._writer.submit(WriteCommand("state.prune", args, correlation_id="prune"), self.actor_ref)
 
     def _expire_deadlines(self, now: float) -> None:
         """Apply passed interaction deadlines (also those that passed while no host ran)."""
@@ -334,4 +391,5 @@ class Scheduler(CoreActor):
                        for a in self._active.values()],
             "idle_workers": [w.pid for w in self._idle],
             "launched": self._launched,
+            "suspended": self._suspended,
         }

@@ -15,8 +15,10 @@ told to an actor, so actors never block on each other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -28,6 +30,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.ticker import Ticker
 from piwf_actors.board import HostBoard
 from piwf_actors.errors import WriterStopped
 from piwf_actors.store.batch import apply_batch
@@ -42,6 +45,11 @@ ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | Callable[[WriteResul
 @dataclass(frozen=True, slots=True)
 class Drain:
     """Apply whatever is queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdleTick:
+    """Sent by the writer's own ticker: trim the WAL if nothing was written for a while."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,21 +162,52 @@ class _Waiter:
         return self._result
 
 
+class _LeaseCell:
+    """The host epoch a handle stamps on commands and when the host's lease runs out, shared by
+    every holder of that handle: the lease actor moves both (renewals, taking the lease again)
+    and every actor sees it at once."""
+
+    __slots__ = ("epoch", "expires_at")
+
+    def __init__(self, epoch: int | None) -> None:
+        self.epoch = epoch
+        self.expires_at: float | None = None
+
+
 class WriterHandle:
     """Thread-safe way in to the writer: the only object other code holds.
 
     `submit` never blocks; `execute` blocks on the result and is for the
     edges only (CLI, tests, embedding, start-up), never between actors. A
-    handle made `with_epoch` stamps that host epoch on every command.
+    handle made `with_epoch` stamps that host epoch on every command; the
+    lease keeps `lease_expires_at` current and moves the epoch forward
+    (`advance_epoch`) when it takes the lease again.
     """
 
     def __init__(self, ref: pykka.ActorRef[Any], writer_queue: WriterQueue, host_epoch: int | None = None) -> None:
         self.ref = ref
         self._queue = writer_queue
-        self.host_epoch = host_epoch
+        self._lease = _LeaseCell(host_epoch)
+
+    @property
+    def host_epoch(self) -> int | None:
+        return self._lease.epoch
+
+    @property
+    def lease_expires_at(self) -> float | None:
+        """When the host's lease runs out (None: not known, e.g. a handle without a lease)."""
+        return self._lease.expires_at
 
     def with_epoch(self, epoch: int) -> WriterHandle:
         return WriterHandle(self.ref, self._queue, epoch)
+
+    def advance_epoch(self, epoch: int) -> None:
+        """Stamp `epoch` from now on, for every holder of this handle (called by the lease only)."""
+        self._lease.epoch = epoch
+
+    def lease_renewed(self, expires_at: float) -> None:
+        """Record the lease's new expiry (called by the lease only)."""
+        self._lease.expires_at = expires_at
 
     def submit(self, command: WriteCommand, reply_to: ReplyTo = None) -> None:
         if command.host_epoch is None and self.host_epoch is not None:
@@ -204,7 +243,7 @@ class DatabaseWriter(CoreActor):
     def __init__(self, db_path: Path, options: StoreOptions = StoreOptions(), *,
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
                  max_batch: int = 1000, clock: Callable[[], float] = time.time,
-                 board: HostBoard | None = None) -> None:
+                 board: HostBoard | None = None, idle_s: float = 1.0) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._db_path = db_path
@@ -221,13 +260,21 @@ class DatabaseWriter(CoreActor):
         self._recent: deque[tuple[float, int]] = deque(maxlen=4096)
         self._board = board
         self._published_at = 0.0
+        self._idle_s = idle_s
+        self._ticker: Ticker | None = None
+        self._wal_dirty = False
+        self._last_commit_at = 0.0
 
     def on_start(self) -> None:
-        """Runs in the writer's thread: opens the only read-write connection."""
+        """Runs in the writer's thread: opens the only read-write connection, starts the idle ticker."""
         self._db = connect(self._db_path, self._options)
         self._db.connect(reuse_if_open=True)
+        self._ticker = Ticker(self.actor_ref, IdleTick(), self._idle_s, "writer").start()
 
     def release_resources(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -239,7 +286,33 @@ class DatabaseWriter(CoreActor):
             Subscribe: self._subscribe,
             Unsubscribe: self._unsubscribe,
             GetWriterStats: self._stats,
+            IdleTick: self._idle,
         }
+
+    def _idle(self, _message: IdleTick) -> None:
+        """Trim the write-ahead log once the writer has been idle for a moment.
+
+        SQLite's automatic checkpoints recycle the WAL but never shrink it, so
+        it would keep its largest size for good (and on a disk that was full
+        and then freed, take the freed space back). A TRUNCATE checkpoint
+        needs no reader in the WAL; with the busy timeout at 0 it gives up at
+        once instead of stalling the writer behind a long read (a backup),
+        and the next idle tick tries again.
+        """
+        if not self._wal_dirty or self._clock() - self._last_commit_at < self._idle_s or self._db is None:
+            return
+        conn = self._db.connection()
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.debug("idle checkpoint failed: %s", exc)
+            return
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"PRAGMA busy_timeout = {int(self._options.busy_timeout_ms)}")
+        if not busy:
+            self._wal_dirty = False
 
     def _subscribe(self, message: Subscribe) -> None:
         if message.subscriber not in self._subscribers:
@@ -266,9 +339,12 @@ class DatabaseWriter(CoreActor):
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()
-        outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1)
+        outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1,
+                              clock=self._clock)
         self._last_batch = len(batch)
         if outcome.committed:
+            self._wal_dirty = True
+            self._last_commit_at = now
             self._commits += 1
             self._commands += len(batch)
             self._recent.append((now, len(batch)))

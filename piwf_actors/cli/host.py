@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="host lease length in seconds; renewed every third of it (default 15)")
     parser.add_argument("--retention-days", type=float, default=30.0,
                         help="prune finished runs older than this when the host is idle; 0 keeps them (default 30)")
+    parser.add_argument("--idempotency-days", type=float, default=365.0,
+                        help="keep client request records this long, also after their runs are pruned, so a "
+                        "replayed request is answered, not applied again; 0 keeps them (default 365)")
+    parser.add_argument("--watchdog-grace-s", type=float, default=5.0,
+                        help="kill a node's worker from outside when the node runs this long past its timeout_s "
+                        "(default 5)")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"],
                         help="SQLite synchronous mode; FULL survives power loss (default)")
     return parser
@@ -47,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = HostConfig(state_dir=args.state_dir, max_workers=args.max_workers, lease_s=args.lease_s,
-                            synchronous=args.synchronous, retention_days=args.retention_days)
+                            synchronous=args.synchronous, retention_days=args.retention_days,
+                            idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s)
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

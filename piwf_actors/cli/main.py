@@ -198,7 +198,9 @@ def cmd_list(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_show(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    ctx.show(ctx.call("run.get", run_id=ctx.args.run_id), render.run_view)
+    view = ctx.call("run.get", run_id=ctx.args.run_id)
+    # Values over 64 KiB arrive as content markers; show them in full.
+    ctx.show(ctx.client().resolve_content(view), render.run_view)
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ applied twice.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import socket
 import time
@@ -24,6 +25,12 @@ from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.store.paths import StatePaths
 
 SCHEMA = "piwf.client.v1"
+
+
+def is_content_marker(value: Any) -> bool:
+    """A view's stand-in for a value over 64 KiB (see docs/protocol.md, section 8)."""
+    return isinstance(value, dict) and set(value) == {"$content", "bytes", "preview"} \
+        and isinstance(value["$content"], str)
 
 
 class HostNotRunning(PiwfError):
@@ -218,6 +225,31 @@ class Client:
         finally:
             watcher.close()
         raise TimeoutError(f"run {run_id} did not finish within {timeout} s")
+
+    # --- large values -----------------------------------------------------------------------
+
+    def read_content(self, digest: str) -> bytes:
+        """All bytes of a stored value (its canonical JSON), read with `content.read` chunk by chunk."""
+        data = bytearray()
+        while True:
+            chunk = self._ok(self.request("content.read", {"digest": digest, "offset": len(data)}))
+            data += chunk["data"]
+            if len(data) >= chunk["total_bytes"] or not chunk["data"]:
+                return bytes(data)
+
+    def read_json(self, marker: dict[str, Any]) -> Any:
+        """The value behind a content marker `{"$content": digest, "bytes": n, "preview": …}`."""
+        return json.loads(self.read_content(marker["$content"]))
+
+    def resolve_content(self, value: Any) -> Any:
+        """`value` with every content marker in it replaced by the value it stands for."""
+        if isinstance(value, dict):
+            if is_content_marker(value):
+                return self.read_json(value)
+            return {key: self.resolve_content(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.resolve_content(item) for item in value]
+        return value
 
     @staticmethod
     def _ok(answer: Response) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 from piwf_actors.errors import DecodeError, EncodeError, FrameTooLarge
 from piwf_actors.messages.codec import MAX_FRAME_BYTES, pack, unpack_map
 
-__all__ = ["HEADER_BYTES", "FrameDecoder", "encode_frame", "recv_frame", "send_frame"]
+__all__ = ["HEADER_BYTES", "FrameDecoder", "encode_frame", "frame_of_body", "recv_frame", "send_frame"]
 
 _HEADER = struct.Struct(">I")
 HEADER_BYTES = _HEADER.size
@@ -26,6 +26,13 @@ def _check_length(length: int, max_bytes: int) -> None:
         raise DecodeError("frame of length 0 refused")
     if length > max_bytes:
         raise FrameTooLarge(length, max_bytes)
+
+
+def frame_of_body(body: bytes, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """Header plus an already packed body (EncodeError if the body is too large)."""
+    if len(body) > max_bytes:
+        raise EncodeError(f"frame body of {len(body)} bytes exceeds the limit of {max_bytes} bytes")
+    return _HEADER.pack(len(body)) + body
 
 
 def encode_frame(value: dict[str, Any], max_bytes: int = MAX_FRAME_BYTES) -> bytes:

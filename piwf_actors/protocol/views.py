@@ -11,8 +11,24 @@ import time
 from typing import Any
 
 from piwf_actors.board import HostBoard
+from piwf_actors.messages import pack
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
+
+#: A list answer (events, interactions) stops adding items past this many packed bytes and
+#: says there is more: no answer depends on how much a run has accumulated.
+LIST_BUDGET = 2 * 1024 * 1024
+
+
+def fit(items: list[Any], budget: int = LIST_BUDGET) -> tuple[list[Any], bool]:
+    """The longest prefix of `items` that packs within `budget` (at least one item), and whether
+    items were left out."""
+    used = 0
+    for index, item in enumerate(items):
+        used += len(pack(item))
+        if used > budget and index > 0:
+            return items[:index], True
+    return items, False
 
 
 def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = True) -> dict[str, Any]:
@@ -44,4 +60,11 @@ def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
 
 
 def interactions_view(reader: StoreReader, session_id: str | None) -> dict[str, Any]:
-    return queries.pending_interactions(reader, session_id)
+    """Pending requests and messages, oldest first, within the list budget (`more` when cut)."""
+    found = queries.pending_interactions(reader, session_id)
+    requests, more_requests = fit(found["requests"], LIST_BUDGET // 2)
+    messages, more_messages = fit(found["messages"], LIST_BUDGET // 2)
+    view: dict[str, Any] = {"requests": requests, "messages": messages}
+    if more_requests or more_messages:
+        view["more"] = True
+    return view

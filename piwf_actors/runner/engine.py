@@ -68,9 +68,23 @@ def _one_line(exc: BaseException) -> str:
     return text[:1000]
 
 
-def _checked_output(value: Any) -> Any:
-    """Outputs must be plain wire values (they are stored and sent to clients)."""
-    pack(value)
+#: The largest node output, packed (larger ones fail the node `output_too_large`).
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+#: The largest request a waiting node may present, and the largest notification: they are
+#: listed to people and programs (`interaction.list`), many in one answer.
+MAX_PRESENTED_BYTES = 64 * 1024
+
+
+class OutputTooLarge(Exception):
+    pass
+
+
+def _checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "output") -> Any:
+    """Outputs must be plain wire values (they are stored and sent to clients), nested two levels
+    less than a frame allows (they travel inside a request's payload), and not too large."""
+    size = len(pack([[value]]))
+    if size > limit:
+        raise OutputTooLarge(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
     return value
 
 
@@ -95,6 +109,8 @@ class RunEngine:
         outputs: dict[str, Any] = dict(state["outputs"])
         attempts: dict[str, int] = dict(state["attempts"])
         confirmed: dict[str, Any] = dict(state["confirmed_effects"])
+        # Nodes the host's watchdog stopped: their failure is reported and routed, not run again.
+        timed_out: dict[str, Any] = dict(state.get("timed_out") or {})
         steps = int(state["steps"])
         node_id = state["current_node"] or self.workflow.start_at
         while True:
@@ -108,8 +124,14 @@ class RunEngine:
                 self.channel.accepted("run_failed", {"code": "unknown_node",
                                                      "message": f"node {node_id!r} is not in the workflow"})
                 return
-            attempts[node_id] = attempts.get(node_id, 0) + 1
-            report = self._execute(node_id, spec, run_input, outputs, confirmed.pop(node_id, None))
+            stopped = timed_out.pop(node_id, None)
+            if stopped is not None:  # this attempt is counted already
+                report: dict[str, Any] | None = {
+                    "node_id": node_id, "attempt_id": stopped["attempt_id"], "outcome": "failed",
+                    "error": stopped["error"], "error_code": "timeout"}
+            else:
+                attempts[node_id] = attempts.get(node_id, 0) + 1
+                report = self._execute(node_id, spec, run_input, outputs, confirmed.pop(node_id, None))
             if report is None:
                 return  # the host parked or ended the run at this boundary
             outcome, output, error = report["outcome"], report.get("output"), report.get("error")
@@ -161,6 +183,10 @@ class RunEngine:
         else:
             report["attempt_id"] = attempt_id
             report["new_attempt"] = True
+        if spec.timeout_s:
+            # The supervisor's watchdog stops this node from outside if the worker cannot.
+            self.channel.notify({"kind": "node_begin", "node_id": node_id, "attempt_id": attempt_id,
+                                 "timeout_s": spec.timeout_s})
         try:
             ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.channel.run_id,
                                attempt_id=attempt_id)
@@ -177,13 +203,15 @@ class RunEngine:
                 report.update(outcome="ok", output=_checked_output(output))
                 return report
             if isinstance(spec, NotifySpec):
-                message = evaluate(spec.message, ctx)
-                report.update(outcome="ok", output={"message": message}, notification=_checked_output(message))
+                message = _checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
+                report.update(outcome="ok", output={"message": message}, notification=message)
                 return report
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report
         except NodeTimeout as exc:
             report.update(outcome="failed", error=str(exc), error_code="timeout")
+        except OutputTooLarge as exc:
+            report.update(outcome="failed", error=str(exc), error_code="output_too_large")
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker
             log.debug("node %s failed:\n%s", node_id, traceback.format_exc())
             report.update(outcome="failed", error=_one_line(exc), error_code="node_error")
@@ -198,6 +226,7 @@ class RunEngine:
                            attempt_id=attempt_id)
         try:
             contract, after_s, default = self._contract(spec, ctx)
+            _checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
                     "error": _one_line(exc), "error_code": "bad_request"}

@@ -16,7 +16,7 @@ import socket
 import sys
 from typing import Any
 
-from piwf_actors.errors import WorkflowLoadFailed
+from piwf_actors.errors import DecodeError, WorkflowLoadFailed
 from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.runner.channel import ProtocolBroken, SupervisorChannel
 from piwf_actors.runner.engine import RunEngine
@@ -29,6 +29,7 @@ EXIT_PROTOCOL = 4
 
 def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
     channel = SupervisorChannel(sock, launch)
+    channel.resolve(launch)  # a large state or source arrives as content references
     try:
         workflow = load_snapshot(launch["source"], launch["workflow_path"] or "<snapshot>",
                                  launch["workflow_attr"] or launch["workflow"], launch["definition_digest"] or "",
@@ -61,6 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="worker %(process)d: %(message)s")
     sock = socket.socket(fileno=args.fd)
+    try:
+        return _serve(sock)
+    except ProtocolBroken as exc:
+        # Most often the host went away (stopped, killed): there is nobody to
+        # report to, so no traceback; the host that comes next recovers the run.
+        log.info("%s", exc)
+        return EXIT_PROTOCOL
+    except (OSError, DecodeError) as exc:
+        log.info("supervisor connection failed: %s", exc)
+        return EXIT_PROTOCOL
+
+
+def _serve(sock: socket.socket) -> int:
     send_frame(sock, {"kind": "hello", "pid": os.getpid()})
     while True:
         frame = recv_frame(sock)
@@ -69,11 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if frame.get("kind") != "launch":
             log.error("unexpected frame %r", frame.get("kind"))
             return EXIT_PROTOCOL
-        try:
-            _isolated(sock, frame)
-        except ProtocolBroken as exc:
-            log.error("%s", exc)
-            return EXIT_PROTOCOL
+        _isolated(sock, frame)
         send_frame(sock, {"kind": "run_over", "run_id": frame["run_id"]})
 
 

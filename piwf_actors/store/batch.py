@@ -16,12 +16,20 @@ writing is the transaction rolled back and the batch applied again with a
 savepoint around every command. Commands are pure functions of (database,
 message, now), so the replay decides the same way; nothing of the first
 pass was visible to anyone.
+
+Fencing by time: a fenced command is refused unless the host's lease is
+unexpired, judged by a clock read inside the transaction (after BEGIN) and
+once more just before COMMIT. A host paused past its lease (SIGSTOP, a
+stalled VM) may wake up in the middle of a batch whose `now` is stale; the
+second reading makes that batch fail as a whole (`lease_expired`) instead
+of committing after the lease ran out.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import peewee as pw
@@ -77,25 +85,45 @@ def _fail(cmd: WriteCommand, err: errors.PiwfError) -> WriteResult:
     return WriteResult(False, None, err.code, err.one_line(), cmd.correlation_id)
 
 
-def _current_epoch(conn: sqlite3.Connection) -> tuple[int, bool]:
-    row = conn.execute("SELECT epoch, host_id IS NOT NULL FROM host_state WHERE id = 1").fetchone()
-    return (int(row[0]), bool(row[1])) if row else (0, False)
+@dataclass(slots=True)
+class _Lease:
+    """The lease row as this transaction sees it."""
+
+    epoch: int
+    held: bool
+    expires_at: float | None
+
+    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
+        """Why a fenced command may not write now, or None."""
+        if cmd.host_epoch != self.epoch or not self.held:
+            return errors.StaleEpoch(cmd.host_epoch if cmd.host_epoch is not None else -1, self.epoch)
+        if self.expires_at is None or self.expires_at <= fence_now:
+            return errors.LeaseExpired(self.epoch, self.expires_at)
+        return None
+
+
+def _current_lease(conn: sqlite3.Connection) -> _Lease:
+    row = conn.execute("SELECT epoch, host_id IS NOT NULL, expires_at FROM host_state WHERE id = 1").fetchone()
+    return _Lease(int(row[0]), bool(row[1]), row[2]) if row else _Lease(0, False, None)
 
 
 def apply_batch(db: pw.SqliteDatabase, commands: list[WriteCommand], now: float, *,
-                commit_seq: int | None = None, savepoints: bool = False) -> BatchOutcome:
+                commit_seq: int | None = None, savepoints: bool = False,
+                clock: Callable[[], float] | None = None) -> BatchOutcome:
     """Apply `commands` in one IMMEDIATE transaction; return one result per command.
 
-    The host epoch is read once inside the transaction: the write lock is held
+    The lease row is read once inside the transaction: the write lock is held
     from BEGIN IMMEDIATE to COMMIT, so no other process can move the lease in
     between, and comparing every command with that one reading is exact.
+    `clock` (the writer's) is read inside the transaction for the time fence;
+    without it (tests with a chosen `now`) the fence uses `now`.
     """
     conn = db.connection()
     try:
         try:
-            return _run(conn, commands, now, commit_seq, savepoints)
+            return _run(conn, commands, now, commit_seq, savepoints, clock)
         except _NeedsSavepoints:
-            return _run(conn, commands, now, commit_seq, True)
+            return _run(conn, commands, now, commit_seq, True, clock)
     except (sqlite3.Error, pw.DatabaseError, _StorageAbort) as exc:
         cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc)
         err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
@@ -104,18 +132,26 @@ def apply_batch(db: pw.SqliteDatabase, commands: list[WriteCommand], now: float,
 
 
 def _run(conn: sqlite3.Connection, commands: list[WriteCommand], now: float, commit_seq: int | None,
-         savepoints: bool) -> BatchOutcome:
+         savepoints: bool, clock: Callable[[], float] | None) -> BatchOutcome:
     changes = ChangeSet()
     results: list[WriteResult] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        epoch, leased = _current_epoch(conn)
+        lease = _current_lease(conn)
+        fence_now = now if clock is None else max(now, clock())
+        fenced_writes = False
         for cmd in commands:
-            result = _apply_one(conn, cmd, now, epoch, leased, changes, commit_seq, savepoints)
+            result = _apply_one(conn, cmd, now, fence_now, lease, changes, commit_seq, savepoints)
             results.append(result)
             if result.ok and cmd.name.startswith("lease."):
                 # The lease moved inside this transaction: fence later commands by the new state.
-                epoch, leased = _current_epoch(conn)
+                lease = _current_lease(conn)
+            elif result.ok:
+                fenced_writes = True
+        if fenced_writes and clock is not None and lease.expires_at is not None and clock() >= lease.expires_at:
+            # Paused between the fence check and here: what was decided under the
+            # lease must not become visible after it ran out.
+            raise _StorageAbort(errors.LeaseExpired(lease.epoch, lease.expires_at))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -127,16 +163,18 @@ def _run(conn: sqlite3.Connection, commands: list[WriteCommand], now: float, com
     return BatchOutcome(results, changes, True)
 
 
-def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, epoch: int, leased: bool,
+def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_now: float, lease: _Lease,
                changes: ChangeSet, commit_seq: int | None, savepoints: bool) -> WriteResult:
     try:
         spec = lookup(cmd.name)
     except errors.UnknownCommand as err:
         return _fail(cmd, err)
-    if spec.fenced and (cmd.host_epoch != epoch or not leased):
-        return _fail(cmd, errors.StaleEpoch(cmd.host_epoch if cmd.host_epoch is not None else -1, epoch))
+    if spec.fenced:
+        refusal = lease.refusal(cmd, fence_now)
+        if refusal is not None:
+            return _fail(cmd, refusal)
     own = ChangeSet()
-    ctx = WriteContext(conn, now, epoch, own)
+    ctx = WriteContext(conn, now, lease.epoch, own)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes

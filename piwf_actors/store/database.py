@@ -23,6 +23,7 @@ from piwf_actors.store.paths import tighten_file
 APPLICATION_ID = 0x70697766
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
+WAL_SIZE_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,10 @@ def _pragmas(options: StoreOptions, read_only: bool) -> list[tuple[str, object]]
         ("cache_size", -16000),
     ]
     if not read_only:
-        pragmas += [("journal_mode", "wal"), ("synchronous", options.synchronous)]
+        # journal_size_limit: after a checkpoint recycles the WAL, shrink it back to
+        # this size instead of keeping the largest it ever grew to.
+        pragmas += [("journal_mode", "wal"), ("synchronous", options.synchronous),
+                    ("journal_size_limit", WAL_SIZE_LIMIT)]
     return pragmas
 
 

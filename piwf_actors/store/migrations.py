@@ -24,7 +24,34 @@ def _v1_initial(db: pw.SqliteDatabase) -> None:
     db.execute_sql("INSERT INTO host_state (id, epoch) VALUES (1, 0)")
 
 
-MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial]
+#: Columns added after v1, as (table, column, declaration). A database created
+#: at the latest version already has them (v1 creates tables from the current
+#: models), so v2 adds only what is missing.
+_V2_COLUMNS = (
+    ("run", "queue_class", "INTEGER NOT NULL DEFAULT 2"),
+    ("run", "queued_at", "REAL"),
+    ("run", "start_failures", "INTEGER NOT NULL DEFAULT 0"),
+)
+_V2_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS run_status_queue_class_queued_at ON run (status, queue_class, queued_at)",
+    "CREATE INDEX IF NOT EXISTS host_command_created_at ON host_command (created_at)",
+)
+
+
+def _v2_queue_order(db: pw.SqliteDatabase) -> None:
+    """Claim order by class and queue time; idempotency records pruned by age."""
+    for table, column, declaration in _V2_COLUMNS:
+        present = {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
+        if column not in present:
+            db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+    for statement in _V2_INDEXES:
+        db.execute_sql(statement)
+    # Runs queued before v2: those that made progress were woken or requeued.
+    db.execute_sql("UPDATE run SET queued_at = coalesce(queued_at, updated_at), "
+                   "queue_class = CASE WHEN steps > 0 THEN 1 ELSE 2 END WHERE status = 'queued'")
+
+
+MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -47,6 +47,51 @@ def blob(reader: StoreReader, sha256: str | None) -> bytes | None:
     return None if row is None else bytes(row[0])
 
 
+def small_blob(reader: StoreReader, sha256: str | None, limit: int) -> tuple[bytes | None, int]:
+    """(data, size) of a blob, with data None when it is larger than `limit` (or missing: size -1)."""
+    if sha256 is None:
+        return None, -1
+    row = reader.one("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?", (limit, sha256))
+    if row is None:
+        return None, -1
+    return (None if row[1] is None else bytes(row[1])), int(row[0])
+
+
+#: Values larger than this are shown to clients as content markers (`content_marker`).
+CONTENT_INLINE_BYTES = 64 * 1024
+#: The longest chunk `content.read` returns.
+CONTENT_CHUNK_BYTES = 1024 * 1024
+PREVIEW_CHARS = 200
+
+
+def bounded_json(reader: StoreReader, sha256: str | None) -> Any:
+    """A stored JSON value, or for one over CONTENT_INLINE_BYTES a marker
+    `{"$content": digest, "bytes": n, "preview": first characters…}` that `content.read` resolves."""
+    if sha256 is None:
+        return None
+    row = reader.one("SELECT size, CASE WHEN size <= ? THEN data ELSE substr(data, 1, ?) END FROM blob "
+                     "WHERE sha256 = ?", (CONTENT_INLINE_BYTES, PREVIEW_CHARS * 4, sha256))
+    if row is None:
+        return None
+    size, data = int(row[0]), bytes(row[1])
+    if size <= CONTENT_INLINE_BYTES:
+        return _json(data.decode())
+    preview = data.decode("utf-8", errors="ignore")[:PREVIEW_CHARS] + "…"
+    return {"$content": sha256, "bytes": size, "preview": preview}
+
+
+def content_chunk(reader: StoreReader, digest: str, offset: int = 0,
+                  length: int = CONTENT_CHUNK_BYTES) -> dict[str, Any] | None:
+    """`{digest, offset, total_bytes, data}`: bytes [offset, offset+length) of a stored value
+    (its canonical JSON; a workflow source as written). None when no such content is stored."""
+    length = max(0, min(length, CONTENT_CHUNK_BYTES))
+    row = reader.one("SELECT size, substr(data, ?, ?) FROM blob WHERE sha256 = ?", (offset + 1, length, digest))
+    if row is None:
+        return None
+    data = b"" if row[1] is None else bytes(row[1])
+    return {"digest": digest, "offset": offset, "total_bytes": int(row[0]), "data": data}
+
+
 def cancel_requested(reader: StoreReader, run_ids: list[str]) -> list[str]:
     if not run_ids:
         return []
@@ -100,7 +145,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         node["attempts"] = max(node["attempts"], attempt_no)
         node["status"] = status
         node["attempt_id"] = attempt_id
-        node["output"] = _blob_json(reader, output_sha) if output_sha else None
+        node["output"] = bounded_json(reader, output_sha)
         node["error"] = None if status == "succeeded" or not error_message else {
             "code": error_code, "message": error_message}
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
@@ -108,7 +153,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
-        "input": _blob_json(reader, run["input_sha256"]), "output": _blob_json(reader, run["output_sha256"]),
+        "input": bounded_json(reader, run["input_sha256"]), "output": bounded_json(reader, run["output_sha256"]),
         "error": None if run["error_code"] is None else {"code": run["error_code"], "message": run["error_message"]},
         "parent_run_id": run["parent_run_id"], "session_id": run["session_id"],
         "project_path": run["project_path"], "definition_digest": run["definition_digest"],

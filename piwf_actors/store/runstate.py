@@ -19,6 +19,19 @@ if TYPE_CHECKING:  # the commands package imports this module while it loads
 ACTIVE_STATUSES = ("starting", "running")
 TERMINAL_STATUSES = ("done", "failed", "cancelled")
 
+#: Claim order of queued runs (`run.queue_class`), lowest first; within a
+#: class, the time the run entered the queue (`run.queued_at`).
+QUEUE_VALIDATION = 0  # an agent's submission waits for the worker's verdict
+QUEUE_WOKEN = 1  # woken by an answer, a deadline, a resume, an effect resolution, a requeue
+QUEUE_FRESH = 2  # never ran yet
+
+
+def _queue_class(ctx: WriteContext, run_id: str) -> int:
+    validating = ctx.conn.execute(
+        """SELECT 1 FROM interactive_submission s JOIN interactive_request r ON r.request_id = s.request_id
+           WHERE r.run_id = ? AND s.outcome = 'validating' LIMIT 1""", (run_id,)).fetchone()
+    return QUEUE_VALIDATION if validating else QUEUE_WOKEN
+
 
 def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     cursor = conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
@@ -31,14 +44,22 @@ def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
 def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
                park_detail: str | None = None, error_code: str | None = None, error_message: str | None = None,
                payload: Any = None, node_id: str | None = None) -> int:
-    """Move a run to `status` and append `event`; returns the new revision."""
+    """Move a run to `status` and append `event`; returns the new revision.
+
+    A run that goes back to the queue is stamped with the time and its claim
+    class: before fresh runs, and first of all when a submission waits for
+    its verdict.
+    """
     finished = ctx.now if status in TERMINAL_STATUSES else None
+    queued_at, queue_class = (ctx.now, _queue_class(ctx, run_id)) if status == "queued" else (None, None)
     row = ctx.conn.execute(
         """UPDATE run SET status = ?, park_reason = ?, park_detail = ?,
                error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
-               finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?
+               finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?,
+               queued_at = coalesce(?, queued_at), queue_class = coalesce(?, queue_class)
            WHERE run_id = ? RETURNING revision""",
-        (status, park_reason, park_detail, error_code, error_message, finished, ctx.now, run_id),
+        (status, park_reason, park_detail, error_code, error_message, finished, ctx.now, queued_at, queue_class,
+         run_id),
     ).fetchone()
     if row is None:
         raise NotFound("run", run_id)

@@ -58,7 +58,7 @@ class HostCommand(_Base):
     class Meta:
         table_name = "host_command"
         primary_key = pw.CompositeKey("client_id", "idempotency_key")
-        indexes = ((("client_id", "request_id"), True),)
+        indexes = ((("client_id", "request_id"), True), (("created_at",), False))
 
 
 class Blob(_Base):
@@ -100,10 +100,18 @@ class Run(_Base):
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     finished_at = pw.FloatField(null=True)
+    # Claim order of a queued run (schema v2): 0 = a submission waits for
+    # validation, 1 = woken (answer, deadline, resume, requeue), 2 = fresh;
+    # within a class, the time it entered the queue.
+    queue_class = pw.IntegerField(default=2, constraints=[pw.SQL("DEFAULT 2")])
+    queued_at = pw.FloatField(null=True)
+    # Launches in a row whose worker never became ready (schema v2).
+    start_failures = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
 
     class Meta:
         table_name = "run"
-        indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False))
+        indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False),
+                   (("status", "queue_class", "queued_at"), False))
 
 
 class RunClaim(_Base):

@@ -24,8 +24,16 @@ import pykka
 import pytest
 from testsupport import host_state_row, wait_for
 
-from piwf_actors.actors.lease import GetLease, HostLease, LeaseClaim, LeaseLostNotice, RenewTick
-from piwf_actors.errors import LeaseLost, StoreError
+from piwf_actors.actors.lease import (
+    GetLease,
+    HostLease,
+    LeaseClaim,
+    LeaseLostNotice,
+    LeaseRegained,
+    LeaseSuspended,
+    RenewTick,
+)
+from piwf_actors.errors import DiskFull, LeaseLost, StoreError
 from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
@@ -54,6 +62,12 @@ class FakeWriter:
     def call(self, name: str, args: dict[str, Any], **_kwargs: Any) -> Any:
         self.calls.append((name, args))
         return self.call_result
+
+    def lease_renewed(self, expires_at: float) -> None:
+        self.expires_at = expires_at
+
+    def advance_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
 
 class Recorder(pykka.ThreadingActor):
@@ -180,6 +194,64 @@ def test_failing_renewals_lose_the_lease_only_at_expiry(lease_parts) -> None:
     assert isinstance(notice, LeaseLostNotice)
     assert "expired" in notice.reason
     assert len(writer.submitted) == 2
+
+
+def test_a_full_disk_past_expiry_suspends_the_lease_and_takes_it_again_at_a_higher_epoch(lease_parts) -> None:
+    start, writer, clock, notices, claim = lease_parts
+    lease = start()
+    lease.tell(RenewTick())
+    lease.tell(WriteResult(False, None, DiskFull.code, "database or disk is full: x", "renew"))
+    assert _state(lease)["renew_failures"] == 1
+
+    clock.now = claim.expires_at  # still full when the lease runs out: suspended, not lost
+    lease.tell(RenewTick())
+    notice = notices.get(timeout=5)
+    assert isinstance(notice, LeaseSuspended) and notice.epoch == claim.epoch
+    state = _state(lease)
+    assert (state["suspended"], state["lost"]) == (True, False)
+    reacquire, reply_to = writer.submitted[-1]
+    assert reacquire.name == "lease.reacquire" and reply_to == lease
+    assert reacquire.args["epoch"] == claim.epoch and reacquire.args["token_hash"] == token_hash("secret-token")
+
+    # Still full: it keeps trying, nothing else happens.
+    lease.tell(WriteResult(False, None, DiskFull.code, "database or disk is full: x", "reacquire"))
+    clock.now += LEASE_S / 3
+    lease.tell(RenewTick())
+    _state(lease)
+    assert writer.submitted[-1][0].name == "lease.reacquire"
+    assert notices.empty()
+
+    # Room again: the lease is held at epoch + 1 and every handle stamps the new epoch.
+    lease.tell(WriteResult(True, {"epoch": claim.epoch + 1, "expires_at": clock.now + LEASE_S,
+                                  "heartbeat_at": clock.now, "claims": 2}, correlation_id="reacquire"))
+    regained = notices.get(timeout=5)
+    assert isinstance(regained, LeaseRegained)
+    assert (regained.previous_epoch, regained.epoch) == (claim.epoch, claim.epoch + 1)
+    assert writer.epoch == claim.epoch + 1 and writer.expires_at == clock.now + LEASE_S
+    state = _state(lease)
+    assert (state["suspended"], state["epoch"]) == (False, claim.epoch + 1)
+    clock.now += LEASE_S / 3 + 1
+    lease.tell(RenewTick())
+    _state(lease)
+    renew = writer.submitted[-1][0]
+    assert renew.name == "lease.renew" and renew.args["epoch"] == claim.epoch + 1
+
+
+def test_a_lease_someone_else_took_while_the_disk_was_full_is_lost(lease_parts) -> None:
+    start, writer, clock, notices, claim = lease_parts
+    lease = start()
+    lease.tell(RenewTick())
+    lease.tell(WriteResult(False, None, DiskFull.code, "database or disk is full: x", "renew"))
+    _state(lease)  # both handled before the clock moves
+    clock.now = claim.expires_at
+    lease.tell(RenewTick())
+    assert isinstance(notices.get(timeout=5), LeaseSuspended)
+    lease.tell(WriteResult(False, None, LeaseLost.code, "lease for epoch 3 lost: another host took it",
+                           "reacquire"))
+    notice = notices.get(timeout=5)
+    assert isinstance(notice, LeaseLostNotice) and "another host" in notice.reason
+    lease.stop()
+    assert writer.calls == []  # not released: it is not ours
 
 
 def test_clean_stop_releases_with_the_claim_identity(lease_parts) -> None:

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pykka
 import pytest
+from testsupport import fill_up, small_filesystem
 
 from piwf_actors.actors.writer import Subscribe, start_writer
 from piwf_actors.store.batch import apply_batch
@@ -146,26 +146,10 @@ def test_writer_stop_answers_queued_commands(state_dir):
     assert not result.ok and result.error_code == "writer_stopped"
 
 
-def _can_mount() -> bool:
-    return os.geteuid() == 0 and Path("/proc/filesystems").read_text().find("tmpfs") >= 0
-
-
 @pytest.fixture
 def tiny_fs():
-    if not _can_mount():
-        pytest.skip("mounting a tmpfs needs root")
-    mount = Path(f"/tmp/pw-fs-{os.getpid()}-{time.monotonic_ns()}")
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"cannot mount tmpfs here: {proc.stderr.strip()}")
-    try:
+    with small_filesystem("3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        mount.rmdir()
 
 
 def test_disk_full_is_a_typed_error_and_the_writer_recovers(tiny_fs):
@@ -177,16 +161,7 @@ def test_disk_full_is_a_typed_error_and_the_writer_recovers(tiny_fs):
         writer = handle.with_epoch(epoch)
         run_id = writer.call("run.create", {"workflow": "w"})["run_id"]
         filler = tiny_fs / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            for size in (65536, 4096, 512, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * size)
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
+        fill_up(filler)
         errors = []
         for i in range(200):
             result = writer.execute("run.append_note", {"run_id": run_id, "payload": "x" * 20000 + str(i)})

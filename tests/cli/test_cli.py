@@ -53,6 +53,9 @@ WORKFLOWS = textwrap.dedent('''
         raise RuntimeError("boom [red]x[/red]")
 
     failing = define_workflow(name="failing", start_at="boom", nodes={"boom": compute(run=_boom)}, edges=[])
+
+    big = define_workflow(name="big", start_at="a", nodes={"a": compute(run=lambda ctx: {"blob": "z" * 300_000})},
+                          edges=[])
 ''')
 
 
@@ -342,3 +345,13 @@ def test_verify_violations_then_host_stop_ends_watches_with_exit_3() -> None:
         watch.communicate()
         host.stop("test done")
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_show_prints_values_over_64_kib_in_full(env: dict[str, Any]) -> None:
+    """run.get sends a large output as a content marker; `piwf show` fetches it with content.read."""
+    run_id = env["host"].start_run(f"{env['wf']}:big")["receipt"]["run_id"]
+    assert env["host"].wait_for_run(run_id, timeout=30)["status"] == "done"
+    assert "$content" in env["host"].get_run(run_id)["output"]
+    shown = ok_json(piwf(env["state"], "show", run_id, "--json"))
+    assert shown["output"] == {"blob": "z" * 300_000}
+    assert shown["nodes"][0]["output"] == {"blob": "z" * 300_000}

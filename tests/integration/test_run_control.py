@@ -96,17 +96,19 @@ def test_restart_with_a_stale_revision_is_a_conflict(guard, state_dir) -> None:
     assert len(host.list_runs()) == 1
 
 
-def test_restart_of_a_running_run_cancels_it(guard, state_dir) -> None:
+def test_a_running_run_is_cancelled_before_it_can_be_restarted(guard, state_dir) -> None:
+    """A restart is for terminal runs only (test_edges_restart.py has the refusals): cancel, then restart."""
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
     old = host.start_run(flow("four"), {"oracle": str(oracle.path), "hang": ["p2"]})["receipt"]["run_id"]
     wait_for_oracle(oracle, "p2")
     worker = guard.track(active_worker(host, old))
 
-    new = host.restart_run(old)["receipt"]["run_id"]
+    host.cancel_run(old)
     old_view = wait_for_status(host, old, SETTLED, timeout=10)
     assert old_view["status"] == "cancelled", old_view
     wait_for(lambda: not alive(worker), 5, "the old run's worker to be killed")
+    new = host.restart_run(old, expected_revision=old_view["revision"])["receipt"]["run_id"]
     view = wait_for_status(host, new, SETTLED)
     assert view["status"] == "done", view
     assert view["parent_run_id"] == old

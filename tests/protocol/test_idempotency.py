@@ -269,3 +269,20 @@ def test_interaction_answers_replays_are_adopted(host, connect, proto) -> None:
     assert proto.wait_run(conn, started["asks_agent"])["status"] == "done"
     after = conn.ok("interaction.list")["receipt"]
     assert after["requests"] == [] and message["message_id"] not in [m["message_id"] for m in after["messages"]]
+
+
+def test_a_replay_after_its_run_was_pruned_is_adopted_not_run_again(host, connect, proto) -> None:
+    """Idempotency records outlive prune: the replay answers the first receipt and starts nothing."""
+    conn = connect(host)
+    payload = {"workflow": proto.flow("quick"), "input": {"n": 9}}
+    first = conn.request("run.start", payload, idempotency_key="pruned-start")
+    assert first["outcome"] == "accepted", first
+    run_id = first["receipt"]["run_id"]
+    proto.wait_run(conn, run_id)
+    pruned = conn.request("state.prune", {"before": time.time() + 60, "apply": True})
+    assert pruned["outcome"] == "accepted" and pruned["receipt"]["run_count"] == 1, pruned
+    assert conn.request("run.get", run_id=run_id)["outcome"] == "notFound"
+    replay = conn.request("run.start", payload, idempotency_key="pruned-start")
+    assert replay["outcome"] == "adopted", replay
+    assert replay["receipt"] == first["receipt"]
+    assert _runs(conn) == []

@@ -117,3 +117,32 @@ def test_state_dir_symlink_is_refused(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(UnsafePath):
         ensure_private_dir(tmp_path / "link")
+
+
+def test_a_version_1_database_is_migrated_to_queue_order_columns(state_dir):
+    """v2 adds run.queue_class / queued_at / start_failures and two indexes; queued runs of v1 are
+    classed by their progress (a run that made steps was woken or requeued)."""
+    path = state_dir / "state.db"
+    open_store(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:  # turn the fresh file back into what schema v1 created
+        conn.execute("DROP INDEX run_status_queue_class_queued_at")
+        conn.execute("DROP INDEX host_command_created_at")
+        for column in ("queue_class", "queued_at", "start_failures"):
+            conn.execute(f"ALTER TABLE run DROP COLUMN {column}")
+        conn.execute("PRAGMA user_version = 1")
+        for run_id, steps, updated in (("fresh", 0, 10.0), ("woken", 2, 20.0)):
+            conn.execute("INSERT INTO run (run_id, workflow, status, revision, progress, steps, pause_requested, "
+                         "cancel_requested, created_at, updated_at) VALUES (?, 'w', 'queued', 1, 0, ?, 0, 0, 1.0, ?)",
+                         (run_id, steps, updated))
+    finally:
+        conn.close()
+    db = open_store(path)
+    try:
+        assert schema_version(db) == LATEST_VERSION
+        rows = db.execute_sql("SELECT run_id, queue_class, queued_at, start_failures FROM run ORDER BY run_id").fetchall()
+        assert rows == [("fresh", 2, 10.0, 0), ("woken", 1, 20.0, 0)]
+        indexes = {row[1] for row in db.execute_sql("PRAGMA index_list(run)").fetchall()}
+        assert "run_status_queue_class_queued_at" in indexes
+    finally:
+        db.close()

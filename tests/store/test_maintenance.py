@@ -39,8 +39,9 @@ BIG_OUTPUT = {"report": "x" * 200_000}  # big enough that pruning frees whole pa
 
 PRUNED = ("run_done_old", "run_failed_old", "run_cancel_old")
 SURVIVORS = ("run_done_new", "run_queued", "run_parked")
+# host_command is not among them: idempotency records outlive their runs (pruned on their own retention).
 RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_generation", "run_worker",
-              "worker_message", "session_message", "host_command", "interactive_request", "child_process")
+              "worker_message", "session_message", "interactive_request", "child_process")
 
 
 def _sha(value: Any) -> str:
@@ -122,7 +123,7 @@ def store(state_dir: Path) -> Iterator[Store]:
     db = open_store(path, StoreOptions(synchronous="OFF"))  # no fsync per batch: nothing here tests durability
     s = Store(path, db)
     s.epoch = s.call("lease.acquire", {"host_id": "h1", "token_hash": "t" * 64, "pid": os.getpid(),
-                                       "process_start_identity": "1.0", "lease_s": 60}, T_OLD)["epoch"]
+                                       "process_start_identity": "1.0", "lease_s": 10_000_000}, T_OLD)["epoch"]
     s.finish("run_done_old", T_OLD, SHARED_INPUT, BIG_OUTPUT)
     _interactive_request(s, "run_done_old", "req_old", T_OLD)
     s.finish("run_failed_old", T_OLD + 1, {"x": 2}, fail=True)
@@ -190,8 +191,9 @@ def test_verify_clean_database_is_ok(store: Store) -> None:
 
 
 def test_expired_unreleased_lease_is_not_a_violation(store: Store) -> None:
-    # The fixture's lease expired long before T_NEW + 1000 and was never released: a crashed host.
-    report = maintenance.verify(store.path, T_NEW + 1000)
+    # The fixture's lease (10,000,000 s from T_OLD) expired long before T_OLD + 20,000,000 and was never
+    # released: a crashed host.
+    report = maintenance.verify(store.path, T_OLD + 20_000_000)
     assert report["ok"] is True
     assert report["lease_live"] is False
     assert maintenance.verify(store.path, T_OLD + 1)["lease_live"] is True
@@ -411,7 +413,8 @@ def test_prune_never_selects_unfinished_claimed_or_parent_runs(store: Store) -> 
     store.sql("INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch, claimed_at, "
               "expires_at, progress_at_claim) VALUES ('run_failed_old', 'x', 9, 're', 1, 0, 0, 0)")
     # A terminal run whose restarted child has not ended yet is kept for the child.
-    store.call("run.restart", {"run_id": "run_cancel_old"}, T_NEW)
+    revision = store.sql("SELECT revision FROM run WHERE run_id = 'run_cancel_old'")[0][0]
+    store.call("run.restart", {"run_id": "run_cancel_old", "expected_revision": revision}, T_NEW)
     assert maintenance.prune_plan(store.path, T_NEW + 1)["runs"] == ["run_done_old", "run_done_new"]
 
 
@@ -429,7 +432,8 @@ def test_dry_run_changes_nothing(store: Store) -> None:
     plan = maintenance.prune_plan(store.path, BEFORE)
     assert receipt == {"applied": False, "before": BEFORE, "run_count": 3, "remaining": 0,
                        "event_count": plan["event_count"], "blob_count": 4,
-                       "bytes_freed_estimate": plan["bytes_freed_estimate"], "runs": list(PRUNED)}
+                       "bytes_freed_estimate": plan["bytes_freed_estimate"], "idempotency_records": 0,
+                       "runs": list(PRUNED)}
     assert store.db.connection().total_changes == changes_before
     assert maintenance.state_status(store.path)["tables"] == tables
     assert store.count("host_command", "operation = 'state.prune'") == 0
@@ -468,9 +472,15 @@ def test_apply_removes_exactly_the_selected_runs_and_their_blobs(store: Store) -
     assert status_after["freelist_count"] == 0
     assert status_after["page_count"] < status_before["page_count"]
     assert maintenance.verify(store.path, T_NEW + 10)["ok"] is True
+    # The idempotency record of the pruned cancel stays until its own retention passes.
+    assert store.count("host_command", "run_id = 'run_cancel_old'") == 1
     # Nothing left to prune.
     again = store.call("state.prune", {"before": BEFORE, "apply": True}, T_NEW + 11)["receipt"]
-    assert again["run_count"] == 0 and again["runs"] == []
+    assert again["run_count"] == 0 and again["runs"] == [] and again["idempotency_records"] == 0
+    expired = store.call("state.prune", {"before": BEFORE, "apply": True, "idempotency_before": BEFORE},
+                         T_NEW + 12)["receipt"]
+    assert expired["idempotency_records"] == 1
+    assert store.count("host_command", "run_id = 'run_cancel_old'") == 0
 
 
 def test_apply_respects_max_runs(store: Store) -> None:

@@ -20,21 +20,20 @@ from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_st
 
 
 def _eligible(ctx: WriteContext, exclude: list[str]) -> str | None:
-    """The next run to start: fresh queued runs first (oldest first), then re-queued ones."""
+    """The next run to start: a submission waiting for validation first, then runs woken by an
+    answer, a deadline or a resume, then fresh runs, each class in the order it was queued
+    (the seed's order; `runstate.set_status` stamps the class). One walk of the
+    (status, queue_class, queued_at) index."""
     placeholders = ",".join("?" * len(exclude)) or "''"
-    # Two passes over the (status, created_at) index rather than one sort of the whole queue.
-    for progress in ("steps = 0", "steps > 0"):
-        row = ctx.conn.execute(
-            f"""SELECT run_id FROM run
-                WHERE status = 'queued' AND {progress} AND pause_requested = 0 AND cancel_requested = 0
-                  AND run_id NOT IN ({placeholders})
-                  AND run_id NOT IN (SELECT run_id FROM run_claim)
-                ORDER BY created_at LIMIT 1""",
-            tuple(exclude),
-        ).fetchone()
-        if row is not None:
-            return str(row[0])
-    return None
+    row = ctx.conn.execute(
+        f"""SELECT run_id FROM run
+            WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
+              AND run_id NOT IN ({placeholders})
+              AND run_id NOT IN (SELECT run_id FROM run_claim)
+            ORDER BY queue_class, queued_at LIMIT 1""",
+        tuple(exclude),
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 @command("scheduler.claim_next")
@@ -242,10 +241,59 @@ def runner_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     # A host that stops cleanly interrupts runs through no fault of theirs:
     # they go back to the queue whatever their progress.
     progress = None if args.get("requeue") else claim["progress_at_claim"]
+    if args.get("timed_out"):
+        # The watchdog's verdict is the node's outcome: the next launch routes it.
+        _record_timeout(ctx, run_id, claim, args["timed_out"])
+        progress = None
+    elif args["outcome"] == START_TIMEOUT:
+        progress = _count_start_failure(ctx, run_id, claim)
     status = settle_interrupted_run(ctx, run_id, outcome=args["outcome"], diagnostic=args.get("diagnostic"),
                                     progress_at_claim=progress,
                                     load_failure=args.get("load_failure"))
     return {"status": status, "settled": True, "children": children}
+
+
+#: runner.exit outcomes of the host-side watchdog.
+TIMED_OUT = "timedOut"
+START_TIMEOUT = "startTimeout"
+#: Launches in a row whose worker never became ready before the run parks `no_progress`.
+MAX_START_FAILURES = 3
+
+
+def _record_timeout(ctx: WriteContext, run_id: str, claim: dict[str, Any], timed_out: dict[str, Any]) -> None:
+    """Mark the attempt the watchdog stopped `timed_out` (creating it for a pure node, which is
+    recorded only when it finishes) and settle its effect as failed: the node failed with `timeout`."""
+    node_id, attempt_id = str(timed_out["node_id"]), str(timed_out["attempt_id"])
+    message = f"timed out after {float(timed_out.get('after_s') or 0):g} s (stopped by the host's watchdog)"
+    changed = ctx.conn.execute(
+        "UPDATE node_attempt SET status = 'timed_out', error_code = 'timeout', error_message = ?, finished_at = ? "
+        "WHERE attempt_id = ? AND run_id = ? AND status = 'running'", (message, ctx.now, attempt_id, run_id)).rowcount
+    if not changed:
+        run = run_row(ctx.conn, run_id)
+        attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
+                                      (run_id, node_id)).fetchone()[0] + 1
+        ctx.conn.execute(
+            """INSERT OR IGNORE INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, error_code,
+                   error_message, generation, started_at, finished_at)
+               VALUES (?, ?, ?, ?, ?, 'timed_out', 'timeout', ?, ?, ?, ?)""",
+            (attempt_id, run_id, node_id, attempt_no, run["steps"], message, claim["generation"], ctx.now, ctx.now))
+    for (effect_id,) in ctx.conn.execute("SELECT effect_id FROM effect WHERE run_id = ? AND attempt_id = ? "
+                                         "AND status = 'applying'", (run_id, attempt_id)).fetchall():
+        ctx.conn.execute("UPDATE effect SET status = 'failed', error = ?, settled_at = ? WHERE effect_id = ?",
+                         (message, ctx.now, effect_id))
+        append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                     payload={"effect_id": effect_id, "status": "failed"})
+    append_event(ctx.conn, run_id, "node_timed_out", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                 payload={"after_s": timed_out.get("after_s")})
+    ctx.changes.touch("node_attempt", run_id)
+
+
+def _count_start_failure(ctx: WriteContext, run_id: str, claim: dict[str, Any]) -> int | None:
+    """A worker that never became ready is the machine's trouble more often than the run's: the
+    run is requeued, until it happens MAX_START_FAILURES times in a row (then it parks)."""
+    failures = ctx.conn.execute("UPDATE run SET start_failures = start_failures + 1 WHERE run_id = ? "
+                                "RETURNING start_failures", (run_id,)).fetchone()[0]
+    return claim["progress_at_claim"] if failures >= MAX_START_FAILURES else None
 
 
 @command("host.recover")
@@ -257,6 +305,10 @@ def recover_host(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     host crash is not the run's fault: a run without progress is re-queued
     rather than parked, so it resumes from its last committed node.
     """
+    return {"runs": _recover_earlier_epochs(ctx)}
+
+
+def _recover_earlier_epochs(ctx: WriteContext) -> dict[str, str]:
     ctx.conn.execute(
         """UPDATE run_worker SET status = 'orphaned', outcome = 'orphaned', ended_at = ?
            WHERE host_epoch < ? AND status IN ('starting', 'live')""", (ctx.now, ctx.host_epoch))
@@ -270,7 +322,7 @@ def recover_host(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         settled[run_id] = settle_interrupted_run(ctx, run_id, outcome="orphaned", diagnostic="host restarted",
                                                  progress_at_claim=None)
     ctx.changes.touch("run_worker")
-    return {"runs": settled}
+    return settled
 
 
 @command("effect.resolve")

@@ -10,6 +10,7 @@ id — with another fingerprint is a `conflict`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.errors import Conflict
@@ -17,22 +18,35 @@ from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
 
 
+@dataclass(frozen=True, slots=True)
+class Adopted:
+    """What `apply` returns when the request's effect already happened under another key
+    (a second restart of one run revision): answered `adopted` with the first receipt."""
+
+    receipt: dict[str, Any]
+
+
 def request_fingerprint(operation: str, run_id: str | None, expected_revision: int | None, payload: Any) -> str:
     return fingerprint({"operation": operation, "run_id": run_id, "expected_revision": expected_revision,
                         "payload": payload})
 
 
+def _outcome(result: dict[str, Any] | Adopted) -> tuple[str, dict[str, Any]]:
+    return ("adopted", result.receipt) if isinstance(result, Adopted) else ("accepted", result)
+
+
 def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
-             apply: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+             apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any]:
     """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision?}.
 
     Without a client id and key the command simply runs (embedding callers
-    that do not need replay safety).
+    that do not need replay safety). `apply` may return `Adopted(receipt)`
+    when its effect happened before under another key.
     """
     client_id, key = args.get("client_id"), args.get("idempotency_key")
     if not client_id or not key:
-        receipt = apply()
-        return {"outcome": "accepted", "receipt": receipt, "revision": receipt.get("revision")}
+        outcome, receipt = _outcome(apply())
+        return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
     print_ = request_fingerprint(operation, args.get("run_id"), args.get("expected_revision"),
                                  args.get("payload_for_fingerprint", args.get("payload")))
     row = ctx.conn.execute(
@@ -49,10 +63,10 @@ def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
         if clash[0] == print_:  # the same request resent under a new key: still the same request
             return {"outcome": "adopted", "receipt": loads(clash[1]), "revision": clash[2]}
         raise Conflict(f"request id {request_id} was already used for a different request")
-    receipt = apply()
+    outcome, receipt = _outcome(apply())
     ctx.conn.execute(
         """INSERT INTO host_command (client_id, idempotency_key, request_id, operation, run_id, fingerprint,
-               outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, 'accepted', ?, ?, ?, ?)""",
-        (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_,
+               outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_, outcome,
          receipt.get("revision"), canonical_json(receipt), ctx.host_epoch, ctx.now))
-    return {"outcome": "accepted", "receipt": receipt, "revision": receipt.get("revision")}
+    return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}

@@ -77,3 +77,34 @@ def release(ctx: WriteContext, args: dict[str, Any]) -> bool:
     ).rowcount
     ctx.changes.touch("host_state")
     return changed == 1
+
+
+@command("lease.reacquire", fenced=False)
+def reacquire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Take the lease again at epoch + 1 after it ran out while its holder could not write.
+
+    Only the holder named in the row may (same epoch, host id, token hash,
+    pid and start identity): if any other host took the lease meanwhile, the
+    row names it and this is refused (LeaseLost). In the same transaction the
+    holder's run claims move to the new epoch with a fresh expiry
+    (`claim_lease_s`), so its workers, which kept their results while the
+    disk was full, go on: nobody else can have touched them, since the row
+    still names this holder. Whatever the old epoch issued and was not
+    written yet is refused as stale and sent again under the new one.
+    """
+    old_epoch = int(args["epoch"])
+    new_epoch = old_epoch + 1
+    expires = ctx.now + float(args["lease_s"])
+    changed = ctx.conn.execute(
+        f"UPDATE host_state SET epoch = ?, heartbeat_at = ?, expires_at = ? WHERE {_identity_clause()}",
+        (new_epoch, ctx.now, expires, *_identity(args)),
+    ).rowcount
+    if changed != 1:
+        raise LeaseLost(old_epoch, "another host took the lease while this one could not write")
+    claims = ctx.conn.execute("UPDATE run_claim SET host_epoch = ?, expires_at = ? WHERE host_epoch = ?",
+                              (new_epoch, ctx.now + float(args.get("claim_lease_s", 30.0)), old_epoch)).rowcount
+    ctx.conn.execute("UPDATE run_worker SET host_epoch = ? WHERE host_epoch = ? AND status IN ('starting', 'live')",
+                     (new_epoch, old_epoch))
+    ctx.changes.touch("host_state")
+    ctx.changes.touch("run_claim")
+    return {"epoch": new_epoch, "expires_at": expires, "heartbeat_at": ctx.now, "claims": claims}

@@ -32,9 +32,11 @@ _DOOMED = "(SELECT value FROM json_each(?))"
 # Rows keyed by run_id that go with their run. Unreleased child_process rows
 # are kept on purpose: they are the host's record of a process that may
 # still be alive and must be reaped; the reaper releases them, and a later
-# prune removes them.
+# prune removes them. Idempotency records (host_command) are kept too: a
+# client that replays a request after its run was pruned must get the first
+# receipt back (`adopted`), not a second run; they go on their own retention.
 _RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_generation", "run_worker",
-               "worker_message", "session_message", "host_command")
+               "worker_message", "session_message")
 
 
 def incremental_vacuum(conn: sqlite3.Connection) -> int:
@@ -76,50 +78,66 @@ def _delete_runs(ctx: WriteContext, run_ids: list[str], before: float) -> None:
         ctx.changes.touch(table)
 
 
-def _apply(ctx: WriteContext, before: float, max_runs: int) -> dict[str, Any]:
+def _stale_commands(ctx: WriteContext, before: float | None) -> int:
+    if before is None:
+        return 0
+    return int(ctx.conn.execute("SELECT count(*) FROM host_command WHERE created_at < ?", (before,)).fetchone()[0])
+
+
+def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: float | None) -> dict[str, Any]:
     plan = plan_prune(ctx.conn, before, max_runs)
     pages_before = int(ctx.conn.execute("PRAGMA page_count").fetchone()[0])
     if plan.run_ids:
         _delete_runs(ctx, plan.run_ids, before)
         ctx.conn.execute(f"DELETE FROM blob WHERE sha256 IN {_DOOMED}", (json.dumps(plan.blob_shas),))
         ctx.changes.touch("blob")
+    commands = 0
+    if idempotency_before is not None:
+        commands = ctx.conn.execute("DELETE FROM host_command WHERE created_at < ?", (idempotency_before,)).rowcount
     vacuumed = incremental_vacuum(ctx.conn)
     pages_after = int(ctx.conn.execute("PRAGMA page_count").fetchone()[0])
     page_size = int(ctx.conn.execute("PRAGMA page_size").fetchone()[0])
-    return {**_receipt(plan, applied=True), "vacuumed_pages": vacuumed,
+    return {**_receipt(plan, applied=True, idempotency_records=commands), "vacuumed_pages": vacuumed,
             "bytes_returned": max(0, pages_before - pages_after) * page_size}
 
 
-def _receipt(plan: PrunePlan, *, applied: bool) -> dict[str, Any]:
+def _receipt(plan: PrunePlan, *, applied: bool, idempotency_records: int = 0) -> dict[str, Any]:
     summary = plan.summary(RECEIPT_RUN_IDS)
     return {"applied": applied, "before": summary["before"], "run_count": summary["run_count"],
             "remaining": summary["remaining"], "event_count": summary["event_count"],
             "blob_count": summary["blob_count"], "bytes_freed_estimate": summary["bytes_freed_estimate"],
-            "runs": summary["runs"]}
+            "idempotency_records": idempotency_records, "runs": summary["runs"]}
 
 
 @command("state.prune")
 def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Plan (apply false, the default) or perform (apply true) a prune of terminal runs.
 
-    args: {before: seconds, apply?: bool, max_runs?: int (10,000), client_id?,
-    idempotency_key?, request_id?, payload?}. Answers like every recorded
-    client command: {outcome: accepted | adopted, receipt, revision: None};
-    the receipt is {applied, before, run_count, remaining, event_count,
-    blob_count, bytes_freed_estimate, runs: [first 100 ids]} and, when
-    applied, vacuumed_pages and bytes_returned. A dry run writes nothing and
-    is not recorded; an applied prune is recorded under (client_id,
+    args: {before: seconds, apply?: bool, max_runs?: int (10,000),
+    idempotency_before?: seconds, client_id?, idempotency_key?, request_id?,
+    payload?}. Answers like every recorded client command: {outcome:
+    accepted | adopted, receipt, revision: None}; the receipt is {applied,
+    before, run_count, remaining, event_count, blob_count,
+    bytes_freed_estimate, idempotency_records, runs: [first 100 ids]} and,
+    when applied, vacuumed_pages and bytes_returned. Idempotency records
+    outlive their runs; only those created before `idempotency_before` go
+    (none when it is not given). A dry run writes nothing and is not
+    recorded; an applied prune is recorded under (client_id,
     idempotency_key) when both are given, so a replay is `adopted`.
     """
     before, max_runs = check_prune_args(args.get("before"), args.get("max_runs", DEFAULT_MAX_RUNS))
+    idempotency_before = args.get("idempotency_before")
+    if idempotency_before is not None:
+        idempotency_before, _ = check_prune_args(idempotency_before, 1)
     apply = args.get("apply", False)
     if not isinstance(apply, bool):
         raise Rejected("prune `apply` must be true or false")
     if not apply:
-        return {"outcome": "accepted", "receipt": _receipt(plan_prune(ctx.conn, before, max_runs), applied=False),
-                "revision": None}
+        plan = plan_prune(ctx.conn, before, max_runs)
+        return {"outcome": "accepted", "revision": None, "receipt": _receipt(
+            plan, applied=False, idempotency_records=_stale_commands(ctx, idempotency_before))}
     # The fingerprint covers what decides the effect, unless the caller
     # supplies its own payload (the client protocol passes the request's).
     fingerprinted = {**args, "payload_for_fingerprint": args.get(
-        "payload", {"before": before, "apply": True, "max_runs": max_runs})}
-    return recorded(ctx, fingerprinted, "state.prune", lambda: _apply(ctx, before, max_runs))
+        "payload", {"before": before, "apply": True, "max_runs": max_runs, "idempotency_before": idempotency_before})}
+    return recorded(ctx, fingerprinted, "state.prune", lambda: _apply(ctx, before, max_runs, idempotency_before))

@@ -7,15 +7,18 @@ when given (optimistic concurrency: a stale one is a `conflict`).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.store.blobs import put_blob, put_json_blob
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Adopted, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.ids import new_id
+from piwf_actors.store.jsonutil import canonical_json
 from piwf_actors.store.runstate import (
+    QUEUE_FRESH,
     TERMINAL_STATUSES,
     bump_revision,
     cancel_open_requests,
@@ -53,11 +56,12 @@ def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, input_sha: str | Non
     ctx.conn.execute(
         """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
                source_sha256, input_sha256, project_path, session_id, parent_run_id, status,
-               revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?)""",
+               revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
+               queue_class, queued_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
          spec.get("definition_digest"), source_sha, input_sha, spec.get("project_path"),
-         spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now),
+         spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, QUEUE_FRESH, ctx.now),
     )
     append_event(ctx.conn, run_id, "run_created", ctx.now,
                  payload={"workflow": spec["workflow"], "parent_run_id": spec.get("parent_run_id")})
@@ -152,6 +156,7 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             revision = bump_revision(ctx, run_id)
             return {"run_id": run_id, "status": run["status"], "revision": revision}
         if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):
+            ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
             revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"from": run["park_reason"]})
             return {"run_id": run_id, "status": "queued", "revision": revision}
         if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect":
@@ -161,20 +166,48 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     return recorded(ctx, args, "run.resume", apply)
 
 
+def restart_id(run_id: str, revision: int) -> str:
+    """The id of the one restart of `run_id` at `revision` (a second restart finds it)."""
+    digest = hashlib.sha256(canonical_json([run_id, revision]).encode()).hexdigest()
+    return f"run_{digest[:26]}"
+
+
 @command("run.restart")
 def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Start a new run of the same workflow snapshot and input, with `parent_run_id`
-    set; the old run is cancelled if it has not ended."""
+    """Start a new run of the same workflow snapshot and input, with `parent_run_id` set.
 
-    def apply() -> dict[str, Any]:
+    Only a terminal run (done, failed, cancelled) at the given
+    `expected_revision` (required), and never while one of its effects is
+    `applying` or `ambiguous` (a restart would apply it again): a person
+    resolves those first. One restart per (run, revision): the child's id
+    derives from them, so a second restart, under any idempotency key, is
+    `adopted` with the first receipt.
+    """
+
+    def apply() -> dict[str, Any] | Adopted:
         run = run_row(ctx.conn, args["run_id"])
+        run_id = run["run_id"]
+        if args.get("expected_revision") is None:
+            raise Rejected(f"run.restart of {run_id} needs the expected revision (the run is at {run['revision']})")
         _check_revision(run, args)
         if run["status"] not in TERMINAL_STATUSES:
-            _cancel(ctx, run)
+            state = run["status"] + (f" ({run['park_reason']})" if run["park_reason"] else "")
+            raise Rejected(f"run {run_id} is {state}; only a done, failed or cancelled run can be restarted")
+        unsettled = [row[0] for row in ctx.conn.execute(
+            "SELECT effect_id FROM effect WHERE run_id = ? AND status IN ('applying', 'ambiguous') "
+            "ORDER BY reserved_at", (run_id,))]
+        if unsettled:
+            raise Rejected(f"run {run_id} has unsettled effect(s) {', '.join(unsettled)}: resolve them first "
+                           "(effect.resolve confirm|retry), then restart")
+        child_id = restart_id(run_id, run["revision"])
+        receipt = {"run_id": child_id, "status": "queued", "revision": 1, "parent_run_id": run_id}
+        if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
+            return Adopted(receipt)
         spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
                                           "project_path", "session_id")}
-        spec["parent_run_id"] = run["run_id"]
-        receipt = _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=run["source_sha256"])
-        return {**receipt, "parent_run_id": run["run_id"]}
+        spec.update(parent_run_id=run_id, run_id=child_id)
+        _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=run["source_sha256"])
+        append_event(ctx.conn, run_id, "run_restarted", ctx.now, payload={"child_run_id": child_id})
+        return receipt
 
     return recorded(ctx, args, "run.restart", apply)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
-from piwf_actors.store.blobs import get_blob, put_json_blob
+from piwf_actors.messages.content import INLINE_BYTES
+from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
@@ -91,14 +92,44 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
-def _latest_outputs(ctx: WriteContext, run_id: str) -> dict[str, Any]:
-    outputs: dict[str, Any] = {}
+#: A launch carries stored values inline up to this many bytes in all; the
+#: rest (and any single value over `INLINE_BYTES`) travel as content
+#: references the worker reads in chunks, so no launch frame depends on the
+#: size of the run's state.
+LAUNCH_INLINE_BUDGET = 512 * 1024
+
+
+class _LaunchValues:
+    """Loads stored JSON values for a launch, inline while they fit, as references beyond."""
+
+    def __init__(self, ctx: WriteContext) -> None:
+        self._conn = ctx.conn
+        self._left = LAUNCH_INLINE_BUDGET
+        self.refs: list[dict[str, Any]] = []
+
+    def load(self, sha256: str | None, path: list[str]) -> Any:
+        if sha256 is None:
+            return None
+        row = self._conn.execute("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?",
+                                 (min(INLINE_BYTES, self._left), sha256)).fetchone()
+        if row is None:
+            return None
+        size, data = int(row[0]), row[1]
+        if data is None:
+            self.refs.append({"path": path, "digest": sha256, "bytes": size, "encoding": "json"})
+            return None
+        self._left -= size
+        return loads(bytes(data).decode())
+
+
+def _latest_outputs(ctx: WriteContext, run_id: str, values: _LaunchValues) -> dict[str, Any]:
+    latest: dict[str, str | None] = {}
     for node_id, sha in ctx.conn.execute(
             """SELECT node_id, output_sha256 FROM node_attempt WHERE run_id = ?
                AND (status = 'succeeded' OR (status = 'failed' AND output_sha256 IS NOT NULL))
                ORDER BY step, started_at""", (run_id,)):
-        outputs[node_id] = loads(get_blob(ctx.conn, sha).decode()) if sha else None
-    return outputs
+        latest[node_id] = sha
+    return {node_id: values.load(sha, ["outputs", node_id]) for node_id, sha in latest.items()}
 
 
 def _attempt_counts(ctx: WriteContext, run_id: str) -> dict[str, int]:
@@ -111,6 +142,8 @@ def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> d
     """The worker loaded the workflow: mark the run running and hand it the state to resume from."""
     run_id = run["run_id"]
     ctx.conn.execute("UPDATE run_worker SET status = 'live' WHERE run_id = ? AND status = 'starting'", (run_id,))
+    if run["start_failures"]:
+        ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
     first = ctx.conn.execute("SELECT 1 FROM run_event WHERE run_id = ? AND kind = 'run_started' LIMIT 1",
                              (run_id,)).fetchone() is None
     if run["current_node"] is None and payload.get("start_at"):
@@ -125,22 +158,39 @@ def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> d
 
 
 def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
-    """What a launch resumes from: input, where it stands, the latest output per node."""
+    """What a launch resumes from: input, where it stands, the latest output per node.
+
+    Large values are left None and listed in `content_refs` ({path, digest,
+    bytes, encoding}, paths from the state's root); the runner supervisor
+    turns them into the launch frame's references. `timed_out` names a node
+    the host's watchdog stopped: the worker reports its failure (and routes
+    it) instead of running it again.
+    """
     run_id = run["run_id"]
+    values = _LaunchValues(ctx)
     confirmed = {}
     for effect_id, node_id, sha in ctx.conn.execute(
             """SELECT effect_id, node_id, output_sha256 FROM effect WHERE run_id = ? AND status = 'applied'
                AND resolution = 'confirmed'""", (run_id,)):
-        confirmed[node_id] = {"effect_id": effect_id, "output": loads(get_blob(ctx.conn, sha).decode()) if sha else None}
-    return {
-        "input": loads(get_blob(ctx.conn, run["input_sha256"]).decode()) if run["input_sha256"] else None,
+        confirmed[node_id] = {"effect_id": effect_id,
+                              "output": values.load(sha, ["confirmed_effects", node_id, "output"])}
+    timed_out = {node_id: {"attempt_id": attempt_id, "error": error or "timed out"}
+                 for node_id, attempt_id, error in ctx.conn.execute(
+                     "SELECT node_id, attempt_id, error_message FROM node_attempt WHERE run_id = ? "
+                     "AND status = 'timed_out'", (run_id,))}
+    state = {
+        "input": values.load(run["input_sha256"], ["input"]),
         "current_node": run["current_node"],  # None on a fresh run: the worker starts at start_at
         "steps": run["steps"],
-        "outputs": _latest_outputs(ctx, run_id),
+        "outputs": _latest_outputs(ctx, run_id, values),
         "attempts": _attempt_counts(ctx, run_id),
         "confirmed_effects": confirmed,
+        "timed_out": timed_out,
         "session_id": run["session_id"],
     }
+    if values.refs:
+        state["content_refs"] = values.refs
+    return state
 
 
 def _boundary_directive(ctx: WriteContext, run: dict[str, Any]) -> str | None:
@@ -216,7 +266,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     output_sha = put_json_blob(ctx.conn, payload.get("output"), ctx.now) if keep else None
     changed = ctx.conn.execute(
         """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
-               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting')""",
+               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
         ("succeeded" if outcome == "ok" else "failed", outcome, output_sha, payload.get("error_code"),
          (payload.get("error") or None) and str(payload.get("error"))[:4000], ctx.now, attempt_id, run_id)).rowcount
     if changed != 1:

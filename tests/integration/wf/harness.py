@@ -48,6 +48,11 @@ def flow(attr: str) -> str:
     return f"{FLOWS}:{attr}"
 
 
+def edge_flow(attr: str) -> str:
+    """The `run.start` spec of a workflow in edge_flows.py."""
+    return f"{WF / 'edge_flows.py'}:{attr}"
+
+
 # --- the oracle ---------------------------------------------------------------------------
 
 

@@ -1,0 +1,126 @@
+"""Fenced by time: a host whose lease expired writes nothing and starts nothing.
+
+- SIGSTOP: a host paused past its lease and then continued commits nothing
+  and starts no node (the writer checks the lease's expiry inside every
+  transaction, not only its epoch); it notices the loss and stops itself.
+- Disk full: when renewals fail only because the disk is full, the host does
+  not exit. Workers keep their results and resend them; once the disk has
+  room again the host takes the lease at a higher epoch (its lock file proves
+  no other host took the state directory) and every run finishes; none is
+  left stranded `running`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from testsupport import fill_up, small_filesystem
+from wf import harness
+from wf.harness import Oracle, edge_flow, rows, wait_for, wait_for_status
+
+guard = harness.guard
+
+
+
+
+#: Every table a run's progress writes to, with the column stamped with the writing batch's time.
+_STAMPED = (("run_event", "created_at"), ("node_attempt", "started_at"), ("node_attempt", "finished_at"),
+            ("worker_message", "created_at"), ("run_worker", "started_at"), ("run", "updated_at"))
+
+
+def _written_after(state_dir: Path, run_id: str, moment: float) -> dict[str, int]:
+    """Rows of the run stamped at or after `moment` (a batch's time is read before it starts, so a
+    commit that was under way when the host was stopped is stamped before the stop)."""
+    found = {}
+    for table, column in _STAMPED:
+        n = rows(state_dir, f"SELECT count(*) AS n FROM {table} WHERE run_id = ? AND {column} >= ?",
+                 (run_id, moment))[0]["n"]
+        if n:
+            found[f"{table}.{column}"] = n
+    return found
+
+
+def test_a_host_paused_past_its_lease_commits_nothing_and_starts_no_node(guard, state_dir) -> None:
+    oracle = Oracle(state_dir / "oracle")
+    script = guard.host_script(state_dir, workflow=edge_flow("chain"), input={"oracle": str(oracle.path)},
+                               lease_s=1.5)
+    run_id = script.value("RUN")
+    wait_for(lambda: len(oracle.entries()) >= 10, 20, "ten nodes to run")
+    for process in script.descendants():
+        guard.track(process.pid)
+    os.kill(script.pid, signal.SIGSTOP)
+    stopped_at = time.time()
+    try:
+        # Let whatever the worker was doing settle: it finishes its node and waits for the host.
+        time.sleep(0.5)
+        before_oracle = len(oracle.entries())
+        lease = rows(state_dir, "SELECT epoch, expires_at FROM host_state WHERE id = 1")[0]
+        # Stay stopped until well past the lease's expiry.
+        wait_for(lambda: time.time() > lease["expires_at"] + 1.0, 10, "the lease to expire")
+    finally:
+        os.kill(script.pid, signal.SIGCONT)
+    assert script.proc.wait(20) is not None
+    assert "lost" in script.log(), script.log()
+    assert _written_after(state_dir, run_id, stopped_at) == {}, "the host wrote after it was continued"
+    assert len(oracle.entries()) == before_oracle, "a node started after the lease expired"
+    assert rows(state_dir, "SELECT epoch FROM host_state WHERE id = 1")[0]["epoch"] == lease["epoch"]
+    # The next host finishes the run from its last committed node.
+    host = guard.start_host(state_dir)
+    assert wait_for_status(host, run_id, ("done", "failed", "parked"), timeout=60)["status"] == "done"
+
+
+@pytest.fixture
+def small_disk():
+    with small_filesystem("12m") as mount:
+        yield mount
+
+
+def test_a_disk_filled_and_freed_during_runs_strands_nothing_and_the_host_keeps_running(
+        guard, small_disk, tmp_path) -> None:
+    oracle = Oracle(tmp_path / "oracle")
+    state_dir = small_disk / "s"
+    host = guard.start_host(state_dir, lease_s=1.5, max_workers=2, warm_workers=2, claim_lease_s=3.0)
+    first_epoch = host.epoch
+    runs = [host.start_run(edge_flow("chain"), {"oracle": str(oracle.path), "sleep": 0.01})["receipt"]["run_id"]
+            for _ in range(3)]
+    wait_for(lambda: len(oracle.entries()) >= 20, 20, "the runs to get going")
+    filler = small_disk / "filler"
+    fill_up(filler)
+    try:
+        # Renewals fail while the disk is full; stay full well past the lease.
+        time.sleep(4.0)
+        assert not host.stopped, host.stop_reason
+    finally:
+        filler.unlink()
+    for run_id in runs:
+        view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"), timeout=90)
+        assert view["status"] == "done", view
+    assert not host.stopped, host.stop_reason
+    assert host.epoch > first_epoch
+    assert rows(state_dir, "SELECT run_id FROM run WHERE status IN ('starting', 'running')") == []
+    # A node whose result was committed never ran again.
+    for run_id in runs:
+        finished = [e["node_id"] for e in harness.events(state_dir, run_id) if e["kind"] == "node_finished"]
+        assert len(finished) == len(set(finished)) == 200
+
+
+
+def test_workers_of_a_host_that_died_exit_quietly(guard, state_dir) -> None:
+    """A worker outlives its host's SIGKILL (it leads a session of its own); at its next word to the
+    dead host it exits, without a traceback in the log."""
+    oracle = Oracle(state_dir / "oracle")
+    script = guard.host_script(state_dir, workflow=edge_flow("chain"), input={"oracle": str(oracle.path)})
+    script.value("RUN")
+    wait_for(lambda: len(oracle.entries()) >= 5, 20, "five nodes to run")
+    workers = [p for p in script.descendants() if "piwf_actors.runner.worker" in " ".join(p.cmdline())]
+    assert workers
+    for process in workers:
+        guard.track(process.pid)
+    script.sigkill()
+    wait_for(lambda: not any(harness.alive(p) for p in workers), 15, "the orphaned workers to exit")
+    log = script.log()
+    assert "Traceback" not in log, log[-3000:]
