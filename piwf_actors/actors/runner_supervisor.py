@@ -222,6 +222,12 @@ class RunnerSupervisor(CoreActor):
             if frame is None:
                 safe_tell(ref, WorkerGone("worker closed its connection"))
                 return
+            if frame.get("kind") == "node_begin":
+                # Once per node, so not worth an actor message: the watchdog reads it on
+                # its next tick. The actor clears it only on the request that ends the
+                # node, which the worker sends (and this thread reads) before the next begin.
+                self._arm_watchdog(frame)
+                continue
             if not safe_tell(ref, WorkerFrame(frame)):
                 return
             if frame.get("kind") == "run_over":
@@ -271,11 +277,6 @@ class RunnerSupervisor(CoreActor):
                 self._uploads.add(frame)
             except DecodeError as exc:
                 self._protocol_error(f"bad content frame: {exc.one_line()}")
-        elif kind == "node_begin":
-            timeout_s = frame.get("timeout_s")
-            if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
-                self._watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
-                               self._clock() + float(timeout_s) + self._watchdog_grace_s)
         elif kind == "run_over":
             if self._claim_released and not self._exit_reported:
                 # The last transition ended the launch in the same commit (done,
@@ -379,6 +380,14 @@ class RunnerSupervisor(CoreActor):
         self._exit("crashed", reusable=False, exit_code=code, diagnostic=detail)
 
     # --- the watchdog -------------------------------------------------------------
+
+    def _arm_watchdog(self, frame: dict[str, Any]) -> None:
+        """`node_begin {node_id, attempt_id, timeout_s}`: the node must be over by timeout_s + grace.
+        Runs in the reader thread (one attribute assignment, read by the actor's thread)."""
+        timeout_s = frame.get("timeout_s")
+        if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
+            self._watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
+                           self._clock() + float(timeout_s) + self._watchdog_grace_s)
 
     def _watchdog(self, _message: WatchdogTick) -> None:
         if self._exit_reported:

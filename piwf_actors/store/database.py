@@ -23,7 +23,10 @@ from piwf_actors.store.paths import tighten_file
 APPLICATION_ID = 0x70697766
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
-WAL_SIZE_LIMIT = 1024 * 1024
+#: What a checkpointed WAL is cut back to. Above the ~4 MB the WAL reaches between two automatic
+#: checkpoints (1000 pages), so under load it is recycled in place, not cut and regrown (measured
+#: here: a 1 MiB limit cost ~4 µs per commit); the idle writer truncates it to zero.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,8 @@ def _pragmas(options: StoreOptions, read_only: bool) -> list[tuple[str, object]]
     ]
     if not read_only:
         # journal_size_limit: after a checkpoint recycles the WAL, shrink it back to
-        # this size instead of keeping the largest it ever grew to.
+        # this size instead of keeping the largest it ever grew to (readers that hold
+        # off checkpoints can grow it far beyond).
         pragmas += [("journal_mode", "wal"), ("synchronous", options.synchronous),
                     ("journal_size_limit", WAL_SIZE_LIMIT)]
     return pragmas

@@ -41,6 +41,14 @@ def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
     return dict(zip([d[0] for d in cursor.description], row, strict=True))
 
 
+_SET_STATUS_COLUMNS = """status = ?, park_reason = ?, park_detail = ?,
+    error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
+    finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?"""
+_SET_STATUS = f"UPDATE run SET {_SET_STATUS_COLUMNS} WHERE run_id = ? RETURNING revision"
+_SET_STATUS_QUEUED = (f"UPDATE run SET {_SET_STATUS_COLUMNS}, queued_at = ?, queue_class = ? "
+                      "WHERE run_id = ? RETURNING revision")
+
+
 def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
                park_detail: str | None = None, error_code: str | None = None, error_message: str | None = None,
                payload: Any = None, node_id: str | None = None) -> int:
@@ -51,16 +59,12 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     its verdict.
     """
     finished = ctx.now if status in TERMINAL_STATUSES else None
-    queued_at, queue_class = (ctx.now, _queue_class(ctx, run_id)) if status == "queued" else (None, None)
-    row = ctx.conn.execute(
-        """UPDATE run SET status = ?, park_reason = ?, park_detail = ?,
-               error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
-               finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?,
-               queued_at = coalesce(?, queued_at), queue_class = coalesce(?, queue_class)
-           WHERE run_id = ? RETURNING revision""",
-        (status, park_reason, park_detail, error_code, error_message, finished, ctx.now, queued_at, queue_class,
-         run_id),
-    ).fetchone()
+    params: tuple[Any, ...] = (status, park_reason, park_detail, error_code, error_message, finished, ctx.now)
+    if status == "queued":
+        row = ctx.conn.execute(_SET_STATUS_QUEUED, (*params, ctx.now, _queue_class(ctx, run_id), run_id)).fetchone()
+    else:
+        # Not touching queued_at/queue_class spares their index on every other transition.
+        row = ctx.conn.execute(_SET_STATUS, (*params, run_id)).fetchone()
     if row is None:
         raise NotFound("run", run_id)
     append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)

@@ -132,9 +132,16 @@ def _latest_outputs(ctx: WriteContext, run_id: str, values: _LaunchValues) -> di
     return {node_id: values.load(sha, ["outputs", node_id]) for node_id, sha in latest.items()}
 
 
-def _attempt_counts(ctx: WriteContext, run_id: str) -> dict[str, int]:
-    return {node: count for node, count in ctx.conn.execute(
-        "SELECT node_id, count(*) FROM node_attempt WHERE run_id = ? GROUP BY node_id", (run_id,))}
+def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], bool]:
+    """Attempts per node, and whether the watchdog stopped one (its failure is still to be routed)."""
+    counts: dict[str, int] = {}
+    timed_out = False
+    for node, count, stopped in ctx.conn.execute(
+            "SELECT node_id, count(*), max(status = 'timed_out') FROM node_attempt WHERE run_id = ? GROUP BY node_id",
+            (run_id,)):
+        counts[node] = count
+        timed_out = timed_out or bool(stopped)
+    return counts, timed_out
 
 
 @operation("ready")
@@ -174,16 +181,18 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
                AND resolution = 'confirmed'""", (run_id,)):
         confirmed[node_id] = {"effect_id": effect_id,
                               "output": values.load(sha, ["confirmed_effects", node_id, "output"])}
-    timed_out = {node_id: {"attempt_id": attempt_id, "error": error or "timed out"}
-                 for node_id, attempt_id, error in ctx.conn.execute(
-                     "SELECT node_id, attempt_id, error_message FROM node_attempt WHERE run_id = ? "
-                     "AND status = 'timed_out'", (run_id,))}
+    attempts, any_timed_out = _attempt_counts(ctx, run_id)
+    timed_out = {} if not any_timed_out else {
+        node_id: {"attempt_id": attempt_id, "error": error or "timed out"}
+        for node_id, attempt_id, error in ctx.conn.execute(
+            "SELECT node_id, attempt_id, error_message FROM node_attempt WHERE run_id = ? AND status = 'timed_out'",
+            (run_id,))}
     state = {
         "input": values.load(run["input_sha256"], ["input"]),
         "current_node": run["current_node"],  # None on a fresh run: the worker starts at start_at
         "steps": run["steps"],
         "outputs": _latest_outputs(ctx, run_id, values),
-        "attempts": _attempt_counts(ctx, run_id),
+        "attempts": attempts,
         "confirmed_effects": confirmed,
         "timed_out": timed_out,
         "session_id": run["session_id"],
