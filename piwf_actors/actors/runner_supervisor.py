@@ -40,13 +40,9 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError
-from piwf_actors.messages import pack
-from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut
-from piwf_actors.messages.frames import frame_of_body
+from piwf_actors.runner.content_exchange import ContentExchange
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, terminate_tree
-from piwf_actors.store import queries
-from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -129,16 +125,12 @@ class RunnerSupervisor(CoreActor):
         self._worker = worker
         self._launch = launch
         self._grace_s = grace_s
-        self._db_path = db_path
         self._watchdog_grace_s = watchdog_grace_s
         self._ready_timeout_s = ready_timeout_s
         self._clock = clock
         self._ready_deadline: float | None = None
         self._watch: tuple[str, str, float, float] | None = None  # node, attempt, timeout_s, deadline
-        self._uploads = ContentUpload()
-        self._cut_out: dict[str, bytes] = {}  # content this supervisor cut out of its own frames
-        self._readable: set[str] = set()  # stored content the worker was pointed at
-        self._store: StoreReader | None = None
+        self._content = ContentExchange(db_path)
         self._sent_epoch: dict[str, int | None] = {}  # host epoch each pending worker message went with
         self._reader: threading.Thread | None = None
         self._stop_reason: str | None = None
@@ -182,33 +174,23 @@ class RunnerSupervisor(CoreActor):
         """The launch envelope; large stored values (the state's, the source) as content references."""
         launch = self._launch
         envelope = dict(launch.envelope)
-        refs: list[ContentRef] = []
+        stored: list[dict[str, Any]] = []
         source_ref = envelope.pop("source_ref", None)
         if source_ref is not None:
-            refs.append(ContentRef(("source",), source_ref["digest"], source_ref["bytes"], "raw"))
+            stored.append({"path": ["source"], "digest": source_ref["digest"], "bytes": source_ref["bytes"],
+                           "encoding": "raw"})
         state = envelope.get("state")
         if isinstance(state, dict) and state.get("content_refs"):
             state = dict(state)
-            for item in state.pop("content_refs"):
-                refs.append(ContentRef(("state", *item["path"]), item["digest"], item["bytes"], item["encoding"]))
+            stored += [{**item, "path": ["state", *item["path"]]} for item in state.pop("content_refs")]
             envelope["state"] = state
-        self._readable.update(ref.digest for ref in refs)
         frame = {"kind": "launch", "run_id": launch.run_id, "generation": launch.generation,
                  "runner_epoch": launch.runner_epoch, "revision": launch.revision, **envelope}
-        if refs:
-            frame["refs"] = [ref.to_wire() for ref in refs]
-        return frame
+        return self._content.point_at(frame, stored)
 
     def _send(self, frame: dict[str, Any], under: tuple[str, ...]) -> None:
         """Send a frame to the worker, cutting large values under `under` out as readable content."""
-        body = pack(frame)
-        if len(body) > FRAME_BUDGET:
-            frame, contents = cut(frame, len(body), under=under)
-            frame["refs"] = [*frame.get("refs", []), *(ref.to_wire() for ref, _ in contents)]
-            for ref, data in contents:
-                self._cut_out[ref.digest] = data
-            body = pack(frame)
-        self._worker.sock.sendall(frame_of_body(body))
+        self._worker.sock.sendall(self._content.encode(frame, under))
 
     def _read_frames(self) -> None:
         """The reader thread: turns the worker's frames into messages to this actor."""
@@ -235,11 +217,7 @@ class RunnerSupervisor(CoreActor):
                 return
 
     def release_resources(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        self._uploads.clear()
-        self._cut_out.clear()
+        self._content.close()
         if not self._finished:
             # Stopped from outside (host stopping) or crashed: the worker must not outlive us.
             self._kill_worker("host_stopping" if self._stop_reason is None else self._stop_reason)
@@ -267,14 +245,14 @@ class RunnerSupervisor(CoreActor):
                 self._content_read(frame)
                 return
             try:
-                frame = self._uploads.resolve(frame)
+                frame = self._content.complete(frame)
             except DecodeError as exc:
                 self._answer(frame.get("message_id"), {"outcome": "rejected", "error": exc.one_line()})
                 return
             self._forward(frame)
         elif kind == "content":
             try:
-                self._uploads.add(frame)
+                self._content.receive(frame)
             except DecodeError as exc:
                 self._protocol_error(f"bad content frame: {exc.one_line()}")
         elif kind == "run_over":
@@ -341,38 +319,16 @@ class RunnerSupervisor(CoreActor):
         if isinstance(value, dict) and value.get("content_refs"):
             # A `ready` answer carries the launch state; its large values stay in the store.
             value = dict(value)
-            refs = [ContentRef(("value", *item["path"]), item["digest"], item["bytes"], item["encoding"])
-                    for item in value.pop("content_refs")]
-            self._readable.update(ref.digest for ref in refs)
-            answer = {**answer, "value": value, "refs": [ref.to_wire() for ref in refs]}
+            stored = value.pop("content_refs")
+            answer = self._content.point_at({**answer, "value": value}, stored, "value")
         try:
             self._send({"kind": "response", "message_id": message_id, **answer}, under=("value",))
         except OSError:
             pass  # the reader thread reports the broken connection
 
     def _content_read(self, frame: dict[str, Any]) -> None:
-        """Answer `content.read {digest, offset}`: one chunk of content this launch was pointed at."""
-        payload = frame.get("payload") or {}
-        digest, offset = payload.get("digest"), payload.get("offset", 0)
-        if not isinstance(digest, str) or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            self._answer(frame.get("message_id"), {"outcome": "rejected", "error": "content.read needs digest, offset"})
-            return
-        held = self._cut_out.get(digest)
-        if held is not None:
-            chunk: dict[str, Any] | None = {"digest": digest, "offset": offset, "total_bytes": len(held),
-                                            "data": held[offset:offset + CHUNK_BYTES]}
-        elif digest in self._readable and self._db_path is not None:
-            if self._store is None:
-                self._store = StoreReader(self._db_path)
-            chunk = queries.content_chunk(self._store, digest, offset, CHUNK_BYTES)
-        else:
-            self._answer(frame.get("message_id"), {"outcome": "rejected",
-                                                   "error": f"content {digest[:12]}… is not part of this launch"})
-            return
-        if chunk is None:
-            self._answer(frame.get("message_id"), {"outcome": "notFound", "error": f"content {digest[:12]}… is gone"})
-            return
-        self._answer(frame.get("message_id"), {"outcome": "accepted", "value": chunk})
+        """`content.read {digest, offset}`: answered here, never a write."""
+        self._answer(frame.get("message_id"), self._content.read(frame.get("payload") or {}))
 
     def _protocol_error(self, detail: str) -> None:
         log.warning("run %s: worker %d broke the protocol: %s", self._launch.run_id, self._worker.pid, detail)
