@@ -7,7 +7,11 @@
 3. People in the loop, through the Unix socket with the client library: a
    release decision answered "ship", and one left unanswered that times out
    to its default response.
-4. Prints each run's nodes and results, the host status, and stops cleanly.
+4. Decisions in Telegram: a fake Bot API on 127.0.0.1 (nothing leaves this
+   machine) stands in for Telegram; a `[telegram.ops]` profile sends the
+   release decision to the operators' chat with one button per choice, a
+   simulated tap answers it, and the message is edited to show the outcome.
+5. Prints each run's nodes and results, the host status, and stops cleanly.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
+from piwf_actors.channels.fake_telegram import FakeBotApi  # noqa: E402
 from piwf_actors.client import Client  # noqa: E402
 
 WF = ROOT / "examples" / "workflows"
@@ -64,10 +69,63 @@ def wait_status(client: Client, run_id: str, statuses: tuple[str, ...], timeout:
         time.sleep(0.05)
 
 
+OPERATOR, OPS_CHAT = 1001, 2002
+
+
+def telegram_config(directory: Path, token: str) -> Path:
+    """channels.toml and credentials.toml (0600) for one profile routing `operator` decisions to OPS_CHAT."""
+    (directory / "channels.toml").write_text(
+        "[telegram.ops]\n"
+        'credential = "ops_bot"\n'
+        f"allowed_user_ids = [{OPERATOR}]\n"
+        f"allowed_chat_ids = [{OPS_CHAT}]\n"
+        'audiences = ["operator"]\n')
+    credentials = directory / "credentials.toml"
+    credentials.touch(mode=0o600)
+    credentials.write_text(f'ops_bot = "{token}"\n')
+    return directory
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def telegram_part(host: Any, bot: FakeBotApi) -> dict[str, Any]:
+    """A release decision delivered to the fake chat, answered by a tap, and settled there."""
+    console.print("\n[bold]Decisions in Telegram[/] (a fake Bot API on 127.0.0.1 stands in for Telegram)")
+    seen = len(bot.messages(OPS_CHAT))
+    run_id = host.start_run(str(WF / "release.py:release"), {"version": "2.0.0"})["receipt"]["run_id"]
+    message = wait_until(lambda: len(bot.messages(OPS_CHAT)) > seen and bot.messages(OPS_CHAT)[-1],
+                         "the decision in the chat")
+    buttons = {row[0]["text"]: row[0]["callback_data"] for row in message["reply_markup"]["inline_keyboard"]}
+    console.print(Text(f"chat {OPS_CHAT} got message {message['message_id']}:\n  "
+                       + message["text"].replace("\n", "\n  ") + f"\n  buttons: {list(buttons)}"))
+    ship = next(data for label, data in buttons.items() if label.startswith("Ship"))
+    bot.tap(chat_id=OPS_CHAT, user_id=OPERATOR, message_id=message["message_id"], data=ship)
+    console.print(Text(f"user {OPERATOR} taps “Ship it” …"))
+    view = host.wait_for_run(run_id, timeout=30)
+    edited = wait_until(lambda: next((m for m in bot.messages(OPS_CHAT)
+                                      if m["message_id"] == message["message_id"] and m.get("edited")), None),
+                        "the message to be settled")
+    console.print(Text("the message now reads:\n  " + edited["text"].replace("\n", "\n  ")
+                       + f"\n  (buttons: {edited['reply_markup'] or 'none'})"))
+    calls = [call["method"] for call in bot.calls if call["method"] != "getUpdates"]
+    console.print(Text(f"Bot API calls besides polling: {calls}"))
+    return view
+
+
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    with tempfile.TemporaryDirectory(prefix="piwf-demo-", dir="/tmp") as state_dir:
-        host = start_host(HostConfig(state_dir=state_dir, max_workers=4))
+    with tempfile.TemporaryDirectory(prefix="piwf-demo-", dir="/tmp") as state_dir, \
+            tempfile.TemporaryDirectory(prefix="piwf-demo-config-") as config_dir, FakeBotApi() as bot:
+        host = start_host(HostConfig(state_dir=state_dir, max_workers=4,
+                                     config_dir=telegram_config(Path(config_dir), bot.token),
+                                     telegram_api_base=bot.url, channel_poll_timeout_s=1))
         console.print(f"[bold]host started[/] at epoch {host.epoch}, state in {state_dir}")
         try:
             starts = [
@@ -102,15 +160,17 @@ def main() -> int:
                 messages = client.request("interaction.list", {"session_id": "ops"}).receipt["messages"]
             console.print(run_table("Decisions", [shipped, timed_out]))
             console.print(Text(f"session 'ops' outbox: {[m['kind'] for m in messages]}"))
+            console.print(run_table("Decided in Telegram", [telegram_part(host, bot)]))
 
             status = host.status()
             console.print(f"runs by status: {status['runs']}; writer: {status['writer']['commits']} commits, "
                           f"{status['writer']['commands']} commands")
         finally:
             host.stop("demo finished")
-        alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-        console.print(f"host stopped cleanly; threads left: {alive or 'none'}")
-        return 0 if not alive else 1
+    # After the host and the fake Bot API have stopped: nothing of either may be left running.
+    alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    console.print(f"host stopped cleanly; threads left: {alive or 'none'}")
+    return 0 if not alive else 1
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ class HostConfig:
     idempotency_days: float = 365.0  # client request records kept (after their runs) for replays; 0 = forever
     watchdog_grace_s: float = 5.0  # a node still running this long past its timeout_s is killed from outside
     worker_ready_timeout_s: float = 30.0  # a worker that sends nothing for this long after a launch is replaced
+    # Decision channels: channels.toml and credentials.toml live here (None: $PIWF_CONFIG_DIR,
+    # else $XDG_CONFIG_HOME/piwf, else ~/.config/piwf).
+    config_dir: str | Path | None = None
+    telegram_api_base: str | None = None  # None: $PIWF_TELEGRAM_API_BASE, else https://api.telegram.org
+    channel_poll_timeout_s: float = 25.0  # how long one long poll for channel updates waits
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:

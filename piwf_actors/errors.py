@@ -110,6 +110,16 @@ class ClaimLost(StoreError):
         self.run_id = run_id
 
 
+class AdapterReplaced(StoreError):
+    """A write from a channel adapter whose epoch is no longer the profile's current one."""
+
+    code = "adapter_replaced"
+
+    def __init__(self, profile: str) -> None:
+        super().__init__(f"channel adapter of profile {profile} was replaced; its writes are refused")
+        self.profile = profile
+
+
 class Conflict(StoreError):
     code = "conflict"
 

@@ -3,10 +3,16 @@
 
 AF_UNIX socket paths are limited to ~107 bytes and pytest's tmp_path can be
 longer, so state dirs live under /tmp with a short random name.
+
+Hosts read decision-channel configuration from `$PIWF_CONFIG_DIR`: the whole
+run points it at an empty directory, so no test ever picks up (or talks to)
+a channel configured on the machine. Channel tests set their own.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,6 +22,11 @@ from typing import Any
 import pytest
 
 from piwf_actors import HostConfig, HostHandle, start_host
+
+_EMPTY_CONFIG_DIR = tempfile.mkdtemp(prefix="pw-cfg-")
+atexit.register(shutil.rmtree, _EMPTY_CONFIG_DIR, True)
+os.environ["PIWF_CONFIG_DIR"] = _EMPTY_CONFIG_DIR
+os.environ.pop("PIWF_TELEGRAM_API_BASE", None)
 
 
 def _short_dir() -> Iterator[Path]:

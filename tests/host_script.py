@@ -2,6 +2,7 @@
 
     python host_script.py --state-dir DIR [--lease-s S] [--max-workers N] [--warm-workers N]
                           [--reap-grace-s S] [--workflow SPEC --input JSON [--session ID]]
+                          [--config-dir DIR --telegram-api-base URL --channel-poll-timeout-s S]
 
 Starts a host (`start_host`), prints `EPOCH <n>` and, when a workflow is
 given, starts one run (in session ID if given) and prints `RUN <run_id>`;
@@ -32,10 +33,15 @@ def main() -> int:
     parser.add_argument("--workflow")
     parser.add_argument("--input", default="null")
     parser.add_argument("--session")
+    parser.add_argument("--config-dir")
+    parser.add_argument("--telegram-api-base")
+    parser.add_argument("--channel-poll-timeout-s", type=float, default=25.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="host %(process)d: %(name)s: %(message)s")
     host = start_host(HostConfig(state_dir=args.state_dir, lease_s=args.lease_s, max_workers=args.max_workers,
-                                 warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s))
+                                 warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s,
+                                 config_dir=args.config_dir, telegram_api_base=args.telegram_api_base,
+                                 channel_poll_timeout_s=args.channel_poll_timeout_s))
     print(f"EPOCH {host.epoch}", flush=True)
     if args.workflow:
         receipt = host.start_run(args.workflow, json.loads(args.input), session_id=args.session)["receipt"]

@@ -25,6 +25,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard
 from piwf_actors.errors import PiwfError
@@ -34,7 +35,7 @@ from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_requ
 from piwf_actors.protocol.payloads import PAYLOADS, check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
-from piwf_actors.store import queries
+from piwf_actors.store import channel_queries, queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
@@ -90,7 +91,8 @@ class ClientGateway(CoreActor):
 
     def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
-                 resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None) -> None:
+                 resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
+                 channels: pykka.ActorRef[Any] | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
@@ -109,6 +111,8 @@ class ClientGateway(CoreActor):
         self._flush_scheduled = False
         self._stats = GatewayStats()
         self._verdicts: dict[str, tuple[int, Request, str]] = {}
+        self._channels = channels
+        self._reloads: dict[str, tuple[int, Request]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -142,7 +146,8 @@ class ClientGateway(CoreActor):
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
-                FlushWatches: self._flush_watches, WriteResult: self._written, SubmitWrite: self._submit_write}
+                FlushWatches: self._flush_watches, WriteResult: self._written, SubmitWrite: self._submit_write,
+                ChannelsReloaded: self._channels_reloaded}
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -204,6 +209,8 @@ class ClientGateway(CoreActor):
             "interaction.list": self._interaction_list, "checkpoint.answer": self._answer,
             "decision.answer": self._answer, "interaction.submit": self._answer, "interaction.ack": self._answer,
             "content.read": self._content_read,
+            "channel.status": self._channel_status, "channel.reload": self._channel_reload,
+            "channel.recover": self._channel_recover,
         }
 
     def _client_args(self, request: Request) -> dict[str, Any]:
@@ -354,6 +361,36 @@ class ClientGateway(CoreActor):
             args.pop("client_id")
             args.pop("idempotency_key")
         self._send_write(conn_id, request, WriteCommand("state.prune", args))
+
+    # --- decision channels ------------------------------------------------------------------------
+
+    def _channel_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        assert self._reader is not None
+        status = dict(self._board.snapshot("channels") or {"configured": False, "profiles": []})
+        status["ambiguous"] = channel_queries.ambiguous(self._reader)
+        self._reply(conn_id, request, "accepted", receipt=status)
+
+    def _channel_reload(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
+        if self._channels is None:
+            self._reply(conn_id, request, "unavailable", error="decision channels are not running in this host")
+            return
+        token = f"reload:{conn_id}:{secrets.token_hex(6)}"
+        self._reloads[token] = (conn_id, request)
+        safe_tell(self._channels, ReloadChannels(self.actor_ref, token))
+
+    def _channels_reloaded(self, message: ChannelsReloaded) -> None:
+        waiting = self._reloads.pop(message.token, None)
+        if waiting is not None:
+            assert self._reader is not None
+            status = {**message.status, "ambiguous": channel_queries.ambiguous(self._reader)}
+            self._reply(waiting[0], waiting[1], "accepted", receipt=status)
+
+    def _channel_recover(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        if payload["action"] not in ("confirm", "retry"):
+            raise BadRequest("channel.recover: action must be confirm or retry", request.request_id)
+        args = {**self._client_args(request), "profile": payload["profile"], "message_id": payload["message_id"],
+                "action": payload["action"]}
+        self._send_write(conn_id, request, WriteCommand("channel.recover", args))
 
     # --- interactions ----------------------------------------------------------------------------
 

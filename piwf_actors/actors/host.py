@@ -15,11 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, Ping, safe_tell
+from piwf_actors.actors.channel_manager import ChannelManager
 from piwf_actors.actors.gateway import ClientGateway
 from piwf_actors.actors.lease import (
     GetLease,
@@ -33,6 +35,8 @@ from piwf_actors.actors.lease import (
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import HostBoard
+from piwf_actors.channels.config import default_config_dir
+from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostError, NotFound
 from piwf_actors.hostlock import HostLock
@@ -354,10 +358,17 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
                                     worker_ready_timeout_s=config.worker_ready_timeout_s)
         parts.actors.append(("scheduler", scheduler))
         _require_started("scheduler", scheduler)
+        channels = ChannelManager.start(
+            parts.writer, paths.database,
+            config_dir=Path(config.config_dir) if config.config_dir is not None else default_config_dir(),
+            supervisor=supervisor, board=parts.board, poll_timeout_s=config.channel_poll_timeout_s,
+            channel_options={"telegram": TelegramOptions(api_base=config.telegram_api_base)})
+        parts.actors.append(("channels", channels))
+        _require_started("channels", channels)
         sup = supervisor
         gateway = ClientGateway.start(
             parts.writer, paths.database, paths.socket, host_epoch=claim.epoch, supervisor=supervisor,
-            board=parts.board, limits=config.limits, resolver=parts.resolver,
+            board=parts.board, limits=config.limits, resolver=parts.resolver, channels=channels,
             shutdown=lambda reason: sup.tell(Shutdown(reason)))
         parts.actors.append(("gateway", gateway))
         _require_started("gateway", gateway)

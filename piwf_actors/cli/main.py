@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from piwf_actors.cli import inbox, live, render
+from piwf_actors.cli import channels, inbox, live, render
 from piwf_actors.cli.live import Refused
 from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.client import Client, HostNotRunning
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ISO date/datetime, or an age such as 30d, 12h, 2w")
     p.add_argument("--apply", action="store_true", help="really delete (default: only report)")
     inbox.add_commands(add, sub)
+    channels.add_commands(add, sub)
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
     add(host, "stop", "stop the host cleanly", cmd_host_stop)

@@ -354,7 +354,7 @@ def _literal(args: tuple[Any, ...]) -> _Converter:
 class RecordRegistry:
     """Kind tag → record class, for decoding whatever kind arrives.
 
-    Create one per protocol (the gateway's, the worker channel's); it is
+    Create one per protocol (the gateway's, the worker link's); it is
     filled at import time by `register` and only read afterwards.
     """
 

@@ -19,7 +19,7 @@ RUN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 #: Operations that change durable state: recorded by (client id, idempotency key).
 MUTATING = frozenset({
     "run.start", "run.cancel", "run.pause", "run.resume", "run.restart", "effect.resolve", "state.prune",
-    "checkpoint.answer", "decision.answer", "interaction.submit", "interaction.ack",
+    "checkpoint.answer", "decision.answer", "interaction.submit", "interaction.ack", "channel.recover",
 })
 
 PAYLOADS: dict[str, Spec] = {
@@ -43,6 +43,9 @@ PAYLOADS: dict[str, Spec] = {
     "state.backup": {"destination": ("str", True)},
     "state.prune": {"before": ("num", True), "apply": ("bool", False), "idempotency_before": ("num", False)},
     "content.read": {"digest": ("str", True), "offset": ("int", False), "length": ("int", False)},
+    "channel.status": {},
+    "channel.reload": {},
+    "channel.recover": {"profile": ("str", True), "message_id": ("str", True), "action": ("str", True)},
     "interaction.list": {"session_id": ("str", False)},
     "checkpoint.answer": {"request_id": ("str", True), "submission_id": ("str", False), "input": ("any", False),
                           "session_id": ("str", False)},

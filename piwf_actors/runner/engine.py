@@ -22,8 +22,8 @@ from typing import Any
 
 from piwf_actors.interactions import presentation
 from piwf_actors.messages import pack
-from piwf_actors.runner.channel import SupervisorChannel
 from piwf_actors.runner.shell import run_shell
+from piwf_actors.runner.supervisor_link import SupervisorLink
 from piwf_actors.store.ids import new_id
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
 from piwf_actors.workflows.model import (
@@ -89,9 +89,9 @@ def _checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "outp
 
 
 class RunEngine:
-    def __init__(self, workflow: Workflow, channel: SupervisorChannel) -> None:
+    def __init__(self, workflow: Workflow, link: SupervisorLink) -> None:
         self.workflow = workflow
-        self.channel = channel
+        self.link = link
         self._children: list[tuple[int, float]] = []
 
     def run(self, launch_state: dict[str, Any] | None = None) -> None:
@@ -101,10 +101,10 @@ class RunEngine:
             # committed. Its answer is read before the next request, so nothing the
             # node reports, and no side effect (it needs effect_reserve first),
             # gets ahead of it.
-            self.channel.begin("ready", ready, fenced=False)
+            self.link.begin("ready", ready, fenced=False)
             state = launch_state
         else:
-            state = self.channel.accepted("ready", ready, fenced=False)
+            state = self.link.accepted("ready", ready, fenced=False)
         run_input = state["input"]
         outputs: dict[str, Any] = dict(state["outputs"])
         attempts: dict[str, int] = dict(state["attempts"])
@@ -115,13 +115,13 @@ class RunEngine:
         node_id = state["current_node"] or self.workflow.start_at
         while True:
             if steps >= self.workflow.max_steps:
-                self.channel.accepted("run_failed", {
+                self.link.accepted("run_failed", {
                     "code": "max_steps_exceeded",
                     "message": f"workflow {self.workflow.name!r} reached max_steps={self.workflow.max_steps}"})
                 return
             spec = self.workflow.nodes.get(node_id)
             if spec is None:
-                self.channel.accepted("run_failed", {"code": "unknown_node",
+                self.link.accepted("run_failed", {"code": "unknown_node",
                                                      "message": f"node {node_id!r} is not in the workflow"})
                 return
             stopped = timed_out.pop(node_id, None)
@@ -149,7 +149,7 @@ class RunEngine:
                     report["next"] = {"finish": True}
                 else:
                     report["next"] = {"node": decision.next_node}
-            answer = self.channel.accepted("node_finished", report)
+            answer = self.link.accepted("node_finished", report)
             if answer.get("directive") == "stop" or "node" not in report["next"] and not retry:
                 return
             if retry:
@@ -174,7 +174,7 @@ class RunEngine:
         if isinstance(spec, (CheckpointSpec, HumanDecisionSpec, AgentSpec)):
             return self._interact(node_id, spec, run_input, outputs, attempt_id)
         if spec.has_side_effect:
-            reserved = self.channel.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
+            reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id})
             if reserved.get("directive") == "stop":
                 return None
@@ -185,10 +185,10 @@ class RunEngine:
             report["new_attempt"] = True
         if spec.timeout_s:
             # The supervisor's watchdog stops this node from outside if the worker cannot.
-            self.channel.notify({"kind": "node_begin", "node_id": node_id, "attempt_id": attempt_id,
+            self.link.notify({"kind": "node_begin", "node_id": node_id, "attempt_id": attempt_id,
                                  "timeout_s": spec.timeout_s})
         try:
-            ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.channel.run_id,
+            ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                                attempt_id=attempt_id)
             if isinstance(spec, ShellSpec):
                 result = run_shell(spec, ctx, on_spawn=self._register_child)
@@ -222,7 +222,7 @@ class RunEngine:
     def _interact(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
                   attempt_id: str) -> dict[str, Any] | None:
         """Ask the host for this node's interactive request; None when the run parks to wait."""
-        ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.channel.run_id,
+        ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                            attempt_id=attempt_id)
         try:
             contract, after_s, default = self._contract(spec, ctx)
@@ -230,18 +230,18 @@ class RunEngine:
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
                     "error": _one_line(exc), "error_code": "bad_request"}
-        answer = self.channel.accepted("interaction_request", {
+        answer = self.link.accepted("interaction_request", {
             "node_id": node_id, "attempt_id": attempt_id, "kind": contract["kind"], "contract": contract,
             "after_s": after_s, "default_response": default})
         status = answer["status"]
         if status == "validating":
             submission = answer["submission"]
             problem = self._validate_submission(spec, ctx, submission["value"])
-            verdict = self.channel.accepted("submission_verdict", {
+            verdict = self.link.accepted("submission_verdict", {
                 "request_id": answer["request_id"], "submission_id": submission["submission_id"],
                 "accepted": problem is None, "error": problem, "max_submissions": spec.max_submissions})
             if verdict["status"] == "exhausted":
-                self.channel.accepted("run_failed", {
+                self.link.accepted("run_failed", {
                     "code": "missing_submission",
                     "message": f"agent step {node_id!r}: {verdict['rejected_count']} submission(s) rejected; "
                                f"last: {problem}"})
@@ -294,10 +294,10 @@ class RunEngine:
     def _register_child(self, pid: int, create_time: float | None) -> None:
         """Registered before the command can do anything lasting, for orphan reaping."""
         self._children.append((pid, create_time or 0.0))
-        self.channel.accepted("register_child", {"pid": pid, "create_time": create_time or 0.0, "kind": "shell"},
+        self.link.accepted("register_child", {"pid": pid, "create_time": create_time or 0.0, "kind": "shell"},
                               fenced=False)
 
     def _release_children(self) -> None:
         while self._children:
             pid, create_time = self._children.pop()
-            self.channel.accepted("release_child", {"pid": pid, "create_time": create_time}, fenced=False)
+            self.link.accepted("release_child", {"pid": pid, "create_time": create_time}, fenced=False)

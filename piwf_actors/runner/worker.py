@@ -18,8 +18,8 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError, WorkflowLoadFailed
 from piwf_actors.messages import recv_frame, send_frame
-from piwf_actors.runner.channel import ProtocolBroken, SupervisorChannel
 from piwf_actors.runner.engine import RunEngine
+from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
 from piwf_actors.workflows import load_snapshot
 
 log = logging.getLogger("piwf.worker")
@@ -28,17 +28,17 @@ EXIT_PROTOCOL = 4
 
 
 def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
-    channel = SupervisorChannel(sock, launch)
-    channel.resolve(launch)  # a large state or source arrives as content references
+    link = SupervisorLink(sock, launch)
+    link.resolve(launch)  # a large state or source arrives as content references
     try:
         workflow = load_snapshot(launch["source"], launch["workflow_path"] or "<snapshot>",
                                  launch["workflow_attr"] or launch["workflow"], launch["definition_digest"] or "",
                                  launch.get("project_path"))
     except WorkflowLoadFailed as exc:
-        channel.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
+        link.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
         return
-    RunEngine(workflow, channel).run(launch.get("state"))
-    channel.settle()
+    RunEngine(workflow, link).run(launch.get("state"))
+    link.settle()
 
 
 def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:

@@ -51,7 +51,19 @@ def _v2_queue_order(db: pw.SqliteDatabase) -> None:
                    "queue_class = CASE WHEN steps > 0 THEN 1 ELSE 2 END WHERE status = 'queued'")
 
 
-MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order]
+def _v3_channels(db: pw.SqliteDatabase) -> None:
+    """Decision channels: channel_effect and channel_cursor get their real shape (v1 declared them
+    but nothing wrote them, so they are recreated empty), and channel_adapter fences adapters."""
+    effect_columns = {row[1] for row in db.execute_sql("PRAGMA table_info(channel_effect)").fetchall()}
+    channel_models = (schema.ChannelEffect, schema.ChannelCursor, schema.ChannelAdapterEpoch)
+    with _BIND_LOCK, db.bind_ctx(channel_models):
+        if "effect_id" not in effect_columns:
+            db.execute_sql("DROP TABLE IF EXISTS channel_effect")
+            db.execute_sql("DROP TABLE IF EXISTS channel_cursor")
+        db.create_tables(channel_models, safe=True)
+
+
+MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -109,7 +109,7 @@ class _CodedError(errors.PiwfError):
 _CODE_TO_CLASS: dict[str, type[errors.PiwfError]] = {
     cls.code: cls
     for cls in (
-        errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.LeaseExpired, errors.ClaimLost,
+        errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.LeaseExpired, errors.AdapterReplaced, errors.ClaimLost,
         errors.Conflict, errors.NotFound, errors.Rejected, errors.UnknownCommand,
         errors.WriterStopped, errors.LeaseLost, errors.StoreError, errors.HostAlreadyRunning,
     )

@@ -308,35 +308,64 @@ class SessionMessage(_Base):
 
 
 class ChannelEffect(_Base):
-    """At-most-once delivery record of a channel (one per delivered item)."""
+    """One message a channel sends or edits (schema v3), recorded before it is attempted.
 
-    channel = pw.TextField()
-    effect_key = pw.TextField()
-    request_id = pw.TextField(null=True)
-    status = pw.TextField()
-    external_id = pw.TextField(null=True)
-    revision = pw.IntegerField(default=1)
+    At most once: `applying` is committed before the attempt; the attempt's
+    outcome settles it `applied` (with the channel's message reference in
+    `result`), `failed` (surely not sent: retried automatically up to three
+    attempts) or `ambiguous` (maybe sent: never re-sent unless a person says
+    so with `channel.recover`). The stable message id of an attempt is
+    `<effect_id>-<attempt>`.
+    """
+
+    effect_id = pw.TextField(primary_key=True)
+    profile = pw.TextField()
+    purpose = pw.TextField()  # delivery | settlement | input_prompt
+    request_id = pw.TextField()
+    chat_id = pw.IntegerField()
+    effect_key = pw.TextField(unique=True)  # profile, purpose, request, chat (and the asking user for a prompt)
+    attempt = pw.IntegerField()
+    status = pw.TextField()  # applying | applied | failed | ambiguous
+    manual_retries = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    adapter_epoch = pw.TextField()
+    detail = pw.TextField(null=True)  # JSON: what the effect is about (a prompt's choice and user)
+    result = pw.TextField(null=True)  # JSON: {chat_id, message_id} once applied
+    error = pw.TextField(null=True)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
+    settled_at = pw.FloatField(null=True)
 
     class Meta:
         table_name = "channel_effect"
-        primary_key = pw.CompositeKey("channel", "effect_key")
+        indexes = ((("profile", "status"), False), (("request_id",), False))
 
 
 class ChannelCursor(_Base):
-    channel = pw.TextField(primary_key=True)
-    cursor = pw.TextField(null=True)
-    revision = pw.IntegerField(default=1)
+    """Where a profile's update stream stands: the next update id to ask for (only grows)."""
+
+    profile = pw.TextField(primary_key=True)
+    cursor = pw.IntegerField()
     updated_at = pw.FloatField()
 
     class Meta:
         table_name = "channel_cursor"
 
 
+class ChannelAdapterEpoch(_Base):
+    """The adapter epoch currently allowed to write for a profile: a replaced adapter is fenced off."""
+
+    profile = pw.TextField(primary_key=True)
+    adapter_epoch = pw.TextField()
+    host_epoch = pw.IntegerField()
+    started_at = pw.FloatField()
+
+    class Meta:
+        table_name = "channel_adapter"
+
+
 ALL_MODELS: tuple[type[_Base], ...] = (
     HostState, HostCommand, Blob, Run, RunClaim, RunGeneration, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
-    ChannelCursor,
+    ChannelCursor, ChannelAdapterEpoch,
 )

@@ -1,7 +1,7 @@
 """Data for `piwf-top`: one `Snapshot` of the host per refresh, gathered over the client protocol.
 
 `Gatherer.gather()` makes a few read-only requests (host.status, run.list,
-interaction.list, and run.events for recent runs that changed) and samples the
+interaction.list, channel.status, and run.events for recent runs that changed) and samples the
 host's worker processes with psutil. It keeps state between refreshes on
 purpose:
 
@@ -73,6 +73,7 @@ class Snapshot:
     other_requests: int = 0  # pending checkpoints / agent requests (answered with `piwf inbox`)
     workers: tuple[WorkerRow, ...] = ()
     events: tuple[EventRow, ...] = ()  # newest first
+    channels: dict[str, Any] = field(default_factory=dict)  # the channel.status receipt
     error: str | None = None  # why the host could not be read at `taken_at` (the rest is the last good data)
     # --- console state (set by the app) ---
     selected_request_id: str | None = None
@@ -188,8 +189,10 @@ class Gatherer:
         requests = self._receipt("interaction.list").get("requests") or []
         decisions = tuple(r for r in requests if r.get("kind") == "decision")
         events = self.tail.update(self.client, runs[: self.event_runs])
+        channels = self._receipt("channel.status")
         return Snapshot(taken_at=taken_at, host=host, runs=runs, decisions=decisions,
-                        other_requests=len(requests) - len(decisions), workers=self._workers(host), events=events)
+                        other_requests=len(requests) - len(decisions), workers=self._workers(host), events=events,
+                        channels=channels)
 
     def _workers(self, host: dict[str, Any]) -> tuple[WorkerRow, ...]:
         workers = host.get("workers") or {}

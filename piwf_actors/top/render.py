@@ -85,9 +85,33 @@ def _header(snapshot: Snapshot) -> RenderableType:
         runs.append("  ")
         runs.append(f"{status} {count}", style=STATUS_STYLES.get(str(status), "") if count else "dim")
     parts: list[RenderableType] = [line, second, runs]
+    channels = _channels(snapshot.channels)
+    if channels is not None:
+        parts.append(channels)
     if snapshot.error:
         parts.insert(0, Text(f"host unreachable: {snapshot.error}", style="bold red"))
     return Group(*parts)
+
+
+def _channels(status: dict[str, Any]) -> Text | None:
+    """One line: each channel profile (running or not, and why) and deliveries waiting for a person."""
+    profiles = status.get("profiles") or []
+    if not status.get("configured") and not status.get("error"):
+        return None
+    line = Text.assemble(("channels", "bold"))
+    if status.get("error"):
+        line.append("  refused: ", style="red")
+        line.append(str(status["error"]))
+    for entry in profiles:
+        line.append("  ")
+        line.append(str(entry.get("profile")), style="green" if entry.get("running") else "red")
+        if not entry.get("running"):
+            line.append(" (down" + (f": {entry.get('error')}" if entry.get("error") else "") + ")")
+    ambiguous = status.get("ambiguous") or []
+    if ambiguous:
+        line.append(f"  {len(ambiguous)} ambiguous deliver{'y' if len(ambiguous) == 1 else 'ies'} ", style="yellow")
+        line.append("(piwf channel recover)", style="dim")
+    return line
 
 
 def _workers(snapshot: Snapshot) -> Table:

@@ -117,3 +117,15 @@ def test_keys_select_and_answer() -> None:
     assert isinstance(answer, Answer) and answer.choice == "fix" and answer.input == {"instructions": "ok"}
     assert ui.handle("9", snap) is None and "no choice 9" in ui.status
     assert ui.handle("q", snap) == "quit"
+
+
+def test_render_shows_channel_health_and_ambiguous_deliveries() -> None:
+    channels = {"configured": True, "profiles": [{"profile": "ops", "running": True},
+                                                 {"profile": "night", "running": False,
+                                                  "error": "credentials.toml is readable by group or others"}],
+                "ambiguous": [{"profile": "ops", "message_id": "chf_1-1", "purpose": "delivery"}]}
+    text = screen(snapshot(channels=channels), width=160)
+    assert "channels" in text and "ops" in text
+    assert "night (down: credentials.toml is readable by group or others)" in text
+    assert "1 ambiguous delivery" in text and "piwf channel recover" in text
+    assert "channels" not in screen(snapshot())  # nothing configured: no line

@@ -1,6 +1,15 @@
 """Named write commands. Importing this package registers all of them."""
 
-from piwf_actors.store.commands import children, claims, interactions, lease, maintenance, runs, worker  # noqa: F401  (registration)
+from piwf_actors.store.commands import (  # noqa: F401  (registration)
+    channels,
+    children,
+    claims,
+    interactions,
+    lease,
+    maintenance,
+    runs,
+    worker,
+)
 from piwf_actors.store.commands.registry import WriteContext, command, command_names, lookup
 
 __all__ = ["WriteContext", "command", "command_names", "lookup"]

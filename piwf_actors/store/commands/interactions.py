@@ -265,22 +265,24 @@ def checkpoint_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]
 def decision_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a human decision. Checked exactly against its contract; the first valid
     answer wins, a later one (or one with a stale expected revision) is a conflict."""
+    return recorded(ctx, args, "decision.answer", lambda: answer_decision(ctx, args, _human(args), "decision.answer"))
 
-    def apply() -> dict[str, Any]:
-        request = _open_request(ctx, args["request_id"], "decision")
-        expected = args.get("expected_revision")
-        if expected is not None and expected != request["revision"]:
-            raise Conflict(f"request {request['request_id']} is at revision {request['revision']}, not {expected}")
-        problem = check_decision(_contract(ctx, request), args.get("response"))
-        if problem is not None:
-            raise Rejected(problem)
-        submission_id = _insert_submission(ctx, request, args, args["response"], "accepted", _human(args))
-        revision = _settle(ctx, request, submission_id)
-        _wake_run(ctx, request["run_id"], "decision.answer")
-        return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
-                "choice": args["response"]["choice"], "revision": revision}
 
-    return recorded(ctx, args, "decision.answer", apply)
+def answer_decision(ctx: WriteContext, args: dict[str, Any], provenance: dict[str, Any], via: str) -> dict[str, Any]:
+    """Accept `args.response` for the decision `args.request_id` at `args.expected_revision`
+    (if given), recording `provenance`; wakes the run. Raises the refusal otherwise."""
+    request = _open_request(ctx, args["request_id"], "decision")
+    expected = args.get("expected_revision")
+    if expected is not None and expected != request["revision"]:
+        raise Conflict(f"request {request['request_id']} is at revision {request['revision']}, not {expected}")
+    problem = check_decision(_contract(ctx, request), args.get("response"))
+    if problem is not None:
+        raise Rejected(problem)
+    submission_id = _insert_submission(ctx, request, args, args["response"], "accepted", provenance)
+    revision = _settle(ctx, request, submission_id)
+    _wake_run(ctx, request["run_id"], via)
+    return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
+            "choice": args["response"]["choice"], "revision": revision}
 
 
 @command("interaction.submit")

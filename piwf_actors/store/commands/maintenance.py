@@ -67,6 +67,10 @@ def _delete_runs(ctx: WriteContext, run_ids: list[str], before: float) -> None:
     ctx.conn.execute(
         f"""DELETE FROM interactive_submission WHERE request_id IN
                 (SELECT request_id FROM interactive_request WHERE run_id IN {_DOOMED})""", (doomed,))
+    # A channel's record of the messages it sent about them goes too (the requests are gone).
+    ctx.conn.execute(
+        f"""DELETE FROM channel_effect WHERE request_id IN
+                (SELECT request_id FROM interactive_request WHERE run_id IN {_DOOMED})""", (doomed,))
     ctx.conn.execute(f"DELETE FROM interactive_request WHERE run_id IN {_DOOMED}", (doomed,))
     for table in _RUN_TABLES:
         ctx.conn.execute(f"DELETE FROM {table} WHERE run_id IN {_DOOMED}", (doomed,))

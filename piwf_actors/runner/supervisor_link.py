@@ -51,7 +51,7 @@ class ProtocolBroken(Exception):
     """The supervisor went away or answered something unreadable."""
 
 
-class SupervisorChannel:
+class SupervisorLink:
     def __init__(self, sock: socket.socket, launch: dict[str, Any], *,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self._sock = sock

@@ -21,7 +21,7 @@ import pytest
 
 from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.messages.content import FRAME_BUDGET, ContentUpload, digest_of, encode
-from piwf_actors.runner.channel import ProtocolBroken, SupervisorChannel
+from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
 
 LAUNCH = {"run_id": "r1", "generation": 1, "runner_epoch": "e1", "revision": 0}
 
@@ -71,13 +71,13 @@ def test_unavailable_is_answered_by_sending_the_same_message_again(pair) -> None
                     {"outcome": "accepted", "value": {"ok": 1}, "revision": 5}])
     far = Supervisor(supervisor_sock, lambda _frame: next(answers))
     pauses: list[float] = []
-    channel = SupervisorChannel(worker_sock, LAUNCH, sleep=pauses.append)
-    assert channel.accepted("node_finished", {"node_id": "a", "outcome": "ok"}) == {"ok": 1}
+    link = SupervisorLink(worker_sock, LAUNCH, sleep=pauses.append)
+    assert link.accepted("node_finished", {"node_id": "a", "outcome": "ok"}) == {"ok": 1}
     requests = [f for f in far.frames if f["kind"] == "request"]
     assert len(requests) == 3
     assert {f["message_id"] for f in requests} == {"m1"} and all(f == requests[0] for f in requests)
     assert pauses == [0.05, 0.1]
-    assert channel.revision == 5
+    assert link.revision == 5
 
 
 def test_a_large_request_travels_as_content_frames_and_is_put_back_exactly(pair) -> None:
@@ -93,8 +93,8 @@ def test_a_large_request_travels_as_content_frames_and_is_put_back_exactly(pair)
     original = {"node_id": "big", "outcome": "ok",
                 "output": {"stdout": "x" * 3_000_000, "rows": [{"i": i, "pad": "p" * 100} for i in range(20_000)],
                            "small": 7}}
-    channel = SupervisorChannel(worker_sock, LAUNCH)
-    channel.accepted("node_finished", original)
+    link = SupervisorLink(worker_sock, LAUNCH)
+    link.accepted("node_finished", original)
     request = next(f for f in far.frames if f["kind"] == "request")
     assert request["refs"], "the large parts should have been cut out"
     assert request["payload"]["output"]["small"] == 7  # small values stay inline
@@ -121,8 +121,8 @@ def test_an_answer_with_content_references_is_completed_by_content_reads(pair) -
                           "encoding": encoding}]}
 
     far = Supervisor(supervisor_sock, answer)
-    channel = SupervisorChannel(worker_sock, LAUNCH)
-    assert channel.accepted("ready", {}, fenced=False) == value
+    link = SupervisorLink(worker_sock, LAUNCH)
+    assert link.accepted("ready", {}, fenced=False) == value
     reads = [f for f in far.frames if f.get("op") == "content.read"]
     assert [f["payload"]["offset"] for f in reads] == [0, 1024 * 1024, 2 * 1024 * 1024]
 
@@ -139,14 +139,14 @@ def test_damaged_content_is_refused(pair) -> None:
                 "refs": [{"path": ["value", "v"], "digest": "0" * 64, "bytes": len(data), "encoding": encoding}]}
 
     Supervisor(supervisor_sock, answer)
-    channel = SupervisorChannel(worker_sock, LAUNCH)
+    link = SupervisorLink(worker_sock, LAUNCH)
     with pytest.raises(ProtocolBroken, match="damaged"):
-        channel.accepted("ready", {}, fenced=False)
+        link.accepted("ready", {}, fenced=False)
 
 
 def test_small_requests_are_one_frame_without_references(pair) -> None:
     worker_sock, supervisor_sock = pair
     far = Supervisor(supervisor_sock, lambda _f: {"outcome": "accepted", "value": None})
-    channel = SupervisorChannel(worker_sock, LAUNCH)
-    channel.accepted("node_finished", {"node_id": "a", "output": "x" * (FRAME_BUDGET // 2)})
+    link = SupervisorLink(worker_sock, LAUNCH)
+    link.accepted("node_finished", {"node_id": "a", "output": "x" * (FRAME_BUDGET // 2)})
     assert [f["kind"] for f in far.frames] == ["request"] and "refs" not in far.frames[0]

@@ -1,0 +1,6 @@
+"""Decision channels: delivering pending decisions to chat and taking answers from it.
+
+Each configured profile runs as a `ChannelAdapter` actor (`actors/channel.py`)
+that uses one adapter module from this package for its I/O; Telegram
+(`telegram.py`) is the first. See docs/channels.md for how to write another.
+"""

@@ -1,0 +1,470 @@
+"""Decision-channel configuration: which Telegram chats receive decisions, and who may answer.
+
+Two files live in the config directory (`$PIWF_CONFIG_DIR`, else
+`$XDG_CONFIG_HOME/piwf`, else `~/.config/piwf`):
+
+``channels.toml`` holds the settings, one table per profile::
+
+    [telegram.ops]                  # profile "ops"
+    credential = "ops_bot"          # a key of credentials.toml
+    allowed_user_ids = [1001]       # who may answer
+    allowed_chat_ids = [2002]       # where decisions are sent and answers are taken from
+    audiences = ["operator"]        # decisions whose audience is listed go here ("*": all)
+
+``credentials.toml`` holds the secrets, one bot token per key::
+
+    ops_bot = "123456:ABC-the-bot-token"
+
+Why the split and the rules: a bot token lets anyone who holds it impersonate
+the bot, read the decisions it is sent and answer them in its name. So the
+token lives apart from the settings, and `credentials.toml` is read only if it
+is a regular file (not a symlink, which could point anywhere), owned by the
+host's uid and not accessible to group or others (mode 600), the same demands
+ssh makes of a private key. `channels.toml` decides who may answer decisions,
+so it must belong to the host's uid (or root) and must not be writable by
+group or others.
+
+Refusals never stop the host: channels are optional. A missing
+`channels.toml` means no channels. A broken `channels.toml` (unreadable,
+invalid TOML, an unknown channel type, unsafe ownership or mode) is
+`file_error` and no profile starts. A broken profile or credential is that
+profile's entry in `errors`; the other profiles still start. Every reason is a
+single line naming the file and the key, and never contains a token: the TOML
+parser's message for `credentials.toml` is cut down to its line and column
+(it can quote the text it choked on), values are never echoed, and anything
+token-shaped in text taken from `channels.toml` is masked.
+
+`load_channels` is a pure function of the files: call it again to reload, and
+compare `fingerprint(profile)` of old and new to tell which profiles changed.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import hmac
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+CHANNELS_FILE = "channels.toml"
+CREDENTIALS_FILE = "credentials.toml"
+MAX_FILE_BYTES = 1 << 20  # both files are a few lines; a bigger one is a mistake, not config
+
+PROFILE_KEYS = ("credential", "allowed_user_ids", "allowed_chat_ids", "audiences")
+_PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# The characters of a TOML bare key: a credential name can be written unquoted
+# in credentials.toml, and a token (which contains ':') can never pass for one.
+_CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BOT_TOKEN = re.compile(r"[0-9]+:\S+")
+_TOKEN_LIKE = re.compile(r"[0-9]+:[^\s'\"\]\[(),]+")
+_TOML_POSITION = re.compile(r"\(at (line \d+, column \d+|end of document)\)\s*$")
+
+
+class Secret:
+    """A bot token that does not print itself.
+
+    `repr`, `str` and f-strings show ``Secret('****')``; `reveal()` returns
+    the value for the one call that needs it (the HTTP request). Pickling is
+    refused so a token cannot ride along into a queue, a database or a child
+    process by accident. Equality compares values in constant time.
+    """
+
+    __slots__ = ("_value",)
+    _value: str
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError("Secret holds a str")
+        object.__setattr__(self, "_value", value)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('****')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("Secret is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("Secret is immutable")
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a Secret cannot be pickled")
+
+    def __copy__(self) -> Secret:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Secret:
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelProfile:
+    """One `[<type>.<profile>]` table, validated."""
+
+    profile: str
+    credential: str
+    allowed_user_ids: frozenset[int]
+    allowed_chat_ids: tuple[int, ...]  # decisions are sent to each chat, in this order
+    audiences: frozenset[str]  # "*" routes every audience
+    channel_type: str = "telegram"
+
+    def routes(self, audience: str | None) -> bool:
+        """Whether a decision for `audience` is delivered through this profile."""
+        if "*" in self.audiences:
+            return True
+        return audience is not None and audience in self.audiences
+
+    def allows(self, user_id: int, chat_id: int) -> bool:
+        """Whether an answer from `user_id` in `chat_id` may decide."""
+        return user_id in self.allowed_user_ids and chat_id in self.allowed_chat_ids
+
+
+#: The first channel type's name for its profiles.
+TelegramProfile = ChannelProfile
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelsConfig:
+    """The outcome of one `load_channels`: what parsed, what may start, and why not."""
+
+    directory: Path
+    configured: bool  # channels.toml exists
+    profiles: dict[str, ChannelProfile]  # every profile that parsed, also those that cannot start
+    tokens: dict[str, Secret]  # profile -> token, only for profiles that can start
+    errors: dict[str, str]  # profile -> one-line reason it cannot start
+    file_error: str | None  # channels.toml itself refused; then profiles is empty
+
+    def startable(self) -> list[str]:
+        """Profiles with a token and no error, sorted."""
+        return sorted(name for name in self.profiles if name in self.tokens and name not in self.errors)
+
+    def fingerprint(self, profile: str) -> str:
+        """sha256 hex over the profile's settings and its token (if it has one).
+
+        Equal fingerprints across two loads mean the profile's adapter can keep
+        running. The token goes in only as hash input: it is high-entropy, so the
+        digest does not give it away. Raises KeyError for a profile that did not
+        parse.
+        """
+        if profile not in self.profiles:
+            raise KeyError(f"no parsed channel profile {profile!r}")
+        settings = self.profiles[profile]
+        token = self.tokens.get(profile)
+        canonical = json.dumps(
+            {
+                "type": settings.channel_type,
+                "profile": settings.profile,
+                "credential": settings.credential,
+                "allowed_user_ids": sorted(settings.allowed_user_ids),
+                "allowed_chat_ids": list(settings.allowed_chat_ids),
+                "audiences": sorted(settings.audiences),
+                "token": None if token is None else token.reveal(),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(b"piwf-channel-profile-v1\0" + canonical.encode()).hexdigest()
+
+
+def default_config_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """`$PIWF_CONFIG_DIR`, else `$XDG_CONFIG_HOME/piwf`, else `~/.config/piwf`; empty values count as unset."""
+    if env.get("PIWF_CONFIG_DIR"):
+        return Path(env["PIWF_CONFIG_DIR"]).expanduser()
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]).expanduser() / "piwf"
+    if env.get("HOME"):
+        return Path(env["HOME"]).expanduser() / ".config" / "piwf"
+    return Path.home() / ".config" / "piwf"
+
+
+def load_channels(directory: Path | None = None, *, uid: int | None = None) -> ChannelsConfig:
+    """Read and check both files in `directory`; never raises for their content.
+
+    `uid` is the uid that must own the files (default: this process's).
+    """
+    directory = default_config_dir() if directory is None else Path(directory)
+    uid = os.getuid() if uid is None else uid
+    channels_path = directory / CHANNELS_FILE
+
+    try:
+        raw = _read_private(channels_path, CHANNELS_FILE, uid=uid, follow_symlinks=True, secret=False)
+    except FileNotFoundError:
+        return ChannelsConfig(directory, False, {}, {}, {}, None)
+    except _Refused as refused:
+        return ChannelsConfig(directory, True, {}, {}, {}, str(refused))
+    try:
+        document = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        return ChannelsConfig(directory, True, {}, {}, {}, _mask(f"{CHANNELS_FILE}: invalid TOML: {exc}"))
+
+    file_error = _check_channel_types(document)
+    if file_error is not None:
+        return ChannelsConfig(directory, True, {}, {}, {}, file_error)
+
+    profiles: dict[str, ChannelProfile] = {}
+    errors: dict[str, str] = {}
+    for channel_type in sorted(document):
+        for name, table in document[channel_type].items():
+            if name in profiles or _mask(name) in errors:
+                errors[_mask(name)] = _mask(f"{CHANNELS_FILE}: profile {name!r} is defined twice "
+                                            "(profile names are shared by every channel type)")
+                profiles.pop(name, None)
+                continue
+            parsed = _parse_profile(channel_type, name, table)
+            if isinstance(parsed, ChannelProfile):
+                profiles[name] = parsed
+            else:
+                errors[_mask(name)] = parsed
+
+    tokens: dict[str, Secret] = {}
+    if profiles:
+        _resolve_tokens(directory / CREDENTIALS_FILE, uid, profiles, tokens, errors)
+    return ChannelsConfig(directory, True, profiles, tokens, errors, None)
+
+
+# --- channels.toml ------------------------------------------------------------
+
+
+def _check_channel_types(document: dict[str, Any]) -> str | None:
+    """An unknown top-level table fails the whole file: a typo such as `[telegarm.ops]`
+    would otherwise leave the operators without their channel and without a word."""
+    from piwf_actors.channels.registry import known_channel_types  # imports the adapters, which import this
+
+    known_types = known_channel_types()
+    unknown = sorted(key for key in document if key not in known_types)
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        known = ", ".join(known_types)
+        return _mask(f"{CHANNELS_FILE}: unknown channel type {names} (known: {known})")
+    for channel_type, profiles in document.items():
+        if not isinstance(profiles, dict):
+            return f"{CHANNELS_FILE}: {channel_type!r} must be a table of profiles, like [{channel_type}.ops]"
+    return None
+
+
+def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfile | str:
+    """A validated profile, or the one-line reason it is refused."""
+    if not _PROFILE_NAME.fullmatch(name):
+        return _mask(
+            f"{CHANNELS_FILE}: profile name {name!r} in [{channel_type}] must match [a-z0-9][a-z0-9_-]* "
+            "and be at most 64 characters"
+        )
+    where = f"{CHANNELS_FILE}: [{channel_type}.{name}]"
+    if not isinstance(table, dict):
+        return f"{where} must be a table"
+
+    problems: list[str] = []
+    unknown = sorted(key for key in table if key not in PROFILE_KEYS)
+    if unknown:
+        problems.append(_mask(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"))
+    missing = [key for key in PROFILE_KEYS if key not in table]
+    if missing:
+        problems.append(f"missing key{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+
+    credential = table.get("credential")
+    if "credential" in table:
+        if not isinstance(credential, str) or not credential:
+            problems.append("credential must be a non-empty string")
+        elif _TOKEN_LIKE.search(credential):
+            problems.append(f"credential looks like a bot token; put it in {CREDENTIALS_FILE} and name its key here")
+        elif not _CREDENTIAL_NAME.fullmatch(credential):
+            problems.append("credential must be a key of letters, digits, '_' or '-', at most 64 characters")
+
+    user_ids = table.get("allowed_user_ids")
+    if "allowed_user_ids" in table and not _is_int_list(user_ids, allow_negative=False):
+        problems.append("allowed_user_ids must be a non-empty list of positive integers")
+
+    chat_ids = table.get("allowed_chat_ids")
+    if "allowed_chat_ids" in table:
+        if not _is_int_list(chat_ids, allow_negative=True):
+            problems.append("allowed_chat_ids must be a non-empty list of non-zero integers")
+        elif len(set(chat_ids)) != len(chat_ids):
+            problems.append("allowed_chat_ids lists a chat twice (each decision would be sent twice)")
+
+    audiences = table.get("audiences")
+    if "audiences" in table and not (
+        isinstance(audiences, list) and audiences and all(isinstance(a, str) and a.strip() for a in audiences)
+    ):
+        problems.append('audiences must be a non-empty list of non-empty strings ("*" for every audience)')
+
+    if problems:
+        return f"{where} {'; '.join(problems)}"
+    return ChannelProfile(
+        profile=name,
+        credential=credential,
+        allowed_user_ids=frozenset(user_ids),
+        allowed_chat_ids=tuple(chat_ids),
+        audiences=frozenset(audiences),
+        channel_type=channel_type,
+    )
+
+
+def _is_int_list(value: object, *, allow_negative: bool) -> bool:
+    """A non-empty list of ints; bools are refused although Python counts them as ints.
+
+    Telegram user ids are positive; group and channel chat ids are negative.
+    """
+    if not isinstance(value, list) or not value:
+        return False
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item == 0:
+            return False
+        if item < 0 and not allow_negative:
+            return False
+    return True
+
+
+# --- credentials.toml -----------------------------------------------------------
+
+
+def _resolve_tokens(
+    path: Path, uid: int, profiles: dict[str, ChannelProfile], tokens: dict[str, Secret], errors: dict[str, str]
+) -> None:
+    """Fill `tokens` for the profiles whose credential checks out, `errors` for the rest.
+
+    A refusal of the file itself becomes the error of every profile that needs it.
+    """
+    try:
+        raw = _read_private(path, CREDENTIALS_FILE, uid=uid, follow_symlinks=False, secret=True)
+        credentials = _parse_credentials(raw)
+    except FileNotFoundError:
+        reason = f"{CREDENTIALS_FILE} does not exist in {path.parent}"
+        credentials = None
+    except _Refused as refused:
+        reason = str(refused)
+        credentials = None
+    if credentials is None:
+        for name in profiles:
+            errors[name] = reason
+        return
+
+    for name, profile in profiles.items():
+        value = credentials.get(profile.credential)
+        where = f"{CREDENTIALS_FILE}: credential {profile.credential!r}"
+        if profile.credential not in credentials:
+            errors[name] = f"credential {profile.credential!r} is not in {CREDENTIALS_FILE}"
+        elif not isinstance(value, str):
+            errors[name] = f"{where} must be a string holding the bot token"
+        elif not _BOT_TOKEN.fullmatch(value):
+            errors[name] = f"{where} does not look like a bot token ('<digits>:<secret>', no whitespace)"
+        else:
+            tokens[name] = Secret(value)
+
+    # Telegram lets one poller per bot call getUpdates (a second one gets 409),
+    # so two profiles on one bot would fight over its updates: refuse both.
+    by_token: dict[Secret, list[str]] = {}
+    for name, token in tokens.items():
+        by_token.setdefault(token, []).append(name)
+    for names in by_token.values():
+        if len(names) > 1:
+            for name in names:
+                others = ", ".join(repr(other) for other in names if other != name)
+                errors[name] = (
+                    f"{CREDENTIALS_FILE}: profile {name!r} uses the same bot token as {others}; "
+                    "one bot serves one profile"
+                )
+                del tokens[name]
+
+
+def _parse_credentials(raw: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        # The parser's message can quote the text it stopped at, which may be a
+        # token: keep only the position.
+        match = _TOML_POSITION.search(str(exc))
+        position = f" at {match.group(1)}" if match else ""
+        raise _Refused(f"{CREDENTIALS_FILE}: invalid TOML{position}") from None
+
+
+# --- reading a file we must own ---------------------------------------------------
+
+
+class _Refused(Exception):
+    """A file exists but is not used; the message is the one-line reason."""
+
+
+def _read_private(path: Path, name: str, *, uid: int, follow_symlinks: bool, secret: bool) -> str:
+    """Open, check and read `path`. FileNotFoundError when absent, `_Refused` otherwise.
+
+    The checks run on the open descriptor (fstat), so the file checked is the
+    file read. O_NONBLOCK keeps a FIFO planted under the name from blocking the
+    open; it does not change reads of a regular file. `secret` files must be
+    private (mode & 0o077 == 0) and owned by `uid`; settings files must not be
+    writable by group or others and be owned by `uid` or root.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if not follow_symlinks and exc.errno in (errno.ELOOP, errno.EMLINK) and path.is_symlink():
+            raise _Refused(f"{name} is a symbolic link; replace it with the file itself (mode 600)") from None
+        raise _Refused(f"{name} cannot be opened: {exc.strerror or exc.__class__.__name__}") from None
+    try:
+        info = os.fstat(fd)
+        mode = stat.S_IMODE(info.st_mode)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused(f"{name} is not a regular file")
+        if secret:
+            if info.st_uid != uid:
+                raise _Refused(f"{name} is owned by uid {info.st_uid}, not the host's uid {uid}")
+            if mode & 0o077:
+                kind = "readable" if mode & 0o044 else "accessible"
+                raise _Refused(f"{name} is {kind} by group or others (mode {mode:04o}); run chmod 600 on it")
+        else:
+            if info.st_uid not in (uid, 0):
+                raise _Refused(f"{name} is owned by uid {info.st_uid}, not the host's uid {uid} or root")
+            if mode & 0o022:
+                raise _Refused(
+                    f"{name} is writable by group or others (mode {mode:04o}) and decides who may answer; "
+                    f"run chmod go-w on it"
+                )
+        if info.st_size > MAX_FILE_BYTES:
+            raise _Refused(f"{name} is larger than {MAX_FILE_BYTES} bytes")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= MAX_FILE_BYTES:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise _Refused(f"{name} is larger than {MAX_FILE_BYTES} bytes")
+    except OSError as exc:
+        raise _Refused(f"{name} cannot be read: {exc.strerror or exc.__class__.__name__}") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        # The decode error's message quotes bytes of the file; say only that it is not UTF-8.
+        raise _Refused(f"{name} is not valid UTF-8") from None
+
+
+def _mask(text: str) -> str:
+    """Hide anything token-shaped in text that came from channels.toml (keys, parser messages)."""
+    return _TOKEN_LIKE.sub("****", text)

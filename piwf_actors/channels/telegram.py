@@ -1,0 +1,138 @@
+"""Telegram as a decision channel: the `ChannelIO` of a `[telegram.<profile>]` profile.
+
+Decisions go out with `sendMessage` (plain text, at most 4,096 characters,
+one inline button per choice); a choice that needs text is asked for with a
+`force_reply` message; answers come in by long polling `getUpdates`
+(`callback_query` for taps, `message` for replies); a settled decision's
+messages are edited to show the outcome without buttons. Every tap is
+acknowledged with `answerCallbackQuery`, or the person's app keeps spinning.
+
+The Bot API base is `https://api.telegram.org` unless `PIWF_TELEGRAM_API_BASE`
+(or the host's `telegram_api_base`) names another, e.g. a fake on 127.0.0.1.
+How each call ended is told in the seam's terms: `NotDelivered` when
+Telegram surely did nothing (no connection, or it refused), `DeliveryUnknown`
+when it may have (a timeout after sending, a lost answer).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from piwf_actors.channels.base import (
+    Choice,
+    DeliveryUnknown,
+    Event,
+    MessageRef,
+    NotDelivered,
+    Other,
+    PollResult,
+    Presented,
+    Reply,
+    Tap,
+)
+from piwf_actors.channels.config import Secret, TelegramProfile
+from piwf_actors.channels.telegram_api import BotApi, NotSent, OutcomeUnknown
+
+CHANNEL_TYPE = "telegram"
+DEFAULT_API_BASE = "https://api.telegram.org"
+#: Telegram's limit on a message's text, in characters.
+TEXT_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramOptions:
+    api_base: str | None = None  # None: $PIWF_TELEGRAM_API_BASE, else api.telegram.org
+    request_timeout_s: float = 10.0
+
+
+def open_channel(profile: TelegramProfile, token: Secret, options: TelegramOptions | None = None) -> TelegramIO:
+    options = options or TelegramOptions()
+    base = options.api_base or os.environ.get("PIWF_TELEGRAM_API_BASE") or DEFAULT_API_BASE
+    return TelegramIO(BotApi(token.reveal(), base, timeout_s=options.request_timeout_s))
+
+
+def _buttons(choices: tuple[Choice, ...]) -> dict[str, Any]:
+    return {"inline_keyboard": [[{"text": choice.label[:64] + (" ✎" if choice.input else ""),
+                                  "callback_data": choice.data}] for choice in choices]}
+
+
+class TelegramIO:
+    """`ChannelIO` over the Bot API. `poll`/`abort` come from the poller thread and the
+    actor's stop; everything else from the sender thread (BotApi is safe for both)."""
+
+    def __init__(self, api: BotApi) -> None:
+        self._api = api
+
+    def __repr__(self) -> str:
+        return f"TelegramIO({self._api!r})"
+
+    def _do(self, method: str, call: Any) -> Any:
+        try:
+            return call()
+        except NotSent as exc:
+            if exc.error_code == 400 and "message is not modified" in exc.description:
+                return None  # an edit that is already in place did what it was for
+            raise NotDelivered(str(exc), exc.retry_after) from None
+        except OutcomeUnknown as exc:
+            raise DeliveryUnknown(str(exc)) from None
+
+    def present(self, chat_id: int, presented: Presented) -> MessageRef:
+        message = self._do("sendMessage", lambda: self._api.send_message(
+            chat_id, presented.text, reply_markup=_buttons(presented.choices)))
+        return MessageRef(chat_id, int(message["message_id"]))
+
+    def ask_text(self, chat_id: int, presented: Presented, choice: Choice, user_id: int) -> MessageRef:
+        field = choice.input or {}
+        title = presented.text.split("\n", 1)[0]
+        prompt = (f"{title}\n\n{choice.label}: {field.get('prompt') or field.get('name') or 'your text'}\n"
+                  "Reply to this message with your text.")[:TEXT_LIMIT]
+        message = self._do("sendMessage", lambda: self._api.send_message(
+            chat_id, prompt, reply_markup={"force_reply": True, "selective": True,
+                                           "input_field_placeholder": str(field.get("name") or "")[:64]}))
+        return MessageRef(chat_id, int(message["message_id"]))
+
+    def settle(self, ref: MessageRef, text: str) -> None:
+        self._do("editMessageText", lambda: self._api.edit_message_text(ref.chat_id, ref.message_id,
+                                                                        text[:TEXT_LIMIT]))
+
+    def notice(self, event: Tap, text: str) -> None:
+        if event.callback_id:
+            self._do("answerCallbackQuery", lambda: self._api.answer_callback_query(event.callback_id, text[:200]))
+
+    def poll(self, cursor: int, timeout_s: float) -> PollResult:
+        try:
+            updates = self._api.get_updates(cursor, timeout_s=max(0, int(timeout_s)))
+        except NotSent as exc:
+            raise NotDelivered(str(exc), exc.retry_after) from None
+        except OutcomeUnknown as exc:  # harmless for a poll: unconfirmed updates come again
+            raise DeliveryUnknown(str(exc)) from None
+        return PollResult([_event(update) for update in updates if isinstance(update.get("update_id"), int)])
+
+    def abort(self) -> None:
+        self._api.abort()
+
+    def close(self) -> None:
+        self._api.close()
+
+
+def _event(update: dict[str, Any]) -> Event:
+    update_id = int(update["update_id"])
+    callback = update.get("callback_query")
+    if isinstance(callback, dict):
+        message = callback.get("message") if isinstance(callback.get("message"), dict) else {}
+        try:
+            return Tap(update_id, int(callback["from"]["id"]), int(message["chat"]["id"]),
+                       int(message["message_id"]), str(callback.get("data") or ""), str(callback.get("id") or ""))
+        except (KeyError, TypeError, ValueError):
+            return Other(update_id)
+    message = update.get("message")
+    if isinstance(message, dict) and isinstance(message.get("text"), str):
+        replied = message.get("reply_to_message")
+        try:
+            return Reply(update_id, int(message["from"]["id"]), int(message["chat"]["id"]), message["text"],
+                         int(replied["message_id"]) if isinstance(replied, dict) else None)
+        except (KeyError, TypeError, ValueError):
+            return Other(update_id)
+    return Other(update_id)

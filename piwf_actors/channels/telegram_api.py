@@ -1,0 +1,329 @@
+"""A small, blocking client for the Telegram Bot API (standard library only).
+
+`BotApi.call` POSTs one JSON request to ``{base_url}/bot{token}/{method}``
+over a fresh `http.client` connection and returns the ``result`` of
+``{"ok": true, "result": ...}``. Each call is independent (no shared
+connection, no shared mutable state), so one `BotApi` may be used from a
+poller thread and a sender thread at the same time.
+
+Error classification, and why it matters
+-----------------------------------------
+The decision channel delivers at most once: before a send it records the
+send as ``applying``; afterwards it settles it from what this module says:
+
+* a returned result -> ``applied``;
+* `NotSent` -> ``failed``: the request surely did not take effect, either
+  because no connection could be made (nothing was sent) or because
+  Telegram answered with an error (HTTP status >= 400 or ``{"ok": false}``).
+  Safe to retry; a 429 carries `NotSent.retry_after`;
+* `OutcomeUnknown` -> ``ambiguous``: the request bytes started going out
+  but no valid answer came back (send error, read timeout, reset, EOF,
+  unparseable body, a gateway 502/504 without a Telegram answer). The
+  message may or may not have reached the chat; it is never re-sent
+  automatically, because a re-send could show a person the same question
+  twice and their tap could be applied to the wrong copy.
+
+The boundary is `HTTPConnection.connect()`: it is called explicitly, so an
+`OSError` there (refused, unreachable, DNS failure, connect timeout, TLS
+handshake) is known to have sent nothing.
+
+Token secrecy
+-------------
+The bot token is a password. It appears only in the request path. Every
+exception message and log line built here passes through `BotApi.redact`,
+exceptions are raised ``from None`` so no chained exception text is shown
+with them, and ``repr(BotApi)`` omits the token.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import re
+import socket
+import threading
+import urllib.parse
+from typing import Any
+
+from piwf_actors.errors import PiwfError
+
+log = logging.getLogger(__name__)
+
+#: Added to a long poll's server-side timeout to get the HTTP read timeout.
+LONG_POLL_MARGIN_S = 10.0
+
+_METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+# A gateway answering for an upstream that may have acted (bad answer / no answer in time).
+_GATEWAY_UNKNOWN_STATUSES = frozenset({502, 504})
+_MAX_DETAIL_CHARS = 300
+
+
+class TelegramError(PiwfError):
+    """Root of the Telegram client's errors. Its message never contains the bot token."""
+
+    code = "telegram_error"
+
+    def __init__(self, method: str, detail: str) -> None:
+        super().__init__(f"telegram {method}: {detail}")
+        self.method = method
+
+
+class NotSent(TelegramError):
+    """The request surely did not take effect; safe to retry (after `retry_after` seconds if set).
+
+    Either no connection could be made (nothing was sent; `error_code` is
+    None) or Telegram answered with an error: `error_code` is Telegram's
+    ``error_code`` (or the HTTP status), `description` its description,
+    `retry_after` the ``parameters.retry_after`` of a 429, and
+    `migrate_to_chat_id` the new id of a group that became a supergroup.
+    """
+
+    code = "telegram_not_sent"
+
+    def __init__(
+        self,
+        method: str,
+        description: str,
+        *,
+        error_code: int | None = None,
+        retry_after: float | None = None,
+        migrate_to_chat_id: int | None = None,
+    ) -> None:
+        prefix = f"error {error_code}: " if error_code is not None else ""
+        super().__init__(method, f"not sent: {prefix}{description}")
+        self.error_code = error_code
+        self.description = description
+        self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id
+
+
+class OutcomeUnknown(TelegramError):
+    """The request may have reached Telegram but no valid answer came back. Never retry automatically."""
+
+    code = "telegram_outcome_unknown"
+
+    def __init__(self, method: str, detail: str) -> None:
+        super().__init__(method, f"outcome unknown: {detail}")
+        self.detail = detail
+
+
+class BotApi:
+    """One bot's Bot API endpoint. Thread-safe: every call opens its own connection.
+
+    `timeout_s` bounds connecting and, for ordinary calls, waiting for the
+    answer; `get_updates` waits ``timeout_s + LONG_POLL_MARGIN_S`` for its
+    answer. Invalid arguments that are programming errors (empty token, a
+    base URL that is not http(s), a malformed method name) raise ValueError
+    without naming the token.
+    """
+
+    def __init__(self, token: str, base_url: str = "https://api.telegram.org", *, timeout_s: float = 10.0) -> None:
+        if not isinstance(token, str) or not token or token != token.strip():
+            raise ValueError("the bot token must be a non-empty string without surrounding whitespace")
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the Bot API base URL must be http(s)://host[:port][/prefix], got {base_url!r}")
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError("the Bot API base URL must not carry a query, fragment or credentials")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self._token = token
+        self._quoted_token = urllib.parse.quote(token, safe=":")
+        # The part after the colon is the secret; redact it alone too, in case something splits the token.
+        secret = token.partition(":")[2]
+        self._secrets = sorted(
+            {token, self._quoted_token} | ({secret} if len(secret) >= 8 else set()), key=len, reverse=True
+        )
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path_prefix = parts.path.rstrip("/")
+        self._base_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, self._path_prefix, "", ""))
+        self._timeout_s = float(timeout_s)
+        self._active: set[http.client.HTTPConnection] = set()  # calls in flight, for abort()
+        self._active_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"BotApi(base_url={self._base_url!r}, token=<token>, timeout_s={self._timeout_s})"
+
+    def redact(self, text: str) -> str:
+        """`text` with every occurrence of the bot token (raw or percent-encoded) replaced by ``<token>``."""
+        for secret in self._secrets:
+            text = text.replace(secret, "<token>")
+        return text
+
+    # --- the one request path ---------------------------------------------
+
+    def call(self, method: str, params: dict[str, Any] | None = None, *, timeout_s: float | None = None) -> Any:
+        """Call `method` with `params` as a JSON body and return its ``result``.
+
+        `timeout_s` (default: the constructor's) bounds the wait for the
+        answer once the request is sent. Raises `NotSent` or `OutcomeUnknown`.
+        """
+        if not _METHOD_NAME.fullmatch(method):
+            raise ValueError(f"not a Bot API method name: {method!r}")
+        read_timeout = self._timeout_s if timeout_s is None else float(timeout_s)
+        if read_timeout <= 0:
+            raise ValueError("timeout_s must be positive")
+        try:
+            body = json.dumps(params or {}, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise NotSent(method, self._detail("parameters are not valid JSON", exc)) from None
+
+        connection = self._connection(min(self._timeout_s, read_timeout))
+        with self._active_lock:
+            self._active.add(connection)
+        try:
+            try:
+                connection.connect()
+            except OSError as exc:
+                log.debug("telegram %s: cannot connect to %s: %s", method, self._base_url, self.redact(str(exc)))
+                raise NotSent(method, self._detail(f"cannot connect to {self._base_url}", exc)) from None
+            if connection.sock is not None:
+                connection.sock.settimeout(read_timeout)
+            # From here on, bytes may have reached Telegram: every failure is an unknown outcome.
+            try:
+                connection.request(
+                    "POST",
+                    f"{self._path_prefix}/bot{self._quoted_token}/{method}",
+                    body=body,
+                    headers={"Content-Type": "application/json", "Connection": "close"},
+                )
+                response = connection.getresponse()
+                status = response.status
+                raw = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                log.debug("telegram %s: no answer: %s", method, self.redact(f"{type(exc).__name__}: {exc}"))
+                raise OutcomeUnknown(method, self._detail("no valid answer", exc)) from None
+        finally:
+            with self._active_lock:
+                self._active.discard(connection)
+            connection.close()
+        return self._settle(method, status, raw)
+
+    def abort(self) -> None:
+        """Cut every call in flight (their callers get OutcomeUnknown or NotSent at once): a
+        long poll must not hold up a host that is stopping. Safe from any thread."""
+        with self._active_lock:
+            connections = list(self._active)
+        for connection in connections:
+            sock = connection.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _settle(self, method: str, status: int, raw: bytes) -> Any:
+        """Classify one complete HTTP answer: the result, `NotSent` or `OutcomeUnknown`."""
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            payload = None
+        if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
+            snippet = self.redact(raw[:200].decode("utf-8", "replace"))
+            if status >= 400 and status not in _GATEWAY_UNKNOWN_STATUSES:
+                log.debug("telegram %s: HTTP %s without a Bot API answer", method, status)
+                raise NotSent(method, f"HTTP {status}: {snippet!r}", error_code=status)
+            log.debug("telegram %s: HTTP %s with an unparseable answer", method, status)
+            raise OutcomeUnknown(method, f"HTTP {status} with an unparseable answer: {snippet!r}")
+        if payload["ok"] is True and status < 400:
+            if "result" not in payload:
+                raise OutcomeUnknown(method, f"HTTP {status}: ok without a result")
+            log.debug("telegram %s: ok", method)
+            return payload["result"]
+        error_code = payload.get("error_code")
+        if not isinstance(error_code, int) or isinstance(error_code, bool):
+            error_code = status
+        description = payload.get("description")
+        description = (
+            self.redact(str(description))[:_MAX_DETAIL_CHARS] if description is not None else "(no description)"
+        )
+        parameters = payload.get("parameters") if isinstance(payload.get("parameters"), dict) else {}
+        retry_after = parameters.get("retry_after")
+        retry_after = float(retry_after) if _is_number(retry_after) else None
+        migrate_to = parameters.get("migrate_to_chat_id")
+        migrate_to = migrate_to if isinstance(migrate_to, int) and not isinstance(migrate_to, bool) else None
+        log.debug("telegram %s: refused: %s %s", method, error_code, description)
+        raise NotSent(
+            method, description, error_code=error_code, retry_after=retry_after, migrate_to_chat_id=migrate_to
+        )
+
+    def _connection(self, connect_timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=connect_timeout)
+        return http.client.HTTPConnection(self._host, self._port, timeout=connect_timeout)
+
+    def _detail(self, what: str, exc: BaseException) -> str:
+        text = self.redact(f"{what}: {type(exc).__name__}: {exc}")
+        return text[:_MAX_DETAIL_CHARS]
+
+    # --- typed helpers --------------------------------------------------------
+
+    def get_updates(
+        self,
+        offset: int,
+        *,
+        timeout_s: int,
+        allowed_updates: tuple[str, ...] = ("message", "callback_query"),
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Long-poll for updates with ``update_id >= offset`` (which also confirms every earlier one).
+
+        Waits up to `timeout_s` seconds on Telegram's side, and up to
+        ``timeout_s + LONG_POLL_MARGIN_S`` for the answer. An
+        `OutcomeUnknown` here is harmless: unconfirmed updates come again.
+        """
+        params = {"offset": offset, "timeout": timeout_s, "allowed_updates": list(allowed_updates), "limit": limit}
+        result = self.call("getUpdates", params, timeout_s=timeout_s + LONG_POLL_MARGIN_S)
+        if not isinstance(result, list) or not all(isinstance(update, dict) for update in result):
+            raise OutcomeUnknown("getUpdates", "the result is not a list of updates")
+        return result
+
+    def send_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        reply_markup: dict[str, Any] | None = None,
+        reply_to_message_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Send `text` and return the sent Message.
+
+        A reply is sent with ``allow_sending_without_reply``: if the message
+        replied to was deleted, the text is still delivered.
+        """
+        params: dict[str, Any] = {"chat_id": chat_id, "text": text}
+        if reply_markup is not None:
+            params["reply_markup"] = reply_markup
+        if reply_to_message_id is not None:
+            params["reply_parameters"] = {"message_id": reply_to_message_id, "allow_sending_without_reply": True}
+        result = self.call("sendMessage", params)
+        if not isinstance(result, dict) or not isinstance(result.get("message_id"), int):
+            # Telegram said ok, so the message most likely exists, but we cannot tell which one it is.
+            raise OutcomeUnknown("sendMessage", "ok without a Message")
+        return result
+
+    def edit_message_text(
+        self, chat_id: int, message_id: int, text: str, *, reply_markup: dict[str, Any] | None = None
+    ) -> Any:
+        """Replace a bot message's text; `reply_markup` None removes its buttons. Returns the edited Message."""
+        params: dict[str, Any] = {"chat_id": chat_id, "message_id": message_id, "text": text}
+        if reply_markup is not None:
+            params["reply_markup"] = reply_markup
+        return self.call("editMessageText", params)
+
+    def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> Any:
+        """Acknowledge a button tap (without it the person's client keeps spinning)."""
+        params: dict[str, Any] = {"callback_query_id": callback_query_id}
+        if text is not None:
+            params["text"] = text
+        return self.call("answerCallbackQuery", params)
+
+    def close(self) -> None:
+        """Nothing to release: no connection outlives a call. Kept so callers can treat this like a resource."""
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0

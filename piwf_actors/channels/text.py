@@ -1,0 +1,95 @@
+"""Decisions as plain text for chat channels, and the data their buttons carry.
+
+Presentation text is display-only and plain (no markup: a decision's title may
+contain anything). A button carries `<token>:<choice index>`, where the token
+is derived from the request id and revision: it fits Telegram's 64-byte
+`callback_data`, it names no secret, and a tap on a message of an older
+revision of the request no longer matches (the answer is refused, not
+mis-applied).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from piwf_actors.channels.base import Choice, Presented
+
+
+def button_token(request_id: str, revision: int) -> str:
+    return hashlib.sha256(f"{request_id}\0{revision}".encode()).hexdigest()[:16]
+
+
+def parse_button(data: str) -> tuple[str, int] | None:
+    """(token, choice index) of a button's data, or None when it is not ours."""
+    token, _, index = data.partition(":")
+    if len(token) != 16 or not index.isdigit():
+        return None
+    return token, int(index)
+
+
+def choices(contract: dict[str, Any], token: str) -> tuple[Choice, ...]:
+    """The decision's choices in a stable order (the contract is stored with sorted keys)."""
+    return tuple(Choice(key=key, label=str(spec.get("label") or key), input=spec.get("input"),
+                        data=f"{token}:{index}")
+                 for index, (key, spec) in enumerate(sorted((contract.get("choices") or {}).items())))
+
+
+def _block(block: dict[str, Any]) -> str:
+    kind = block.get("kind")
+    if kind == "bullets":
+        return "\n".join(f"• {item}" for item in block.get("items") or [])
+    if kind == "fields":
+        return "\n".join(f"{field.get('label')}: {field.get('value')}" for field in block.get("fields") or [])
+    if kind == "section":
+        return f"▸ {block.get('text', '')}"
+    return str(block.get("text", ""))
+
+
+def decision_text(contract: dict[str, Any], deadline_at: float | None, *, limit: int) -> str:
+    """Title, summary, blocks and the deadline, cut to `limit` characters."""
+    parts = [str(contract.get("title") or "Decision")]
+    if contract.get("summary"):
+        parts.append(str(contract["summary"]))
+    parts += [_block(block) for block in contract.get("blocks") or []]
+    default = contract.get("default_response")
+    if deadline_at is not None:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline_at))
+        if default:
+            label = ((contract.get("choices") or {}).get(default.get("choice")) or {}).get("label") or default["choice"]
+            parts.append(f"If nobody answers by {when}: {label}.")
+        else:
+            parts.append(f"Answer by {when}.")
+    return _cut("\n\n".join(part for part in parts if part), limit)
+
+
+def outcome_text(contract: dict[str, Any], status: str, answer: Any, provenance: Any, *, limit: int) -> str:
+    """What a settled decision's message says instead of its buttons."""
+    title = str(contract.get("title") or "Decision")
+    if status != "settled" or not isinstance(answer, dict):
+        return _cut(f"{title}\n\n✖ Closed without an answer (the run ended or the request was cancelled).", limit)
+    choice = (contract.get("choices") or {}).get(answer.get("choice")) or {}
+    label = choice.get("label") or answer.get("choice")
+    line = f"✔ {label}"
+    text_input = answer.get("input")
+    if isinstance(text_input, dict) and text_input:
+        line += ": " + "; ".join(str(value) for value in text_input.values())
+    provenance = provenance if isinstance(provenance, dict) else {}
+    if provenance.get("kind") == "timeout":
+        line += " (no answer in time: the default)"
+    elif provenance.get("kind") == "channel":
+        line += f" (answered in {provenance.get('channel')} by user {provenance.get('user_id')})"
+    else:
+        line += " (answered elsewhere)"
+    return _cut(f"{title}\n\n{line}", limit)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def presented(request_id: str, revision: int, contract: dict[str, Any], deadline_at: float | None, *,
+              limit: int) -> Presented:
+    return Presented(request_id, decision_text(contract, deadline_at, limit=limit),
+                     choices(contract, button_token(request_id, revision)))
