@@ -1,16 +1,25 @@
 """piwf_actors: a durable, local-first workflow host built on pykka actors and SQLite.
 
 The embedding entry point is `start_host(HostConfig(...))`, which returns a
-`HostHandle`; `HostHandle.stop()` leaves nothing running. The names are
-imported lazily so that worker processes and the client do not pay for the
-host's imports.
+`HostHandle`; `HostHandle.stop()` leaves nothing running. Its results are the
+typed values of `piwf_actors.api` (`RunReceipt`, `RunView`, …), and
+`HostHandle.subscribe(actor_ref)` tells an actor the run events
+`RunStarted`, `NodeFinished`, `RunParked` and `RunFinished`; all of them are
+importable from here. The names are imported lazily so that worker processes
+and the client do not pay for the host's imports.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["HostConfig", "HostHandle", "start_host"]
+_API_NAMES = (
+    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeFinished", "NodeView",
+    "PendingRequest", "RunError", "RunEvent", "RunFinished", "RunParked", "RunReceipt", "RunStarted",
+    "RunSummary", "RunView",
+)
+
+__all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_API_NAMES]
 __version__ = "0.1.0"
 
 
@@ -23,4 +32,12 @@ def __getattr__(name: str) -> Any:
         from piwf_actors.config import HostConfig
 
         return HostConfig
+    if name == "Subscription":
+        from piwf_actors.actors.run_events import Subscription
+
+        return Subscription
+    if name in _API_NAMES:
+        from piwf_actors import api
+
+        return getattr(api, name)
     raise AttributeError(name)

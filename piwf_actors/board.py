@@ -4,11 +4,17 @@ Each actor writes its own section after it changes; readers (the gateway,
 the embedding API) take a snapshot without asking the actor, so a status
 request never blocks on a busy writer or scheduler and no actor waits on
 another. Values are replaced whole (never mutated in place).
+
+It also carries a few live streams that are not state (a running shell
+node's output): `emit` hands a payload to every listener `listen`ed for that
+stream, in the emitting thread; a listener must only hand it on (tell an
+actor), never block.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -16,6 +22,7 @@ class HostBoard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sections: dict[str, dict[str, Any]] = {}
+        self._listeners: dict[str, list[Callable[[dict[str, Any]], None]]] = {}
 
     def publish(self, section: str, values: dict[str, Any]) -> None:
         with self._lock:
@@ -24,3 +31,18 @@ class HostBoard:
     def snapshot(self, section: str) -> dict[str, Any]:
         with self._lock:
             return dict(self._sections.get(section, {}))
+
+    def listen(self, stream: str, listener: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            self._listeners.setdefault(stream, []).append(listener)
+
+    def unlisten(self, stream: str, listener: Callable[[dict[str, Any]], None]) -> None:
+        with self._lock:
+            if listener in self._listeners.get(stream, []):
+                self._listeners[stream].remove(listener)
+
+    def emit(self, stream: str, payload: dict[str, Any]) -> None:
+        with self._lock:
+            listeners = list(self._listeners.get(stream, ()))
+        for listener in listeners:
+            listener(payload)

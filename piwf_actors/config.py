@@ -29,6 +29,11 @@ class HostConfig:
     config_dir: str | Path | None = None
     telegram_api_base: str | None = None  # None: $PIWF_TELEGRAM_API_BASE, else https://api.telegram.org
     channel_poll_timeout_s: float = 25.0  # how long one long poll for channel updates waits
+    # "host:port" where the Prometheus exporter listens (piwf_actors.metrics; port 0 picks a free one);
+    # None: no exporter, no socket, no thread.
+    metrics_address: str | None = None
+    log_level: str = "WARNING"  # the workers' log level (piwf-host passes its --log-level)
+    log_format: str = "text"  # text | json, for the workers (piwf-host passes its --log-format)
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:

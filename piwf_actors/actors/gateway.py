@@ -29,9 +29,9 @@ from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard
 from piwf_actors.errors import PiwfError
-from piwf_actors.operations import WorkflowResolver, start_run_command
+from piwf_actors.operations import WorkflowResolver, restart_run_command, start_run_command
 from piwf_actors.protocol import views
-from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
+from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
 from piwf_actors.protocol.payloads import PAYLOADS, check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
@@ -60,6 +60,13 @@ class ConnectionClosed:
 @dataclass(frozen=True, slots=True)
 class FlushWatches:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOutput:
+    """Live output of a running shell node (from the board's "node_output" stream)."""
+
+    payload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +129,7 @@ class ClientGateway(CoreActor):
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
         self._writer.ref.tell(Subscribe(self.actor_ref))
         ref = self.actor_ref
+        self._board.listen("node_output", self._on_output)
         self._loop = SocketLoop(
             self._socket_path,
             on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._writer.host_epoch or self._epoch),
@@ -132,7 +140,12 @@ class ClientGateway(CoreActor):
         self._loop.start()
         log.info("listening on %s", self._socket_path)
 
+    def _on_output(self, payload: dict[str, Any]) -> None:
+        """Runs in a runner's reader thread: hand the output to this actor."""
+        safe_tell(self.actor_ref, NodeOutput(payload))
+
     def release_resources(self) -> None:
+        self._board.unlisten("node_output", self._on_output)
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
@@ -147,7 +160,7 @@ class ClientGateway(CoreActor):
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
                 FlushWatches: self._flush_watches, WriteResult: self._written, SubmitWrite: self._submit_write,
-                ChannelsReloaded: self._channels_reloaded}
+                ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output}
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -202,13 +215,13 @@ class ClientGateway(CoreActor):
             "host.status": self._host_status, "host.stop": self._host_stop,
             "run.start": self._run_start, "run.list": self._run_list, "run.get": self._run_get,
             "run.events": self._run_events, "run.cancel": self._run_control, "run.pause": self._run_control,
-            "run.resume": self._run_control, "run.restart": self._run_control,
+            "run.resume": self._run_control, "run.restart": self._run_restart,
             "effect.resolve": self._effect_resolve, "watch": self._watch, "unwatch": self._unwatch,
             "state.status": self._state_status, "state.verify": self._state_verify,
             "state.backup": self._state_backup, "state.prune": self._state_prune,
             "interaction.list": self._interaction_list, "checkpoint.answer": self._answer,
             "decision.answer": self._answer, "interaction.submit": self._answer, "interaction.ack": self._answer,
-            "content.read": self._content_read,
+            "content.read": self._content_read, "ids.match": self._ids_match,
             "channel.status": self._channel_status, "channel.reload": self._channel_reload,
             "channel.recover": self._channel_recover,
         }
@@ -282,9 +295,22 @@ class ClientGateway(CoreActor):
         status = payload.get("status")
         if status is not None and status not in queries.RUN_STATUSES:
             raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
-        limit = payload.get("limit")
-        runs = queries.run_list(self._reader, status, min(100 if limit is None else limit, 1000))
+        runs = queries.run_list(self._reader, status, min(payload.get("limit") or 100, 1000),
+                                workflow=payload.get("workflow"), since=payload.get("since"))
         self._reply(conn_id, request, "accepted", receipt={"runs": runs})
+
+    def _ids_match(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        """The full ids that start with a prefix (what `piwf` does with `piwf show run_01m8`)."""
+        assert self._reader is not None
+        kind, prefix = payload["kind"], payload["prefix"]
+        if kind not in queries.ID_KINDS:
+            raise BadRequest(f"ids.match: unknown kind {kind!r} (kinds: {', '.join(queries.ID_KINDS)})",
+                             request.request_id)
+        if not prefix:
+            raise BadRequest("ids.match: prefix must not be empty", request.request_id)
+        limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
+        matches, more = queries.match_ids(self._reader, kind, prefix, limit)
+        self._reply(conn_id, request, "accepted", receipt={"matches": matches, "more": more})
 
     def _run_get(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         assert self._reader is not None and request.run_id is not None
@@ -320,6 +346,22 @@ class ClientGateway(CoreActor):
 
     def _run_control(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         self._send_write(conn_id, request, WriteCommand(request.operation, self._client_args(request)))
+
+    def _run_restart(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        """Resolving the workflow again runs its file: off the actor thread, like run.start."""
+        ref = self.actor_ref
+
+        def work() -> None:
+            assert request.run_id is not None
+            command = restart_run_command(self._resolver, self._db_path, run_id=request.run_id,
+                                          expected_revision=request.expected_revision,
+                                          from_node=payload.get("from_node"),
+                                          same_code=bool(payload.get("same_code", False)),
+                                          client_id=request.client_id, idempotency_key=request.idempotency_key,
+                                          request_id=request.request_id)
+            safe_tell(ref, SubmitWrite(conn_id, request, command))
+
+        self._in_executor(conn_id, request, work)
 
     def _effect_resolve(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         if payload["action"] not in ("confirm", "retry"):
@@ -483,6 +525,15 @@ class ClientGateway(CoreActor):
         self._flush_scheduled = False
         for watch in self._watches.take_dirty():
             self._send_event(watch)
+
+    def _node_output(self, message: NodeOutput) -> None:
+        payload = message.payload
+        for watch in self._watches.following(str(payload.get("run_id"))):
+            watch.revision += 1
+            self._post(watch.conn_id, event(watch.subscription_id, "node_output", watch.revision,
+                                            {key: payload.get(key) for key in
+                                             ("run_id", "node_id", "attempt_id", "stream", "data")}),
+                       is_response=False)
 
     def _send_event(self, watch: Watch) -> None:
         assert self._reader is not None

@@ -11,12 +11,13 @@ never touches anything it did not start (no `ActorRegistry.shut_down()`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
@@ -32,8 +33,19 @@ from piwf_actors.actors.lease import (
     LeaseSuspended,
     acquire_lease,
 )
+from piwf_actors.actors.run_events import RunEventsSubscription, Subscription
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.writer import WriterHandle, start_writer
+from piwf_actors.api import (
+    AnswerReceipt,
+    ControlReceipt,
+    EffectReceipt,
+    PendingRequest,
+    RunEvent,
+    RunReceipt,
+    RunSummary,
+    RunView,
+)
 from piwf_actors.board import HostBoard
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
@@ -41,12 +53,16 @@ from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostError, NotFound
 from piwf_actors.hostlock import HostLock
 from piwf_actors.operations import WorkflowResolver
+from piwf_actors.operations import restart_run as _restart_run
 from piwf_actors.operations import start_run as _start_run
 from piwf_actors.runner.termination import is_same_process, terminate_tree
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.paths import StatePaths, ensure_private_dir
 from piwf_actors.store.reader import StoreReader
+
+if TYPE_CHECKING:  # imported by start_host only when metrics are on (prometheus_client stays unloaded)
+    from piwf_actors.metrics import HostMetrics
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +88,9 @@ class _Parts:
     stop_lock: threading.Lock = field(default_factory=threading.Lock)
     board: HostBoard = field(default_factory=HostBoard)
     resolver: WorkflowResolver = field(default_factory=WorkflowResolver)  # one cache for the API and the socket
+    # The Prometheus exporter (config.metrics_address), owned by the host: created before the writer
+    # (it provides the writer's batch hook), started after every actor, stopped first.
+    metrics: HostMetrics | None = None
 
     def shut_down(self, reason: str) -> None:
         """Stop every part in reverse start order; safe to call twice, from any thread but a part's own."""
@@ -80,6 +99,8 @@ class _Parts:
                 return
             self.stop_reason = reason
             log.info("host stopping: %s", reason)
+            if self.metrics is not None:
+                self.metrics.stop()
             for name, ref in reversed(self.actors):
                 _stop_ref(name, ref)
             if self.lease is not None:
@@ -154,7 +175,23 @@ class HostSupervisor(CoreActor):
 
 
 class HostHandle:
-    """What `start_host` returns: the actor refs and the host's controls."""
+    """What `start_host` returns: the embedding API, the host's actor refs and its controls.
+
+    Results are typed (`piwf_actors.api`: frozen dataclasses) and also read
+    as the dicts the client protocol sends (`receipt["receipt"]["run_id"]`).
+    Refusals are typed errors (`piwf_actors.errors`): `NotFound`, `Rejected`
+    (not allowed in the run's state), `Conflict` (a stale `expected_revision`,
+    an idempotency key reused for another request), `WorkflowNotFound` /
+    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`.
+
+    Every method here is an edge call: it may block for a read or for the
+    writer's commit. Call them from the application's own threads (its main
+    thread, a worker thread), not from inside an actor's handler; to follow
+    runs from an actor, `subscribe` it.
+    """
+
+    #: The name subscriptions are listed under among the host's parts (`_Parts.actors`).
+    _SUBSCRIPTION = "run-events"
 
     def __init__(self, config: HostConfig, paths: StatePaths, parts: _Parts, claim: LeaseClaim,
                  supervisor: pykka.ActorRef[Any]) -> None:
@@ -229,21 +266,30 @@ class HostHandle:
 
     def start_run(self, workflow: str, input: Any = None, *, project_path: str | None = None,
                   session_id: str | None = None, run_id: str | None = None, client_id: str | None = None,
-                  idempotency_key: str | None = None) -> dict[str, Any]:
-        """Queue a run of `workflow` (a discovered name, `module:attr` or `file.py[:attr]`).
+                  idempotency_key: str | None = None) -> RunReceipt:
+        """Queue a run of `workflow`: a discovered name, `module:attr` or `file.py[:attr]`.
 
-        Returns {outcome: accepted | adopted, receipt: {run_id, status, revision}}. With a client id and
-        idempotency key, a repeated call returns the first receipt (`adopted`).
+        Names are resolved like the CLI does: `project_path` (default: the
+        current directory) is the project, so a workflow in
+        `./.piwf/workflows/` is found by name, and a relative file path is
+        relative to it. The workflow file is read here, in the calling thread.
+        With `client_id` and `idempotency_key`, a repeated call returns the
+        first receipt with outcome `adopted`. Raises WorkflowNotFound,
+        WorkflowLoadFailed, Rejected (input that is not JSON), Conflict.
         """
-        return _start_run(self.writer, self._resolver, workflow=workflow, input=input, project_path=project_path,
-                          session_id=session_id, run_id=run_id, client_id=client_id,
-                          idempotency_key=idempotency_key)
+        project = os.path.abspath(project_path if project_path is not None else os.getcwd())
+        return RunReceipt.from_wire(_start_run(
+            self.writer, self._resolver, workflow=workflow, input=input, project_path=project,
+            session_id=session_id, run_id=run_id, client_id=client_id, idempotency_key=idempotency_key))
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        return self._read(lambda r: queries.run_view(r, run_id))
+    def get_run(self, run_id: str) -> RunView | None:
+        """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run."""
+        view = self._read(lambda r: queries.run_view(r, run_id))
+        return None if view is None else RunView.from_wire(view)
 
-    def list_runs(self, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        return self._read(lambda r: queries.run_list(r, status, limit))
+    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunSummary]:
+        """The newest `limit` runs (with `status` only, if given), newest first."""
+        return [RunSummary.from_wire(row) for row in self._read(lambda r: queries.run_list(r, status, limit))]
 
     def read_content(self, digest: str) -> bytes:
         """The bytes of a stored value that `get_run` showed as `{"$content": digest, …}` (its
@@ -261,40 +307,132 @@ class HostHandle:
 
         return self._read(read)
 
-    def run_events(self, run_id: str, after: int = 0, limit: int = 500) -> list[dict[str, Any]]:
-        return self._read(lambda r: queries.run_events(r, run_id, after, limit))
+    def run_events(self, run_id: str, after: int = 0, limit: int = 500) -> list[RunEvent]:
+        """The run's trace: up to `limit` events with `seq` greater than `after`, in order."""
+        return [RunEvent.from_wire(row) for row in self._read(lambda r: queries.run_events(r, run_id, after, limit))]
 
-    def _control(self, name: str, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        args = {"run_id": run_id, **{k: v for k, v in kwargs.items() if v is not None}}
-        return self.writer.call(name, args)
+    def _control(self, name: str, run_id: str, expected_revision: int | None, client_id: str | None,
+                 idempotency_key: str | None) -> ControlReceipt:
+        args = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
+                "idempotency_key": idempotency_key}
+        return ControlReceipt.from_wire(self.writer.call(name, {k: v for k, v in args.items() if v is not None}))
 
-    def cancel_run(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        return self._control("run.cancel", run_id, **kwargs)
+    def cancel_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                   idempotency_key: str | None = None) -> ControlReceipt:
+        """Cancel a run: a queued or parked one at once (`cancelled`), an active one at its worker's
+        next step (`cancelling`). Raises Rejected for a finished run, Conflict for a stale revision."""
+        return self._control("run.cancel", run_id, expected_revision, client_id, idempotency_key)
 
-    def pause_run(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        return self._control("run.pause", run_id, **kwargs)
+    def pause_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                  idempotency_key: str | None = None) -> ControlReceipt:
+        """Pause a run: a queued one parks at once, an active one at its next node boundary (`pausing`)."""
+        return self._control("run.pause", run_id, expected_revision, client_id, idempotency_key)
 
-    def resume_run(self, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        return self._control("run.resume", run_id, **kwargs)
+    def resume_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                   idempotency_key: str | None = None) -> ControlReceipt:
+        """Resume a paused run, or retry one parked `no_progress`."""
+        return self._control("run.resume", run_id, expected_revision, client_id, idempotency_key)
 
-    def restart_run(self, run_id: str, *, expected_revision: int, **kwargs: Any) -> dict[str, Any]:
-        """A new run of a finished run's snapshot and input (only a done, failed or cancelled run
-        without unsettled effects; one per revision: a second call is `adopted`)."""
-        return self._control("run.restart", run_id, expected_revision=expected_revision, **kwargs)
+    def restart_run(self, run_id: str, *, expected_revision: int, from_node: str | None = None,
+                    same_code: bool = False, client_id: str | None = None,
+                    idempotency_key: str | None = None) -> RunReceipt:
+        """A new run (`parent_run_id` = `run_id`) with a finished run's input.
 
-    def resolve_effect(self, effect_id: str, action: str, output: Any = None) -> dict[str, Any]:
-        return self.writer.call("effect.resolve", {"effect_id": effect_id, "action": action, "output": output})
+        Only a done, failed or cancelled run at `expected_revision`, without
+        unsettled effects. It runs the workflow file's current code
+        (`digest_changed` in the receipt says whether that differs from the
+        parent's) or, with `same_code`, the parent's stored snapshot; with
+        `from_node` it starts at that node, the parent's earlier outputs
+        copied. One restart per (run, revision, from_node, code): a second is
+        `adopted`. Raises Rejected, Conflict, NotFound.
+        """
+        return RunReceipt.from_wire(_restart_run(
+            self.writer, self._resolver, self.paths.database, run_id=run_id, expected_revision=expected_revision,
+            from_node=from_node, same_code=same_code, client_id=client_id, idempotency_key=idempotency_key))
+
+    def resolve_effect(self, effect_id: str, action: str, output: Any = None, *, client_id: str | None = None,
+                       idempotency_key: str | None = None) -> EffectReceipt:
+        """Settle an `ambiguous` effect: `confirm` (it happened; `output` becomes the node's output)
+        or `retry` (run the node again); the run goes back to the queue."""
+        args = {"effect_id": effect_id, "action": action, "output": output, "client_id": client_id,
+                "idempotency_key": idempotency_key,
+                "payload": {"effect_id": effect_id, "action": action, "output": output}}
+        return EffectReceipt.from_wire(self.writer.call("effect.resolve", args))
+
+    # --- people in the loop ---
+
+    def pending_interactions(self, session_id: str | None = None) -> list[PendingRequest]:
+        """Open decisions, checkpoints and agent requests (those addressed to `session_id` or to
+        nobody in particular; all of them when None), oldest first."""
+        found = self._read(lambda r: queries.pending_interactions(r, session_id))
+        return [PendingRequest.from_wire(request) for request in found["requests"]]
+
+    def answer_decision(self, request_id: str, choice: str, *, input: dict[str, Any] | None = None,
+                        expected_revision: int | None = None, session_id: str | None = None,
+                        client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
+        """Answer a human decision with one of its choices (and that choice's `input`, if it has one).
+
+        Checked against the decision's contract (Rejected if it does not fit);
+        the first valid answer wins, a later one is a Conflict, and so is a
+        stale `expected_revision` (the request's revision in
+        `pending_interactions`). The run goes back to the queue.
+        """
+        response: dict[str, Any] = {"choice": choice}
+        if input is not None:
+            response["input"] = input
+        return AnswerReceipt.from_wire(self.writer.call("decision.answer", {
+            "request_id": request_id, "response": response, "expected_revision": expected_revision,
+            "session_id": session_id, "client_id": client_id, "idempotency_key": idempotency_key,
+            "payload": {"request_id": request_id, "response": response}}))
+
+    def answer_checkpoint(self, request_id: str, value: Any, *, session_id: str | None = None,
+                          client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
+        """Answer a checkpoint: `value` (any JSON value) becomes the checkpoint node's output and the
+        run goes back to the queue. A second answer is a Conflict."""
+        return AnswerReceipt.from_wire(self.writer.call("checkpoint.answer", {
+            "request_id": request_id, "input": value, "session_id": session_id, "client_id": client_id,
+            "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value}}))
+
+    # --- following runs ---
+
+    def subscribe(self, actor_ref: pykka.ActorRef[Any], runs: Iterable[str] | str | None = None) -> Subscription:
+        """Tell `actor_ref` what happens to runs: `RunStarted`, `NodeFinished`, `RunParked`,
+        `RunFinished` (`piwf_actors.api`), without polling.
+
+        `runs=None`: every run, from now on. `runs=[ids]`: those runs only,
+        each from its first event (nothing is missed between `start_run` and
+        `subscribe`). A small actor of the host does the reading; it only
+        `tell`s, so the subscriber may be any actor and is never waited on.
+        The subscription ends with `unsubscribe()`, with `host.stop()`, or
+        when `actor_ref` has stopped. Safe to call from an actor's handler.
+        Raises HostError once the host has stopped.
+        """
+        if not isinstance(actor_ref, pykka.ActorRef):
+            raise TypeError(f"subscribe needs a pykka ActorRef, got {type(actor_ref).__name__}")
+        wanted = None if runs is None else frozenset([runs] if isinstance(runs, str) else runs)
+        with self._parts.stop_lock:  # held by shut_down while it stops the parts
+            if self._parts.stopped.is_set():
+                raise HostError(f"the host has stopped ({self._parts.stop_reason}); nothing to subscribe to")
+            ref = RunEventsSubscription.start(self.writer.ref, self.paths.database, actor_ref, runs=wanted,
+                                              since=time.time())
+            # Owned by the host: shut_down stops it (first: it was started last). Ended ones are dropped
+            # here; they always sit after the core actors, so no lookup of those is disturbed.
+            for entry in [e for e in self._parts.actors if e[0] == self._SUBSCRIPTION and not e[1].is_alive()]:
+                self._parts.actors.remove(entry)
+            self._parts.actors.append((self._SUBSCRIPTION, ref))
+        return Subscription(ref, wanted)
 
     def wait_for_run(self, run_id: str, statuses: tuple[str, ...] = ("done", "failed", "cancelled"),
-                     timeout: float = 30.0, poll_s: float = 0.02) -> dict[str, Any]:
-        """Poll (with a deadline) until the run reaches one of `statuses`; returns its view."""
+                     timeout: float = 30.0, poll_s: float = 0.02) -> RunView:
+        """Poll (with a deadline) until the run reaches one of `statuses`; returns its view.
+        Raises TimeoutError. (An actor should `subscribe` instead.)"""
         deadline = time.monotonic() + timeout
         while True:
             view = self.get_run(run_id)
-            if view is not None and view["status"] in statuses:
+            if view is not None and view.status in statuses:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} is {view and view['status']} after {timeout} s")
+                raise TimeoutError(f"run {run_id} is {view and view.status} after {timeout} s")
             time.sleep(poll_s)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -302,7 +440,8 @@ class HostHandle:
         return self._parts.stopped.wait(timeout)
 
     def stop(self, reason: str = "stop requested") -> None:
-        """Stop every actor this host started (reverse order) and release the lock."""
+        """Stop every actor this host started (reverse order: subscriptions first, writer last) and
+        release the lock."""
         self._parts.shut_down(reason)
         try:
             self.supervisor.stop(block=True, timeout=10)
@@ -332,7 +471,12 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         options = StoreOptions(synchronous=config.synchronous.upper())
         open_store(paths.database, options).close()
         supervisor = HostSupervisor.start(parts)
-        parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board)
+        if config.metrics_address is not None:
+            from piwf_actors.metrics import HostMetrics
+
+            parts.metrics = HostMetrics(config.metrics_address, paths.database, options, parts.board)
+        parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board,
+                                    batch_observer=parts.metrics.observe_batch if parts.metrics else None)
         _require_started("writer", parts.writer.ref)
         reader = StoreReader(paths.database, options)
         try:
@@ -355,7 +499,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
                                     board=parts.board, retention_days=config.retention_days,
                                     prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
                                     watchdog_grace_s=config.watchdog_grace_s,
-                                    worker_ready_timeout_s=config.worker_ready_timeout_s)
+                                    worker_ready_timeout_s=config.worker_ready_timeout_s,
+                                    worker_log_level=config.log_level, worker_log_format=config.log_format)
         parts.actors.append(("scheduler", scheduler))
         _require_started("scheduler", scheduler)
         channels = ChannelManager.start(
@@ -372,6 +517,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             shutdown=lambda reason: sup.tell(Shutdown(reason)))
         parts.actors.append(("gateway", gateway))
         _require_started("gateway", gateway)
+        if parts.metrics is not None:
+            parts.metrics.start()  # after every actor: a scrape sees the host whole
         # Logged once everything runs: a client may connect from this line on.
         log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
     except BaseException:

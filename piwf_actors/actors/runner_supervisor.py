@@ -117,7 +117,8 @@ class RunnerSupervisor(CoreActor):
     def __init__(self, writer: WriterHandle, scheduler: pykka.ActorRef[Any], worker: WorkerProcess,
                  launch: Launch, *, grace_s: float = 3.0, db_path: Path | None = None,
                  watchdog_grace_s: float = 5.0, ready_timeout_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 output: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Runs in the scheduler's thread: stores arguments only."""
         super().__init__(scheduler)
         self._writer = writer
@@ -131,6 +132,7 @@ class RunnerSupervisor(CoreActor):
         self._ready_deadline: float | None = None
         self._watch: tuple[str, str, float, float] | None = None  # node, attempt, timeout_s, deadline
         self._content = ContentExchange(db_path)
+        self._output = output  # where a node's live output goes (the host board's "node_output" stream)
         self._sent_epoch: dict[str, int | None] = {}  # host epoch each pending worker message went with
         self._reader: threading.Thread | None = None
         self._stop_reason: str | None = None
@@ -204,6 +206,11 @@ class RunnerSupervisor(CoreActor):
             if frame is None:
                 safe_tell(ref, WorkerGone("worker closed its connection"))
                 return
+            if frame.get("kind") == "node_output":
+                # Live output of a running shell node: straight to the watchers, no actor hop.
+                if self._output is not None:
+                    self._output({**frame, "run_id": self._launch.run_id})
+                continue
             if frame.get("kind") == "node_begin":
                 # Once per node, so not worth an actor message: the watchdog reads it on
                 # its next tick. The actor clears it only on the request that ends the

@@ -61,6 +61,7 @@ class Scheduler(CoreActor):
     def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
+                 worker_log_format: str = "text",
                  board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0,
                  idempotency_days: float = 365.0, watchdog_grace_s: float = 5.0,
                  worker_ready_timeout_s: float = 30.0) -> None:
@@ -79,6 +80,7 @@ class Scheduler(CoreActor):
         self._warm = max_workers if warm_workers is None else warm_workers
         self._grace_s = grace_s
         self._worker_log_level = worker_log_level
+        self._worker_log_format = worker_log_format
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
         self._active: dict[str, ActiveRun] = {}
@@ -159,7 +161,7 @@ class Scheduler(CoreActor):
     # --- workers -----------------------------------------------------------------
 
     def _spawn_worker(self) -> WorkerProcess:
-        worker = WorkerProcess.spawn(log_level=self._worker_log_level)
+        worker = WorkerProcess.spawn(log_level=self._worker_log_level, log_format=self._worker_log_format)
         self._writer.submit(WriteCommand("child.register", {"pid": worker.pid, "create_time": worker.create_time,
                                                             "kind": "worker"}))
         return worker
@@ -252,9 +254,11 @@ class Scheduler(CoreActor):
             launch = self._launch_record(claimed, token, attached=worker is not None)
             if worker is None:
                 worker = self._spawn_worker()
+            board = self._board
             ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s,
                                          db_path=self._db_path, watchdog_grace_s=self._watchdog_grace_s,
-                                         ready_timeout_s=self._ready_timeout_s)
+                                         ready_timeout_s=self._ready_timeout_s,
+                                         output=None if board is None else lambda p: board.emit("node_output", p))
         except Exception as exc:
             log.exception("run %s: could not launch", claimed["run_id"])
             if worker is not None and worker.alive():

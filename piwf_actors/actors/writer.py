@@ -40,6 +40,8 @@ from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 log = logging.getLogger(__name__)
 
 ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | Callable[[WriteResult], None] | None
+#: `(commands in the batch, seconds in its transaction, committed)`: see DatabaseWriter.
+BatchObserver = Callable[[int, float, bool], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,21 @@ def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
         reply_to.set(result)
     else:
         reply_to(result)
+
+
+run_log = logging.getLogger("piwf_actors.runs")
+
+
+def log_finished_runs(finished: list[tuple[str, str, str, str | None, str | None]]) -> None:
+    """One line per run that ended in a commit: failures at WARNING with their code and message."""
+    for run_id, workflow, status, code, message in finished:
+        if status == "failed":
+            run_log.warning("run %s failed (workflow %s): %s: %s", run_id, workflow, code,
+                            " ".join(str(message or "").split())[:500],
+                            extra={"run_id": run_id, "workflow": workflow, "status": status, "error_code": code})
+        else:
+            run_log.info("run %s %s (workflow %s)", run_id, status, workflow,
+                         extra={"run_id": run_id, "workflow": workflow, "status": status})
 
 
 class WriterQueue:
@@ -243,9 +260,16 @@ class DatabaseWriter(CoreActor):
     def __init__(self, db_path: Path, options: StoreOptions = StoreOptions(), *,
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
                  max_batch: int = 1000, clock: Callable[[], float] = time.time,
-                 board: HostBoard | None = None, idle_s: float = 1.0) -> None:
-        """Runs in the caller's thread: stores arguments only."""
+                 board: HostBoard | None = None, idle_s: float = 1.0,
+                 batch_observer: BatchObserver | None = None) -> None:
+        """Runs in the caller's thread: stores arguments only.
+
+        `batch_observer(commands, seconds, committed)` is called in the writer's thread after every
+        batch with the time spent in its transaction (the metrics exporter's hook); it must be cheap.
+        Without one the writer does not even read the clock for it.
+        """
         super().__init__(supervisor)
+        self._batch_observer = batch_observer
         self._db_path = db_path
         self._options = options
         self._max_batch = max_batch
@@ -339,8 +363,11 @@ class DatabaseWriter(CoreActor):
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()
+        observer = self._batch_observer
+        started = time.perf_counter() if observer is not None else 0.0
         outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1,
                               clock=self._clock)
+        seconds = time.perf_counter() - started if observer is not None else 0.0
         self._last_batch = len(batch)
         if outcome.committed:
             self._wal_dirty = True
@@ -356,12 +383,19 @@ class DatabaseWriter(CoreActor):
         seq = self._commits
         for (_, reply_to), result in zip(batch, outcome.results, strict=True):
             deliver(reply_to, result)
+        if outcome.committed and outcome.changes.finished:
+            log_finished_runs(outcome.changes.finished)
         if outcome.committed and (outcome.changes.tables or outcome.changes.runs):
             notice = ChangeNotice(seq, tuple(sorted(outcome.changes.tables)),
                                   tuple(sorted(outcome.changes.runs)), now)
             for subscriber in list(self._subscribers):
                 if not safe_tell(subscriber, notice):
                     self._subscribers.remove(subscriber)
+        if observer is not None:
+            try:
+                observer(len(batch), seconds, outcome.committed)
+            except Exception:  # an observer's bug must not stop the writer
+                log.exception("the writer's batch observer failed")
 
     def _stats_dict(self, now: float) -> dict[str, Any]:
         stats = self._stats_at(now)

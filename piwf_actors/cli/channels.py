@@ -8,6 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from piwf_actors.cli import ids, render
+
 
 def add_commands(add: Any, sub: Any) -> None:
     channel = add(sub, "channel", "decision channels (Telegram …)", None).add_subparsers(
@@ -18,7 +20,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p = add(channel, "recover", "settle an ambiguous delivery: confirm it arrived, or send it again",
             cmd_channel_recover)
     p.add_argument("profile", metavar="PROFILE")
-    p.add_argument("message_id", metavar="MESSAGE", help="the delivery's message id, as `piwf channel status` lists it")
+    p.add_argument("message_id", metavar="MESSAGE",
+                   help="the delivery's message id as `piwf channel status` lists it, or a unique prefix of one")
     p.add_argument("action", choices=("confirm", "retry"))
 
 
@@ -44,11 +47,20 @@ def status_view(status: dict[str, Any]) -> Group:
         parts.append(Text(f"{len(ambiguous)} deliver{'y' if len(ambiguous) == 1 else 'ies'} of unknown outcome "
                           "(piwf channel recover PROFILE MESSAGE confirm|retry):", style="yellow"))
         table = Table(box=None, header_style="bold")
-        for column in ("profile", "message", "purpose", "request", "chat", "why"):
+        table.add_column("profile")
+        table.add_column("message", no_wrap=True)
+        table.add_column("purpose")
+        table.add_column("request", no_wrap=True)
+        for column in ("chat", "why"):
             table.add_column(column)
+        short = render.short_ids([item.get("message_id") for item in ambiguous]
+                                 + [item.get("request_id") for item in ambiguous])
         for item in ambiguous:
-            table.add_row(*(Text(str(item.get(key) or "")) for key in
-                            ("profile", "message_id", "purpose", "request_id", "chat_id", "error")))
+            cells = {key: str(item.get(key) or "") for key in
+                     ("profile", "message_id", "purpose", "request_id", "chat_id", "error")}
+            cells["message_id"] = short.get(cells["message_id"], cells["message_id"])
+            cells["request_id"] = short.get(cells["request_id"], cells["request_id"])
+            table.add_row(*(Text(value) for value in cells.values()))
         parts.append(table)
     return Group(*parts)
 
@@ -65,6 +77,11 @@ def cmd_channel_reload(ctx: Any, _parser: Any) -> int:
 
 def cmd_channel_recover(ctx: Any, _parser: Any) -> int:
     args = ctx.args
+    if not ids.is_full("delivery", args.message_id):
+        # Only ambiguous deliveries can be recovered, and channel.status lists all of them.
+        listed = ctx.call("channel.status").get("ambiguous") or []
+        candidates = [str(item.get("message_id")) for item in listed if item.get("profile") == args.profile]
+        args.message_id = ids.resolve_among("delivery", args.message_id, candidates) or args.message_id
     receipt = ctx.call("channel.recover", {"profile": args.profile, "message_id": args.message_id,
                                            "action": args.action})
     if ctx.json:

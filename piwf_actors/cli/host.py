@@ -13,11 +13,23 @@ import signal
 import sys
 import threading
 
+from piwf_actors import __version__
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import PiwfError
+from piwf_actors.logs import configure
 from piwf_actors.store.paths import default_state_dir
 
 log = logging.getLogger("piwf.host")
+
+
+def _metrics_address(text: str) -> str:
+    """`--metrics` value → normalized "host:port" (PORT and :PORT mean 127.0.0.1:PORT)."""
+    from piwf_actors.metrics import format_metrics_address, parse_metrics_address
+
+    try:
+        return format_metrics_address(*parse_metrics_address(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,10 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"state directory default: $PIWF_STATE_DIR, else $XDG_STATE_HOME/piwf, else "
         f"~/.local/state/piwf (here: {default_state_dir()})",
     )
+    parser.add_argument("--version", action="version", version=f"piwf-host {__version__}")
     parser.add_argument("--state-dir", help="directory for state.db, host.sock and host.lock")
     parser.add_argument("--max-workers", type=int, default=4, help="runs executed at once (default 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="log verbosity (default INFO)")
+                        help="log verbosity of the host and its workers (default INFO)")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="text lines, or one JSON object per line for log shippers (default text)")
     parser.add_argument("--lease-s", type=float, default=15.0,
                         help="host lease length in seconds; renewed every third of it (default 15)")
     parser.add_argument("--retention-days", type=float, default=30.0,
@@ -44,17 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 5)")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"],
                         help="SQLite synchronous mode; FULL survives power loss (default)")
+    parser.add_argument("--metrics", metavar="[HOST:]PORT", type=_metrics_address, default=None,
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics; PORT or :PORT listens on "
+                        "127.0.0.1 only, name an address (0.0.0.0, [::]) to expose it (default: off)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, args.log_format, static={"role": "host"})
     try:
         config = HostConfig(state_dir=args.state_dir, max_workers=args.max_workers, lease_s=args.lease_s,
                             synchronous=args.synchronous, retention_days=args.retention_days,
-                            idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s)
+                            idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
+                            log_level=args.log_level, log_format=args.log_format,
+                            metrics_address=args.metrics)
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

@@ -22,37 +22,33 @@ def name_text(raw: str) -> tuple[str, str]:
 
 
 def add_commands(add: Any, sub: Any) -> None:
-    """Register the commands. `answer` and `submit` take `--json VALUE` (the value to send), so their
-    output format follows the global flag given before the command: `piwf --json answer …`."""
+    """Register the commands. A value to send is `--value JSON`; `--json` means JSON output, as everywhere."""
     p = add(sub, "inbox", "pending decisions, checkpoints, agent requests and session messages", cmd_inbox)
     p.add_argument("--session", help="only what is addressed to this session")
-    state_only = argparse.ArgumentParser(add_help=False)
-    state_only.add_argument("--state-dir", default=argparse.SUPPRESS, help="the host's state directory")
-    p = sub.add_parser("answer", parents=[state_only], help="answer a decision or a checkpoint",
-                       description="Answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
-                                   "(REQUEST --json VALUE).")
-    p.set_defaults(handler=cmd_answer)
-    p.add_argument("request_id", metavar="REQUEST")
+    p = add(sub, "answer", "answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
+            "(REQUEST --value JSON)", cmd_answer)
+    p.add_argument("request_id", metavar="REQUEST", help="a request id or a unique prefix of one")
     p.add_argument("choice", nargs="?", help="the decision's choice")
     p.add_argument("--input", action="append", default=[], type=name_text, metavar="NAME=TEXT",
                    help="text input of the chosen choice")
-    p.add_argument("--json", dest="value", type=json_value, metavar="VALUE", help="a checkpoint's answer as JSON")
+    p.add_argument("--value", type=json_value, metavar="JSON", help="a checkpoint's answer as JSON")
     p.add_argument("--session", help="the session answering (kept as provenance)")
-    p = sub.add_parser("submit", parents=[state_only], help="submit an agent step's output (waits for the verdict)",
-                       description="Submit an agent step's structured output; prints the worker's verdict.")
-    p.set_defaults(handler=cmd_submit)
-    p.add_argument("request_id", metavar="REQUEST")
-    p.add_argument("--json", dest="value", type=json_value, required=True, metavar="VALUE",
-                   help="the output as JSON")
+    p = add(sub, "submit", "submit an agent step's output (waits for the worker's verdict)", cmd_submit)
+    p.add_argument("request_id", metavar="REQUEST", help="a request id or a unique prefix of one")
+    p.add_argument("--value", type=json_value, required=True, metavar="JSON", help="the output as JSON")
     p.add_argument("--session", help="the session the request is addressed to")
     p = add(sub, "ack", "acknowledge a session message", cmd_ack)
-    p.add_argument("message_id", metavar="MESSAGE")
+    p.add_argument("message_id", metavar="MESSAGE", help="a message id or a unique prefix of one")
 
 
 def _requests_table(requests: list[dict[str, Any]]) -> Table:
     table = Table(title="pending requests", title_justify="left")
-    for column in ("request", "kind", "run / node", "asks", "answers", "deadline"):
+    render.id_column(table, "request")
+    table.add_column("kind", no_wrap=True)
+    render.id_column(table, "run / node")
+    for column in ("asks", "answers", "deadline"):
         table.add_column(column, overflow="fold")
+    short = render.short_ids([r["request_id"] for r in requests] + [r["run_id"] for r in requests])
     for request in requests:
         contract = request.get("contract") or {}
         if request["kind"] == "decision":
@@ -64,19 +60,24 @@ def _requests_table(requests: list[dict[str, Any]]) -> Table:
             asks = str(contract.get("prompt", ""))
             answers = "--value JSON" + (f" matching {render.compact(contract['expected_output'])}"
                                         if contract.get("expected_output") else "")
-        table.add_row(Text(request["request_id"]), Text(request["kind"]),
-                      Text(f"{request['run_id']}\n{request['node_id']}"), Text(asks), Text(answers),
+        table.add_row(Text(short[request["request_id"]]), Text(request["kind"]),
+                      Text(f"{short[request['run_id']]}\n{request['node_id']}"), Text(asks), Text(answers),
                       Text(render.when(request.get("deadline_at")) if request.get("deadline_at") else "—"))
     return table
 
 
 def _messages_table(messages: list[dict[str, Any]]) -> Table:
     table = Table(title="session messages", title_justify="left")
-    for column in ("message", "session", "kind", "run", "body"):
-        table.add_column(column, overflow="fold")
+    render.id_column(table, "message")
+    table.add_column("session", overflow="fold")
+    table.add_column("kind", no_wrap=True)
+    render.id_column(table, "run")
+    table.add_column("body", overflow="fold")
+    short = render.short_ids([m["message_id"] for m in messages] + [m.get("run_id") for m in messages])
     for message in messages:
-        table.add_row(Text(message["message_id"]), Text(str(message.get("session_id") or "—")),
-                      Text(message["kind"]), Text(str(message.get("run_id") or "")),
+        run_id = message.get("run_id")
+        table.add_row(Text(short[message["message_id"]]), Text(str(message.get("session_id") or "—")),
+                      Text(message["kind"]), Text(short.get(str(run_id), "") if run_id else ""),
                       Text(render.compact(message.get("body"), 100)))
     return table
 
@@ -97,14 +98,15 @@ def _find_request(ctx: Any, request_id: str) -> dict[str, Any] | None:
 
 def cmd_answer(ctx: Any, parser: argparse.ArgumentParser) -> int:
     args = ctx.args
+    if args.choice is None and args.value is None:
+        parser.error("give a CHOICE (decision) or --value JSON (checkpoint)")
+    if args.choice is not None and args.value is not None:
+        parser.error("a decision takes CHOICE [--input name=text], not --value")
+    args.request_id = ctx.resolve("request", args.request_id)
     session = {"session_id": args.session} if args.session else {}
     if args.choice is None:
-        if args.value is None:
-            parser.error("give a CHOICE (decision) or --value JSON (checkpoint)")
         receipt = ctx.call("checkpoint.answer", {"request_id": args.request_id, "input": args.value, **session})
     else:
-        if args.value is not None:
-            parser.error("a decision takes CHOICE [--input name=text], not --value")
         response: dict[str, Any] = {"choice": args.choice}
         if args.input:
             response["input"] = dict(args.input)
@@ -117,7 +119,7 @@ def cmd_answer(ctx: Any, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_submit(ctx: Any, _parser: argparse.ArgumentParser) -> int:
-    payload = {"request_id": ctx.args.request_id, "value": ctx.args.value}
+    payload = {"request_id": ctx.resolve("request", ctx.args.request_id), "value": ctx.args.value}
     if ctx.args.session:
         payload["session_id"] = ctx.args.session
     receipt = ctx.call("interaction.submit", payload)
@@ -126,6 +128,7 @@ def cmd_submit(ctx: Any, _parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_ack(ctx: Any, _parser: argparse.ArgumentParser) -> int:
-    receipt = ctx.call("interaction.ack", {"message_id": ctx.args.message_id})
-    ctx.show(receipt, lambda _r: Text(f"acknowledged {ctx.args.message_id}"))
+    message_id = ctx.resolve("message", ctx.args.message_id)
+    receipt = ctx.call("interaction.ack", {"message_id": message_id})
+    ctx.show(receipt, lambda _r: Text(f"acknowledged {message_id}"))
     return 0

@@ -1,68 +1,36 @@
 """`piwf`: the client command of a piwf host (protocol v1 over `<state_dir>/host.sock`).
 
 Exit status: 0 ok; 1 the host refused the operation (rejected, conflict,
-notFound, unavailable, claimLost), a run waited for failed or was
-cancelled, or `state verify` found violations; 2 bad usage; 3 no host is
-running (or it went away). `--json` prints the host's receipt (or the
-refused response) as JSON on stdout instead of tables.
+notFound, unavailable, claimLost), no id matches a given prefix, a run
+waited for (`start --wait`, `watch RUN`, `logs -f`) failed or was
+cancelled, or `state verify` found violations; 2 bad usage, or an id prefix
+that matches several ids (they are listed); 3 no host is running (or it went
+away). `list`, `show`, `events` and `logs` read the state database
+read-only when no host runs. `--json`, before or after the command, prints
+JSON on stdout instead of tables (the host's receipt, or the refused
+response).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from piwf_actors.cli import channels, inbox, live, render
-from piwf_actors.cli.live import Refused
+from piwf_actors import __version__
+from piwf_actors.cli import channels, inbox, live, logs, render, render_state, runs, workflows
+from piwf_actors.cli.context import EXIT_NO_HOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Ctx, Refused
+from piwf_actors.cli.ids import Ambiguous, NoMatch
 from piwf_actors.cli.values import cutoff, json_value, key_value
-from piwf_actors.client import Client, HostNotRunning
+from piwf_actors.client import HostNotRunning
 from piwf_actors.errors import PiwfError
 from piwf_actors.store.paths import default_state_dir
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
 SLOW_TIMEOUT_S = 3600.0  # backup/verify/prune on a large database; a socket timeout would resend the request
-
-
-@dataclass
-class Ctx:
-    args: argparse.Namespace
-    out: Console
-    err: Console
-    _client: Client | None = None
-
-    @property
-    def json(self) -> bool:
-        return bool(self.args.json)
-
-    def client(self, timeout: float = 30.0) -> Client:
-        if self._client is None:
-            self._client = Client(self.args.state_dir, timeout=timeout)
-        return self._client
-
-    def call(self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any) -> Any:
-        """Send one request; the receipt when accepted/adopted, else `Refused`."""
-        answer = self.client().request(operation, payload, **envelope)
-        if not answer.ok:
-            raise Refused(answer)
-        return answer.receipt
-
-    def emit_json(self, value: Any) -> None:
-        self.out.out(render.to_json(value), highlight=False)
-
-    def show(self, value: Any, renderer: Any) -> None:
-        """JSON of `value` with --json, else `renderer(value)` as a Rich renderable."""
-        if self.json:
-            self.emit_json(value)
-        else:
-            self.out.print(renderer(value))
-
 
 # --- argument parsing ---------------------------------------------------------------------
 
@@ -70,7 +38,7 @@ class Ctx:
 def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """--json and --state-dir; a subcommand's copy uses SUPPRESS so it never resets a value given before it."""
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
-                        help="print the host's answer as JSON")
+                        help="print JSON (full ids, the host's answers) instead of tables")
     parser.add_argument("--state-dir", default=argparse.SUPPRESS if suppress else None,
                         help=f"the host's state directory (default: $PIWF_STATE_DIR, else $XDG_STATE_HOME/piwf, "
                         f"else ~/.local/state/piwf; here {default_state_dir()})")
@@ -80,46 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
     # Separate parsers, not shared parent actions: set_defaults on one would change them all.
     common = argparse.ArgumentParser(add_help=False)
     _add_common(common, suppress=True)
-    parser = argparse.ArgumentParser(prog="piwf", description="Talk to a running piwf host: start and follow "
-                                     "runs, control them, inspect the host and its state.")
+    parser = argparse.ArgumentParser(
+        prog="piwf", description="Talk to a piwf host: start and follow runs, read their output, answer "
+        "decisions, control runs, inspect the host and its state. Ids may be given as unique prefixes.",
+        epilog="exit status: 0 ok; 1 refused, not found, or a waited-for run failed; 2 usage or an ambiguous id "
+        "prefix; 3 no host is running")
     _add_common(parser, suppress=False)
+    parser.add_argument("--version", action="version", version=f"piwf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(parent: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
-        p = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
+    def add(parent: Any, name: str, help_text: str, handler: Any, description: str | None = None
+            ) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, parents=[common], help=help_text, description=description or help_text)
         p.set_defaults(handler=handler)
         return p
 
-    p = add(sub, "start", "start a run of a workflow", cmd_start)
-    p.add_argument("workflow", help="a discovered workflow name, module:attr, or path/to/file.py[:attr]")
-    p.add_argument("pairs", nargs="*", default=[], type=key_value, metavar="KEY=VALUE",
-                   help="input fields (a value that parses as JSON is used as such, else as a string)")
-    p.add_argument("--input", type=json_value, help="the run's input as JSON")
-    p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
-    p.add_argument("--session", help="session id the run belongs to")
-    p.add_argument("--wait", action="store_true", help="follow the run until it ends; exit 1 unless it is done")
-    p = add(sub, "list", "list runs, newest first", cmd_list)
-    p.add_argument("--status", choices=render.STATUS_STYLES, help="only runs in this status")
-    p.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
-    p = add(sub, "show", "show one run and its nodes", cmd_show)
-    p.add_argument("run_id", metavar="RUN")
-    p = add(sub, "events", "show a run's events", cmd_events)
-    p.add_argument("run_id", metavar="RUN")
-    p.add_argument("--after", type=int, default=0, help="only events after this sequence number")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the run ends")
-    for name, what in (("cancel", "cancel a run"), ("pause", "pause a run at its next node boundary"),
-                       ("resume", "resume a paused run (or one parked without progress)"),
-                       ("restart", "start a new run of the same workflow snapshot and input")):
-        p = add(sub, name, what, cmd_control)
-        p.add_argument("run_id", metavar="RUN")
+    workflows.add_command(add, sub)
+    runs.add_commands(add, sub)
+    logs.add_command(add, sub)
     effect = add(sub, "effect", "settle side effects", None).add_subparsers(dest="effect_command", required=True,
                                                                            metavar="ACTION")
     p = add(effect, "resolve", "confirm or retry an ambiguous effect", cmd_effect_resolve)
-    p.add_argument("effect_id", metavar="EFFECT")
+    p.add_argument("effect_id", metavar="EFFECT", help="an effect id or a unique prefix of one")
     p.add_argument("action", choices=("confirm", "retry"))
     p.add_argument("--output", type=json_value, help="the effect's output (JSON) when confirming")
-    p = add(sub, "watch", "live view of the runs, or of one run (Ctrl-C to leave)", cmd_watch)
-    p.add_argument("run_id", metavar="RUN", nargs="?")
     add(sub, "status", "host status: lease, workers, runs, writer", cmd_status)
     state = add(sub, "state", "the state database", None).add_subparsers(dest="state_command", required=True,
                                                                        metavar="ACTION")
@@ -142,118 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 # --- commands -------------------------------------------------------------------------------
 
 
-def _workflow_spec(spec: str) -> str:
-    """A file spec relative to *this* directory is made absolute (the host has another cwd)."""
-    target, colon, attr = spec.rpartition(":")
-    if not colon:
-        target, attr = spec, ""
-    if (target.endswith(".py") or "/" in target) and not os.path.isabs(target) and os.path.exists(target):
-        return os.path.abspath(target) + (f":{attr}" if colon else "")
-    return spec
-
-
-def _show_final(ctx: Ctx, view: dict[str, Any] | None, run_id: str) -> int:
-    ctx.show(view, render.run_view)
-    if view is None:
-        ctx.err.print(Text(f"piwf: run {run_id} no longer exists"))
-        return EXIT_REFUSED
-    return EXIT_OK if view.get("status") == "done" else EXIT_REFUSED
-
-
-def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
-    args = ctx.args
-    value: Any = args.input
-    if args.pairs:
-        if value is not None and not isinstance(value, dict):
-            parser.error("KEY=VALUE pairs need --input to be a JSON object (or no --input)")
-        value = {**(value or {}), **dict(args.pairs)}
-    payload: dict[str, Any] = {"workflow": _workflow_spec(args.workflow), "input": {} if value is None else value,
-                               "project_path": os.path.abspath(args.project or os.getcwd())}
-    if args.session:
-        payload["session_id"] = args.session
-    receipt = ctx.call("run.start", payload)
-    run_id = receipt["run_id"]
-    if not args.wait:
-        if ctx.json:
-            ctx.emit_json(receipt)
-        else:
-            ctx.out.print(Text.assemble("started ", (run_id, "bold"), f" ({receipt.get('status')})"))
-        return EXIT_OK
-    if not ctx.json:
-        ctx.err.print(Text(f"started {run_id}, waiting for it to end (Ctrl-C stops waiting, not the run) …"))
-    try:
-        view = live.wait_for_run(ctx.client(), run_id)
-    except KeyboardInterrupt:
-        print(f"piwf: stopped waiting; run {run_id} goes on (piwf show {run_id})", file=sys.stderr)
-        return 130
-    return _show_final(ctx, view, run_id)
-
-
-def cmd_list(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    payload: dict[str, Any] = {"limit": max(1, ctx.args.limit)}
-    if ctx.args.status:
-        payload["status"] = ctx.args.status
-    receipt = ctx.call("run.list", payload)
-    ctx.show(receipt, lambda r: render.runs_table(r.get("runs") or []))
-    return EXIT_OK
-
-
-def cmd_show(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    view = ctx.call("run.get", run_id=ctx.args.run_id)
-    # Values over 64 KiB arrive as content markers; show them in full.
-    ctx.show(ctx.client().resolve_content(view), render.run_view)
-    return EXIT_OK
-
-
-def cmd_events(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    args = ctx.args
-    if args.follow:
-        def emit(event: dict[str, Any]) -> None:
-            if ctx.json:
-                ctx.out.out(render.to_json(event, indent=None), highlight=False)
-            else:
-                ctx.out.print(render.event_line(event))
-
-        ctx.call("run.get", run_id=args.run_id)  # a clear notFound before any watch
-        with contextlib.suppress(KeyboardInterrupt):  # leaving a follow is not an error
-            live.follow_events(ctx.client(), args.run_id, max(0, args.after), emit)
-        return EXIT_OK
-    events: list[dict[str, Any]] = []
-    after = max(0, args.after)
-    while True:
-        receipt = ctx.call("run.events", {"after": after}, run_id=args.run_id)
-        events.extend(receipt.get("events") or [])
-        after = receipt.get("next_after") or after
-        if not receipt.get("more"):
-            break
-    if ctx.json:
-        ctx.emit_json({"events": events, "next_after": after})
-    else:
-        ctx.out.print(render.events_table(events))
-    return EXIT_OK
-
-
-def cmd_control(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    command, run_id = ctx.args.command, ctx.args.run_id
-    if command == "restart":
-        current = ctx.client().request("run.get", run_id=run_id)
-        if not current.ok:
-            raise Refused(current)
-        receipt = ctx.call("run.restart", run_id=run_id, expected_revision=current.revision)
-    else:
-        receipt = ctx.call(f"run.{command}", run_id=run_id)
-    if ctx.json:
-        ctx.emit_json(receipt)
-    elif command == "restart":
-        ctx.out.print(Text.assemble("restarted ", (run_id, "bold"), " as ", (str(receipt.get("run_id")), "bold"),
-                                    f" ({receipt.get('status')})"))
-    else:
-        ctx.out.print(Text.assemble(f"{command}: ", (str(receipt.get("run_id", run_id)), "bold"), " is now ",
-                                    render.status_text(receipt.get("status"))))
-    return EXIT_OK
-
-
 def cmd_effect_resolve(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
+    ctx.args.effect_id = ctx.resolve("effect", ctx.args.effect_id)
     payload: dict[str, Any] = {"effect_id": ctx.args.effect_id, "action": ctx.args.action}
     if ctx.args.output is not None:
         payload["output"] = ctx.args.output
@@ -265,34 +107,21 @@ def cmd_effect_resolve(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     return EXIT_OK
 
 
-def cmd_watch(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    run_id = ctx.args.run_id
-    if run_id:
-        ctx.call("run.get", run_id=run_id)  # a clear notFound before any watch
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how one leaves a watch
-        if ctx.json:
-            for view in live.watch_views(ctx.client(), "run" if run_id else "runs", run_id):
-                ctx.out.out(render.to_json(view, indent=None), highlight=False)
-        else:
-            live.live_watch(ctx.client(), ctx.out, run_id)
-    return EXIT_OK
-
-
 def cmd_status(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    ctx.show(ctx.call("host.status"), render.host_status)
+    ctx.show(ctx.call("host.status"), render_state.host_status)
     return EXIT_OK
 
 
 def cmd_state_status(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     view = ctx.call("state.status")
-    ctx.show(view, render.state_status)
+    ctx.show(view, render_state.state_status)
     return EXIT_OK
 
 
 def cmd_state_verify(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     ctx.client(timeout=SLOW_TIMEOUT_S)
     view = live.with_progress(ctx.err, "verifying", lambda: ctx.call("state.verify"), _spinner(ctx))
-    ctx.show(view, render.verify_result)
+    ctx.show(view, render_state.verify_result)
     return EXIT_OK if view.get("ok") else EXIT_REFUSED
 
 
@@ -301,7 +130,7 @@ def cmd_state_backup(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     ctx.client(timeout=SLOW_TIMEOUT_S)
     view = live.with_progress(ctx.err, f"backing up to {destination}",
                               lambda: ctx.call("state.backup", {"destination": destination}), _spinner(ctx))
-    ctx.show(view, render.backup_result)
+    ctx.show(view, render_state.backup_result)
     return EXIT_OK
 
 
@@ -310,7 +139,7 @@ def cmd_state_prune(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     ctx.client(timeout=SLOW_TIMEOUT_S)
     label = "pruning" if ctx.args.apply else "planning the prune"
     view = live.with_progress(ctx.err, label, lambda: ctx.call("state.prune", payload), _spinner(ctx))
-    ctx.show(view, render.prune_result)
+    ctx.show(view, render_state.prune_result)
     return EXIT_OK
 
 
@@ -357,6 +186,16 @@ def main(argv: list[str] | None = None) -> int:
                            "receipt": answer.receipt})
         print(f"piwf: {answer.outcome}: {answer.error}", file=sys.stderr)
         return EXIT_REFUSED
+    except NoMatch as exc:
+        if ctx.json:
+            ctx.emit_json({"outcome": "notFound", "error": str(exc)})
+        print(f"piwf: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Ambiguous as exc:
+        if ctx.json:
+            ctx.emit_json({"outcome": "ambiguous", "error": str(exc), "matches": exc.matches, "more": exc.more})
+        print(f"piwf: {exc}:", *exc.lines(), sep="\n", file=sys.stderr)
+        return EXIT_USAGE
     except HostNotRunning as exc:
         print(f"piwf: {exc.one_line()}", file=sys.stderr)
         return EXIT_NO_HOST
@@ -367,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piwf: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
-        if ctx._client is not None:
-            ctx._client.close()
+        ctx.close()
 
 
 if __name__ == "__main__":

@@ -3,13 +3,20 @@
 Everything that comes from the host (ids, names, outputs, error messages)
 is untrusted text: it goes into `rich.text.Text`, never into a markup
 string, so a `[red]` in a workflow's output is shown as typed.
+
+Tables never wrap ids: an id column is `no_wrap` and shows the shortest
+prefix that is unique among the rows shown (`short_ids`, at least 8
+characters after a kind prefix such as `run_`); `piwf` accepts such a prefix
+wherever it takes an id, and `--json` prints the full ids.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -17,6 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 TERMINAL = ("done", "failed", "cancelled")
+#: Lines of a failed shell node's stderr that `piwf show` prints.
+STDERR_TAIL_LINES = 20
 STATUS_STYLES = {"queued": "cyan", "starting": "cyan", "running": "blue", "parked": "yellow", "done": "green",
                  "failed": "red", "cancelled": "magenta"}
 
@@ -62,6 +71,65 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return f"{delta:.1f} s ago" if delta >= 0 else f"in {-delta:.1f} s"
 
 
+def duration(seconds: float | None) -> str:
+    """`45ms`, `2.4s`, `3m12s`, `2h05m`, `3d04h`."""
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def run_duration(run: dict[str, Any], now: float | None = None) -> str:
+    """finished_at − created_at, or how long an unfinished run has existed (`… so far`)."""
+    created, finished = run.get("created_at"), run.get("finished_at")
+    if not isinstance(created, (int, float)):
+        return ""
+    if isinstance(finished, (int, float)):
+        return duration(finished - created)
+    return duration((time.time() if now is None else now) - created) + " so far"
+
+
+_KIND_PREFIX = re.compile(r"^[a-z]+_")
+
+
+def short_ids(ids: Iterable[Any], min_chars: int = 8) -> dict[str, str]:
+    """Each id → its shortest prefix unique among `ids`, keeping at least `min_chars` characters after
+    a kind prefix (`run_`, `req_` …). In sorted order an id shares its longest common prefix with a
+    neighbour, so only neighbours are compared."""
+    unique = sorted({str(i) for i in ids if i})
+    short: dict[str, str] = {}
+    for index, full in enumerate(unique):
+        head = _KIND_PREFIX.match(full)
+        need = (head.end() if head else 0) + min_chars
+        for other in unique[max(0, index - 1):index] + unique[index + 1:index + 2]:
+            common = next((n for n, (a, b) in enumerate(zip(full, other, strict=False)) if a != b),
+                          min(len(full), len(other)))
+            need = max(need, common + 1)
+        short[full] = full[:need]
+    return short
+
+
+def id_column(table: Table, header: str) -> None:
+    table.add_column(header, no_wrap=True, overflow="ignore")
+
+
+def one_line(value: Any, style: str = "") -> Text:
+    """A cell that stays one line, cut with "…" when its column must give way (the column itself is left
+    wrappable, so Rich narrows it before the no_wrap id columns)."""
+    return Text("" if value is None else str(value), style=style, no_wrap=True, overflow="ellipsis")
+
+
 def text(value: Any, style: str = "") -> Text:
     return Text("" if value is None else str(value), style=style)
 
@@ -82,7 +150,7 @@ def error_text(error: Any) -> Text:
     return Text(str(error), style="red")
 
 
-def _kv_table(title: str | None = None) -> Table:
+def kv_table(title: str | None = None) -> Table:
     table = Table(title=title, show_header=False, box=None, pad_edge=False, title_justify="left")
     table.add_column("key", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -98,23 +166,28 @@ def runs_table(runs: list[dict[str, Any]], counts: dict[str, int] | None = None,
     if counts:
         caption = "  ".join(f"{status} {n}" for status, n in counts.items() if n)
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    table.add_column("run id", no_wrap=True, min_width=30)
-    table.add_column("workflow", overflow="fold")
+    id_column(table, "run id")
+    # On a narrow terminal the workflow, created and error columns give way first (cut with "…").
+    table.add_column("workflow")
     table.add_column("status", no_wrap=True)
-    table.add_column("steps", justify="right")
-    table.add_column("created", no_wrap=True)
-    table.add_column("finished", no_wrap=True)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("created")
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("error")
+    short = short_ids(run.get("run_id") for run in runs)
+    now = time.time()
     for run in runs:
-        table.add_row(text(run.get("run_id")), text(run.get("workflow")),
+        table.add_row(text(short.get(str(run.get("run_id")), run.get("run_id"))), one_line(run.get("workflow")),
                       status_text(run.get("status"), run.get("park_reason")), text(run.get("steps")),
-                      text(when(run.get("created_at"))), text(when(run.get("finished_at"))))
+                      one_line(when(run.get("created_at"))), text(run_duration(run, now)),
+                      one_line(run.get("error_code"), "red"))
     if not runs:
-        table.add_row(Text("no runs", style="dim"), "", "", "", "", "")
+        table.add_row(Text("no runs", style="dim"), "", "", "", "", "", "")
     return table
 
 
 def run_summary(view: dict[str, Any]) -> Table:
-    table = _kv_table()
+    table = kv_table()
     table.add_row("run", text(view.get("run_id")))
     table.add_row("workflow", text(view.get("workflow")))
     status = status_text(view.get("status"), view.get("park_reason"))
@@ -133,7 +206,7 @@ def run_summary(view: dict[str, Any]) -> Table:
     table.add_row("created", text(when(view.get("created_at"))))
     table.add_row("updated", text(when(view.get("updated_at"))))
     if view.get("finished_at"):
-        table.add_row("finished", text(when(view["finished_at"])))
+        table.add_row("finished", text(f"{when(view['finished_at'])} (took {run_duration(view)})"))
     table.add_row("input", text(compact(view.get("input"), 200)))
     if view.get("output") is not None:
         table.add_row("output", text(compact(view.get("output"), 200)))
@@ -158,11 +231,54 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
 
 def effects_table(effects: list[dict[str, Any]]) -> Table:
     table = Table(title="effects", title_justify="left")
-    for column in ("effect id", "node", "status", "resolution"):
+    id_column(table, "effect id")
+    for column in ("node", "status", "resolution"):
         table.add_column(column, overflow="fold")
+    short = short_ids(effect.get("effect_id") for effect in effects)
     for effect in effects:
-        table.add_row(*(text(effect.get(k)) for k in ("effect_id", "node_id", "status", "resolution")))
+        table.add_row(text(short.get(str(effect.get("effect_id")), effect.get("effect_id"))),
+                      *(text(effect.get(k)) for k in ("node_id", "status", "resolution")))
     return table
+
+
+def is_shell_output(output: Any) -> bool:
+    """A shell node's output: `{stdout, stderr, exit_code, duration_ms}`."""
+    return isinstance(output, dict) and {"stdout", "stderr", "exit_code"} <= set(output)
+
+
+def tail(value: Any, lines: int) -> str:
+    """The last `lines` lines of a text (a count of the lines left out first)."""
+    all_lines = str(value or "").rstrip("\n").splitlines()
+    kept = all_lines[-lines:]
+    cut = len(all_lines) - len(kept)
+    return (f"… {cut} earlier line(s)\n" if cut else "") + "\n".join(kept)
+
+
+def failure_details(view: dict[str, Any]) -> list[RenderableType]:
+    """What went wrong, beyond one line: the run's traceback (the frames of the workflow code that raised)
+    and, for each failed shell node, its exit code and the end of its stderr."""
+    parts: list[RenderableType] = []
+    error = view.get("error") if isinstance(view.get("error"), dict) else {}
+    shown_traceback = error.get("traceback") if error else None
+    if shown_traceback:
+        parts.append(Text("traceback", style="bold red"))
+        parts.append(Text(str(shown_traceback).rstrip("\n")))
+    for node in view.get("nodes") or []:
+        if node.get("status") not in ("failed", "timed_out"):
+            continue
+        node_error = node.get("error") or {}
+        trace = node_error.get("traceback") if isinstance(node_error, dict) else None
+        if trace and trace != shown_traceback:
+            parts.append(Text(f"node {node.get('node_id')}: traceback", style="bold red"))
+            parts.append(Text(str(trace).rstrip("\n")))
+        output = node.get("output")
+        if is_shell_output(output):
+            parts.append(Text(f"node {node.get('node_id')}: exit code {output.get('exit_code')}"
+                              + ("; stderr (last lines):" if output.get("stderr") else "; stderr is empty"),
+                              style="bold red"))
+            if output.get("stderr"):
+                parts.append(Text(tail(output["stderr"], STDERR_TAIL_LINES)))
+    return parts
 
 
 def run_view(view: dict[str, Any] | None) -> RenderableType:
@@ -171,6 +287,7 @@ def run_view(view: dict[str, Any] | None) -> RenderableType:
     parts: list[RenderableType] = [run_summary(view), nodes_table(view.get("nodes") or [])]
     if view.get("effects"):
         parts.append(effects_table(view["effects"]))
+    parts.extend(failure_details(view))
     return Group(*parts)
 
 
@@ -179,14 +296,15 @@ def run_view(view: dict[str, Any] | None) -> RenderableType:
 
 def events_table(events: list[dict[str, Any]]) -> Table:
     table = Table()
-    table.add_column("seq", justify="right")
+    table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("time", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("node", overflow="fold")
-    table.add_column("payload", overflow="fold")
+    table.add_column("node", no_wrap=True)
+    table.add_column("payload")  # the column gives way first; its text stays one line (--json has it all)
     for event in events:
         table.add_row(text(event.get("seq")), text(when(event.get("created_at"), precise=True)),
-                      text(event.get("kind")), text(event.get("node_id")), text(compact(event.get("payload"), 120)))
+                      text(event.get("kind")), text(event.get("node_id")),
+                      one_line(compact(event.get("payload"), 400)))
     return table
 
 
@@ -200,132 +318,3 @@ def event_line(event: dict[str, Any]) -> Text:
     if payload:
         line.append(f" {payload}", style="dim")
     return line
-
-
-# --- host and state -------------------------------------------------------------------
-
-
-def host_status(view: dict[str, Any]) -> RenderableType:
-    now = time.time()
-    lease = view.get("lease") or {}
-    host = _kv_table("host")
-    host.add_row("epoch", text(view.get("epoch")))
-    host.add_row("pid", text(view.get("pid")))
-    host.add_row("host id", text(lease.get("host_id")))
-    host.add_row("started", text(when(lease.get("started_at"))))
-    host.add_row("lease", Text("live" if lease.get("live") else "expired", style="green" if lease.get("live")
-                               else "red"))
-    host.add_row("heartbeat", text(ago(lease.get("heartbeat_at"), now)))
-    host.add_row("expires", text(ago(lease.get("expires_at"), now)))
-    workers = view.get("workers") or {}
-    active = workers.get("active") or []
-    host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"))
-    writer = view.get("writer") or {}
-    if writer:
-        host.add_row("writer", text(f"queue depth {writer.get('queue_depth')}, "
-                                    f"{_rate(writer.get('commits_per_s'))} commits/s, "
-                                    f"{_rate(writer.get('commands_per_s'))} commands/s, "
-                                    f"{writer.get('commits')} commits total"))
-    gateway = view.get("gateway") or {}
-    if gateway:
-        host.add_row("clients", text(f"{gateway.get('connections')} connections, {gateway.get('watches')} watches, "
-                                     f"{gateway.get('requests')} requests"))
-    runs = Table(title="runs", title_justify="left")
-    counts = view.get("runs") or {}
-    for status in counts:
-        runs.add_column(status, justify="right", header_style=STATUS_STYLES.get(status, ""))
-    runs.add_row(*(text(n) for n in counts.values()))
-    parts: list[RenderableType] = [host, runs]
-    if active:
-        table = Table(title="active workers", title_justify="left")
-        for column in ("run id", "pid", "generation"):
-            table.add_column(column)
-        for item in active:
-            table.add_row(*(text(item.get(k)) for k in ("run_id", "pid", "generation")))
-        parts.append(table)
-    return Group(*parts)
-
-
-def _rate(value: Any) -> str:
-    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
-
-
-def _size(n: Any) -> str:
-    if not isinstance(n, (int, float)):
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def state_status(view: dict[str, Any]) -> RenderableType:
-    info = _kv_table("state")
-    info.add_row("database", text(view.get("path")))
-    info.add_row("size", text(f"{_size(view.get('db_bytes'))} (+ WAL {_size(view.get('wal_bytes'))})"))
-    info.add_row("pages", text(f"{view.get('page_count')} × {view.get('page_size')} B, "
-                               f"{view.get('freelist_count')} free, auto_vacuum {view.get('auto_vacuum')}"))
-    info.add_row("schema", text(view.get("schema_version")))
-    info.add_row("blobs", text(f"{view.get('blob_count')} ({_size(view.get('blob_bytes'))})"))
-    runs = view.get("runs") or {}
-    info.add_row("runs", text("  ".join(f"{k} {v}" for k, v in runs.items())))
-    tables = Table(title="rows", title_justify="left")
-    tables.add_column("table")
-    tables.add_column("rows", justify="right")
-    for name, rows in (view.get("tables") or {}).items():
-        tables.add_row(text(name), text(rows))
-    return Group(info, tables)
-
-
-def verify_result(view: dict[str, Any]) -> RenderableType:
-    parts: list[RenderableType] = []
-    integrity = view.get("integrity") or []
-    if view.get("ok"):
-        parts.append(Text("state ok: integrity_check ok, no invariant violated", style="green"))
-    else:
-        parts.append(Text("state NOT ok", style="bold red"))
-        if integrity != ["ok"]:
-            parts.append(Text("integrity_check: " + "; ".join(map(str, integrity)), style="red"))
-    violations = view.get("violations") or []
-    if violations:
-        table = Table(title=f"{len(violations)} violation(s)", title_justify="left")
-        table.add_column("code", no_wrap=True)
-        table.add_column("run id", no_wrap=True)
-        table.add_column("detail", overflow="fold")
-        for item in violations:
-            table.add_row(text(item.get("code")), text(item.get("run_id")), text(item.get("detail")))
-        parts.append(table)
-    if view.get("truncated"):
-        parts.append(Text("more found (list cut) for: " + ", ".join(map(str, view["truncated"])), style="yellow"))
-    parts.append(Text(f"host lease {'live' if view.get('lease_live') else 'not live'}", style="dim"))
-    return Group(*parts)
-
-
-def prune_result(view: dict[str, Any]) -> RenderableType:
-    info = _kv_table("prune" if view.get("applied") else "prune (dry run: nothing deleted; add --apply)")
-    info.add_row("before", text(when(view.get("before"))))
-    info.add_row("runs", text(view.get("run_count")))
-    if view.get("remaining"):
-        info.add_row("left for later", text(view.get("remaining")))
-    info.add_row("events", text(view.get("event_count")))
-    info.add_row("blobs", text(view.get("blob_count")))
-    info.add_row("frees about", text(_size(view.get("bytes_freed_estimate"))))
-    if view.get("applied"):
-        info.add_row("returned", text(f"{_size(view.get('bytes_returned'))} "
-                                      f"({view.get('vacuumed_pages')} pages vacuumed)"))
-    runs = view.get("runs") or []
-    if runs:
-        shown = ", ".join(map(str, runs[:10])) + (" …" if len(runs) > 10 or view.get("run_count", 0) > len(runs)
-                                                  else "")
-        info.add_row("run ids", text(shown))
-    return info
-
-
-def backup_result(view: dict[str, Any]) -> RenderableType:
-    info = _kv_table("backup")
-    info.add_row("destination", text(view.get("destination")))
-    info.add_row("size", text(f"{_size(view.get('bytes'))} ({view.get('pages')} pages)"))
-    info.add_row("runs", text(view.get("runs")))
-    info.add_row("verified", text("yes" if view.get("verified") else "no"))
-    return info

@@ -34,11 +34,15 @@ def is_content_marker(value: Any) -> bool:
 
 
 class HostNotRunning(PiwfError):
+    """No host answers on the socket. `listening` is True when something accepted the connection but
+    did not serve it (too many connections, no hello): a host may be there, busy."""
+
     code = "host_not_running"
 
-    def __init__(self, socket_path: str, detail: str) -> None:
+    def __init__(self, socket_path: str, detail: str, *, listening: bool = False) -> None:
         super().__init__(f"no piwf host is listening on {socket_path} ({detail}); start one with `piwf-host`")
         self.socket_path = socket_path
+        self.listening = listening
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,57 @@ class Response:
                    frame.get("error"))
 
 
-class Client:
+class ContentReader:
+    """Reading large values behind content markers, for anything with a `request` method that answers
+    `content.read` (the socket `Client`, the read-only `LocalStore`)."""
+
+    def request(self, operation: str, payload: dict[str, Any] | None = None, *, run_id: str | None = None,
+                expected_revision: int | None = None, idempotency_key: str | None = None) -> Response:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connection (or database handle); a later request opens it again."""
+
+    def read_content(self, digest: str) -> bytes:
+        """All bytes of a stored value (its canonical JSON), read with `content.read` chunk by chunk."""
+        data = bytearray()
+        while True:
+            chunk = self._ok(self.request("content.read", {"digest": digest, "offset": len(data)}))
+            data += chunk["data"]
+            if len(data) >= chunk["total_bytes"] or not chunk["data"]:
+                return bytes(data)
+
+    def read_json(self, marker: dict[str, Any]) -> Any:
+        """The value behind a content marker `{"$content": digest, "bytes": n, "preview": …}`."""
+        return json.loads(self.read_content(marker["$content"]))
+
+    def resolve_content(self, value: Any) -> Any:
+        """`value` with every content marker in it replaced by the value it stands for."""
+        if isinstance(value, dict):
+            if is_content_marker(value):
+                return self.read_json(value)
+            return {key: self.resolve_content(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.resolve_content(item) for item in value]
+        return value
+
+    def match_ids(self, kind: str, prefix: str, limit: int | None = None) -> tuple[list[str], bool]:
+        """`ids.match`: the full ids of `kind` (run, request, effect, message) starting with `prefix`, and
+        whether there are more than the `limit` returned."""
+        payload: dict[str, Any] = {"kind": kind, "prefix": prefix}
+        if limit is not None:
+            payload["limit"] = limit
+        receipt = self._ok(self.request("ids.match", payload))
+        return list(receipt["matches"]), bool(receipt["more"])
+
+    @staticmethod
+    def _ok(answer: Response) -> Any:
+        if not answer.ok:
+            raise PiwfError(f"{answer.outcome}: {answer.error}")
+        return answer.receipt
+
+
+class Client(ContentReader):
     def __init__(self, state_dir: str | os.PathLike[str] | None = None, *, socket_path: str | None = None,
                  client_id: str | None = None, timeout: float = 30.0, retries: int = 2) -> None:
         self.socket_path = socket_path or str(StatePaths.resolve(state_dir).socket)
@@ -88,7 +142,8 @@ class Client:
         if hello is None or hello.get("type") != "hello":
             refusal = Response.from_frame(hello) if hello else None
             sock.close()
-            raise HostNotRunning(self.socket_path, refusal.error if refusal and refusal.error else "no hello")
+            raise HostNotRunning(self.socket_path, refusal.error if refusal and refusal.error else "no hello",
+                                 listening=True)
         self._sock = sock
         self.hello = hello
         return hello
@@ -217,6 +272,8 @@ class Client:
         watcher = Client(socket_path=self.socket_path, client_id=self.client_id, timeout=self.timeout)
         try:
             for event in watcher.watch("run", run_id=run_id, timeout=max(deadline - time.monotonic(), 0.01)):
+                if event.get("topic") != "run":
+                    continue  # a running shell node's live output (`node_output`)
                 view = event.get("payload") or {}
                 if view.get("status") in ("done", "failed", "cancelled"):
                     return view
@@ -225,34 +282,3 @@ class Client:
         finally:
             watcher.close()
         raise TimeoutError(f"run {run_id} did not finish within {timeout} s")
-
-    # --- large values -----------------------------------------------------------------------
-
-    def read_content(self, digest: str) -> bytes:
-        """All bytes of a stored value (its canonical JSON), read with `content.read` chunk by chunk."""
-        data = bytearray()
-        while True:
-            chunk = self._ok(self.request("content.read", {"digest": digest, "offset": len(data)}))
-            data += chunk["data"]
-            if len(data) >= chunk["total_bytes"] or not chunk["data"]:
-                return bytes(data)
-
-    def read_json(self, marker: dict[str, Any]) -> Any:
-        """The value behind a content marker `{"$content": digest, "bytes": n, "preview": …}`."""
-        return json.loads(self.read_content(marker["$content"]))
-
-    def resolve_content(self, value: Any) -> Any:
-        """`value` with every content marker in it replaced by the value it stands for."""
-        if isinstance(value, dict):
-            if is_content_marker(value):
-                return self.read_json(value)
-            return {key: self.resolve_content(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self.resolve_content(item) for item in value]
-        return value
-
-    @staticmethod
-    def _ok(answer: Response) -> Any:
-        if not answer.ok:
-            raise PiwfError(f"{answer.outcome}: {answer.error}")
-        return answer.receipt

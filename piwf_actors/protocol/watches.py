@@ -85,6 +85,10 @@ class WatchSet:
             watch.dirty = watch.dirty or hit
         return any(w.dirty for w in self._watches.values())
 
+    def following(self, run_id: str) -> list[Watch]:
+        """The `run` watches of `run_id` (they also get the run's live `node_output` events)."""
+        return [w for w in self._watches.values() if w.topic == "run" and w.run_id == run_id]
+
     def take_dirty(self) -> list[Watch]:
         dirty = [w for w in self._watches.values() if w.dirty]
         for watch in dirty:

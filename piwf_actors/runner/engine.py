@@ -11,6 +11,7 @@ run: re-running them after a crash is harmless by contract.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import logging
 import os
@@ -63,6 +64,27 @@ def deadline(timeout_s: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+#: A stored traceback keeps at most this many frames (the innermost) and characters.
+TRACEBACK_FRAMES = 20
+TRACEBACK_CHARS = 8000
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The frames of `exc` that are the user's code (the workflow file, what it imports), not this
+    package's engine, formatted like Python's own traceback and bounded; the exception line last."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR + os.sep)]
+    dropped = max(0, len(frames) - TRACEBACK_FRAMES)
+    lines = ["Traceback (most recent call last):\n"]
+    if dropped:
+        lines.append(f"  … {dropped} earlier frame(s) left out\n")
+    lines += traceback.format_list(frames[dropped:])
+    lines += traceback.format_exception_only(type(exc), exc)
+    text = "".join(lines)
+    return text if len(text) <= TRACEBACK_CHARS else "…" + text[-(TRACEBACK_CHARS - 1):]
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     return text[:1000]
@@ -86,6 +108,51 @@ def _checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "outp
     if size > limit:
         raise OutputTooLarge(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
     return value
+
+
+class OutputStreamer:
+    """A running shell node's output, forwarded to the host while it runs (`piwf logs -f`).
+
+    Bounded and rate-limited so a chatty command cannot flood the host: at most
+    one `node_output` frame per stream every `interval_s` (or when `chunk`
+    bytes are waiting), at most `budget` bytes per node in all (the node's full
+    output is stored with its result anyway). Text is decoded incrementally, so
+    a UTF-8 character split between two reads is not mangled.
+    """
+
+    def __init__(self, send: Any, node_id: str, attempt_id: str, *, interval_s: float = 0.1,
+                 chunk: int = 16 * 1024, budget: int = 1024 * 1024) -> None:
+        self._send = send
+        self._node_id, self._attempt_id = node_id, attempt_id
+        self._interval_s, self._chunk, self._budget = interval_s, chunk, budget
+        self._pending: dict[str, bytearray] = {}
+        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
+        self._sent = 0
+        self._last = 0.0
+        self._cut = False
+
+    def feed(self, stream: str, data: bytes) -> None:
+        if self._cut:
+            return
+        self._pending.setdefault(stream, bytearray()).extend(data)
+        now = time.monotonic()
+        if now - self._last >= self._interval_s or len(self._pending[stream]) >= self._chunk:
+            self.flush(now)
+
+    def flush(self, now: float | None = None) -> None:
+        self._last = time.monotonic() if now is None else now
+        for stream, data in self._pending.items():
+            if not data or self._cut:
+                continue
+            room = self._budget - self._sent
+            piece, self._pending[stream] = bytes(data[:room]), bytearray()
+            self._sent += len(piece)
+            text = self._decoders[stream].decode(piece)
+            if len(piece) < len(data):
+                self._cut = True
+                text += "\n…[live output cut here; the full output is stored with the node's result]\n"
+            self._send({"kind": "node_output", "node_id": self._node_id, "attempt_id": self._attempt_id,
+                        "stream": stream, "data": text})
 
 
 class RunEngine:
@@ -191,7 +258,9 @@ class RunEngine:
             ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                                attempt_id=attempt_id)
             if isinstance(spec, ShellSpec):
-                result = run_shell(spec, ctx, on_spawn=self._register_child)
+                streamer = OutputStreamer(self.link.notify, node_id, attempt_id)
+                result = run_shell(spec, ctx, on_spawn=self._register_child, on_output=streamer.feed)
+                streamer.flush()
                 self._release_children()
                 report.update(outcome=result.outcome, output=result.output)
                 if result.error:
@@ -213,8 +282,9 @@ class RunEngine:
         except OutputTooLarge as exc:
             report.update(outcome="failed", error=str(exc), error_code="output_too_large")
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker
-            log.debug("node %s failed:\n%s", node_id, traceback.format_exc())
-            report.update(outcome="failed", error=_one_line(exc), error_code="node_error")
+            frames = user_traceback(exc)
+            log.info("node %s failed:\n%s", node_id, frames)
+            report.update(outcome="failed", error=_one_line(exc), error_code="node_error", traceback=frames)
         return report
 
     # --- waiting nodes ---------------------------------------------------------------

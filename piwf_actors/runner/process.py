@@ -35,11 +35,12 @@ class WorkerProcess:
         return self.process.pid
 
     @classmethod
-    def spawn(cls, *, log_level: str = "WARNING", env: dict[str, str] | None = None) -> WorkerProcess:
+    def spawn(cls, *, log_level: str = "WARNING", log_format: str = "text",
+              env: dict[str, str] | None = None) -> WorkerProcess:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             command = [sys.executable, "-m", "piwf_actors.runner.worker", "--fd", str(child.fileno()),
-                       "--log-level", log_level]
+                       "--log-level", log_level, "--log-format", log_format]
             package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
             child_env = dict(os.environ if env is None else env)
             child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH")) if p)

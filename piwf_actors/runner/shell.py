@@ -60,6 +60,7 @@ class ShellResult:
 class _Capture:
     """Keeps the first `cap` bytes of a stream and counts the rest."""
 
+    stream: str = "stdout"
     cap: int = OUTPUT_CAP
     kept: bytearray = field(default_factory=bytearray)
     dropped: int = 0
@@ -144,11 +145,14 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _pump(selector: selectors.BaseSelector, timeout_s: float) -> None:
+def _pump(selector: selectors.BaseSelector, timeout_s: float,
+          on_output: Callable[[str, bytes], None] | None = None) -> None:
     for key, _ in selector.select(timeout_s):
         data = os.read(key.fd, _CHUNK)
         if data:
             key.data.feed(data)
+            if on_output is not None:
+                on_output(key.data.stream, data)
         else:
             selector.unregister(key.fd)
 
@@ -171,6 +175,7 @@ def run_shell(
     ctx: NodeContext,
     *,
     on_spawn: Callable[[int, float | None], None] | None = None,
+    on_output: Callable[[str, bytes], None] | None = None,
     cancel: threading.Event | None = None,
     grace_s: float = 3.0,
 ) -> ShellResult:
@@ -178,7 +183,8 @@ def run_shell(
 
     `on_spawn(pid, create_time)` is called right after the process starts (the
     host registers it for orphan reaping); if it raises, the command's tree is
-    terminated and the exception propagates. Setting `cancel` terminates the
+    terminated and the exception propagates. `on_output(stream, data)` sees
+    every chunk as it is read ("stdout" or "stderr"), for live following. Setting `cancel` terminates the
     tree and fails the node with error "cancelled". On timeout the tree is
     terminated (`terminate_tree`, SIGTERM, `grace_s`, SIGKILL).
     """
@@ -204,7 +210,7 @@ def run_shell(
         return result("failed", None, f"cannot start command: {exc}")
 
     create_time = process_start_identity(process.pid)
-    out, err = _Capture(), _Capture()
+    out, err = _Capture("stdout"), _Capture("stderr")
     selector = selectors.DefaultSelector()
     stop_reason: str | None = None
     try:
@@ -232,7 +238,7 @@ def run_shell(
             if exited and not selector.get_map():
                 break
             if selector.get_map():
-                _pump(selector, min(_POLL_S, remaining))
+                _pump(selector, min(_POLL_S, remaining), on_output)
             else:
                 idle.wait(min(_POLL_S, remaining))  # pipes closed; wait for the exit
         if stop_reason is not None:
@@ -240,7 +246,7 @@ def run_shell(
             terminate_tree(process.pid, create_time, grace_s)
             drain_until = time.monotonic() + _DRAIN_AFTER_KILL_S
             while selector.get_map() and time.monotonic() < drain_until:
-                _pump(selector, _POLL_S)
+                _pump(selector, _POLL_S, on_output)
     finally:
         selector.close()
         for pipe in (process.stdout, process.stderr):

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from piwf_actors.errors import DecodeError, WorkflowLoadFailed
+from piwf_actors.logs import FORMATS, configure
 from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.runner.engine import RunEngine
 from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
@@ -30,6 +31,7 @@ EXIT_PROTOCOL = 4
 def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
     link = SupervisorLink(sock, launch)
     link.resolve(launch)  # a large state or source arrives as content references
+    _enter_project(launch.get("project_path"))
     try:
         workflow = load_snapshot(launch["source"], launch["workflow_path"] or "<snapshot>",
                                  launch["workflow_attr"] or launch["workflow"], launch["definition_digest"] or "",
@@ -39,6 +41,20 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
         return
     RunEngine(workflow, link).run(launch.get("state"))
     link.settle()
+
+
+def _enter_project(project_path: str | None) -> None:
+    """Run the workflow where its run was started (`piwf start`'s directory or `--project`), so
+    `pytest -q` or `open("data.csv")` in a node mean the project's. A project directory that is
+    gone (a restart long after) leaves the worker where it is, with a warning, rather than
+    failing runs that may not care."""
+    if not project_path:
+        return
+    try:
+        os.chdir(project_path)
+    except OSError as exc:
+        log.warning("project directory %s is not usable (%s); nodes run in %s",
+                    project_path, exc.strerror, os.getcwd())
 
 
 def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:
@@ -59,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="piwf-worker")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--log-format", default="text", choices=FORMATS)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="worker %(process)d: %(message)s")
+    configure(args.log_level, args.log_format, text_format="worker %(process)d: %(levelname)s %(message)s",
+              static={"role": "worker"})
     sock = socket.socket(fileno=args.fd)
     try:
         return _serve(sock)

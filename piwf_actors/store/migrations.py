@@ -63,7 +63,16 @@ def _v3_channels(db: pw.SqliteDatabase) -> None:
         db.create_tables(channel_models, safe=True)
 
 
-MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels]
+def _v4_attempt_details(db: pw.SqliteDatabase) -> None:
+    """node_attempt.traceback (a failed node's frames) and node_attempt.copied_from (restart from a node)."""
+    present = {row[1] for row in db.execute_sql("PRAGMA table_info(node_attempt)").fetchall()}
+    for column in ("traceback", "copied_from"):
+        if column not in present:
+            db.execute_sql(f"ALTER TABLE node_attempt ADD COLUMN {column} TEXT")
+
+
+MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
+                                                          _v4_attempt_details]
 LATEST_VERSION = len(MIGRATIONS)
 
 

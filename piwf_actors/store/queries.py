@@ -92,6 +92,17 @@ def content_chunk(reader: StoreReader, digest: str, offset: int = 0,
     return {"digest": digest, "offset": offset, "total_bytes": int(row[0]), "data": data}
 
 
+def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
+    """What a restart needs of a run: its workflow's name, file, attribute, digest, project and source."""
+    row = reader.one("""SELECT r.workflow, r.workflow_path, r.workflow_attr, r.definition_digest, r.project_path,
+                               b.data FROM run r LEFT JOIN blob b ON b.sha256 = r.source_sha256 WHERE r.run_id = ?""",
+                     (run_id,))
+    if row is None:
+        return None
+    keys = ("workflow", "workflow_path", "workflow_attr", "definition_digest", "project_path")
+    return {**dict(zip(keys, row[:5], strict=True)), "source": None if row[5] is None else bytes(row[5])}
+
+
 def cancel_requested(reader: StoreReader, run_ids: list[str]) -> list[str]:
     if not run_ids:
         return []
@@ -114,14 +125,45 @@ RUN_SUMMARY_COLUMNS = ("run_id", "workflow", "status", "park_reason", "revision"
                        "finished_at")
 
 
-def run_list(reader: StoreReader, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *, workflow: str | None = None,
+             since: float | None = None) -> list[dict[str, Any]]:
+    """The newest `limit` runs, optionally only those in `status`, of `workflow` (its name), or created at or
+    after `since` (seconds since the epoch)."""
     cols = ", ".join(RUN_SUMMARY_COLUMNS)
-    if status:
-        rows = reader.all(f"SELECT {cols} FROM run WHERE status = ? ORDER BY created_at DESC LIMIT ?",
-                          (status, limit))
-    else:
-        rows = reader.all(f"SELECT {cols} FROM run ORDER BY created_at DESC LIMIT ?", (limit,))
+    where, params = [], []
+    for clause, value in (("status = ?", status), ("workflow = ?", workflow), ("created_at >= ?", since)):
+        if value is not None and value != "":
+            where.append(clause)
+            params.append(value)
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    rows = reader.all(f"SELECT {cols} FROM run {condition}ORDER BY created_at DESC LIMIT ?", (*params, limit))
     return [dict(zip(RUN_SUMMARY_COLUMNS, row, strict=True)) for row in rows]
+
+
+#: What `ids.match` (and `piwf`'s id prefixes) can look up: kind → (table, id column).
+ID_KINDS = {"run": ("run", "run_id"), "request": ("interactive_request", "request_id"),
+            "effect": ("effect", "effect_id"), "message": ("session_message", "message_id")}
+#: `ids.match`: matches returned when the request names no limit, and at most.
+ID_MATCH_DEFAULT, ID_MATCH_MAX = 10, 100
+
+
+def match_ids(reader: StoreReader, kind: str, prefix: str, limit: int = 10) -> tuple[list[str], bool]:
+    """Ids of `kind` (see ID_KINDS) that start with `prefix`, in id order: (the first `limit`, more?).
+
+    A range scan of the primary key: ids start with `prefix` exactly when they sort at or after it and
+    before the prefix with its last character bumped by one."""
+    table, column = ID_KINDS[kind]
+    if not prefix:
+        return [], False
+    last = ord(prefix[-1])
+    if last < 0xD7FF:
+        rows = reader.all(f"SELECT {column} FROM {table} WHERE {column} >= ? AND {column} < ? ORDER BY {column} "
+                          "LIMIT ?", (prefix, prefix[:-1] + chr(last + 1), limit + 1))
+    else:  # no simple upper bound (surrogates, the last code point): compare the prefix itself
+        rows = reader.all(f"SELECT {column} FROM {table} WHERE {column} >= ? AND substr({column}, 1, ?) = ? "
+                          f"ORDER BY {column} LIMIT ?", (prefix, len(prefix), prefix, limit + 1))
+    ids = [row[0] for row in rows]
+    return ids[:limit], len(ids) > limit
 
 
 def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
@@ -137,9 +179,10 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         return None
     run = dict(zip([d[0] for d in cursor.description], row, strict=True))
     nodes: dict[str, dict[str, Any]] = {}
-    for node_id, status, attempt_no, output_sha, error_code, error_message, attempt_id in reader.all(
-            """SELECT node_id, status, attempt_no, output_sha256, error_code, error_message, attempt_id
-               FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""", (run_id,)):
+    last_traceback: str | None = None
+    for node_id, status, attempt_no, output_sha, error_code, error_message, attempt_id, trace, copied in reader.all(
+            """SELECT node_id, status, attempt_no, output_sha256, error_code, error_message, attempt_id, traceback,
+                      copied_from FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""", (run_id,)):
         node = nodes.setdefault(node_id, {"node_id": node_id, "status": status, "attempts": 0, "output": None,
                                           "error": None, "attempt_id": attempt_id})
         node["attempts"] = max(node["attempts"], attempt_no)
@@ -147,14 +190,21 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         node["attempt_id"] = attempt_id
         node["output"] = bounded_json(reader, output_sha)
         node["error"] = None if status == "succeeded" or not error_message else {
-            "code": error_code, "message": error_message}
+            "code": error_code, "message": error_message, **({"traceback": trace} if trace else {})}
+        if copied:
+            node["copied_from"] = copied
+        if status == "failed" and trace:
+            last_traceback = trace
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
         "input": bounded_json(reader, run["input_sha256"]), "output": bounded_json(reader, run["output_sha256"]),
-        "error": None if run["error_code"] is None else {"code": run["error_code"], "message": run["error_message"]},
+        "error": None if run["error_code"] is None else {
+            "code": run["error_code"], "message": run["error_message"],
+            # The frames of the node that failed the run (the last attempt that raised).
+            **({"traceback": last_traceback} if last_traceback and run["status"] == "failed" else {})},
         "parent_run_id": run["parent_run_id"], "session_id": run["session_id"],
         "project_path": run["project_path"], "definition_digest": run["definition_digest"],
         "current_node": run["current_node"], "steps": run["steps"],

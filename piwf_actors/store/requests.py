@@ -89,6 +89,8 @@ class ChangeNotice:
 class ChangeSet:
     tables: set[str] = field(default_factory=set)
     runs: set[str] = field(default_factory=set)
+    # Runs that ended in this transaction: (run_id, workflow, status, error_code, error_message).
+    finished: list[tuple[str, str, str, str | None, str | None]] = field(default_factory=list)
 
     def touch(self, table: str, run_id: str | None = None) -> None:
         self.tables.add(table)
@@ -98,6 +100,7 @@ class ChangeSet:
     def merge(self, other: ChangeSet) -> None:
         self.tables |= other.tables
         self.runs |= other.runs
+        self.finished += other.finished
 
 
 class _CodedError(errors.PiwfError):

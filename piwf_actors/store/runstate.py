@@ -72,7 +72,10 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     if finished is not None:
         # A run that ended waits for nothing: its open requests are closed with it.
         cancel_open_requests(ctx, run_id)
-        _summary_message(ctx, run_id, status, error_code, error_message)
+        session_id, workflow, code, message = ctx.conn.execute(
+            "SELECT session_id, workflow, error_code, error_message FROM run WHERE run_id = ?", (run_id,)).fetchone()
+        _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
+        ctx.changes.finished.append((run_id, workflow, status, code, message))
     return int(row[0])
 
 
@@ -83,21 +86,20 @@ def cancel_open_requests(ctx: WriteContext, run_id: str) -> None:
         ctx.changes.touch("interactive_request", run_id)
 
 
-def _summary_message(ctx: WriteContext, run_id: str, status: str, error_code: str | None,
-                     error_message: str | None) -> None:
+def _summary_message(ctx: WriteContext, run_id: str, session_id: str | None, workflow: str, status: str,
+                     error_code: str | None, error_message: str | None) -> None:
     """A finished run tells its session (if it has one) how it ended, in the outbox."""
-    row = ctx.conn.execute("SELECT session_id, workflow FROM run WHERE run_id = ?", (run_id,)).fetchone()
-    if row is None or row[0] is None:
+    if session_id is None:
         return
     from piwf_actors.store.ids import new_id
     from piwf_actors.store.jsonutil import canonical_json
 
-    body = {"run_id": run_id, "workflow": row[1], "status": status}
+    body = {"run_id": run_id, "workflow": workflow, "status": status}
     if error_code:
         body["error"] = {"code": error_code, "message": (error_message or "")[:1000]}
     ctx.conn.execute(
         "INSERT INTO session_message (message_id, session_id, run_id, kind, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-        (new_id("msg", ctx.now), row[0], run_id, "run_summary", canonical_json(body), ctx.now))
+        (new_id("msg", ctx.now), session_id, run_id, "run_summary", canonical_json(body), ctx.now))
     ctx.changes.touch("session_message", run_id)
 
 

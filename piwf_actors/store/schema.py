@@ -154,6 +154,10 @@ class NodeAttempt(_Base):
     generation = pw.IntegerField()
     started_at = pw.FloatField()
     finished_at = pw.FloatField(null=True)
+    # Schema v4: the user's frames of a node that raised (bounded), and, for an attempt
+    # copied into a run restarted from a later node, the parent's attempt it stands for.
+    traceback = pw.TextField(null=True)
+    copied_from = pw.TextField(null=True)
 
     class Meta:
         table_name = "node_attempt"

@@ -1,1 +1,2 @@
-"""`piwf-top`: a Rich live console of a running host (model: data gathering, render: pure screen, app: loop)."""
+"""`piwf-top`: a k9s-style live console of a running host (keys: terminal input, model: data gathering,
+state: keys → console state and confirmed commands, panes + render: the pure screen, app: the loop)."""

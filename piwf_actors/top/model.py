@@ -1,9 +1,13 @@
 """Data for `piwf-top`: one `Snapshot` of the host per refresh, gathered over the client protocol.
 
-`Gatherer.gather()` makes a few read-only requests (host.status, run.list,
-interaction.list, channel.status, and run.events for recent runs that changed) and samples the
-host's worker processes with psutil. It keeps state between refreshes on
-purpose:
+`Gatherer.gather(selected_run_id)` makes a few read-only requests
+(host.status, run.list twice — the newest runs, and every parked run so that
+no run waiting on an ambiguous effect is ever out of sight —,
+interaction.list, channel.status, run.get of the selected run, and
+run.events for recent runs that changed) and samples the host's worker
+processes with psutil. `Gatherer.run_detail` is the single run.get the app
+makes at once when the selection moves between refreshes. The gatherer keeps
+state between refreshes on purpose:
 
 - `ProcessCache` keeps one `psutil.Process` per worker pid, because the first
   `cpu_percent(None)` call of a Process object always returns 0.0; a figure
@@ -13,9 +17,8 @@ purpose:
 
 A `Snapshot` is plain data (frozen, no client, no psutil objects) so that
 `piwf_actors.top.render.render` can stay a pure function and tests can build
-one by hand. The fields `selected_request_id`, `choice_index`, `status` and
-`prompt` are the console's own state, set by the app with
-`dataclasses.replace`; the gatherer leaves them at their defaults.
+one by hand. What the person did (selection, sort, filter, confirmation…)
+is not here but in `piwf_actors.top.state.UiState`.
 """
 
 from __future__ import annotations
@@ -54,17 +57,6 @@ class EventRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Prompt:
-    """A choice that needs text: what is being typed for it, before `decision.answer` is sent."""
-
-    request_id: str
-    choice: str
-    input_name: str
-    label: str
-    buffer: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class Snapshot:
     taken_at: float
     host: dict[str, Any] = field(default_factory=dict)  # the host.status receipt
@@ -75,11 +67,13 @@ class Snapshot:
     events: tuple[EventRow, ...] = ()  # newest first
     channels: dict[str, Any] = field(default_factory=dict)  # the channel.status receipt
     error: str | None = None  # why the host could not be read at `taken_at` (the rest is the last good data)
-    # --- console state (set by the app) ---
-    selected_request_id: str | None = None
-    choice_index: int = 0
-    status: str = ""
-    prompt: Prompt | None = None
+    detail_run_id: str | None = None  # the run `detail` was asked for
+    detail: dict[str, Any] | None = None  # its run.get view (with `revision`); None: not read, or gone
+
+
+def is_ambiguous(run: dict[str, Any]) -> bool:
+    """A run parked until a person settles an effect of unknown outcome (`effect.resolve`)."""
+    return run.get("status") == "parked" and run.get("park_reason") == "ambiguous_effect"
 
 
 def decision_choices(request: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -169,7 +163,7 @@ class EventTail:
 class Gatherer:
     """Builds a `Snapshot` per call; raises HostNotRunning when the host is gone, PiwfError when it refuses."""
 
-    def __init__(self, client: Client, *, run_limit: int = 15, event_runs: int = 5, keep_events: int = 50) -> None:
+    def __init__(self, client: Client, *, run_limit: int = 200, event_runs: int = 5, keep_events: int = 50) -> None:
         self.client = client
         self.run_limit = run_limit
         self.event_runs = event_runs
@@ -182,17 +176,28 @@ class Gatherer:
             raise PiwfError(f"{operation}: {answer.outcome}: {answer.error}")
         return answer.receipt or {}
 
-    def gather(self) -> Snapshot:
+    def gather(self, selected_run_id: str | None = None) -> Snapshot:
         taken_at = time.time()
         host = self._receipt("host.status")
-        runs = tuple(self._receipt("run.list", {"limit": self.run_limit}).get("runs") or [])
+        runs = list(self._receipt("run.list", {"limit": self.run_limit}).get("runs") or [])
+        # An old run parked on an ambiguous effect waits for a person: keep it listed however many came after.
+        shown = {run.get("run_id") for run in runs}
+        parked = self._receipt("run.list", {"status": "parked", "limit": 1000}).get("runs") or []
+        runs += [run for run in parked if is_ambiguous(run) and run.get("run_id") not in shown]
         requests = self._receipt("interaction.list").get("requests") or []
         decisions = tuple(r for r in requests if r.get("kind") == "decision")
         events = self.tail.update(self.client, runs[: self.event_runs])
         channels = self._receipt("channel.status")
-        return Snapshot(taken_at=taken_at, host=host, runs=runs, decisions=decisions,
+        return Snapshot(taken_at=taken_at, host=host, runs=tuple(runs), decisions=decisions,
                         other_requests=len(requests) - len(decisions), workers=self._workers(host), events=events,
-                        channels=channels)
+                        channels=channels, detail_run_id=selected_run_id, detail=self.run_detail(selected_run_id))
+
+    def run_detail(self, run_id: str | None) -> dict[str, Any] | None:
+        """The run.get view of `run_id`; None without a run id or when the host does not know it (pruned)."""
+        if run_id is None:
+            return None
+        answer = self.client.request("run.get", run_id=run_id)
+        return answer.receipt if answer.ok and isinstance(answer.receipt, dict) else None
 
     def _workers(self, host: dict[str, Any]) -> tuple[WorkerRow, ...]:
         workers = host.get("workers") or {}

@@ -1,120 +1,139 @@
-"""The `piwf-top` screen as a pure function: `render(snapshot, width) -> RenderableType`.
+"""The `piwf-top` screen as a pure function: `render(snapshot, width, height=None, state=None) -> RenderableType`.
 
-No I/O and no clock: times are shown relative to `snapshot.taken_at`, so the
-same snapshot always renders the same screen (tests use a recording console).
-Everything that comes from the host (ids, workflow names, titles, choice
-labels, event payloads) is untrusted and goes into `rich.text.Text`, never into
-a markup string: a `[red]` in a workflow name is shown as typed. Only
-constant titles are passed as strings.
+No I/O and no clock: times are relative to `snapshot.taken_at`, so the same
+snapshot and `UiState` always give the same screen (tests use a recording
+console). From top to bottom:
+
+    header     lease and epoch, writer, workers, runs by status (with the
+               count of runs parked on an ambiguous effect), channel health
+    runs       the filtered, sorted run list with the selection
+    decisions  pending decisions; the selected one with its numbered choices
+    detail     the selected run (enter), else the recent events
+    footer     the confirmation / prompt / filter line (else the keys), and
+               the status line with the outcome of the last request
+
+With a `height` (the terminal's), `plan` shares the lines out so that every
+pane keeps at least its title and a row — at 80×24 nothing disappears — and
+each pane is cut to its share (`Fixed`), so the footer is always on screen.
+Without one, every pane gets what it wants (up to a few rows). `?` replaces
+the panes between header and footer with the list of every key (`HELP`).
+
+Everything that comes from the host is untrusted and is put into
+`rich.text.Text` (see `piwf_actors.top.panes.clean`), never into markup.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render import STATUS_STYLES, compact, status_text, text
-from piwf_actors.top.model import Snapshot, decision_choices
+from piwf_actors.cli.render import STATUS_STYLES
+from piwf_actors.top.cells import NARROW, ago, clean, line, worker_figures
+from piwf_actors.top.model import Snapshot, is_ambiguous
+from piwf_actors.top.panes import (
+    decisions_pane,
+    detail_pane,
+    detail_want,
+    events_pane,
+    runs_pane,
+)
+from piwf_actors.top.state import UiState, visible_runs
 
-NARROW = 100  # below this width, optional columns are left out
-MAX_RUN_ROWS = 8  # keeps the screen within ~40 rows (Live crops the rest)
+FOOTER = 2
+MAX_RUN_ROWS = 15  # without a height
 MAX_EVENT_ROWS = 6
-TABLE_STYLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False}  # no border rows: height is scarce
-KEYS_HELP = "q quit  j/k ↑/↓ select decision  h/l ←/→ select choice  enter answer  1-9 answer with choice N"
+HELP: tuple[tuple[str, str], ...] = (
+    ("j/k ↑/↓", "move the selection"), ("PgUp/PgDn", "move one page"), ("g/G", "first / last (Home/End)"),
+    ("tab", "focus runs ↔ decisions"), ("enter", "runs: toggle the detail"), ("esc", "close detail, clear filter"),
+    ("/", "filter id/workflow/status"), ("s", "cycle the sort order"), ("c", "cancel the selected run"),
+    ("p", "pause the selected run"), ("r", "resume the selected run"), ("R", "restart an ended run"),
+    ("e", "resolve ambiguous effect"), ("h/l ←/→", "highlight a choice"), ("1-9", "answer with choice N"),
+    ("enter", "decisions: answer"), ("y", "confirm: send it"), ("other key", "confirm: do not send"),
+    ("tab c r", "pick confirm or retry"), ("?", "this help"), ("q Ctrl-C", "quit"),
+)
+HINTS = {  # the key line of the footer, by focus: (wide, narrow); `?` lists every key
+    "runs": ("? help  q quit  tab decisions  enter detail  / filter  s sort  c cancel  p pause  r resume  "
+             "R restart  e resolve", "? help  q quit  tab pane  enter detail  / filter  s sort  c p r R e actions"),
+    "decisions": ("? help  q quit  tab runs  j/k select decision  h/l select choice  enter or 1-9 answer",
+                  "? help  q quit  tab runs  j/k decision  h/l choice  enter or 1-9 answer"),
+}
 
 
-def _span(seconds: float) -> str:
-    """12.3s, 4m05s, 2h03m: short enough for narrow columns."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+class Fixed:
+    """Exactly `height` lines of `renderable`: cut below, padded with blank lines."""
+
+    def __init__(self, renderable: RenderableType, height: int) -> None:
+        self.renderable = renderable
+        self.height = height
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.height <= 0:
+            return
+        for rendered in console.render_lines(self.renderable, options.update(height=self.height), pad=False):
+            yield from rendered
+            yield Segment.line()
 
 
-def _ago(ts: Any, now: float, *, suffix: bool = True) -> str:
-    """`2.0s ago` / `in 4m05s` relative to `now`; just the span without `suffix` (past times)."""
-    if not isinstance(ts, (int, float)) or not ts:
-        return ""
-    delta = now - ts
-    if delta >= 0:
-        return f"{_span(delta)} ago" if suffix else _span(delta)
-    return f"in {_span(-delta)}"
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Lines per pane (0: not shown); `help` replaces runs, decisions and the lower pane."""
+
+    header: int
+    runs: int
+    decisions: int
+    lower: int  # the detail pane, or the events
+    footer: int
+    help: int
+
+
+# --- header -------------------------------------------------------------------------------------------
 
 
 def _rate(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
 
 
-def _size(n: Any) -> str:
-    if not isinstance(n, (int, float)):
-        return "-"
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def _header(snapshot: Snapshot) -> RenderableType:
+def header_lines(snapshot: Snapshot, width: int) -> list[Text]:
+    narrow = width < NARROW
     host, now = snapshot.host, snapshot.taken_at
+    lines: list[Text] = []
+    if snapshot.error:
+        lines.append(line(("host unreachable: ", "bold red"), (clean(snapshot.error), "bold red")))
     lease = host.get("lease") or {}
     live = bool(lease.get("live"))
-    line = Text.assemble(("piwf-top", "bold"), "  epoch ", (str(host.get("epoch", "-")), "bold"), "  lease ",
-                         ("live" if live else "expired", "green" if live else "red"))
+    first = line(("piwf-top", "bold"), "  epoch ", (clean(host.get("epoch", "-")), "bold"), "  lease ",
+                 ("live" if live else "expired", "green" if live else "bold red"))
     if lease:
-        line.append(f" (heartbeat {_ago(lease.get('heartbeat_at'), now)}, expires {_ago(lease.get('expires_at'), now)})")
-    line.append(f"  host pid {host.get('pid', '-')}")
-    if lease.get("host_id"):
-        line.append("  id ")
-        line.append(str(lease.get("host_id")))
-    writer = host.get("writer") or {}
-    gateway = host.get("gateway") or {}
-    second = Text.assemble(("writer", "bold"), f"  queue depth {writer.get('queue_depth', '-')}"
-                           f"  {_rate(writer.get('commits_per_s'))} commits/s"
-                           f"  {_rate(writer.get('commands_per_s'))} commands/s"
-                           f"  {writer.get('commits', '-')} commits")
+        first.append(f" (heartbeat {ago(lease.get('heartbeat_at'), now)}, expires {ago(lease.get('expires_at'), now)})")
+    first.append(f"  {'pid' if narrow else 'host pid'} {clean(host.get('pid', '-'))}")
+    if lease.get("host_id") and not narrow:
+        first.append(f"  id {clean(lease.get('host_id'))}")
+    lines.append(first)
+    writer, gateway = host.get("writer") or {}, host.get("gateway") or {}
+    second = line(("writer", "bold"), f"  queue depth {clean(writer.get('queue_depth', '-'))}"
+                  f"  {_rate(writer.get('commits_per_s'))} commits/s  {_rate(writer.get('commands_per_s'))} commands/s")
+    if not narrow:
+        second.append(f"  {clean(writer.get('commits', '-'))} commits")
     if gateway:
-        second.append(f"   clients {gateway.get('connections')} connections, {gateway.get('watches')} watches")
-    runs = Text.assemble(("runs", "bold"))
-    for status, count in (host.get("runs") or {}).items():
-        runs.append("  ")
-        runs.append(f"{status} {count}", style=STATUS_STYLES.get(str(status), "") if count else "dim")
-    parts: list[RenderableType] = [line, second, runs]
-    channels = _channels(snapshot.channels)
+        second.append(f"   clients {clean(gateway.get('connections'))}")
+        if not narrow:
+            second.append(f" connections, {clean(gateway.get('watches'))} watches")
+    lines.append(second)
+    lines.append(_workers_line(snapshot, narrow))
+    lines.append(_runs_line(snapshot, narrow))
+    channels = _channels_line(snapshot.channels)
     if channels is not None:
-        parts.append(channels)
-    if snapshot.error:
-        parts.insert(0, Text(f"host unreachable: {snapshot.error}", style="bold red"))
-    return Group(*parts)
+        lines.append(channels)
+    return lines
 
 
-def _channels(status: dict[str, Any]) -> Text | None:
-    """One line: each channel profile (running or not, and why) and deliveries waiting for a person."""
-    profiles = status.get("profiles") or []
-    if not status.get("configured") and not status.get("error"):
-        return None
-    line = Text.assemble(("channels", "bold"))
-    if status.get("error"):
-        line.append("  refused: ", style="red")
-        line.append(str(status["error"]))
-    for entry in profiles:
-        line.append("  ")
-        line.append(str(entry.get("profile")), style="green" if entry.get("running") else "red")
-        if not entry.get("running"):
-            line.append(" (down" + (f": {entry.get('error')}" if entry.get("error") else "") + ")")
-    ambiguous = status.get("ambiguous") or []
-    if ambiguous:
-        line.append(f"  {len(ambiguous)} ambiguous deliver{'y' if len(ambiguous) == 1 else 'ies'} ", style="yellow")
-        line.append("(piwf channel recover)", style="dim")
-    return line
-
-
-def _workers(snapshot: Snapshot) -> Table:
+def _workers_line(snapshot: Snapshot, narrow: bool) -> Text:
     workers = snapshot.host.get("workers") or {}
     idle = workers.get("idle")
     counts = [f"{len(workers.get('active') or [])} active"]
@@ -122,126 +141,155 @@ def _workers(snapshot: Snapshot) -> Table:
         counts.append(f"{idle} idle")
     if isinstance(workers.get("max"), int):
         counts.append(f"max {workers['max']}")
-    table = Table(title=f"workers ({', '.join(counts)})", title_justify="left", **TABLE_STYLE)
-    table.add_column("pid", justify="right", no_wrap=True)
-    table.add_column("run id", no_wrap=True)
-    for name in ("gen", "cpu %", "memory"):
-        table.add_column(name, justify="right", no_wrap=True)
+    result = line(("workers", "bold"), f"  {', '.join(counts)}")
     for worker in snapshot.workers:
-        table.add_row(text(worker.pid), text(worker.run_id) if worker.run_id else Text("idle", style="dim"),
-                      text(worker.generation), Text("…" if worker.cpu_percent is None else
-                                                    f"{worker.cpu_percent:.1f}"), Text(_size(worker.rss_bytes)))
+        result.append(f"  {worker.pid}")
+        if not worker.run_id:
+            result.append(" idle", style="dim")
+        elif not narrow:  # narrow: the detail pane of the run names its worker
+            result.append(f" {clean(worker.run_id)}")
+        result.append(f" {worker_figures(worker)}", style="dim")
     if not snapshot.workers:
-        table.add_row("", Text("no active workers", style="dim"), "", "", "")
-    return table
+        result.append("  no active workers", style="dim")
+    return result
 
 
-def _runs(snapshot: Snapshot, narrow: bool) -> Table:
-    table = Table(title="runs", title_justify="left", **TABLE_STYLE)
-    table.add_column("run id", no_wrap=True)
-    table.add_column("workflow", overflow="ellipsis", max_width=30)
-    table.add_column("status", no_wrap=True)
-    table.add_column("node", overflow="ellipsis", max_width=20)
-    table.add_column("steps", justify="right")
-    if not narrow:
-        table.add_column("updated", no_wrap=True)
-    for run in snapshot.runs[:MAX_RUN_ROWS]:
-        cells = [text(run.get("run_id")), text(run.get("workflow")),
-                 status_text(run.get("status"), run.get("park_reason")), text(run.get("current_node")),
-                 text(run.get("steps"))]
-        if not narrow:
-            cells.append(Text(_ago(run.get("updated_at"), snapshot.taken_at)))
-        table.add_row(*cells)
-    if not snapshot.runs:
-        table.add_row(Text("no runs", style="dim"), *([""] * (len(table.columns) - 1)))
-    return table
+def _runs_line(snapshot: Snapshot, narrow: bool) -> Text:
+    result = line(("runs", "bold"))
+    ambiguous = sum(1 for run in snapshot.runs if is_ambiguous(run))
+    if ambiguous:
+        result.append("  ")
+        result.append(f"! {ambiguous} ambiguous effect{'' if ambiguous == 1 else 's'}", style="bold white on red")
+        result.append(" (e resolves)", style="yellow")
+    for status, count in (snapshot.host.get("runs") or {}).items():
+        if narrow and not count:
+            continue  # the zeros do not fit in 80 columns; the wide screen shows them dimmed
+        result.append("  ")
+        result.append(f"{clean(status)} {clean(count)}", style=STATUS_STYLES.get(str(status), "") if count else "dim")
+    return result
 
 
-def _choices_line(request: dict[str, Any], highlighted: int | None) -> Text:
-    line = Text()
-    for index, (key, spec) in enumerate(decision_choices(request)):
-        if index:
-            line.append("  ")
-        label = Text(f"{index + 1} " if index < 9 else "  ")
-        label.append(key)
-        if spec.get("label") and spec.get("label") != key:
-            label.append(f" ({spec.get('label')})")
-        if spec.get("input"):
-            label.append(" ✎")
-        if index == highlighted:
-            label.stylize("reverse")
-        line.append_text(label)
-    return line
+def _channels_line(status: dict[str, Any]) -> Text | None:
+    """Each channel profile (running or not, and why) and deliveries waiting for a person; None: none configured."""
+    if not status.get("configured") and not status.get("error"):
+        return None
+    result = line(("channels", "bold"))
+    if status.get("error"):
+        result.append("  refused: ", style="red")
+        result.append(clean(status["error"]))
+    for entry in status.get("profiles") or []:
+        result.append("  ")
+        result.append(clean(entry.get("profile")), style="green" if entry.get("running") else "red")
+        if not entry.get("running"):
+            result.append(" (down" + (f": {clean(entry.get('error'))}" if entry.get("error") else "") + ")")
+    ambiguous = status.get("ambiguous") or []
+    if ambiguous:
+        result.append(f"  {len(ambiguous)} ambiguous deliver{'y' if len(ambiguous) == 1 else 'ies'} ", style="yellow")
+        result.append("(piwf channel recover)", style="dim")
+    return result
 
 
-def _decisions(snapshot: Snapshot) -> RenderableType:
-    title = f"pending decisions ({len(snapshot.decisions)})"
-    if snapshot.other_requests:
-        title += f"; {snapshot.other_requests} other request(s): piwf inbox"
-    table = Table(title=title, title_justify="left", **TABLE_STYLE)
-    table.add_column(" ", no_wrap=True, width=1)
-    table.add_column("run id", no_wrap=True)
-    table.add_column("node", no_wrap=True)
-    table.add_column("decision", overflow="fold")
-    table.add_column("choices", overflow="fold")
-    for request in snapshot.decisions:
-        contract = request.get("contract") or {}
-        selected = request.get("request_id") == snapshot.selected_request_id
-        title_text = Text(str(contract.get("title") or request.get("node_id") or ""))
-        if contract.get("summary"):
-            title_text.append(" — ")
-            title_text.append(str(contract.get("summary")), style="dim")
-        if request.get("deadline_at"):
-            title_text.append(f" (timeout {_ago(request.get('deadline_at'), snapshot.taken_at)})", style="yellow")
-        table.add_row(Text("▶" if selected else "", style="bold"), text(request.get("run_id")),
-                      text(request.get("node_id")), title_text,
-                      _choices_line(request, snapshot.choice_index if selected else None),
-                      style="bold" if selected else "")
-    if not snapshot.decisions:
-        table.add_row("", Text("nothing to decide", style="dim"), "", "", "")
-    return table
+# --- footer and help -------------------------------------------------------------------------------------------
 
 
-def _events(snapshot: Snapshot, width: int, narrow: bool) -> Table:
-    table = Table(title="recent events", title_justify="left", **TABLE_STYLE)
-    # Every column but `detail` keeps its width; detail takes what is left and is cut with an ellipsis.
-    table.add_column("age", no_wrap=True, justify="right", min_width=6)
-    table.add_column("run id", no_wrap=True, min_width=12 if narrow else 30)  # run ids are 30 characters
-    if not narrow:
-        table.add_column("workflow", no_wrap=True, overflow="ellipsis", min_width=8, max_width=20)
-    table.add_column("event", no_wrap=True, min_width=12)
-    table.add_column("node", no_wrap=True, overflow="ellipsis", min_width=8, max_width=16)
-    table.add_column("detail", overflow="ellipsis", no_wrap=True, min_width=6)
-    for event in snapshot.events[:MAX_EVENT_ROWS]:
-        cells = [Text(_ago(event.created_at, snapshot.taken_at, suffix=False)), text(event.run_id)]
-        if not narrow:
-            cells.append(text(event.workflow))
-        cells += [text(event.kind), text(event.node_id), Text(compact(event.payload, 50), style="dim")]
-        table.add_row(*cells)
-    if not snapshot.events:
-        table.add_row(Text("no events", style="dim"), *([""] * (len(table.columns) - 1)))
-    return table
-
-
-def _footer(snapshot: Snapshot) -> RenderableType:
-    parts: list[RenderableType] = []
-    if snapshot.prompt is not None:
-        prompt = Text.assemble((f"{snapshot.prompt.choice}", "bold"), " — ")
-        prompt.append(snapshot.prompt.label or snapshot.prompt.input_name)
-        prompt.append(": ")
-        prompt.append(snapshot.prompt.buffer)
-        prompt.append("▏", style="blink")
-        parts.append(prompt)
-        parts.append(Text("enter send  esc cancel", style="dim"))
+def footer_lines(state: UiState, width: int) -> list[Text]:
+    """The key (or confirmation, prompt, filter) line and the status line."""
+    if state.confirm is not None:
+        confirm = state.confirm
+        what = clean(confirm.command.what)
+        room = max(10, width - len("? y/n"))
+        if len(what) > room:  # the question may be cut, never its "? y/n"
+            what = what[: room - 1] + "…"
+        second = line(("y sends it, any other key cancels", "dim"))
+        if len(confirm.options) > 1:
+            second.append("  tab or " + "/".join(option.hotkey for option in confirm.options) + " switches:",
+                          style="dim")
+            for index, option in enumerate(confirm.options):
+                second.append(" ")
+                second.append(f"{option.hotkey} {option.label}", style="reverse" if index == confirm.index else "dim")
+        return [line((f"{what}? y/n", "bold black on yellow")), second]
+    if state.prompt is not None:
+        first = line((clean(state.prompt.choice), "bold"), " — ", clean(state.prompt.label or state.prompt.input_name),
+                     ": ", clean(state.prompt.buffer), ("▏", "blink"), ("  enter: confirm  esc: cancel", "dim"))
+    elif state.filtering:
+        first = line(("/", "bold cyan"), clean(state.filter_text), ("▏", "blink"),
+                     ("  filter by run id prefix, workflow or status  enter: keep  esc: clear", "dim"))
+    elif state.help_open:
+        first = line(("any key closes the help, q quits", "dim"))
     else:
-        parts.append(Text(KEYS_HELP, style="dim"))
-    if snapshot.status:
-        parts.append(Text(snapshot.status, style="bold"))
-    return Group(*parts)
+        first = line((HINTS[state.focus][width < NARROW], "dim"))
+    return [first, line((clean(state.status), "bold"))]
 
 
-def render(snapshot: Snapshot, width: int) -> RenderableType:
-    """The whole screen for `snapshot` at `width` columns (optional columns drop below NARROW)."""
-    narrow = width < NARROW
-    return Group(_header(snapshot), _workers(snapshot), _runs(snapshot, narrow), _decisions(snapshot),
-                 _events(snapshot, width, narrow), _footer(snapshot))
+def help_overlay(width: int, lines: int) -> RenderableType:
+    """Every key; in two columns when one does not fit in `lines`."""
+    columns = 1 if lines - 1 >= len(HELP) or width < 60 else 2
+    table = Table(box=None, pad_edge=False, padding=(0, 1), show_header=False, show_edge=False)
+    for _ in range(columns):
+        table.add_column(style="bold cyan", no_wrap=True)
+        table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+    rows = -(-len(HELP) // columns)
+    for row in range(rows):
+        cells: list[str] = []
+        for column in range(columns):
+            index = column * rows + row
+            cells += list(HELP[index]) if index < len(HELP) else ["", ""]
+        table.add_row(*cells)
+    return Group(line((" keys ", "bold reverse"), ("  every action asks y/n before it is sent", "dim")), table)
+
+
+# --- layout -----------------------------------------------------------------------------------------------------
+
+
+def plan(snapshot: Snapshot, state: UiState, width: int, height: int | None = None) -> Plan:
+    """How many lines each pane gets (see the module docstring)."""
+    header = len(header_lines(snapshot, width))
+    runs_want = 2 + max(1, len(visible_runs(snapshot, state)))
+    decisions_want = 2 + len(snapshot.decisions) if snapshot.decisions else 1
+    lower_want = detail_want(snapshot, state) if state.detail_open else 2 + max(1, len(snapshot.events))
+    if height is None:
+        if state.help_open:
+            return Plan(header, 0, 0, 0, FOOTER, 1 + len(HELP))
+        lower = lower_want if state.detail_open else min(lower_want, 2 + MAX_EVENT_ROWS)
+        return Plan(header, min(runs_want, 2 + MAX_RUN_ROWS), decisions_want, lower, FOOTER, 0)
+    body = max(0, height - header - FOOTER)
+    if state.help_open:
+        return Plan(header, 0, 0, 0, FOOTER, body)
+    decisions = min(decisions_want, max(min(3, decisions_want), body // 4), body)
+    rest = body - decisions
+    # The detail may take what the run list can spare (it keeps 2/5); the events take at most a third.
+    lower = min(lower_want, rest - min(runs_want, max(5, rest * 2 // 5)) if state.detail_open else max(3, rest // 3))
+    runs = rest - lower
+    if runs < 3:  # a tiny terminal: the run list keeps its title, column names and one row
+        runs = min(3, rest)
+        lower = rest - runs
+    spare = runs - runs_want
+    if spare > 0:  # a short run list leaves room to the others
+        runs = runs_want
+        grow = min(spare, max(0, lower_want - lower))
+        lower, spare = lower + grow, spare - grow
+        grow = min(spare, max(0, decisions_want - decisions))
+        decisions, spare = decisions + grow, spare - grow
+        lower += spare  # blank lines at the bottom, not between the panes
+    return Plan(header, runs, decisions, lower, FOOTER, 0)
+
+
+def _fixed(parts: Iterable[tuple[RenderableType, int]]) -> list[RenderableType]:
+    return [Fixed(renderable, lines) for renderable, lines in parts if lines > 0]
+
+
+def render(snapshot: Snapshot, width: int, height: int | None = None, state: UiState | None = None) -> RenderableType:
+    """The whole screen for `snapshot` and the console state at `width` × `height` (see `plan`)."""
+    state = state or UiState()
+    layout = plan(snapshot, state, width, height)
+    parts: list[tuple[RenderableType, int]] = [(Group(*header_lines(snapshot, width)), layout.header)]
+    if layout.help:
+        parts.append((help_overlay(width, layout.help), layout.help))
+    else:
+        lower = detail_pane(snapshot, state, width, layout.lower) if state.detail_open else \
+            events_pane(snapshot, width, layout.lower)
+        parts += [(runs_pane(snapshot, state, width, layout.runs), layout.runs),
+                  (decisions_pane(snapshot, state, width, layout.decisions), layout.decisions),
+                  (lower, layout.lower)]
+    parts.append((Group(*footer_lines(state, width)), layout.footer))
+    return Group(*_fixed(parts))

@@ -8,7 +8,10 @@ workflow name. On a name clash the project wins over the user directory;
 within one directory a workflow defined in the file wins over one the file
 only imported, then the first file and attribute win (a warning is logged).
 A file that fails to load is skipped with a warning and mentioned in the
-`WorkflowNotFound` detail when a name is not found.
+`WorkflowNotFound` detail when a name is not found (leading the detail, as it
+is the likely cause), followed by close names (difflib) or what was found.
+`discover_all` lists both the workflows and the files that failed (`piwf
+workflows`).
 
 The source bytes that `resolve` returns are exactly the bytes it executed,
 so a run's snapshot is the code its workflow object came from.
@@ -16,6 +19,7 @@ so a run's snapshot is the code its workflow object came from.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
 import os
@@ -47,6 +51,23 @@ class ResolvedWorkflow:
     path: str
     attr: str
     source: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFailure:
+    """A workflow file that discovery could not load, with the one-line reason."""
+
+    path: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """What discovery found: the workflows by name, the files that failed, the directories searched."""
+
+    workflows: dict[str, WorkflowRef]
+    failures: list[LoadFailure]
+    dirs: list[Path]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +117,9 @@ def _load_file(path: str, project_path: str | None) -> tuple[bytes, dict[str, Wo
     return source, found, defined_here
 
 
-def _scan(project_path: str | None) -> tuple[dict[str, _Found], list[str]]:
+def _scan(project_path: str | None) -> tuple[dict[str, _Found], list[LoadFailure]]:
     best: dict[str, _Found] = {}
-    failures: list[str] = []
+    failures: list[LoadFailure] = []
     for scope, directory in enumerate(workflow_dirs(project_path)):
         if not directory.is_dir():
             continue
@@ -109,7 +130,7 @@ def _scan(project_path: str | None) -> tuple[dict[str, _Found], list[str]]:
                 source, found, defined_here = _load_file(path, project_path)
             except WorkflowLoadFailed as exc:
                 logger.warning("skipping workflow file: %s", exc)
-                failures.append(str(exc))
+                failures.append(LoadFailure(path, str(exc)))
                 continue
             for attr_index, (attr, workflow) in enumerate(found.items()):
                 rank = (scope, int(attr not in defined_here), file_index, attr_index)
@@ -132,6 +153,38 @@ def discover(project_path: str | None) -> dict[str, WorkflowRef]:
     """Every discoverable workflow by name (see the module docstring for precedence)."""
     best, _ = _scan(project_path)
     return {name: found.ref for name, found in best.items()}
+
+
+def discover_all(project_path: str | None) -> Discovery:
+    """Every discoverable workflow by name, and every workflow file that failed to load (why, in one line)."""
+    best, failures = _scan(project_path)
+    return Discovery({name: found.ref for name, found in best.items()}, failures, workflow_dirs(project_path))
+
+
+def _not_found_detail(name: str, found: list[str], failures: list[LoadFailure], dirs: list[Path]) -> str:
+    """Why `name` is not a discovered workflow. A file that failed to load leads (the one named most like
+    `name` when there is one): it likely defines the workflow. Then the discovered names close to `name`
+    (a typo), else the names found. When a close name exists and no failed file is named like `name`,
+    the typo is the likelier cause, and the suggestion leads."""
+    close = difflib.get_close_matches(name, found, n=3, cutoff=0.6)
+    suggestion = ("did you mean " + " or ".join(repr(other) for other in close) + "?") if close else ""
+    failure = ""
+    likely: list[str] = []
+    if failures:
+        stems = [Path(item.path).stem for item in failures]
+        likely = difflib.get_close_matches(name, stems, n=1, cutoff=0.6)
+        first = failures[stems.index(likely[0])] if likely else failures[0]
+        error = first.error if len(first.error) <= 300 else first.error[:299] + "…"
+        failure = f"{len(failures)} workflow file(s) failed to load, first: {error}"
+    if failure and (likely or not close):
+        parts = [failure, suggestion]
+    else:
+        parts = ["not among the discovered workflows", suggestion, failure]
+    if not close:
+        names = sorted(found)
+        parts.append(("discovered: " + ", ".join(names[:10]) + (" …" if len(names) > 10 else "")) if names else
+                     "no workflow was discovered in " + " or ".join(str(d) for d in dirs))
+    return "; ".join(part for part in parts if part)
 
 
 def _file_spec_path(file_part: str, project_path: str | None) -> str:
@@ -172,7 +225,10 @@ def _from_file(spec: str, path: str, attr: str | None, project_path: str | None)
         attr = next(iter(found))
     workflow = found.get(attr)
     if workflow is None:
-        raise WorkflowNotFound(spec, f"{path} has no workflow attribute {attr!r}")
+        close = difflib.get_close_matches(attr, list(found), n=3, cutoff=0.6)
+        hint = ("did you mean " + " or ".join(repr(other) for other in close) + "?") if close else (
+            "its workflows: " + ", ".join(found) if found else "it defines no workflow")
+        raise WorkflowNotFound(spec, _one_line(f"{path} has no workflow attribute {attr!r}; {hint}"))
     return ResolvedWorkflow(workflow=workflow, path=path, attr=attr, source=source)
 
 
@@ -201,10 +257,8 @@ def resolve(spec: str, project_path: str | None) -> ResolvedWorkflow:
     best, failures = _scan(project_path)
     found = best.get(spec)
     if found is None:
-        detail = "not among the discovered workflows"
-        if failures:
-            detail += f"; {len(failures)} workflow file(s) failed to load, first: {failures[0]}"
-        raise WorkflowNotFound(spec, _one_line(detail))
+        raise WorkflowNotFound(spec, _one_line(_not_found_detail(spec, list(best), failures,
+                                                                 workflow_dirs(project_path))))
     return found.loaded
 
 

@@ -4,7 +4,9 @@ Two hosts on two state directories run beside an application actor; stopping
 them (or one of them failing) touches nothing they did not start: no thread,
 child process, open file or lock is left behind, and the application's actor
 keeps running. Also: a start that is refused leaves nothing running, and
-successive hosts on one directory take successive epochs.
+successive hosts on one directory take successive epochs. (The embedding
+API's results and subscriptions: test_embed_api.py; the example application:
+tests/examples/test_embed_app.py.)
 
 "Nothing left" is checked by polling with a deadline (an actor's thread ends
 a moment after its stop future is answered). pytest-timeout's own timer
@@ -32,10 +34,6 @@ from piwf_actors.hostlock import process_start_identity
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store
 from piwf_actors.store.requests import WriteCommand
-
-REPO = Path(__file__).resolve().parents[2]
-EMBED_APP = REPO / "examples" / "embed_app.py"
-
 
 # --- what "nothing left running" means ------------------------------------------------
 
@@ -116,6 +114,7 @@ def test_two_hosts_beside_an_app_actor_stop_without_leftovers(state_dir, other_s
     before = Snapshot()
     first = hosts(state_dir, lease_s=2)
     second = hosts(other_state_dir, lease_s=2)
+    subscription = first.subscribe(app_actor)  # an actor of the host's, told nothing while no run runs
     assert (first.epoch, second.epoch) == (1, 1)
     assert not lock_is_free(state_dir / "host.lock") and not lock_is_free(other_state_dir / "host.lock")
     assert _fenced_write_ok(first) and _fenced_write_ok(second)
@@ -124,7 +123,7 @@ def test_two_hosts_beside_an_app_actor_stop_without_leftovers(state_dir, other_s
     app_actor.tell("hello")
 
     first.stop("test: first done")
-    assert first.stopped and not second.stopped
+    assert first.stopped and not second.stopped and not subscription.active
     assert lock_is_free(state_dir / "host.lock") and not lock_is_free(other_state_dir / "host.lock")
     assert _fenced_write_ok(second)  # stopping one host left the other alone
     assert second.status()["lease"]["epoch"] == 1
@@ -254,27 +253,3 @@ def test_live_lease_holder_without_the_lock_file_is_not_displaced(state_dir, hos
     finally:
         holder.kill()
         holder.wait(10)
-
-
-@pytest.mark.parametrize("use_state_dir", [True, False], ids=["state-dir", "temporary-dir"])
-def test_embed_app_example_reports_and_exits_cleanly(state_dir, use_state_dir) -> None:
-    args = [sys.executable, str(EMBED_APP), "--reports", "3", "--interval", "0.1"]
-    if use_state_dir:
-        args += ["--state-dir", str(state_dir)]
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd="/", stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:  # run() has already killed the child
-        pytest.fail(f"embed_app.py did not finish in 60 s:\n{exc.stdout!r}\n{exc.stderr!r}")
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    lines = done.stdout.splitlines()
-    assert lines[0].startswith("host started at epoch 1 on ")
-    reports = [line for line in lines if line.startswith("report ")]
-    assert [r.split(":")[0] for r in reports] == ["report 1", "report 2", "report 3"]
-    assert all("epoch 1, writer " in r and " commits / " in r and "runs: " in r for r in reports)
-    assert "host stopped: application finished" in lines
-    assert lines[-2:] == ["child processes left: none", "threads left: none"]
-    if use_state_dir:
-        assert lines[0] == f"host started at epoch 1 on {state_dir}"
-        assert host_state_row(state_dir)["host_id"] is None  # the app's host released its lease
-    else:
-        assert not Path(lines[0].rsplit(" on ", 1)[1]).exists()  # the temporary directory is gone

@@ -152,7 +152,9 @@ def test_list_and_show(env: dict[str, Any]) -> None:
     done = ok_json(piwf(env["state"], "list", "--status", "done", "--json"))["runs"]
     assert done and all(r["status"] == "done" for r in done)
     table = piwf(env["state"], "list")
-    assert table.returncode == 0 and run_id in table.stdout and "workflow" in table.stdout
+    # Tables show unique prefixes of ids (at least 8 characters after "run_"), never wrapped.
+    assert table.returncode == 0 and run_id[:12] in table.stdout and "workflow" in table.stdout
+    assert run_id not in table.stdout and "duration" in table.stdout
     shown = piwf(env["state"], "show", run_id)
     assert shown.returncode == 0, shown.stderr
     for text in (run_id, "quick", "done", "nodes", '{"got":{"who":"list"}}'):
@@ -201,13 +203,17 @@ def test_pause_resume_cancel_follow_and_restart(env: dict[str, Any]) -> None:
 
 
 def test_unknown_run_and_effect_exit_1(env: dict[str, Any]) -> None:
-    for args in (("show", "run_nope"), ("restart", "run_nope"), ("watch", "run_nope"),
-                 ("effect", "resolve", "eff_nope", "confirm")):
+    for args, kind in ((("show", "run_nope"), "run"), (("restart", "run_nope"), "run"), (("watch", "run_nope"), "run"),
+                       (("effect", "resolve", "eff_nope", "confirm"), "effect")):
         result = piwf(env["state"], *args)
         assert result.returncode == 1, (args, result.stderr)
-        assert result.stderr.startswith("piwf: notFound: "), (args, result.stderr)
+        assert result.stderr.startswith(f"piwf: no {kind} matches '{args[-1] if kind == 'run' else 'eff_nope'}'"), (
+            args, result.stderr)
     refused = piwf(env["state"], "show", "run_nope", "--json")
     assert json.loads(refused.stdout)["outcome"] == "notFound"
+    # A full id is used as is: the host answers for it.
+    full = piwf(env["state"], "show", "run_" + "0" * 26)
+    assert full.returncode == 1 and full.stderr.startswith("piwf: notFound: "), full.stderr
     unknown = piwf(env["state"], "start", "no_such_workflow")
     assert unknown.returncode == 1 and unknown.stderr.startswith("piwf: rejected: ")
 
@@ -306,10 +312,10 @@ def test_watch_in_a_terminal(env: dict[str, Any]) -> None:
             time.sleep(0.1)
 
     try:
-        screen = screen_until(run_id)
+        screen = screen_until(run_id[:12])  # ids are shown as unique prefixes of 8+ characters after "run_"
         assert "run id" in screen and "workflow" in screen and "Ctrl-C" in screen
         new_run = start(env, "quick", "for=watch2")
-        screen_until(new_run)  # the live table follows new runs
+        screen_until(new_run[:12])  # the live table follows new runs
         subprocess.run([*tmux, "send-keys", "-t", "w", "C-c"], check=True)
         screen_until("EXITED 0")
     finally:

@@ -88,10 +88,10 @@ def test_inbox_lists_a_decision_and_answer_routes_it(env):
     assert again.returncode == 1 and "conflict" in again.stderr
 
 
-def test_answer_a_checkpoint_with_json(env):
+def test_answer_a_checkpoint_with_value(env):
     run_id = parked(env, "gate")
     request = request_of(env, run_id)
-    result = piwf(env, "answer", request["request_id"], "--json", '{"n": 7}')
+    result = piwf(env, "answer", request["request_id"], "--value", '{"n": 7}')
     assert result.returncode == 0, result.stderr
     assert env["host"].wait_for_run(run_id, timeout=30)["output"] == {"n": 7}
 
@@ -99,10 +99,10 @@ def test_answer_a_checkpoint_with_json(env):
 def test_submit_waits_for_the_verdict_and_ack_clears_messages(env):
     run_id = parked(env, "summarize", session_id="agent-1")
     request = request_of(env, run_id, "--session", "agent-1")
-    rejected = piwf(env, "submit", request["request_id"], "--session", "agent-1", "--json", '{"txt": 1}')
+    rejected = piwf(env, "submit", request["request_id"], "--session", "agent-1", "--value", '{"txt": 1}')
     assert rejected.returncode == 1 and "text" in rejected.stderr
-    accepted = piwf(env, "--json", "submit", request["request_id"], "--session", "agent-1",
-                    "--json", '{"text": "short"}')
+    accepted = piwf(env, "submit", request["request_id"], "--session", "agent-1",
+                    "--value", '{"text": "short"}', "--json")
     assert accepted.returncode == 0, accepted.stderr
     assert json.loads(accepted.stdout)["outcome"] == "accepted"
     assert env["host"].wait_for_run(run_id, timeout=30)["status"] == "done"

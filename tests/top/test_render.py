@@ -1,131 +1,187 @@
-"""`piwf_actors.top.render.render` as a pure function, captured by a fixed-width recording console.
+"""`piwf_actors.top.render.render` as a pure function, captured by a fixed-size recording console.
 
-The snapshot is built by hand (no host); the console state fields (selection,
-prompt, status) are set as the app would set them. Key handling of the app
-(`Ui`, `parse_keys`) is checked here too, since it is pure as well.
+The snapshot is built by hand (no host) and the console state (`UiState`) is
+set as the keys would set it (tests/top/test_state.py drives the keys). Most
+screens are 80×24, the smallest terminal the console is made for: every pane
+must be there, no line may be longer than 80 columns and the screen is
+exactly 24 lines.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import io
 
 from rich.console import Console
+from top_fixtures import AMBIGUOUS, BUSY, DECISION, DETAIL, NOW, OLD_RUNS, RELEASE, snapshot
 
-from piwf_actors.top.app import Answer, Ui, parse_keys
-from piwf_actors.top.model import EventRow, Prompt, Snapshot, WorkerRow
-from piwf_actors.top.render import render
-
-NOW = 1_800_000_000.0
-
-DECISION = {
-    "request_id": "req_abc", "run_id": "run_decide", "node_id": "approve", "kind": "decision", "revision": 3,
-    "status": "pending", "deadline_at": None, "created_at": NOW - 5,
-    "contract": {"title": "Ship 1.2.0?", "summary": "12 passed",
-                 "choices": {"ship": {"label": "Ship it", "input": None}, "stop": {"label": "Stop", "input": None},
-                             "fix": {"label": "Needs changes",
-                                     "input": {"name": "instructions", "prompt": "What should change?"}}}},
-}
+from piwf_actors.top.model import Snapshot, WorkerRow
+from piwf_actors.top.render import HELP, render
+from piwf_actors.top.state import Command, Confirm, Prompt, UiState, normalize
 
 
-def snapshot(**changes: object) -> Snapshot:
-    base = Snapshot(
-        taken_at=NOW,
-        host={"pid": 4242, "epoch": 7,
-              "lease": {"epoch": 7, "host_id": "h-1", "live": True, "heartbeat_at": NOW - 1.5,
-                        "expires_at": NOW + 13.5},
-              "runs": {"queued": 1, "starting": 0, "running": 2, "parked": 1, "done": 9, "failed": 0,
-                       "cancelled": 0},
-              "workers": {"max": 2, "active": [{"run_id": "run_busy", "pid": 5151, "generation": 2}], "idle": 1},
-              "writer": {"queue_depth": 3, "commits": 120, "commands": 300, "commits_per_s": 12.5,
-                         "commands_per_s": 31.0},
-              "gateway": {"connections": 2, "watches": 1, "requests": 40}},
-        runs=({"run_id": "run_busy", "workflow": "[red]x[/red]", "status": "running", "park_reason": None,
-               "current_node": "build", "steps": 4, "revision": 5, "updated_at": NOW - 2},
-              {"run_id": "run_decide", "workflow": "release", "status": "parked", "park_reason": "waiting",
-               "current_node": "approve", "steps": 1, "revision": 3, "updated_at": NOW - 5}),
-        decisions=(DECISION,),
-        other_requests=1,
-        workers=(WorkerRow(5151, "run_busy", 2, 37.5, 50 * 1024 * 1024),),
-        events=(EventRow("run_busy", "[red]x[/red]", 9, "node_started", "build", NOW - 2, {"attempt": 1}),
-                EventRow("run_decide", "release", 4, "run_parked", "approve", NOW - 5, None)),
-        selected_request_id="req_abc",
-    )
-    return dataclasses.replace(base, **changes)
+def screen(snap: Snapshot, state: UiState | None = None, width: int = 80, height: int | None = 24) -> str:
+    console = Console(record=True, width=width, height=height or 25, color_system=None, file=io.StringIO())
+    console.print(render(snap, width, height, normalize(state or UiState(), snap)))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert all(len(row) <= width for row in lines), f"a line is wider than {width}:\n{text}"
+    if height is not None:
+        assert len(lines) == height, f"{len(lines)} lines, not {height}:\n{text}"
+    return text
 
 
-def screen(snap: Snapshot, width: int = 100) -> str:
-    console = Console(record=True, width=width, color_system=None)
-    console.print(render(snap, width))
-    return console.export_text()
+def has_all(text: str, *expected: str) -> None:
+    for item in expected:
+        assert item in text, f"{item!r} missing from:\n{text}"
 
 
-def test_render_shows_every_section() -> None:
+def test_80x24_shows_every_pane() -> None:
     text = screen(snapshot())
-    for expected in ("epoch 7", "lease live", "heartbeat 1.5s ago", "host pid 4242", "queue depth 3", "1 active, 1 idle, max 2",
-                     "12.5 commits/s", "31.0 commands/s", "running 2", "done 9", "5151",
-                     "37.5", "50.0 MiB", "run_busy", "run_decide", "build", "parked (waiting)",
-                     "pending decisions (1)", "1 other request(s)", "Ship 1.2.0?", "12 passed", "1 ship",
-                     "2 stop", "3 fix", "recent events", "node_started", "run_parked", "q quit"):
-        assert expected in text, f"{expected!r} missing from:\n{text}"
+    has_all(text, "epoch 7", "lease live", "heartbeat 1.5s ago", "pid 4242",  # header
+            "queue depth 3", "12.5 commits/s", "31.0 commands/s", "clients 2",
+            "workers  1 active, 1 idle, max 2", "5151", "37.5%", "50.0 MiB",
+            "running 1", "done 30", "! 1 ambiguous effect",
+            " runs ", "1/33", "sort newest", "run_01m8m…sybusy0001", "release", "parked (waiting)",  # runs
+            "deploy", " decisions ", "(1)", "1 other request(s)", "Ship 1.2.0?", "12 passed",  # decisions
+            "1 ship (Ship it)", "2 stop", "3 fix (Needs changes) ✎",
+            " events ", "node_started", "run_parked",  # events
+            "? help", "q quit")  # footer
+    assert "updated" not in text  # an optional column, left out below 100 columns
+
+
+def test_wide_screen_adds_columns_and_full_ids() -> None:
+    text = screen(snapshot(), width=140, height=None)
+    has_all(text, "host pid 4242", "id h-1", "120 commits", "2 connections, 1 watches", "cancelled 0",
+            "updated", "steps", BUSY, RELEASE, "R restart  e resolve")
+    assert text.count("[red]x[/red]") >= 2  # the runs and the events
+
+
+def test_ambiguous_run_is_marked_in_the_list() -> None:
+    text = screen(snapshot())
+    row = next(row for row in text.splitlines() if "deploy" in row)
+    assert row.startswith("!") and "parked (ambiguous" in row
+
+
+def test_selection_scrolls_into_view() -> None:
+    snap = snapshot()
+    target = OLD_RUNS[25]["run_id"]
+    text = screen(snap, UiState(selected_run_id=target))
+    has_all(text, "29/33")
+    selected = next(row for row in text.splitlines() if row.startswith("▶"))
+    assert "…" in selected and selected.split()[1].endswith(target[-10:])
+    assert BUSY[-10:] not in text.split(" decisions ")[0].split("sort newest")[1]  # scrolled past the first run
+
+
+def test_detail_pane_with_traceback() -> None:
+    snap = snapshot(detail_run_id=BUSY, detail=DETAIL)
+    state = UiState(selected_run_id=BUSY, detail_open=True)
+    text = screen(snap, state)
+    has_all(text, " detail ", BUSY, "failed", "rev 9", "error node_failed: build: RuntimeError: [bold]boom[/bold]",
+            "traceback (last", "RuntimeError: [bold]boom[/bold]",  # the last traceback line
+            "eff_unknown", "ambiguous", "e resolves", "build", "RuntimeError")
+    assert " events " not in text  # the detail takes the events' place
+    assert " runs " in text and " decisions " in text and "? help" in text
+    tall = screen(snap, state, height=50)
+    has_all(tall, 'File "/w/flow.py", line 12, in build', "raise RuntimeError(\"[bold]boom[/bold]\")",
+            "prepare", "succeeded", '{"words":["a","b"]}', "eff_settled", "settled")
+    assert "(last" not in tall  # the whole traceback fits
+
+
+def test_detail_pane_without_traceback_from_an_older_host() -> None:
+    detail = dict(DETAIL, error={"code": "node_failed", "message": "build: boom"})
+    text = screen(snapshot(detail_run_id=BUSY, detail=detail), UiState(selected_run_id=BUSY, detail_open=True))
+    has_all(text, "error node_failed: build: boom")
+    assert "traceback" not in text
+
+
+def test_detail_pane_shows_park_reason_and_waits_for_run_get() -> None:
+    detail = dict(DETAIL, run_id=AMBIGUOUS, status="parked", park_reason="ambiguous_effect",
+                  park_detail="eff_unknown", error=None)
+    text = screen(snapshot(detail_run_id=AMBIGUOUS, detail=detail),
+                  UiState(selected_run_id=AMBIGUOUS, detail_open=True))
+    has_all(text, "park ambiguous_effect  eff_unknown", "e resolves: confirm or retry")
+    waiting = screen(snapshot(), UiState(selected_run_id=AMBIGUOUS, detail_open=True))
+    has_all(waiting, "reading run.get")
+
+
+def test_confirmation_line_replaces_the_keys() -> None:
+    state = UiState(confirm=Confirm((Command("run.cancel", f"cancel run {BUSY}", run_id=BUSY),)))
+    text = screen(snapshot(), state)
+    has_all(text, f"cancel run {BUSY}? y/n")
+    assert "q quit" not in text
+    has_all(text, "y sends it, any other key cancels")
+    resolve = Confirm((Command("effect.resolve", "resolve effect eff_unknown as confirm (it happened)",
+                               hotkey="c", label="confirm"),
+                       Command("effect.resolve", "resolve effect eff_unknown as retry (rerun the node)",
+                               hotkey="r", label="retry")), index=1)
+    text = screen(snapshot(), UiState(confirm=resolve))
+    has_all(text, "resolve effect eff_unknown as retry (rerun the node)? y/n", "c confirm", "r retry")
+    long = Command("decision.answer", "answer ship to " + "a very long title " * 10)
+    text = screen(snapshot(), UiState(confirm=Confirm((long,))))
+    assert "…? y/n" in text  # the question is cut, its y/n never
+
+
+def test_help_overlay_lists_every_key() -> None:
+    text = screen(snapshot(), UiState(help_open=True))
+    for key, meaning in HELP:
+        has_all(text, key, meaning)
+    has_all(text, "epoch 7", "any key closes the help")  # header and footer stay
+    assert "1/33" not in text and "Ship 1.2.0?" not in text  # the panes make room for it
+    has_all(screen(snapshot(), UiState(help_open=True), width=140, height=None), "this help")
+
+
+def test_filter_line_and_filtered_list() -> None:
+    text = screen(snapshot(), UiState(filter_text="rel", filtering=True))
+    has_all(text, "/rel▏", "1/1 of 33  filter /rel", "release")
+    assert "nightly" not in text and "deploy" not in text
+    text = screen(snapshot(), UiState(filter_text="zzz"))
+    has_all(text, "0/0 of 33", "no run matches the filter")
 
 
 def test_untrusted_text_stays_literal() -> None:
-    text = screen(snapshot())
-    assert "[red]x[/red]" in text  # in the runs table (and the events table, when wide)
-    wide = screen(snapshot(), width=140)
-    assert wide.count("[red]x[/red]") >= 2
+    nasty = "[bold red]boom[/]\x1b[2J\nsecond line"
+    runs = (dict(snapshot().runs[0], workflow=nasty),)
+    decision = dict(DECISION, contract=dict(DECISION["contract"], title=nasty))
+    text = screen(snapshot(runs=runs, decisions=(decision,)), width=140, height=None)
+    assert "[bold red]boom[/]\ufffd[2J second line" in text  # markup shown as typed, no escape, one line
+    assert "\x1b" not in text
+    detail = dict(DETAIL, error=dict(DETAIL["error"], traceback=nasty))
+    text = screen(snapshot(detail_run_id=BUSY, detail=detail), UiState(selected_run_id=BUSY, detail_open=True))
+    has_all(text, "[bold red]boom[/]\ufffd[2J", "second line")
 
 
 def test_empty_and_unreachable_host() -> None:
     text = screen(Snapshot(taken_at=NOW, error="no piwf host is listening on /x/host.sock"))
-    assert "host unreachable: no piwf host is listening" in text
-    assert "no runs" in text and "nothing to decide" in text and "no events" in text
-    assert "no active workers" in text
+    has_all(text, "host unreachable: no piwf host is listening", "no runs", "nothing to decide", "no events",
+            "no active workers")
 
 
-def test_first_cpu_sample_shows_as_unknown_and_narrow_drops_columns() -> None:
-    text = screen(snapshot(workers=(WorkerRow(5151, "run_busy", 2, None, None), WorkerRow(6000, None, None, 0.0, 1024))),
-                  width=80)
-    assert "…" in text and "idle" in text and "1.0 KiB" in text
-    assert "updated" not in text  # an optional column, left out when narrow
+def test_first_cpu_sample_shows_as_unknown() -> None:
+    text = screen(snapshot(workers=(WorkerRow(5151, BUSY, 2, None, None), WorkerRow(6000, None, None, 0.0, 1024))))
+    has_all(text, "workers  1 active, 1 idle, max 2  5151 … -  6000 idle 0.0% 1.0 KiB")
 
 
 def test_prompt_and_status_line() -> None:
-    text = screen(snapshot(prompt=Prompt("req_abc", "fix", "instructions", "What should change?", "bump it"),
-                           status="answered ship to approve: accepted"))
-    assert "What should change?: bump it" in text and "esc cancel" in text
-    assert "answered ship to approve: accepted" in text
+    state = UiState(prompt=Prompt("req_abc", "fix", "instructions", "What should change?", "bump it"),
+                    status="answer ship to Ship 1.2.0: accepted")
+    text = screen(snapshot(), state)
+    has_all(text, "What should change?: bump it", "esc: cancel", "answer ship to Ship 1.2.0: accepted")
 
 
-def test_keys_select_and_answer() -> None:
-    assert parse_keys("jk\x1b[A\x1b[B\r1\x7f\x1b") == ["j", "k", "up", "down", "enter", "1", "backspace", "escape"]
-    other = dict(DECISION, request_id="req_other", run_id="run_other")
-    snap = snapshot(decisions=(DECISION, other), selected_request_id=None)
-    ui = Ui()
-    assert ui.view(snap).selected_request_id == "req_abc"
-    assert ui.handle("j", snap) is None and ui.selected_request_id == "req_other"
-    assert ui.handle("down", snap) is None and ui.selected_request_id == "req_abc"
-    answer = ui.handle("1", snap)
-    assert isinstance(answer, Answer) and answer.choice == "ship" and answer.request["revision"] == 3
-    ui.handle("l", snap)
-    ui.handle("l", snap)
-    assert ui.handle("enter", snap) is None and ui.prompt is not None  # `fix` needs text
-    for key in "ok!":
-        ui.handle(key, snap)
-    ui.handle("backspace", snap)
-    answer = ui.handle("enter", snap)
-    assert isinstance(answer, Answer) and answer.choice == "fix" and answer.input == {"instructions": "ok"}
-    assert ui.handle("9", snap) is None and "no choice 9" in ui.status
-    assert ui.handle("q", snap) == "quit"
+def test_decisions_focus_and_many_decisions_fit() -> None:
+    decisions = tuple(dict(DECISION, request_id=f"req_{i}", contract=dict(DECISION["contract"], title=f"Ship {i}?"))
+                      for i in range(6))
+    text = screen(snapshot(decisions=decisions), UiState(focus="decisions", selected_request_id="req_4"))
+    has_all(text, "(6)", "▶ run_01m8m…d5yc88bm3j  approve  Ship 4?", "1 ship (Ship it)", "enter or 1-9 answer")
 
 
-def test_render_shows_channel_health_and_ambiguous_deliveries() -> None:
+def test_channel_health_and_ambiguous_deliveries() -> None:
     channels = {"configured": True, "profiles": [{"profile": "ops", "running": True},
                                                  {"profile": "night", "running": False,
                                                   "error": "credentials.toml is readable by group or others"}],
                 "ambiguous": [{"profile": "ops", "message_id": "chf_1-1", "purpose": "delivery"}]}
-    text = screen(snapshot(channels=channels), width=160)
-    assert "channels" in text and "ops" in text
-    assert "night (down: credentials.toml is readable by group or others)" in text
-    assert "1 ambiguous delivery" in text and "piwf channel recover" in text
+    text = screen(snapshot(channels=channels), width=160, height=None)
+    has_all(text, "channels  ops", "night (down: credentials.toml is readable by group or others)",
+            "1 ambiguous delivery", "piwf channel recover")
+    has_all(screen(snapshot(channels=channels)), "channels  ops  night (down", " runs ", " decisions ", " events ")
     assert "channels" not in screen(snapshot())  # nothing configured: no line

@@ -166,22 +166,35 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     return recorded(ctx, args, "run.resume", apply)
 
 
-def restart_id(run_id: str, revision: int) -> str:
-    """The id of the one restart of `run_id` at `revision` (a second restart finds it)."""
-    digest = hashlib.sha256(canonical_json([run_id, revision]).encode()).hexdigest()
+def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None) -> str:
+    """The id of the one restart of `run_id` at `revision` (from `from_node`, running the code of
+    digest `code` when it is not the parent's): a second such restart finds it. A restart after
+    the workflow was fixed runs other code, so it is another restart."""
+    key: list[Any] = [run_id, revision]
+    if from_node is not None or code is not None:
+        key += [from_node, code]
+    digest = hashlib.sha256(canonical_json(key).encode()).hexdigest()
     return f"run_{digest[:26]}"
 
 
 @command("run.restart")
 def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Start a new run of the same workflow snapshot and input, with `parent_run_id` set.
+    """Start a new run of a finished run's input, with `parent_run_id` set.
 
     Only a terminal run (done, failed, cancelled) at the given
     `expected_revision` (required), and never while one of its effects is
     `applying` or `ambiguous` (a restart would apply it again): a person
-    resolves those first. One restart per (run, revision): the child's id
-    derives from them, so a second restart, under any idempotency key, is
-    `adopted` with the first receipt.
+    resolves those first. One restart per (run, revision, from_node, code):
+    the child's id derives from them, so a second restart of the same code,
+    under any idempotency key, is `adopted` with the first receipt.
+
+    args.spec (optional): the workflow as the host resolved it again (workflow,
+    workflow_path, workflow_attr, definition_digest, source); without it the
+    parent's stored snapshot runs. args.from_node (optional): the child starts
+    at that node (it must be in args.node_ids, the definition's nodes), with
+    the parent's outputs of the nodes that ran before it copied as committed
+    attempts (`copied_from` the parent's attempt), so that work, side effects
+    included, is not done again.
     """
 
     def apply() -> dict[str, Any] | Adopted:
@@ -199,15 +212,60 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if unsettled:
             raise Rejected(f"run {run_id} has unsettled effect(s) {', '.join(unsettled)}: resolve them first "
                            "(effect.resolve confirm|retry), then restart")
-        child_id = restart_id(run_id, run["revision"])
-        receipt = {"run_id": child_id, "status": "queued", "revision": 1, "parent_run_id": run_id}
-        if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
-            return Adopted(receipt)
         spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
                                           "project_path", "session_id")}
+        source_sha = run["source_sha256"]
+        fresh = args.get("spec")
+        if fresh:
+            spec.update({key: fresh.get(key) for key in ("workflow", "workflow_path", "workflow_attr",
+                                                           "definition_digest")})
+            source_sha = None
+            spec["source"] = fresh.get("source")
+        from_node = args.get("from_node")
+        if from_node is not None:
+            nodes = args.get("node_ids") or []
+            if from_node not in nodes:
+                raise Rejected(f"node {from_node!r} is not in workflow {spec['workflow']!r} "
+                               f"(its nodes: {', '.join(nodes) or 'none'})")
+        changed = spec["definition_digest"] != run["definition_digest"]
+        child_id = restart_id(run_id, run["revision"], from_node, spec["definition_digest"] if changed else None)
+        receipt: dict[str, Any] = {"run_id": child_id, "status": "queued", "revision": 1, "parent_run_id": run_id,
+                                   "digest_changed": changed}
+        if from_node is not None:
+            receipt["from_node"] = from_node
+        if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
+            return Adopted(receipt)
         spec.update(parent_run_id=run_id, run_id=child_id)
-        _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=run["source_sha256"])
-        append_event(ctx.conn, run_id, "run_restarted", ctx.now, payload={"child_run_id": child_id})
+        _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=source_sha)
+        if from_node is not None:
+            _copy_before(ctx, run_id, child_id, from_node)
+        append_event(ctx.conn, run_id, "run_restarted", ctx.now,
+                     payload={"child_run_id": child_id, "from_node": from_node,
+                              "digest_changed": receipt["digest_changed"]})
         return receipt
 
     return recorded(ctx, args, "run.restart", apply)
+
+
+def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: str) -> None:
+    """Copy into the child the parent's latest succeeded attempt of every node that ran before
+    `from_node` (all that ran, if it never did), and start the child at `from_node`."""
+    first = ctx.conn.execute("SELECT min(step) FROM node_attempt WHERE run_id = ? AND node_id = ?",
+                             (parent_id, from_node)).fetchone()[0]
+    latest: dict[str, tuple[Any, ...]] = {}
+    for row in ctx.conn.execute(
+            """SELECT attempt_id, node_id, output_sha256, step, generation FROM node_attempt
+               WHERE run_id = ? AND status = 'succeeded' AND (? IS NULL OR step < ?) ORDER BY step, started_at""",
+            (parent_id, first, first)):
+        latest[row[1]] = row
+    for index, (attempt_id, node_id, output_sha, _step, _generation) in enumerate(latest.values()):
+        copied = new_id("att", ctx.now)
+        ctx.conn.execute(
+            """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome, output_sha256,
+                   generation, started_at, finished_at, copied_from)
+               VALUES (?, ?, ?, 1, ?, 'succeeded', 'copied', ?, 0, ?, ?, ?)""",
+            (copied, child_id, node_id, index, output_sha, ctx.now, ctx.now, attempt_id))
+        append_event(ctx.conn, child_id, "node_copied", ctx.now, node_id=node_id, attempt_id=copied,
+                     payload={"from_run_id": parent_id, "from_attempt_id": attempt_id})
+    ctx.conn.execute("UPDATE run SET current_node = ?, steps = ? WHERE run_id = ?",
+                     (from_node, len(latest), child_id))

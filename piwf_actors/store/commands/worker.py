@@ -275,9 +275,12 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     output_sha = put_json_blob(ctx.conn, payload.get("output"), ctx.now) if keep else None
     changed = ctx.conn.execute(
         """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
-               finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
+               traceback = ?, finished_at = ?
+           WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
         ("succeeded" if outcome == "ok" else "failed", outcome, output_sha, payload.get("error_code"),
-         (payload.get("error") or None) and str(payload.get("error"))[:4000], ctx.now, attempt_id, run_id)).rowcount
+         (payload.get("error") or None) and str(payload.get("error"))[:4000],
+         (payload.get("traceback") or None) and str(payload["traceback"])[:8192], ctx.now, attempt_id,
+         run_id)).rowcount
     if changed != 1:
         raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
     if payload.get("request_id") is not None:

@@ -1,0 +1,243 @@
+"""`RunEventsSubscription`: tells an application's actor what happens to runs, without polling.
+
+`HostHandle.subscribe(actor_ref, runs=…)` starts one of these. It subscribes
+to the writer's `ChangeNotice`s (told after every commit, naming the runs
+that changed), reads the new events of those runs through its own read-only
+`StoreReader` (after a per-run `seq` cursor) and tells the application's
+actor typed notices (`piwf_actors.api`): `RunStarted`, `NodeFinished`,
+`RunParked`, `RunFinished`. The mapping from run event kinds is the pure
+function `translate`.
+
+What a subscriber is told:
+- `runs=None` (every run): the events committed after `subscribe` was
+  called, for every run.
+- `runs=[ids]`: each named run's whole history first (so subscribing right
+  after `start_run` misses nothing, and a run that already finished is
+  reported finished), then its new events as they are committed.
+- Per run, notices arrive in `seq` order, each once; `RunFinished` is the last.
+
+It never blocks another actor: it only `tell`s (the writer, the subscriber,
+itself). When the subscriber has stopped, the subscription stops quietly.
+A read that fails (a locked or full disk) is logged and tried again on the
+next commit. Its own failure stops only itself (it has no supervisor): the
+host goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.writer import Subscribe, Unsubscribe
+from piwf_actors.api import NodeFinished, RunError, RunEvent, RunFinished, RunNotice, RunParked, RunStarted, RunView
+from piwf_actors.errors import PiwfError
+from piwf_actors.store import queries
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import ChangeNotice
+
+log = logging.getLogger(__name__)
+
+#: Events read per query; a longer history is read in several.
+PAGE = 500
+#: Finished runs remembered when following every run (their later events, e.g. `run_restarted`,
+#: tell a subscriber nothing); see `_forget_oldest`.
+FINISHED_REMEMBERED = 10_000
+
+_STARTS = frozenset({"run_started", "run_resumed"})
+_FINISHES = {"run_finished": "done", "run_failed": "failed", "run_cancelled": "cancelled"}
+
+
+# --- the step function ------------------------------------------------------------------------------
+
+
+def needs_view(events: Iterable[RunEvent], workflow_known: bool) -> bool:
+    """Whether translating `events` needs the run's view (its workflow name, its error)."""
+    return any(e.kind == "run_failed" or (e.kind in _STARTS and not workflow_known) for e in events)
+
+
+def translate(run_id: str, event: RunEvent, workflow: str, error: RunError | None) -> RunNotice | None:
+    """The notice a subscriber gets for `event` of run `run_id`, or None for events it is not told.
+
+    `workflow` is the run's workflow name, `error` the run's error (used for
+    `run_failed`). `run_resumed` counts only when a worker took the run up
+    again (its payload has `steps`), not when a person put it back in the queue.
+    """
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if event.kind == "run_started" or (event.kind == "run_resumed" and "steps" in payload):
+        return RunStarted(run_id, workflow, event.seq, resumed=event.kind == "run_resumed")
+    if event.kind in ("node_finished", "node_failed"):
+        outcome = payload.get("outcome") or ("ok" if event.kind == "node_finished" else "failed")
+        return NodeFinished(run_id, event.node_id or "", str(outcome), event.attempt_id, event.seq,
+                            error=payload.get("error") if event.kind == "node_failed" else None)
+    if event.kind == "run_parked":
+        detail = payload.get("request_id") or payload.get("effect_id") or payload.get("detail")
+        return RunParked(run_id, str(payload.get("reason") or "parked"), detail, event.seq)
+    status = _FINISHES.get(event.kind)
+    if status is not None:
+        if status == "failed" and error is None:
+            error = RunError(payload.get("error_code"), None)
+        return RunFinished(run_id, status, error if status == "failed" else None, event.seq)
+    return None
+
+
+# --- the actor ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    """Read the runs noticed since the last flush. Told to itself once per burst of notices, so
+    many commits touching one run cost one read."""
+
+
+class RunEventsSubscription(CoreActor):
+    """One subscriber's view of run events (see the module docstring)."""
+
+    actor_name = "run-events"
+
+    def __init__(self, writer_ref: pykka.ActorRef[Any], db_path: Path, subscriber: pykka.ActorRef[Any], *,
+                 runs: frozenset[str] | None, since: float) -> None:
+        """Runs in the caller's thread: stores arguments only. `since`: with `runs=None`, events
+        stamped before it are not told (they happened before the subscription)."""
+        super().__init__(None)  # no supervisor: a subscription's failure is not the host's
+        self._writer_ref = writer_ref
+        self._db_path = db_path
+        self._subscriber = subscriber
+        self._runs = runs
+        self._floor = float("-inf") if runs is not None else since
+        self._reader: StoreReader | None = None
+        self._cursors: dict[str, int] = {}
+        self._workflows: dict[str, str] = {}
+        self._finished: OrderedDict[str, float] = OrderedDict()
+        self._dirty: dict[str, None] = {}  # insertion-ordered set
+        self._flush_told = False
+        self._closing = False
+
+    def on_start(self) -> None:
+        """Runs in the subscription's thread: opens its reader, subscribes, catches up on named runs."""
+        self._reader = StoreReader(self._db_path)
+        safe_tell(self._writer_ref, Subscribe(self.actor_ref))
+        if self._runs:
+            self._mark_dirty(sorted(self._runs))
+
+    def release_resources(self) -> None:
+        """Runs in the subscription's thread (on_stop, on_failure): unsubscribes, closes the reader."""
+        safe_tell(self._writer_ref, Unsubscribe(self.actor_ref))
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {ChangeNotice: self._noticed, _Flush: self._flush}
+
+    def _noticed(self, notice: ChangeNotice) -> None:
+        runs = notice.runs if self._runs is None else [r for r in notice.runs if r in self._runs]
+        self._mark_dirty(runs)
+
+    def _mark_dirty(self, runs: Iterable[str]) -> None:
+        for run_id in runs:
+            if run_id not in self._finished:
+                self._dirty[run_id] = None
+        if self._dirty and not self._flush_told:
+            self._flush_told = safe_tell(self.actor_ref, _Flush())
+
+    def _flush(self, _message: _Flush) -> None:
+        self._flush_told = False
+        for run_id in list(self._dirty):
+            if self._closing:
+                return
+            try:
+                self._follow(run_id)
+            except (sqlite3.Error, PiwfError) as exc:
+                # Kept dirty: the next commit's notice tries again.
+                log.warning("run events of %s not read (tried again on the next commit): %s", run_id, exc)
+                continue
+            self._dirty.pop(run_id, None)
+
+    def _follow(self, run_id: str) -> None:
+        """Tell the subscriber the events of `run_id` after its cursor, a page at a time."""
+        assert self._reader is not None
+        while not self._closing and run_id not in self._finished:
+            page = [RunEvent.from_wire(row) for row in
+                    queries.run_events(self._reader, run_id, self._cursors.get(run_id, 0), PAGE)]
+            if not page:
+                return
+            for event in page:  # the first event names the workflow: no view needed to say so
+                if event.kind == "run_created" and isinstance(event.payload, dict) and event.payload.get("workflow"):
+                    self._workflows[run_id] = str(event.payload["workflow"])
+            fresh = [event for event in page if event.created_at >= self._floor]
+            view = None
+            if needs_view(fresh, run_id in self._workflows):
+                raw = queries.run_view(self._reader, run_id)
+                view = None if raw is None else RunView.from_wire(raw)
+                if view is not None:
+                    self._workflows[run_id] = view.workflow
+            workflow = self._workflows.get(run_id, "")
+            for event in fresh:
+                notice = translate(run_id, event, workflow, view.error if view is not None else None)
+                if notice is not None and not self._tell(notice):
+                    return
+                if isinstance(notice, RunFinished):
+                    self._finish(run_id, event.created_at)
+                    return
+            self._cursors[run_id] = page[-1].seq
+            if len(page) < PAGE:
+                return
+
+    def _tell(self, notice: RunNotice) -> bool:
+        if safe_tell(self._subscriber, notice):
+            return True
+        log.info("subscriber %s has stopped; ending its run events subscription", self._subscriber)
+        self._closing = True
+        self.stop()
+        return False
+
+    def _finish(self, run_id: str, finished_at: float) -> None:
+        self._cursors.pop(run_id, None)
+        self._workflows.pop(run_id, None)
+        self._finished[run_id] = finished_at
+        if self._runs is None and len(self._finished) > FINISHED_REMEMBERED:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Forget the run that finished first. Raising the floor to its end keeps it forgotten: a
+        later event of it (a restart's note) is not mistaken for a new run's history, while any
+        run first seen from now on has only events newer than that."""
+        _run_id, finished_at = self._finished.popitem(last=False)
+        self._floor = max(self._floor, finished_at)
+
+
+class Subscription:
+    """What `HostHandle.subscribe` returns: the handle of one run events subscription.
+
+    The host owns the subscription: `host.stop()` ends it too. Calling
+    `unsubscribe()` from an actor's handler is safe (the subscription never
+    waits on anyone), but `block=False` avoids even the short wait.
+    """
+
+    def __init__(self, actor_ref: pykka.ActorRef[Any], runs: frozenset[str] | None) -> None:
+        self.actor_ref = actor_ref
+        self.runs = runs
+
+    @property
+    def active(self) -> bool:
+        """False once unsubscribed, stopped with the host, or ended because its subscriber stopped."""
+        return self.actor_ref.is_alive()
+
+    def unsubscribe(self, *, block: bool = True, timeout: float | None = 10.0) -> None:
+        """Stop telling the subscriber anything; safe to call twice."""
+        try:
+            self.actor_ref.stop(block=block, timeout=timeout)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            pass
+
+    def __repr__(self) -> str:
+        runs = "all runs" if self.runs is None else ", ".join(sorted(self.runs))
+        return f"<Subscription {'active' if self.active else 'ended'}: {runs}>"

@@ -1,0 +1,120 @@
+"""`Ctx`: what a `piwf` command works with — its arguments, the consoles, and the host (or, for the
+read-only commands, the state database of a stopped host)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from piwf_actors.cli import ids, render
+from piwf_actors.client import Client, HostNotRunning
+from piwf_actors.client.connection import ContentReader
+from piwf_actors.store.paths import StatePaths
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
+
+
+class Refused(Exception):
+    """An operation the host answered with a refusal (exit status 1)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(f"{answer.outcome}: {answer.error}")
+        self.answer = answer
+
+
+@dataclass
+class Ctx:
+    args: argparse.Namespace
+    out: Console
+    err: Console
+    _client: ContentReader | None = None
+
+    @property
+    def json(self) -> bool:
+        return bool(self.args.json)
+
+    def client(self, timeout: float = 30.0, *, offline_ok: bool = False) -> ContentReader:
+        """The host's client; with `offline_ok`, when no host listens but the state database exists, a
+        read-only `LocalStore` on it (saying so on stderr). Commands that read pass `offline_ok` in
+        their first call."""
+        if self._client is None:
+            client = Client(self.args.state_dir, timeout=timeout)
+            if offline_ok:
+                try:
+                    client.connect()
+                except HostNotRunning as exc:
+                    database = StatePaths.resolve(self.args.state_dir).database
+                    if exc.listening or not database.is_file():
+                        raise
+                    from piwf_actors.client import LocalStore
+
+                    self.note(f"piwf: no host is running; reading {database} (read-only)")
+                    self._client = LocalStore(database)
+                    return self._client
+            self._client = client
+        return self._client
+
+    def host(self, timeout: float = 30.0) -> Client:
+        """The client of a running host (live operations: watches, writes)."""
+        client = self.client(timeout)
+        if not isinstance(client, Client):
+            raise HostNotRunning(str(StatePaths.resolve(self.args.state_dir).socket), "nothing listens")
+        return client
+
+    @property
+    def offline(self) -> bool:
+        return self._client is not None and not isinstance(self._client, Client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def call(self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any) -> Any:
+        """Send one request; the receipt when accepted/adopted, else `Refused`."""
+        answer = self.client().request(operation, payload, **envelope)
+        if not answer.ok:
+            raise Refused(answer)
+        return answer.receipt
+
+    def resolve(self, kind: str, value: str) -> str:
+        """The full id a (prefix) argument names; see `cli/ids.py`."""
+        return ids.resolve(self.client(), kind, value)
+
+    def short_id(self, kind: str, full: str, min_chars: int = 8) -> str:
+        """A prefix of `full` that names it alone right now (for commands printed as hints)."""
+        head = full.find("_") + 1
+        for length in range(head + min_chars, len(full), 4):
+            answer = self.client().request("ids.match", {"kind": kind, "prefix": full[:length], "limit": 2})
+            if not answer.ok:
+                break
+            if answer.receipt["matches"] == [full] and not answer.receipt["more"]:
+                return full[:length]
+        return full
+
+    def command(self, *words: str) -> str:
+        """`piwf WORDS…` as a shell command that reaches this host (with --state-dir when one was given)."""
+        base = ["piwf"] + (["--state-dir", str(self.args.state_dir)] if self.args.state_dir else [])
+        return shlex.join([*base, *words])
+
+    def emit_json(self, value: Any) -> None:
+        self.out.out(render.to_json(value), highlight=False)
+
+    def show(self, value: Any, renderer: Any) -> None:
+        """JSON of `value` with --json, else `renderer(value)` as a Rich renderable."""
+        if self.json:
+            self.emit_json(value)
+        else:
+            self.out.print(renderer(value))
+
+    def note(self, message: Any) -> None:
+        """One line (a str or a rich Text) on stderr, never wrapped (it may be a command to copy)."""
+        if isinstance(message, str):
+            print(message, file=sys.stderr, flush=True)
+        else:
+            self.err.print(message, soft_wrap=True, highlight=False)

@@ -1,0 +1,162 @@
+"""Named read queries for the metrics exporter (`piwf_actors.metrics`).
+
+Two kinds: gauges read whole at scrape time (cheap counts on indexed
+columns), and the rows the exporter's followers track between scrapes.
+
+Followers page through `run` and `node_attempt` by rowid: both are rowid
+tables that are only appended to by the one writer, so a row committed later
+always has a higher rowid than every row committed before it (SQLite hands
+out max(rowid) + 1). Reading "rows above the last rowid seen" plus "the rows
+we already know are unfinished" by rowid is exact and costs what changed,
+never a scan of the whole history. Rowids are reused only after the newest
+rows are deleted (pruning everything); `max_rowid` lets the follower notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.runstate import TERMINAL_STATUSES
+
+#: Statuses a run can still leave.
+LIVE_RUN_STATUSES = ("queued", "starting", "running", "parked")
+_LIVE_SQL = "(" + ", ".join(f"'{s}'" for s in LIVE_RUN_STATUSES) + ")"
+#: Rowids per `IN (...)` list (below SQLite's default limit of host parameters).
+_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    rowid: int
+    status: str
+    started: bool  # the run has a `run_started` event (a worker loaded it and began)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    rowid: int
+    finished: bool  # finished_at is set (succeeded, failed, interrupted or timed out)
+    duration_s: float | None  # finished_at - started_at once finished
+    kind: str | None  # once finished: effect | checkpoint | decision | agent | compute (see _ATTEMPT_COLUMNS)
+    run_live: bool  # its run has not finished (an unfinished attempt of a finished run never finishes)
+
+
+def _chunks(rowids: Iterable[int]) -> Iterable[list[int]]:
+    chunk: list[int] = []
+    for rowid in rowids:
+        chunk.append(rowid)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+_RUN_COLUMNS = """r.rowid, r.status,
+    EXISTS (SELECT 1 FROM run_event e WHERE e.run_id = r.run_id AND e.kind = 'run_started')"""
+
+
+def _run_rows(reader: StoreReader, where: str, params: tuple[int, ...] = ()) -> list[RunRow]:
+    return [RunRow(int(rowid), status, bool(started))
+            for rowid, status, started in reader.all(f"SELECT {_RUN_COLUMNS} FROM run r WHERE {where}", params)]
+
+
+def max_run_rowid(reader: StoreReader) -> int:
+    return _count(reader, "SELECT coalesce(max(rowid), 0) FROM run")
+
+
+def live_runs(reader: StoreReader) -> list[RunRow]:
+    """Every run that has not finished (uses the status index)."""
+    return _run_rows(reader, f"r.status IN {_LIVE_SQL}")
+
+
+def runs_after(reader: StoreReader, rowid: int) -> list[RunRow]:
+    """Runs created after the run with this rowid."""
+    return _run_rows(reader, "r.rowid > ?", (rowid,))
+
+
+def runs_by_rowid(reader: StoreReader, rowids: Iterable[int]) -> list[RunRow]:
+    found: list[RunRow] = []
+    for chunk in _chunks(rowids):
+        found += _run_rows(reader, f"r.rowid IN ({','.join('?' * len(chunk))})", tuple(chunk))
+    return found
+
+
+# --- node attempts -------------------------------------------------------------------------
+
+# The node's kind is not stored with its attempt; what is stored tells enough:
+# an attempt that reserved an effect ran an `action` or a `shell` node
+# ("effect"); one that opened an interactive request was a checkpoint, a human
+# decision or an agent step (the request's own kind); anything else — compute,
+# notify — is "compute". Both lookups use the (run_id, …) indexes.
+_ATTEMPT_COLUMNS = f"""a.rowid, a.finished_at IS NOT NULL, a.finished_at - a.started_at,
+    CASE WHEN a.finished_at IS NULL THEN NULL
+         WHEN EXISTS (SELECT 1 FROM effect f WHERE f.run_id = a.run_id AND f.attempt_id = a.attempt_id)
+              THEN 'effect'
+         ELSE coalesce((SELECT q.kind FROM interactive_request q
+                        WHERE q.run_id = a.run_id AND q.attempt_id = a.attempt_id LIMIT 1), 'compute')
+    END,
+    EXISTS (SELECT 1 FROM run r WHERE r.run_id = a.run_id AND r.status IN {_LIVE_SQL})"""
+
+
+def _attempt_rows(reader: StoreReader, where: str, params: tuple[int, ...] = ()) -> list[AttemptRow]:
+    return [AttemptRow(int(rowid), bool(finished), None if duration is None else max(0.0, float(duration)), kind,
+                       bool(live))
+            for rowid, finished, duration, kind, live in reader.all(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM node_attempt a WHERE {where}", params)]
+
+
+def max_attempt_rowid(reader: StoreReader) -> int:
+    return _count(reader, "SELECT coalesce(max(rowid), 0) FROM node_attempt")
+
+
+def open_attempts_of_live_runs(reader: StoreReader) -> list[int]:
+    """Rowids of the unfinished attempts of runs that have not finished (indexes only, no full scan)."""
+    return [int(r[0]) for r in reader.all(
+        f"""SELECT a.rowid FROM run r JOIN node_attempt a ON a.run_id = r.run_id
+            WHERE r.status IN {_LIVE_SQL} AND a.finished_at IS NULL""")]
+
+
+def attempts_after(reader: StoreReader, rowid: int) -> list[AttemptRow]:
+    """Attempts recorded after the attempt with this rowid (not those a restart copied from a parent
+    run: nothing ran for them)."""
+    return _attempt_rows(reader, "a.rowid > ? AND a.copied_from IS NULL", (rowid,))
+
+
+def attempts_by_rowid(reader: StoreReader, rowids: Iterable[int]) -> list[AttemptRow]:
+    found: list[AttemptRow] = []
+    for chunk in _chunks(rowids):
+        found += _attempt_rows(reader, f"a.rowid IN ({','.join('?' * len(chunk))})", tuple(chunk))
+    return found
+
+
+# --- gauges --------------------------------------------------------------------------------
+
+
+def _count(reader: StoreReader, sql: str) -> int:
+    row = reader.one(sql)
+    return 0 if row is None else int(row[0])
+
+
+def pending_decisions(reader: StoreReader) -> int:
+    """Human decisions waiting for an answer (pending or being presented on a channel)."""
+    return _count(reader, "SELECT count(*) FROM interactive_request "
+                          "WHERE status IN ('pending', 'presenting') AND kind = 'decision'")
+
+
+def ambiguous_effects(reader: StoreReader) -> int:
+    """Side effects whose outcome is unknown (they wait for `effect resolve`)."""
+    return _count(reader, "SELECT count(*) FROM effect WHERE status = 'ambiguous'")
+
+
+def ambiguous_channel_deliveries(reader: StoreReader) -> int:
+    """Channel messages that may or may not have been sent (they wait for `channel recover`)."""
+    return _count(reader, "SELECT count(*) FROM channel_effect WHERE status = 'ambiguous'")
