@@ -47,7 +47,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from piwf_actors.board import HostBoard
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.errors import HostError
 from piwf_actors.store import metrics_queries as mq
 from piwf_actors.store.database import StoreOptions

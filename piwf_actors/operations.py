@@ -10,8 +10,6 @@ snapshot, never the file as it is later.
 from __future__ import annotations
 
 import os
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,45 +18,8 @@ from piwf_actors.errors import NotFound, Rejected, WorkflowError
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
-from piwf_actors.workflows import ResolvedWorkflow, json_problem, load_snapshot, resolve
-
-
-@dataclass(frozen=True, slots=True)
-class _CacheKey:
-    spec: str
-    project_path: str | None
-    stamp: tuple[Any, ...]
-
-
-class WorkflowResolver:
-    """Resolves workflow specs, reusing a result while the defining file is unchanged.
-
-    The cache key includes the file's (mtime_ns, size, inode), so an edited
-    workflow file is loaded again; loading runs the file as a fresh module.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cache: dict[tuple[str, str | None], tuple[tuple[Any, ...], ResolvedWorkflow]] = {}
-
-    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
-        key = (spec, project_path)
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[0] == _stamp(cached[1].path):
-            return cached[1]
-        resolved = resolve(spec, project_path)
-        with self._lock:
-            self._cache[key] = (_stamp(resolved.path), resolved)
-        return resolved
-
-
-def _stamp(path: str) -> tuple[Any, ...]:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return ()
-    return (info.st_mtime_ns, info.st_size, info.st_ino)
+from piwf_actors.workflows import json_problem, load_snapshot
+from piwf_actors.workflows.resolver import WorkflowResolver
 
 
 def start_run(writer: WriterHandle, resolver: WorkflowResolver, **kwargs: Any) -> dict[str, Any]:

@@ -25,10 +25,10 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel import ChannelAdapter
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.board import HostBoard
 from piwf_actors.channels.config import ChannelsConfig, load_channels
 from piwf_actors.channels.registry import channel_module
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED

@@ -25,11 +25,11 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.board import HostBoard
 from piwf_actors.errors import PiwfError
-from piwf_actors.operations import WorkflowResolver, restart_run_command, start_run_command
+from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
 from piwf_actors.protocol.payloads import PAYLOADS, check_payload
@@ -38,6 +38,7 @@ from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
 from piwf_actors.store import channel_queries, queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.workflows.resolver import WorkflowResolver
 
 log = logging.getLogger(__name__)
 

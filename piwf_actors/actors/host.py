@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, Ping, safe_tell
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelManager
 from piwf_actors.actors.gateway import ClientGateway
+from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.actors.lease import (
     GetLease,
     HostLease,
@@ -46,20 +48,18 @@ from piwf_actors.api import (
     RunSummary,
     RunView,
 )
-from piwf_actors.board import HostBoard
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostError, NotFound
-from piwf_actors.hostlock import HostLock
-from piwf_actors.operations import WorkflowResolver
 from piwf_actors.operations import restart_run as _restart_run
 from piwf_actors.operations import start_run as _start_run
+from piwf_actors.paths import StatePaths, ensure_private_dir
 from piwf_actors.runner.termination import is_same_process, terminate_tree
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
-from piwf_actors.store.paths import StatePaths, ensure_private_dir
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.workflows.resolver import WorkflowResolver
 
 if TYPE_CHECKING:  # imported by start_host only when metrics are on (prometheus_client stays unloaded)
     from piwf_actors.metrics import HostMetrics

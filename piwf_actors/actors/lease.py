@@ -31,12 +31,12 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.board import HostBoard
+from piwf_actors.actors.hostlock import holder_alive, process_start_identity
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.board import HostBoard
+from piwf_actors.canonical import token_hash
 from piwf_actors.errors import LeaseLost
-from piwf_actors.hostlock import holder_alive, process_start_identity
-from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)

@@ -38,9 +38,9 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.content_exchange import ContentExchange
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError
-from piwf_actors.runner.content_exchange import ContentExchange
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult

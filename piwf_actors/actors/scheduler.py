@@ -22,15 +22,15 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
 from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner, WatchdogTick
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.board import HostBoard
+from piwf_actors.canonical import token_hash
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.store import queries
-from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 

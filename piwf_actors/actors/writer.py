@@ -30,8 +30,8 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
-from piwf_actors.board import HostBoard
 from piwf_actors.errors import WriterStopped
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import StoreOptions, connect

@@ -14,7 +14,7 @@ from rich.console import Console
 from piwf_actors.cli import ids, render
 from piwf_actors.client import Client, HostNotRunning
 from piwf_actors.client.connection import ContentReader
-from piwf_actors.store.paths import StatePaths
+from piwf_actors.paths import StatePaths
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
 
@@ -51,7 +51,7 @@ class Ctx:
                     database = StatePaths.resolve(self.args.state_dir).database
                     if exc.listening or not database.is_file():
                         raise
-                    from piwf_actors.client import LocalStore
+                    from piwf_actors.cli.offline import LocalStore  # imports the store: only when needed
 
                     self.note(f"piwf: no host is running; reading {database} (read-only)")
                     self._client = LocalStore(database)

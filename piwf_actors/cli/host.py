@@ -17,7 +17,7 @@ from piwf_actors import __version__
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import PiwfError
 from piwf_actors.logs import configure
-from piwf_actors.store.paths import default_state_dir
+from piwf_actors.paths import default_state_dir
 
 log = logging.getLogger("piwf.host")
 

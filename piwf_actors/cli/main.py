@@ -28,7 +28,7 @@ from piwf_actors.cli.ids import Ambiguous, NoMatch
 from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.client import HostNotRunning
 from piwf_actors.errors import PiwfError
-from piwf_actors.store.paths import default_state_dir
+from piwf_actors.paths import default_state_dir
 
 SLOW_TIMEOUT_S = 3600.0  # backup/verify/prune on a large database; a socket timeout would resend the request
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError, PiwfError
 from piwf_actors.messages import recv_frame, send_frame
-from piwf_actors.store.paths import StatePaths
+from piwf_actors.paths import StatePaths
 
 SCHEMA = "piwf.client.v1"
 

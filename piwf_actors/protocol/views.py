@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from piwf_actors.board import HostBoard
+from piwf_actors.actors.board import HostBoard
 from piwf_actors.messages import pack
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from piwf_actors.board import HostBoard
+from piwf_actors.actors.board import HostBoard
+from piwf_actors.canonical import fingerprint
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import event
-from piwf_actors.store.jsonutil import fingerprint
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
 

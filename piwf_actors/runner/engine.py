@@ -21,12 +21,12 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from piwf_actors.interactions import presentation
+from piwf_actors.ids import new_id
 from piwf_actors.messages import pack
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import SupervisorLink
-from piwf_actors.store.ids import new_id
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
+from piwf_actors.workflows.contracts import presentation
 from piwf_actors.workflows.model import (
     ActionSpec,
     AgentSpec,

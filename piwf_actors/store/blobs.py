@@ -6,7 +6,7 @@ import hashlib
 import sqlite3
 from typing import Any
 
-from piwf_actors.store.jsonutil import canonical_json
+from piwf_actors.canonical import canonical_json
 
 
 def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 import peewee as pw
 
 from piwf_actors.errors import StoreRefused
+from piwf_actors.paths import tighten_file
 from piwf_actors.store.migrations import LATEST_VERSION, migrate
-from piwf_actors.store.paths import tighten_file
 
 #: 'piwf' in ASCII; stored in the SQLite header so a foreign database is recognised.
 APPLICATION_ID = 0x70697766

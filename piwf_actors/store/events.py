@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
-from piwf_actors.store.jsonutil import canonical_json
 
 
 def append_event(conn: sqlite3.Connection, run_id: str, kind: str, now: float, *,

@@ -10,7 +10,9 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import ClaimLost, NotFound
+from piwf_actors.ids import new_id
 from piwf_actors.store.events import append_event
 
 if TYPE_CHECKING:  # the commands package imports this module while it loads
@@ -91,9 +93,6 @@ def _summary_message(ctx: WriteContext, run_id: str, session_id: str | None, wor
     """A finished run tells its session (if it has one) how it ended, in the outbox."""
     if session_id is None:
         return
-    from piwf_actors.store.ids import new_id
-    from piwf_actors.store.jsonutil import canonical_json
-
     body = {"run_id": run_id, "workflow": workflow, "status": status}
     if error_code:
         body["error"] = {"code": error_code, "message": (error_message or "")[:1000]}

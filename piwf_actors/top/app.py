@@ -44,7 +44,7 @@ from rich.live import Live
 from piwf_actors import __version__
 from piwf_actors.client import Client, HostNotRunning
 from piwf_actors.errors import PiwfError
-from piwf_actors.store.paths import default_state_dir
+from piwf_actors.paths import default_state_dir
 from piwf_actors.top.keys import cbreak, read_keys
 from piwf_actors.top.model import Gatherer, Snapshot
 from piwf_actors.top.render import plan, render

@@ -29,8 +29,8 @@ import pytest
 from testsupport import host_state_row, live_children, lock_is_free, wait_for
 
 from piwf_actors import HostConfig, HostHandle, start_host
+from piwf_actors.actors.hostlock import process_start_identity
 from piwf_actors.errors import HostAlreadyRunning, StoreRefused
-from piwf_actors.hostlock import process_start_identity
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store
 from piwf_actors.store.requests import WriteCommand

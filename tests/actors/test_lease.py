@@ -33,8 +33,8 @@ from piwf_actors.actors.lease import (
     LeaseSuspended,
     RenewTick,
 )
+from piwf_actors.canonical import token_hash
 from piwf_actors.errors import DiskFull, LeaseLost, StoreError
-from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 # --- the actor alone ----------------------------------------------------------------

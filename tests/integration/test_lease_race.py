@@ -35,7 +35,7 @@ RACER = r"""
 import json, os, random, sys, time
 from pathlib import Path
 
-from piwf_actors.hostlock import process_start_identity
+from piwf_actors.actors.hostlock import process_start_identity
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store
 from piwf_actors.store.requests import WriteCommand

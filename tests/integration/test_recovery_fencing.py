@@ -30,9 +30,9 @@ import pytest
 from wf import harness
 from wf.harness import Oracle, events, flow, wait_for_status
 
+from piwf_actors.canonical import token_hash
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store
-from piwf_actors.store.jsonutil import token_hash
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 guard = harness.guard  # the fixture of the real-process test (see wf/harness.py)

@@ -7,9 +7,9 @@ import stat
 import pytest
 
 from piwf_actors.errors import StoreRefused
+from piwf_actors.paths import StatePaths, default_state_dir, ensure_private_dir
 from piwf_actors.store.database import APPLICATION_ID, open_store, schema_version
 from piwf_actors.store.migrations import LATEST_VERSION
-from piwf_actors.store.paths import StatePaths, default_state_dir, ensure_private_dir
 
 
 def test_new_database_is_created_private_and_versioned(state_dir):

@@ -20,12 +20,12 @@ from typing import Any
 import peewee as pw
 import pytest
 
+from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Rejected
 from piwf_actors.store import maintenance
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.database import StoreOptions, open_store
-from piwf_actors.store.jsonutil import canonical_json
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.store.runstate import ACTIVE_STATUSES, TERMINAL_STATUSES

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import AdapterReplaced, NotFound, PiwfError, Rejected
+from piwf_actors.ids import new_id
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.interactions import answer_decision
 from piwf_actors.store.commands.registry import WriteContext, command
-from piwf_actors.store.ids import new_id
-from piwf_actors.store.jsonutil import canonical_json
 
 #: Why an `applying` effect became ambiguous (stable codes, shown by channel.status).
 HOST_RESTARTED = "host_restarted_without_receipt"

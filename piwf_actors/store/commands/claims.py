@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from piwf_actors.errors import Rejected
+from piwf_actors.errors import NotFound, Rejected
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
@@ -340,8 +340,6 @@ def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     row = ctx.conn.execute("SELECT run_id, node_id, status FROM effect WHERE effect_id = ?",
                            (args["effect_id"],)).fetchone()
     if row is None:
-        from piwf_actors.errors import NotFound
-
         raise NotFound("effect", str(args["effect_id"]))
     run_id, node_id, status = row
     if status != "ambiguous":

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from piwf_actors.canonical import canonical_json, fingerprint, loads
 from piwf_actors.errors import Conflict
 from piwf_actors.store.commands.registry import WriteContext
-from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
 
 
 @dataclass(frozen=True, slots=True)

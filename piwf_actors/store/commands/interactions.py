@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from piwf_actors.canonical import canonical_json, fingerprint, loads
 from piwf_actors.errors import Conflict, NotFound, Rejected
-from piwf_actors.interactions import check_decision, contract_digest, request_id_for
+from piwf_actors.ids import new_id
 from piwf_actors.store.blobs import get_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.worker import _start_attempt, operation
 from piwf_actors.store.events import append_event
-from piwf_actors.store.ids import new_id
-from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
 from piwf_actors.store.runstate import release_claim, run_row, set_status
+from piwf_actors.workflows.contracts import check_decision, contract_digest, request_id_for
 
 _REQUEST_COLUMNS = ("request_id", "run_id", "node_id", "attempt_id", "kind", "target_session_id", "audience",
                     "contract_sha256", "digest", "revision", "status", "accepted_submission_id", "deadline_at",

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from piwf_actors.canonical import canonical_json, fingerprint, loads
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
+from piwf_actors.ids import new_id
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
-from piwf_actors.store.ids import new_id
-from piwf_actors.store.jsonutil import canonical_json, fingerprint, loads
 from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
 
 Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from piwf_actors.store.jsonutil import canonical_json
+from piwf_actors.canonical import canonical_json
 
 BLOCK_KINDS = ("paragraph", "section", "bullets", "fields", "preformatted")
 MAX_TEXT = 4000

@@ -1,4 +1,4 @@
-"""`LocalStore`: the read-only operations answered from a state database directly, when no host listens.
+"""`LocalStore`: the CLI's read-only operations answered from a state database directly, when no host listens.
 
 `piwf list`, `show`, `events` and `logs` use it to read `<state-dir>/state.db`
 of a stopped host (a read-only SQLite connection: it can never change the
