@@ -139,6 +139,13 @@ class Rejected(StoreError):
     code = "rejected"
 
 
+class CommandFailed(StoreError):
+    """A write command raised something it should not have (a bug): it was undone alone, and
+    sending it again would fail the same way, so it is `rejected`, not `unavailable`."""
+
+    code = "command_failed"
+
+
 class UnknownCommand(StoreError):
     code = "unknown_command"
 
@@ -215,3 +222,24 @@ class EncodeError(PiwfError):
     """A value that cannot travel on the wire (unsupported type, too deep, too big)."""
 
     code = "encode_error"
+
+
+#: The protocol outcome (docs/protocol.md) a refusal with this code is answered with, to clients
+#: and to workers alike. `unavailable` means nothing was written and the same request may be
+#: sent again later; an unlisted code is `rejected`.
+OUTCOME_OF_CODE: dict[str, str] = {
+    NotFound.code: "notFound",
+    Conflict.code: "conflict",
+    ClaimLost.code: "claimLost",
+    StaleEpoch.code: "unavailable",
+    LeaseExpired.code: "unavailable",
+    DiskFull.code: "unavailable",
+    ReadOnlyDatabase.code: "unavailable",
+    WriterStopped.code: "unavailable",
+    StoreError.code: "unavailable",
+}
+
+
+def outcome_for(code: str | None) -> str:
+    """The protocol outcome of a refusal with error code `code`."""
+    return OUTCOME_OF_CODE.get(code or "", "rejected")

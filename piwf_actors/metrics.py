@@ -49,11 +49,11 @@ from prometheus_client.registry import Collector
 
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.errors import HostError
+from piwf_actors.statuses import RUN_STATUSES, TERMINAL_STATUSES
 from piwf_actors.store import metrics_queries as mq
 from piwf_actors.store.database import StoreOptions
-from piwf_actors.store.queries import RUN_STATUSES, run_counts
+from piwf_actors.store.queries import run_counts
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.runstate import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 

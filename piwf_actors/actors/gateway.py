@@ -28,13 +28,14 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.errors import PiwfError
+from piwf_actors.errors import PiwfError, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
 from piwf_actors.protocol.payloads import PAYLOADS, check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
+from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import channel_queries, queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
@@ -42,9 +43,6 @@ from piwf_actors.workflows.resolver import WorkflowResolver
 
 log = logging.getLogger(__name__)
 
-_ERROR_OUTCOMES = {"not_found": "notFound", "conflict": "conflict", "claim_lost": "claimLost",
-                   "stale_epoch": "unavailable", "disk_full": "unavailable", "read_only": "unavailable",
-                   "writer_stopped": "unavailable", "store_error": "unavailable"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +178,7 @@ class ClientGateway(CoreActor):
             try:
                 work()
             except PiwfError as err:
-                self._reply(conn_id, request, _ERROR_OUTCOMES.get(err.code, "rejected"), error=err.one_line())
+                self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
             except Exception as exc:
                 log.exception("%s failed", request.operation)
                 self._reply(conn_id, request, "rejected", error=f"{type(exc).__name__}: {exc}")
@@ -209,7 +207,7 @@ class ClientGateway(CoreActor):
         except BadRequest as bad:
             self._reply(conn_id, request, "rejected", error=str(bad))
         except PiwfError as err:
-            self._reply(conn_id, request, _ERROR_OUTCOMES.get(err.code, "rejected"), error=err.one_line())
+            self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
 
     def _operations(self) -> dict[str, Callable[[int, Request, dict[str, Any]], None]]:
         return {
@@ -248,7 +246,7 @@ class ClientGateway(CoreActor):
         if pending is None:
             return
         if not result.ok:
-            outcome = _ERROR_OUTCOMES.get(result.error_code or "", "rejected")
+            outcome = outcome_for(result.error_code)
             self._reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
             return
         value = result.value
@@ -294,7 +292,7 @@ class ClientGateway(CoreActor):
     def _run_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         assert self._reader is not None
         status = payload.get("status")
-        if status is not None and status not in queries.RUN_STATUSES:
+        if status is not None and status not in RUN_STATUSES:
             raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
         runs = queries.run_list(self._reader, status, min(payload.get("limit") or 100, 1000),
                                 workflow=payload.get("workflow"), since=payload.get("since"))

@@ -40,18 +40,13 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.content_exchange import ContentExchange
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.errors import DecodeError
+from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
 
-#: Map writer error codes to worker-protocol outcomes. `unavailable` means "nothing was
-#: written, send it again": the worker keeps its result and retries.
-_OUTCOMES = {"claim_lost": "claimLost", "conflict": "conflict", "not_found": "notFound",
-             "stale_epoch": "claimLost", "disk_full": "unavailable", "read_only": "unavailable",
-             "writer_stopped": "unavailable", "lease_expired": "unavailable"}
 #: Requests after which no node is running any more (the watchdog stands down).
 _NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed"})
 
@@ -311,12 +306,13 @@ class RunnerSupervisor(CoreActor):
             answer.setdefault("outcome", "accepted")
             if answer.get("released"):
                 self._claim_released = True
-        elif result.error_code == "stale_epoch" and sent_epoch != self._writer.host_epoch:
-            # Sent just before the host took its lease again at a higher epoch (its claims moved
-            # with it): nothing was written, so the worker sends it again under the new epoch.
-            answer = {"outcome": "unavailable", "error": result.error}
+        elif result.error_code == "stale_epoch" and sent_epoch == self._writer.host_epoch:
+            # The host's epoch is over and did not move on: this host lost its lease, and the
+            # run's claim with it. (Had the host taken the lease again at a higher epoch, its
+            # claims moved with it and the worker just sends the message again: `unavailable`.)
+            answer = {"outcome": "claimLost", "error": result.error}
         else:
-            answer = {"outcome": _OUTCOMES.get(result.error_code or "", "rejected"), "error": result.error}
+            answer = {"outcome": outcome_for(result.error_code), "error": result.error}
         self._answer(message_id, answer)
         if answer["outcome"] == "claimLost":
             self._stop_runner(StopRunner("claimLost"))

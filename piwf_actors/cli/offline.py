@@ -17,6 +17,7 @@ from typing import Any
 import peewee
 
 from piwf_actors.client.connection import ContentReader, Response
+from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 
@@ -57,7 +58,7 @@ class LocalStore(ContentReader):
     @staticmethod
     def _run_list(reader: StoreReader, payload: dict[str, Any], _run_id: str | None) -> Response:
         status = payload.get("status")
-        if status is not None and status not in queries.RUN_STATUSES:
+        if status is not None and status not in RUN_STATUSES:
             return Response(None, "rejected", error=f"run.list: unknown status {status!r}")
         runs = queries.run_list(reader, status, min(payload.get("limit") or 100, 1000),
                                 workflow=payload.get("workflow"), since=payload.get("since"))

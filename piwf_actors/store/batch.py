@@ -189,11 +189,11 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
             raise _StorageAbort(storage) from exc
         _undo(conn, savepoints, before)
         log.exception("write command %s failed", cmd.name)
-        return _fail(cmd, errors.StoreError(f"{cmd.name}: {' '.join(str(exc).split())}"))
+        return _fail(cmd, errors.CommandFailed(f"{cmd.name}: {' '.join(str(exc).split())}"))
     except Exception as exc:  # a bug in one command must not undo its batch-mates
         _undo(conn, savepoints, before)
         log.exception("write command %s raised", cmd.name)
-        return _fail(cmd, errors.StoreError(f"{cmd.name} failed: {type(exc).__name__}: {exc}"))
+        return _fail(cmd, errors.CommandFailed(f"{cmd.name} failed: {type(exc).__name__}: {exc}"))
     if savepoints:
         conn.execute("RELEASE cmd")
     changes.merge(own)

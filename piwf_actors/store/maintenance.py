@@ -24,15 +24,8 @@ from typing import Any
 import peewee as pw
 
 from piwf_actors.errors import NotFound, Rejected, StoreError
-from piwf_actors.store.queries import RUN_STATUSES
+from piwf_actors.statuses import RUN_STATUSES, TERMINAL_SQL
 from piwf_actors.store.reader import StoreReader
-
-# The same tuples as `runstate.ACTIVE_STATUSES` / `TERMINAL_STATUSES`; not
-# imported from there because `runstate` pulls in the command registry, which
-# imports this module (the tests check that the two agree).
-ACTIVE = ("starting", "running")
-TERMINAL = ("done", "failed", "cancelled")
-_TERMINAL_SQL = "('done', 'failed', 'cancelled')"
 
 #: Every column that points at a blob: (table, the row's own key column, blob column).
 #: Prune frees a blob only when none of these references it any more; extend
@@ -140,7 +133,7 @@ _CHECKS: tuple[tuple[str, str], ...] = (
      f"""SELECT t.run_id, printf('run %s is %s but has no %s event', t.run_id, t.status, t.kind)
          FROM (SELECT run_id, status, CASE status WHEN 'done' THEN 'run_finished'
                       WHEN 'failed' THEN 'run_failed' ELSE 'run_cancelled' END AS kind
-               FROM run WHERE status IN {_TERMINAL_SQL}) t
+               FROM run WHERE status IN {TERMINAL_SQL}) t
          WHERE NOT EXISTS (SELECT 1 FROM run_event e WHERE e.run_id = t.run_id AND e.kind = t.kind)"""),
     ("attempt_of_missing_run",
      """SELECT a.run_id, printf('attempt %s belongs to missing run %s', a.attempt_id, a.run_id)
@@ -380,10 +373,10 @@ def check_prune_args(before: Any, limit: Any) -> tuple[float, int]:
 # the parent of a run that has not ended (its child may still report back).
 _ELIGIBLE = f"""
     FROM run r
-    WHERE r.status IN {_TERMINAL_SQL} AND r.finished_at < ?
+    WHERE r.status IN {TERMINAL_SQL} AND r.finished_at < ?
       AND NOT EXISTS (SELECT 1 FROM run_claim c WHERE c.run_id = r.run_id)
       AND r.run_id NOT IN (SELECT parent_run_id FROM run
-                           WHERE parent_run_id IS NOT NULL AND status NOT IN {_TERMINAL_SQL})"""
+                           WHERE parent_run_id IS NOT NULL AND status NOT IN {TERMINAL_SQL})"""
 
 _DOOMED = "(SELECT value FROM json_each(?))"
 

@@ -17,12 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from piwf_actors.statuses import LIVE_SQL, TERMINAL_STATUSES
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.runstate import TERMINAL_STATUSES
 
 #: Statuses a run can still leave.
-LIVE_RUN_STATUSES = ("queued", "starting", "running", "parked")
-_LIVE_SQL = "(" + ", ".join(f"'{s}'" for s in LIVE_RUN_STATUSES) + ")"
 #: Rowids per `IN (...)` list (below SQLite's default limit of host parameters).
 _CHUNK = 500
 
@@ -75,7 +73,7 @@ def max_run_rowid(reader: StoreReader) -> int:
 
 def live_runs(reader: StoreReader) -> list[RunRow]:
     """Every run that has not finished (uses the status index)."""
-    return _run_rows(reader, f"r.status IN {_LIVE_SQL}")
+    return _run_rows(reader, f"r.status IN {LIVE_SQL}")
 
 
 def runs_after(reader: StoreReader, rowid: int) -> list[RunRow]:
@@ -104,7 +102,7 @@ _ATTEMPT_COLUMNS = f"""a.rowid, a.finished_at IS NOT NULL, a.finished_at - a.sta
          ELSE coalesce((SELECT q.kind FROM interactive_request q
                         WHERE q.run_id = a.run_id AND q.attempt_id = a.attempt_id LIMIT 1), 'compute')
     END,
-    EXISTS (SELECT 1 FROM run r WHERE r.run_id = a.run_id AND r.status IN {_LIVE_SQL})"""
+    EXISTS (SELECT 1 FROM run r WHERE r.run_id = a.run_id AND r.status IN {LIVE_SQL})"""
 
 
 def _attempt_rows(reader: StoreReader, where: str, params: tuple[int, ...] = ()) -> list[AttemptRow]:
@@ -122,7 +120,7 @@ def open_attempts_of_live_runs(reader: StoreReader) -> list[int]:
     """Rowids of the unfinished attempts of runs that have not finished (indexes only, no full scan)."""
     return [int(r[0]) for r in reader.all(
         f"""SELECT a.rowid FROM run r JOIN node_attempt a ON a.run_id = r.run_id
-            WHERE r.status IN {_LIVE_SQL} AND a.finished_at IS NULL""")]
+            WHERE r.status IN {LIVE_SQL} AND a.finished_at IS NULL""")]
 
 
 def attempts_after(reader: StoreReader, rowid: int) -> list[AttemptRow]:

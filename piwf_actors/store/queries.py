@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store.reader import StoreReader
-
-RUN_STATUSES = ("queued", "starting", "running", "parked", "done", "failed", "cancelled")
 
 
 def lease_holder(reader: StoreReader) -> tuple[int | None, str | None]:

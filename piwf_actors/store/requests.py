@@ -114,7 +114,7 @@ _CODE_TO_CLASS: dict[str, type[errors.PiwfError]] = {
     for cls in (
         errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.LeaseExpired, errors.AdapterReplaced, errors.ClaimLost,
         errors.Conflict, errors.NotFound, errors.Rejected, errors.UnknownCommand,
-        errors.WriterStopped, errors.LeaseLost, errors.StoreError, errors.HostAlreadyRunning,
+        errors.WriterStopped, errors.LeaseLost, errors.StoreError, errors.CommandFailed, errors.HostAlreadyRunning,
     )
 }
 

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import ClaimLost, NotFound
 from piwf_actors.ids import new_id
+from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.events import append_event
 
 if TYPE_CHECKING:  # the commands package imports this module while it loads
     from piwf_actors.store.commands.registry import WriteContext
 
-ACTIVE_STATUSES = ("starting", "running")
-TERMINAL_STATUSES = ("done", "failed", "cancelled")
 
 #: Claim order of queued runs (`run.queue_class`), lowest first; within a
 #: class, the time the run entered the queue (`run.queued_at`).

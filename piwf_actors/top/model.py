@@ -32,8 +32,7 @@ import psutil
 
 from piwf_actors.client import Client
 from piwf_actors.errors import PiwfError
-
-ACTIVE_STATUSES = ("queued", "starting", "running", "parked")
+from piwf_actors.statuses import LIVE_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +132,7 @@ class EventTail:
             run_id = str(run.get("run_id"))
             summary = (run.get("revision"), run.get("status"), run.get("steps"), run.get("updated_at"))
             # An ended run whose summary did not change has no new events; active ones are always asked.
-            if self._seen.get(run_id) == summary and run.get("status") not in ACTIVE_STATUSES:
+            if self._seen.get(run_id) == summary and run.get("status") not in LIVE_STATUSES:
                 continue
             if self._fetch(client, run_id, run.get("workflow")):
                 self._seen[run_id] = summary

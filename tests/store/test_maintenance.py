@@ -28,7 +28,6 @@ from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.requests import WriteCommand
-from piwf_actors.store.runstate import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 T_OLD = 1_000_000.0
 T_NEW = 2_000_000.0
@@ -146,8 +145,6 @@ def _statuses(store: Store) -> dict[str, str]:
 def test_fixture_states(store: Store) -> None:
     assert _statuses(store) == {"run_done_old": "done", "run_failed_old": "failed", "run_cancel_old": "cancelled",
                                 "run_done_new": "done", "run_queued": "queued", "run_parked": "parked"}
-    assert maintenance.TERMINAL == TERMINAL_STATUSES
-    assert maintenance.ACTIVE == ACTIVE_STATUSES
 
 
 # --- status -------------------------------------------------------------------

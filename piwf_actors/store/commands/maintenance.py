@@ -18,10 +18,10 @@ import sqlite3
 from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
+from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.maintenance import PrunePlan, check_prune_args, plan_prune
-from piwf_actors.store.runstate import TERMINAL_STATUSES
 
 DEFAULT_MAX_RUNS = 10_000
 #: How many pruned run ids a receipt lists (the counts are always complete).

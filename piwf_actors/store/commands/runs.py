@@ -13,13 +13,13 @@ from typing import Any
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import new_id
+from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import Adopted, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import (
     QUEUE_FRESH,
-    TERMINAL_STATUSES,
     bump_revision,
     cancel_open_requests,
     claim_row,
