@@ -1,14 +1,25 @@
-"""`RunnerSupervisor`: one per active run; owns that run's worker process for one launch.
+"""`RunnerSupervisor`: one per worker slot, for the host's lifetime.
 
-It sends the worker the launch envelope, forwards each worker request to
-the writer as a `worker.message` command and answers the worker only after
-the writer committed (or refused) it. When the worker ends the launch, dies,
-or must be stopped (cancel, claim lost, host stopping) it reports the exit
-to the writer (`runner.exit`, which settles an interrupted run) and then
-tells the scheduler it is finished, handing back the worker if it can serve
-another launch. A supervisor's crash is contained: the scheduler notices
-(one-for-one) and the run is settled like a crashed runner; a launch it
-cannot even start is reported as an exit too, so no run stays `starting`.
+It owns its slot's worker process and supervises the runs that worker
+executes, one launch after another: it sends the worker a launch, forwards
+each worker request to the writer as a `worker.message` command and answers
+the worker only after the writer committed (or refused) it, in the order the
+requests came (pure results arrive pipelined; see runner/engine.py). When
+the worker ends a launch, dies, or must be stopped (cancel, claim lost,
+timeout, host stopping) it reports the exit to the writer (`runner.exit`,
+which settles an interrupted run) unless the launch's last transition
+already ended it, and then tells the scheduler the slot is free. A worker
+that died or was killed is replaced at once, so the slot stays warm.
+
+The worker's socket is read by the scheduler's one `WorkerSockets` thread,
+which hands this actor the frames (`WorkerFrames`); a running shell node's
+live output goes from that thread straight to the watchers, and a node's
+`node_begin` arms the watchdog there, without an actor message.
+
+A supervisor's crash is contained: `on_failure` kills its worker, reports
+the launch's exit, and the scheduler starts a new supervisor for the slot
+(one-for-one). A launch it cannot even start is reported as an exit too, so
+no run stays `starting`.
 
 Frames stay bounded (`messages/content.py`): large launch values go as
 content references the worker reads with `content.read` (answered here,
@@ -28,10 +39,9 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +49,7 @@ import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.content_exchange import ContentExchange
+from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.runner.process import WorkerProcess
@@ -53,24 +64,26 @@ _NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed"})
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """What the scheduler claimed for this supervisor."""
+    """A claimed run, told by the scheduler to an idle supervisor."""
 
     run_id: str
     generation: int
     runner_epoch: str
     token_hash: str
     revision: int
-    envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes
-    attached: bool = False  # the worker's pid was recorded with the claim
+    envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes, state
+    worker_pid: int | None = None  # the worker recorded with the claim (None: attach after spawning)
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerFrame:
-    frame: dict[str, Any]
+class WorkerFrames:
+    pid: int
+    frames: list[dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerGone:
+    pid: int
     detail: str
 
 
@@ -81,17 +94,42 @@ class WatchdogTick:
 
 @dataclass(frozen=True, slots=True)
 class StopRunner:
-    """Kill the worker tree now: `reason` is cancelled, claimLost, timedOut or host_stopping."""
+    """Kill the worker of `run_id`'s launch now: `reason` is cancelled, claimLost or timedOut."""
 
     reason: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRun:
+    """A pause was requested for `run_id`: tell its worker to wait for its answers before it
+    starts another node, so the pause lands at the next boundary without a node run for nothing."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    pid: int
+    create_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class SlotReady:
+    """Told to the scheduler when an idle slot's worker changed (spawned or gone)."""
+
+    slot: int
+    worker: WorkerInfo | None
 
 
 @dataclass(frozen=True, slots=True)
 class RunnerFinished:
-    """Told to the scheduler when a supervisor is done; `worker` is reusable or None."""
+    """Told to the scheduler when a launch is over; the slot is free again. `worker` is the
+    slot's worker for the next launch (None: it has none right now)."""
 
+    slot: int
     run_id: str
-    worker: WorkerProcess | None
+    worker: WorkerInfo | None
     status: str | None
 
 
@@ -106,70 +144,169 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+@dataclass(slots=True)
+class _Serving:
+    """What the supervisor knows of the launch it is serving."""
+
+    launch: Launch
+    content: ContentExchange
+    ready_deadline: float | None
+    # (node id, attempt id, timeout_s, deadline), set by the socket thread on `node_begin`.
+    watch: tuple[str, str, float, float] | None = None
+    sent_epoch: dict[str, int | None] = field(default_factory=dict)  # host epoch each message went with
+    exit_reported: bool = False
+    claim_released: bool = False
+    reusable: bool = False
+    load_failure: str | None = None
+    stop_reason: str | None = None
+
+
 class RunnerSupervisor(CoreActor):
     actor_name = "runner"
 
-    def __init__(self, writer: WriterHandle, scheduler: pykka.ActorRef[Any], worker: WorkerProcess,
-                 launch: Launch, *, grace_s: float = 3.0, db_path: Path | None = None,
+    def __init__(self, writer: WriterHandle, scheduler: pykka.ActorRef[Any], sockets: WorkerSockets, slot: int, *,
+                 keep_warm: bool = True, grace_s: float = 3.0, db_path: Path | None = None,
                  watchdog_grace_s: float = 5.0, ready_timeout_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
-                 output: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 output: Callable[[dict[str, Any]], None] | None = None,
+                 worker_log_level: str = "WARNING", worker_log_format: str = "text") -> None:
         """Runs in the scheduler's thread: stores arguments only."""
         super().__init__(scheduler)
+        self.actor_name = f"runner-{slot}"
+        self.slot = slot
         self._writer = writer
         self._scheduler = scheduler
-        self._worker = worker
-        self._launch = launch
+        self._sockets = sockets
+        self._keep_warm = keep_warm
         self._grace_s = grace_s
+        self._db_path = db_path
         self._watchdog_grace_s = watchdog_grace_s
         self._ready_timeout_s = ready_timeout_s
         self._clock = clock
-        self._ready_deadline: float | None = None
-        self._watch: tuple[str, str, float, float] | None = None  # node, attempt, timeout_s, deadline
-        self._content = ContentExchange(db_path)
         self._output = output  # where a node's live output goes (the host board's "node_output" stream)
-        self._sent_epoch: dict[str, int | None] = {}  # host epoch each pending worker message went with
-        self._reader: threading.Thread | None = None
-        self._stop_reason: str | None = None
-        self._exit_reported = False
-        self._finished = False
-        self._load_failure: str | None = None
-        self._reusable = False
-        self._claim_released = False
+        self._worker_log_level = worker_log_level
+        self._worker_log_format = worker_log_format
+        self._worker: WorkerProcess | None = None
+        self._serving: _Serving | None = None
+        self._stopped = False
 
-    # --- lifecycle -------------------------------------------------------------
+    # --- lifecycle -------------------------------------------------------------------------
 
     def on_start(self) -> None:
-        """Runs in the supervisor's thread: hands the launch to the worker and starts reading.
+        """Runs in the supervisor's thread: starts the slot's warm worker."""
+        if self._keep_warm:
+            self._spawn_worker()
+        safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
 
-        Whatever goes wrong here is reported as the launch's exit (`launchFailed`):
-        an exception escaping `on_start` would stop this actor without a word and
-        leave the run `starting` with its claim renewed for ever.
-        """
-        launch = self._launch
+    def release_resources(self) -> None:
+        """Host stopping, or this actor crashed: no worker may outlive the slot, and a launch in
+        progress is reported (its run goes back to the queue)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        serving = self._serving
+        if serving is not None and not serving.exit_reported:
+            self._kill_worker(serving.stop_reason or "host_stopping")
+            self._report_exit_blocking(serving, "host_stopping")
+            serving.content.close()
+            self._serving = None
+            safe_tell(self._scheduler, RunnerFinished(self.slot, serving.launch.run_id, None, None))
+        elif self._worker is not None:
+            worker, self._worker = self._worker, None
+            self._sockets.remove(worker.sock)
+            if worker.alive():
+                worker.shutdown()
+            else:
+                worker.sock.close()
+            self._release_child(worker)
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {Launch: self._start_launch, WorkerFrames: self._frames, WriteResult: self._written,
+                WorkerGone: self._gone, StopRunner: self._stop_runner, HoldRun: self._hold,
+                WatchdogTick: self._watchdog}
+
+    # --- the worker process ------------------------------------------------------------------
+
+    def _spawn_worker(self) -> WorkerProcess:
+        worker = WorkerProcess.spawn(log_level=self._worker_log_level, log_format=self._worker_log_format)
+        self._worker = worker
+        pid, ref = worker.pid, self.actor_ref
+        self._writer.submit(WriteCommand("child.register", {"pid": pid, "create_time": worker.create_time,
+                                                            "kind": "worker"}))
+        self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames),
+                          lambda detail: safe_tell(ref, WorkerGone(pid, detail)))
+        return worker
+
+    def _worker_info(self) -> WorkerInfo | None:
+        worker = self._worker
+        return None if worker is None else WorkerInfo(worker.pid, worker.create_time)
+
+    def _release_child(self, worker: WorkerProcess) -> None:
+        self._writer.submit(WriteCommand("child.release", {"pid": worker.pid, "create_time": worker.create_time}))
+
+    def _kill_worker(self, reason: str) -> int | None:
+        """Terminate the worker's tree; the slot has no worker until the next spawn."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return None
+        log.debug("slot %d: terminating worker %d (%s)", self.slot, worker.pid, reason)
+        self._sockets.remove(worker.sock)
+        code = worker.kill(self._grace_s) if worker.alive() else worker.process.wait()
+        worker.sock.close()
+        self._release_child(worker)
+        return code
+
+    def _on_frames(self, pid: int, frames: list[dict[str, Any]]) -> None:
+        """In the socket thread: live output and watchdog arming are handled here; the rest goes
+        to the actor as one message."""
+        serving = self._serving
+        forward = []
+        for frame in frames:
+            kind = frame.get("kind")
+            if kind == "node_output":
+                # Live output of a running shell node: straight to the watchers, no actor hop.
+                if self._output is not None and serving is not None:
+                    self._output({**frame, "run_id": serving.launch.run_id})
+            elif kind == "node_begin":
+                if serving is not None:
+                    self._arm_watchdog(serving, frame)
+            else:
+                forward.append(frame)
+        if forward:
+            safe_tell(self.actor_ref, WorkerFrames(pid, forward))
+
+    # --- launches ------------------------------------------------------------------------------
+
+    def _start_launch(self, launch: Launch) -> None:
+        """Hand a claimed run to the worker. Whatever goes wrong is reported as the launch's exit
+        (`launchFailed`): the run must not stay `starting` with its claim renewed for ever."""
+        serving = _Serving(launch, ContentExchange(self._db_path), self._clock() + self._ready_timeout_s)
+        self._serving = serving
         try:
-            if not launch.attached:
+            worker = self._worker
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    self._kill_worker("gone before its launch")
+                worker = self._spawn_worker()
+            if launch.worker_pid != worker.pid:
                 self._writer.submit(WriteCommand("runner.attach", {
-                    "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": self._worker.pid,
-                    "create_time": self._worker.create_time}))
-            self._worker.launches += 1
-            self._ready_deadline = self._clock() + self._ready_timeout_s
-            frame = self._launch_frame()
-            self._reader = threading.Thread(target=self._read_frames, name=f"runner-{launch.run_id}", daemon=True)
-            self._reader.start()
+                    "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": worker.pid,
+                    "create_time": worker.create_time}))
+                safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
+            worker.launches += 1
             try:
-                self._send(frame, under=("state",))
+                self._send(serving, self._launch_frame(serving), under=("state",))
             except OSError as exc:
-                self.actor_ref.tell(WorkerGone(f"could not send the launch: {exc}"))
+                self._gone(WorkerGone(worker.pid, f"could not send the launch: {exc}"))
         except Exception as exc:  # the launch could not start: settle it, free the slot
             log.exception("run %s: the launch could not start", launch.run_id)
             code = self._kill_worker("launchFailed")
-            self._exit("launchFailed", reusable=False, exit_code=code,
+            self._exit(serving, "launchFailed", reusable=False, exit_code=code,
                        diagnostic=f"the launch could not start: {type(exc).__name__}: {exc}")
 
-    def _launch_frame(self) -> dict[str, Any]:
+    def _launch_frame(self, serving: _Serving) -> dict[str, Any]:
         """The launch envelope; large stored values (the state's, the source) as content references."""
-        launch = self._launch
+        launch = serving.launch
         envelope = dict(launch.envelope)
         stored: list[dict[str, Any]] = []
         source_ref = envelope.pop("source_ref", None)
@@ -183,129 +320,93 @@ class RunnerSupervisor(CoreActor):
             envelope["state"] = state
         frame = {"kind": "launch", "run_id": launch.run_id, "generation": launch.generation,
                  "runner_epoch": launch.runner_epoch, "revision": launch.revision, **envelope}
-        return self._content.point_at(frame, stored)
+        return serving.content.point_at(frame, stored)
 
-    def _send(self, frame: dict[str, Any], under: tuple[str, ...]) -> None:
+    def _send(self, serving: _Serving, frame: dict[str, Any], under: tuple[str, ...]) -> None:
         """Send a frame to the worker, cutting large values under `under` out as readable content."""
-        self._worker.sock.sendall(self._content.encode(frame, under))
+        assert self._worker is not None
+        self._worker.sock.sendall(serving.content.encode(frame, under))
 
-    def _read_frames(self) -> None:
-        """The reader thread: turns the worker's frames into messages to this actor."""
-        ref = self.actor_ref
-        while True:
-            try:
-                frame = self._worker.recv()
-            except (OSError, DecodeError) as exc:
-                safe_tell(ref, WorkerGone(f"worker connection failed: {exc}"))
-                return
-            if frame is None:
-                safe_tell(ref, WorkerGone("worker closed its connection"))
-                return
-            if frame.get("kind") == "node_output":
-                # Live output of a running shell node: straight to the watchers, no actor hop.
-                if self._output is not None:
-                    self._output({**frame, "run_id": self._launch.run_id})
-                continue
-            if frame.get("kind") == "node_begin":
-                # Once per node, so not worth an actor message: the watchdog reads it on
-                # its next tick. The actor clears it only on the request that ends the
-                # node, which the worker sends (and this thread reads) before the next begin.
-                self._arm_watchdog(frame)
-                continue
-            if not safe_tell(ref, WorkerFrame(frame)):
-                return
-            if frame.get("kind") == "run_over":
-                # The launch is over; the next supervisor of this worker reads from here on.
-                return
+    # --- worker protocol ---------------------------------------------------------------------
 
-    def release_resources(self) -> None:
-        self._content.close()
-        if not self._finished:
-            # Stopped from outside (host stopping) or crashed: the worker must not outlive us.
-            self._kill_worker("host_stopping" if self._stop_reason is None else self._stop_reason)
-            self._report_exit_blocking("host_stopping", requeue=True)
-            self._finished = True
-            safe_tell(self._scheduler, RunnerFinished(self._launch.run_id, None, None))
+    def _frames(self, message: WorkerFrames) -> None:
+        for frame in message.frames:
+            serving = self._serving
+            if serving is None or serving.exit_reported or self._worker is None or message.pid != self._worker.pid:
+                return  # a killed worker's last words, or frames between launches (hello)
+            self._frame(serving, frame)
 
-    def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {WorkerFrame: self._frame, WriteResult: self._written, WorkerGone: self._gone,
-                StopRunner: self._stop_runner, WatchdogTick: self._watchdog}
-
-    # --- worker protocol ---------------------------------------------------------
-
-    def _frame(self, message: WorkerFrame) -> None:
-        if self._exit_reported:
-            return
-        frame = message.frame
+    def _frame(self, serving: _Serving, frame: dict[str, Any]) -> None:
         kind = frame.get("kind")
         if kind == "request":
-            self._ready_deadline = None  # the worker is up and talking
+            serving.ready_deadline = None  # the worker is up and talking
             op = frame.get("op")
             if op in _NODE_ENDS:
-                self._watch = None
+                self._disarm_watchdog(serving, frame)
             if op == "content.read":
-                self._content_read(frame)
+                self._answer(serving, frame.get("message_id"), serving.content.read(frame.get("payload") or {}))
                 return
             try:
-                frame = self._content.complete(frame)
+                frame = serving.content.complete(frame)
             except DecodeError as exc:
-                self._answer(frame.get("message_id"), {"outcome": "rejected", "error": exc.one_line()})
+                self._answer(serving, frame.get("message_id"), {"outcome": "rejected", "error": exc.one_line()})
                 return
-            self._forward(frame)
+            self._forward(serving, frame)
         elif kind == "content":
             try:
-                self._content.receive(frame)
+                serving.content.receive(frame)
             except DecodeError as exc:
-                self._protocol_error(f"bad content frame: {exc.one_line()}")
+                self._protocol_error(serving, f"bad content frame: {exc.one_line()}")
         elif kind == "run_over":
-            if self._claim_released and not self._exit_reported:
-                # The last transition ended the launch in the same commit (done,
-                # failed, parked): nothing is left to settle, so no extra commit.
-                self._exit_reported = True
-                self._finished = True
-                worker = self._worker if self._worker.alive() else None
-                safe_tell(self._scheduler, RunnerFinished(self._launch.run_id, worker, None))
-                self.actor_ref.stop(block=False)
+            if serving.claim_released:
+                # The last transition ended the launch in the same commit (done, failed,
+                # parked): nothing is left to settle, so no extra commit.
+                serving.exit_reported = True
+                self._finished(serving, None, keep_worker=True)
                 return
-            self._exit("exited", reusable=True)
+            self._exit(serving, "exited", reusable=True)
         elif kind != "hello":
-            log.warning("run %s: unexpected worker frame %r", self._launch.run_id, kind)
+            log.warning("run %s: unexpected worker frame %r", serving.launch.run_id, kind)
 
-    def _forward(self, frame: dict[str, Any]) -> None:
-        launch = self._launch
+    def _forward(self, serving: _Serving, frame: dict[str, Any]) -> None:
+        launch = serving.launch
         if (frame.get("run_id") != launch.run_id or frame.get("generation") != launch.generation
                 or frame.get("runner_epoch") != launch.runner_epoch):
-            self._answer(frame.get("message_id"), {"outcome": "claimLost", "error": "message for another launch"})
+            self._answer(serving, frame.get("message_id"),
+                         {"outcome": "claimLost", "error": "message for another launch"})
             return
         if frame.get("op") == "run_failed" and (frame.get("payload") or {}).get("code") == "workflow_load_failed":
-            self._load_failure = str(frame["payload"].get("message", ""))
+            serving.load_failure = str(frame["payload"].get("message", ""))
         args = {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
                 "token_hash": launch.token_hash, "message_id": frame.get("message_id"), "op": frame.get("op"),
                 "expected_revision": frame.get("expected_revision"), "payload": frame.get("payload")}
         correlation = f"msg:{frame.get('message_id')}"
-        self._sent_epoch[correlation] = self._writer.host_epoch
+        serving.sent_epoch[correlation] = self._writer.host_epoch
         self._writer.submit(WriteCommand("worker.message", args, correlation_id=correlation), self.actor_ref)
 
     def _written(self, result: WriteResult) -> None:
+        serving = self._serving
+        if serving is None:
+            return
         correlation = result.correlation_id or ""
         if correlation == "exit":
-            self._exited_recorded(result)
+            self._exited_recorded(serving, result)
             return
-        if not correlation.startswith("msg:"):
+        if not correlation.startswith("msg:") or serving.exit_reported:
             return
         message_id = correlation[4:]
-        sent_epoch = self._sent_epoch.pop(correlation, None)
+        sent_epoch = serving.sent_epoch.pop(correlation, None)
         expires_at = self._writer.lease_expires_at
+        if result.ok and result.value.get("released"):
+            serving.claim_released = True
         if result.ok and expires_at is not None and time.time() >= expires_at:
-            # Committed under the lease, but the lease ran out before the answer went
-            # out (the host was paused): the worker must not go on now. It sends the
-            # message again and gets the recorded answer once the lease is held again.
+            # Committed under the lease, but the lease ran out before the answer went out (the
+            # host was paused): the worker must not go on now. It sends the message again and
+            # gets the recorded answer once the lease is held again.
             answer = {"outcome": "unavailable", "error": "the host's lease expired; try again"}
         elif result.ok:
             answer = dict(result.value)
             answer.setdefault("outcome", "accepted")
-            if answer.get("released"):
-                self._claim_released = True
         elif result.error_code == "stale_epoch" and sent_epoch == self._writer.host_epoch:
             # The host's epoch is over and did not move on: this host lost its lease, and the
             # run's claim with it. (Had the host taken the lease again at a higher epoch, its
@@ -313,134 +414,169 @@ class RunnerSupervisor(CoreActor):
             answer = {"outcome": "claimLost", "error": result.error}
         else:
             answer = {"outcome": outcome_for(result.error_code), "error": result.error}
-        self._answer(message_id, answer)
-        if answer["outcome"] == "claimLost":
-            self._stop_runner(StopRunner("claimLost"))
+        self._answer(serving, message_id, answer)
+        if answer["outcome"] == "claimLost" and not serving.claim_released:
+            # (After the launch's own transition released the claim, the requests the worker
+            # pipelined behind it are refused this way; it reads past them and ends the launch.)
+            self._stop_launch(serving, "claimLost")
 
-    def _answer(self, message_id: Any, answer: dict[str, Any]) -> None:
+    def _answer(self, serving: _Serving, message_id: Any, answer: dict[str, Any]) -> None:
         value = answer.get("value")
         if isinstance(value, dict) and value.get("content_refs"):
             # A `ready` answer carries the launch state; its large values stay in the store.
             value = dict(value)
             stored = value.pop("content_refs")
-            answer = self._content.point_at({**answer, "value": value}, stored, "value")
+            answer = serving.content.point_at({**answer, "value": value}, stored, "value")
         try:
-            self._send({"kind": "response", "message_id": message_id, **answer}, under=("value",))
+            self._send(serving, {"kind": "response", "message_id": message_id, **answer}, under=("value",))
         except OSError:
-            pass  # the reader thread reports the broken connection
+            pass  # the socket thread reports the broken connection
 
-    def _content_read(self, frame: dict[str, Any]) -> None:
-        """`content.read {digest, offset}`: answered here, never a write."""
-        self._answer(frame.get("message_id"), self._content.read(frame.get("payload") or {}))
-
-    def _protocol_error(self, detail: str) -> None:
-        log.warning("run %s: worker %d broke the protocol: %s", self._launch.run_id, self._worker.pid, detail)
+    def _protocol_error(self, serving: _Serving, detail: str) -> None:
+        pid = self._worker.pid if self._worker is not None else None
+        log.warning("run %s: worker %s broke the protocol: %s", serving.launch.run_id, pid, detail)
         code = self._kill_worker("crashed")
-        self._exit("crashed", reusable=False, exit_code=code, diagnostic=detail)
+        self._exit(serving, "crashed", reusable=False, exit_code=code, diagnostic=detail)
 
-    # --- the watchdog -------------------------------------------------------------
+    # --- the watchdog ---------------------------------------------------------------------------
 
-    def _arm_watchdog(self, frame: dict[str, Any]) -> None:
+    def _arm_watchdog(self, serving: _Serving, frame: dict[str, Any]) -> None:
         """`node_begin {node_id, attempt_id, timeout_s}`: the node must be over by timeout_s + grace.
-        Runs in the reader thread (one attribute assignment, read by the actor's thread)."""
+        Runs in the socket thread (one attribute assignment, read by the actor's thread)."""
         timeout_s = frame.get("timeout_s")
         if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
-            self._watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
-                           self._clock() + float(timeout_s) + self._watchdog_grace_s)
+            serving.watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
+                             self._clock() + float(timeout_s) + self._watchdog_grace_s)
+
+    @staticmethod
+    def _disarm_watchdog(serving: _Serving, frame: dict[str, Any]) -> None:
+        """A request that ends the watched node stands the watchdog down. The socket thread may
+        already have armed it for the next node (both frames came in one read), so only the
+        watched attempt's own end counts."""
+        watch = serving.watch
+        if watch is None:
+            return
+        payload = frame.get("payload") or {}
+        if frame.get("op") == "run_failed" or payload.get("attempt_id") in (None, watch[1]):
+            serving.watch = None
 
     def _watchdog(self, _message: WatchdogTick) -> None:
-        if self._exit_reported:
+        serving = self._serving
+        if serving is None or serving.exit_reported:
             return
         now = self._clock()
-        if self._watch is not None and now >= self._watch[3]:
-            node_id, attempt_id, timeout_s, _ = self._watch
-            self._watch = None
-            log.warning("run %s: node %s ran past its timeout of %g s (+%g s grace); stopping worker %d",
-                        self._launch.run_id, node_id, timeout_s, self._watchdog_grace_s, self._worker.pid)
+        pid = self._worker.pid if self._worker is not None else None
+        if serving.watch is not None and now >= serving.watch[3]:
+            node_id, attempt_id, timeout_s, _ = serving.watch
+            serving.watch = None
+            log.warning("run %s: node %s ran past its timeout of %g s (+%g s grace); stopping worker %s",
+                        serving.launch.run_id, node_id, timeout_s, self._watchdog_grace_s, pid)
             code = self._kill_worker("timedOut")
-            self._exit("timedOut", reusable=False, exit_code=code,
+            self._exit(serving, "timedOut", reusable=False, exit_code=code,
                        diagnostic=f"node {node_id} exceeded its timeout of {timeout_s:g} s",
                        timed_out={"node_id": node_id, "attempt_id": attempt_id, "after_s": timeout_s})
-        elif self._ready_deadline is not None and now >= self._ready_deadline:
-            self._ready_deadline = None
-            log.warning("run %s: worker %d did not become ready within %g s; replacing it", self._launch.run_id,
-                        self._worker.pid, self._ready_timeout_s)
+        elif serving.ready_deadline is not None and now >= serving.ready_deadline:
+            serving.ready_deadline = None
+            log.warning("run %s: worker %s did not become ready within %g s; replacing it", serving.launch.run_id,
+                        pid, self._ready_timeout_s)
             code = self._kill_worker("startTimeout")
-            self._exit("startTimeout", reusable=False, exit_code=code,
+            self._exit(serving, "startTimeout", reusable=False, exit_code=code,
                        diagnostic=f"the worker did not become ready within {self._ready_timeout_s:g} s")
 
-    # --- endings -----------------------------------------------------------------
+    # --- endings ------------------------------------------------------------------------------
+
+    def _hold(self, message: HoldRun) -> None:
+        serving = self._serving
+        if serving is None or serving.exit_reported or serving.launch.run_id != message.run_id:
+            return
+        try:
+            self._send(serving, {"kind": "hold"}, under=())
+        except OSError:
+            pass  # the socket thread reports the broken connection
 
     def _stop_runner(self, message: StopRunner) -> None:
-        if self._exit_reported:
+        serving = self._serving
+        if serving is None or serving.exit_reported or serving.launch.run_id != message.run_id:
             return
-        self._stop_reason = message.reason
-        log.info("run %s: stopping worker %d (%s)", self._launch.run_id, self._worker.pid, message.reason)
-        code = self._kill_worker(message.reason)
-        self._exit(message.reason, reusable=False, exit_code=code)
+        self._stop_launch(serving, message.reason)
+
+    def _stop_launch(self, serving: _Serving, reason: str) -> None:
+        serving.stop_reason = reason
+        pid = self._worker.pid if self._worker is not None else None
+        log.info("run %s: stopping worker %s (%s)", serving.launch.run_id, pid, reason)
+        code = self._kill_worker(reason)
+        self._exit(serving, reason, reusable=False, exit_code=code)
 
     def _gone(self, message: WorkerGone) -> None:
-        if self._exit_reported:
-            return
+        if self._worker is None or message.pid != self._worker.pid:
+            return  # a worker this slot already let go of
+        serving = self._serving
         code = self._kill_worker("crashed")
-        outcome = self._stop_reason or ("claimLost" if code == 3 else "crashed")
-        self._exit(outcome, reusable=False, exit_code=code, diagnostic=f"{message.detail}; {describe_exit(code)}")
-
-    def _kill_worker(self, reason: str) -> int | None:
-        log.debug("run %s: terminating worker %d (%s)", self._launch.run_id, self._worker.pid, reason)
-        if self._worker.alive():
-            code = self._worker.kill(self._grace_s)
-        else:
-            code = self._worker.process.wait()
-        self._worker.sock.close()
-        return code
-
-    def _exit(self, outcome: str, *, reusable: bool, exit_code: int | None = None,
-              diagnostic: str | None = None, timed_out: dict[str, Any] | None = None) -> None:
-        if self._exit_reported:
+        if serving is None or serving.exit_reported:
+            # An idle worker died: replace it so the slot stays warm.
+            log.warning("slot %d: idle worker %d went away (%s; %s)", self.slot, message.pid, message.detail,
+                        describe_exit(code))
+            if self._keep_warm and serving is None:
+                self._spawn_worker()
+            if serving is None:
+                safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
             return
-        self._exit_reported = True
-        self._watch = self._ready_deadline = None
-        self._reusable = reusable and self._worker.alive()
+        outcome = serving.stop_reason or ("claimLost" if code == 3 else "crashed")
+        self._exit(serving, outcome, reusable=False, exit_code=code,
+                   diagnostic=f"{message.detail}; {describe_exit(code)}")
+
+    def _exit(self, serving: _Serving, outcome: str, *, reusable: bool, exit_code: int | None = None,
+              diagnostic: str | None = None, timed_out: dict[str, Any] | None = None) -> None:
+        if serving.exit_reported:
+            return
+        serving.exit_reported = True
+        serving.watch = serving.ready_deadline = None
+        serving.reusable = reusable and self._worker is not None and self._worker.alive()
         if diagnostic:
-            log.warning("run %s: worker %d %s (%s)", self._launch.run_id, self._worker.pid, outcome, diagnostic)
-        args = self._exit_args(outcome, exit_code, diagnostic)
+            log.warning("run %s: worker %s (%s)", serving.launch.run_id, outcome, diagnostic)
+        args = self._exit_args(serving, outcome, exit_code, diagnostic)
         if timed_out is not None:
             args["timed_out"] = timed_out
         self._writer.submit(WriteCommand("runner.exit", args, correlation_id="exit"), self.actor_ref)
 
-    def _exit_args(self, outcome: str, exit_code: int | None, diagnostic: str | None,
+    @staticmethod
+    def _exit_args(serving: _Serving, outcome: str, exit_code: int | None, diagnostic: str | None,
                    requeue: bool = False) -> dict[str, Any]:
-        launch = self._launch
+        launch = serving.launch
         return {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
                 "token_hash": launch.token_hash, "outcome": outcome, "exit_code": exit_code,
-                "diagnostic": diagnostic and diagnostic[:2000], "load_failure": self._load_failure,
+                "diagnostic": diagnostic and diagnostic[:2000], "load_failure": serving.load_failure,
                 "requeue": requeue}
 
-    def _report_exit_blocking(self, outcome: str, requeue: bool) -> None:
-        if self._exit_reported:
-            return
-        self._exit_reported = True
+    def _report_exit_blocking(self, serving: _Serving, outcome: str) -> None:
+        serving.exit_reported = True
         try:
-            result = self._writer.execute("runner.exit", self._exit_args(outcome, None, "host stopping", requeue),
-                                          timeout=10)
+            result = self._writer.execute("runner.exit", self._exit_args(serving, outcome, None, "host stopping",
+                                                                         requeue=True), timeout=10)
             if result.ok:
-                self._reap_children(result.value.get("children") or [])
+                self._reap_children(serving, result.value.get("children") or [])
         except Exception as exc:  # the next host's recovery settles the run
-            log.warning("run %s: could not report runner exit: %s", self._launch.run_id, exc)
+            log.warning("run %s: could not report runner exit: %s", serving.launch.run_id, exc)
 
-    def _reap_children(self, children: list[dict[str, Any]]) -> None:
+    def _reap_children(self, serving: _Serving, children: list[dict[str, Any]]) -> None:
         for child in children:
             if is_same_process(child["pid"], child["create_time"]):
-                log.info("run %s: terminating leftover command pid %d", self._launch.run_id, child["pid"])
+                log.info("run %s: terminating leftover command pid %d", serving.launch.run_id, child["pid"])
                 terminate_tree(child["pid"], child["create_time"], grace_s=self._grace_s)
-            self._writer.submit(WriteCommand("child.release", {**child, "run_id": self._launch.run_id}))
+            self._writer.submit(WriteCommand("child.release", {**child, "run_id": serving.launch.run_id}))
 
-    def _exited_recorded(self, result: WriteResult) -> None:
+    def _exited_recorded(self, serving: _Serving, result: WriteResult) -> None:
         status = result.value.get("status") if result.ok and isinstance(result.value, dict) else None
         if result.ok and isinstance(result.value, dict):
-            self._reap_children(result.value.get("children") or [])
-        worker = self._worker if self._reusable else None
-        self._finished = True
-        safe_tell(self._scheduler, RunnerFinished(self._launch.run_id, worker, status))
-        self.actor_ref.stop(block=False)
+            self._reap_children(serving, result.value.get("children") or [])
+        self._finished(serving, status, keep_worker=serving.reusable)
+
+    def _finished(self, serving: _Serving, status: str | None, *, keep_worker: bool) -> None:
+        """The launch is over: free the slot, with a warm worker for the next one."""
+        serving.content.close()
+        self._serving = None
+        if not keep_worker and self._worker is not None:
+            self._kill_worker("not reusable")
+        if self._worker is None and self._keep_warm:
+            self._spawn_worker()
+        safe_tell(self._scheduler, RunnerFinished(self.slot, serving.launch.run_id, self._worker_info(), status))

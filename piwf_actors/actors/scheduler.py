@@ -1,6 +1,12 @@
-"""`Scheduler`: the run queue. Claims eligible runs up to `max_workers`,
-starts and retires runner supervisors, renews their claims, stops runners
-whose run was cancelled, and keeps a small pool of warm worker processes.
+"""`Scheduler`: the run queue. Claims eligible runs for its idle worker slots,
+hands each to the slot's runner supervisor, renews their claims, and stops
+runners whose run was cancelled.
+
+There is one `RunnerSupervisor` per slot (`max_workers` of them), for the
+host's lifetime, each with its own worker process (warm from the start for
+the first `warm_workers` slots), and one `WorkerSockets` thread that reads
+every worker's socket. A supervisor that crashes is replaced (one-for-one);
+its launch was settled by its own `on_failure`.
 
 It reacts to the writer's change notices (a run was queued, cancelled …)
 and to a slow tick (claim renewal, a safety net for missed notices). Only
@@ -24,12 +30,20 @@ import pykka
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
-from piwf_actors.actors.runner_supervisor import Launch, RunnerFinished, RunnerSupervisor, StopRunner, WatchdogTick
+from piwf_actors.actors.runner_supervisor import (
+    HoldRun,
+    Launch,
+    RunnerFinished,
+    RunnerSupervisor,
+    SlotReady,
+    StopRunner,
+    WatchdogTick,
+    WorkerInfo,
+)
 from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.canonical import token_hash
-from piwf_actors.messages.content import INLINE_BYTES
-from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
@@ -48,11 +62,15 @@ class GetSchedulerStatus:
 
 
 @dataclass
-class ActiveRun:
+class _Slot:
+    """One worker slot as the scheduler sees it."""
+
+    index: int
     ref: pykka.ActorRef[Any]
-    launch: Launch
-    worker: WorkerProcess
-    stopping: bool = False
+    worker: WorkerInfo | None = None  # its worker, as last reported (recorded with a claim)
+    launch: Launch | None = None  # the launch it serves, None when idle
+    stopping: bool = False  # told to stop its launch (cancel, claim lost)
+    held: bool = False  # told to hold its launch (a pause is pending)
 
 
 class Scheduler(CoreActor):
@@ -83,10 +101,11 @@ class Scheduler(CoreActor):
         self._worker_log_format = worker_log_format
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
-        self._active: dict[str, ActiveRun] = {}
-        self._idle: list[WorkerProcess] = []
+        self._sockets: WorkerSockets | None = None
+        self._slots: list[_Slot] = []
+        self._active: dict[str, _Slot] = {}  # run id → the slot serving it
         self._claiming = False
-        self._slots: list[tuple[WorkerProcess | None, str, str]] = []
+        self._offered: list[tuple[_Slot, str, str]] = []  # (slot, token, runner epoch) of the claim in flight
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
@@ -101,8 +120,8 @@ class Scheduler(CoreActor):
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
         self._reader = StoreReader(self._db_path)
         self._writer.ref.tell(Subscribe(self.actor_ref))
-        for _ in range(self._warm):
-            self._idle.append(self._spawn_worker())
+        self._sockets = WorkerSockets().start()
+        self._slots = [_Slot(index, self._start_supervisor(index)) for index in range(self._max_workers)]
         self._ticker = Ticker(self.actor_ref, SchedulerTick(), self._tick_s, "scheduler").start()
         self._publish()
         self._try_claim()
@@ -113,32 +132,25 @@ class Scheduler(CoreActor):
             self._ticker.stop()
             self._ticker = None
         safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
-        lent = [active.worker for active in self._active.values()]
-        for active in list(self._active.values()):
+        # Each supervisor stops its worker; one serving a launch reports its exit first
+        # (the run goes back to the queue).
+        for slot in self._slots:
             try:
-                active.ref.stop(block=True, timeout=30)
+                slot.ref.stop(block=True, timeout=30)
             except pykka.ActorDeadError:
                 pass
-        self._active.clear()
-        # A runner that finished while we were stopping handed its worker back in a
-        # RunnerFinished this actor will never read: no worker may outlive the host.
-        for worker in lent:
-            if worker.alive():
-                worker.shutdown()
-            self._release_child(worker)
-        # Warm workers, including those lent to a claim still in flight.
-        for worker in self._idle + [w for w, _, _ in self._slots if w is not None]:
-            worker.shutdown()
-            self._release_child(worker)
-        self._idle.clear()
         self._slots = []
+        self._active.clear()
+        if self._sockets is not None:
+            self._sockets.close()
+            self._sockets = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {SchedulerTick: self._tick, ChangeNotice: self._changed, WriteResult: self._written,
-                RunnerFinished: self._finished, ActorFailed: self._runner_failed,
+                RunnerFinished: self._finished, SlotReady: self._slot_ready, ActorFailed: self._runner_failed,
                 GetSchedulerStatus: self._status, LeaseSuspended: self._lease_suspended,
                 LeaseRegained: self._lease_regained}
 
@@ -158,51 +170,49 @@ class Scheduler(CoreActor):
         self._publish()
         self._try_claim()
 
-    # --- workers -----------------------------------------------------------------
+    # --- slots ------------------------------------------------------------------------
 
-    def _spawn_worker(self) -> WorkerProcess:
-        worker = WorkerProcess.spawn(log_level=self._worker_log_level, log_format=self._worker_log_format)
-        self._writer.submit(WriteCommand("child.register", {"pid": worker.pid, "create_time": worker.create_time,
-                                                            "kind": "worker"}))
-        return worker
+    def _start_supervisor(self, index: int) -> pykka.ActorRef[Any]:
+        assert self._sockets is not None
+        board = self._board
+        return RunnerSupervisor.start(
+            self._writer, self.actor_ref, self._sockets, index, keep_warm=index < self._warm,
+            grace_s=self._grace_s, db_path=self._db_path, watchdog_grace_s=self._watchdog_grace_s,
+            ready_timeout_s=self._ready_timeout_s, worker_log_level=self._worker_log_level,
+            worker_log_format=self._worker_log_format,
+            output=None if board is None else lambda p: board.emit("node_output", p))
 
-    def _release_child(self, worker: WorkerProcess) -> None:
-        self._writer.submit(WriteCommand("child.release", {"pid": worker.pid, "create_time": worker.create_time}))
+    def _slot_ready(self, message: SlotReady) -> None:
+        """A slot's worker changed (spawned, replaced, gone), busy or not."""
+        if message.slot < len(self._slots):
+            self._slots[message.slot].worker = message.worker
+            self._publish()
+            self._try_claim()
 
     # --- claiming ------------------------------------------------------------------
 
     def _try_claim(self) -> None:
-        """Claim as many runs as there are free slots, in one command.
+        """Claim as many runs as there are idle slots, in one command.
 
-        Idle warm workers are matched to slots before the claim so that their
-        pid is recorded with it; slots beyond the idle workers get a worker
-        spawned after the claim. Nothing is sent when no run is eligible.
+        Each slot's worker (pid, create_time) is recorded with its claim, so a
+        launch on a warm worker needs no `runner.attach`. Nothing is sent when
+        no run is eligible.
         """
-        free = self._max_workers - len(self._active)
-        if self._stopping or self._claiming or self._suspended or free <= 0:
+        if self._stopping or self._claiming or self._suspended:
+            return
+        idle = [slot for slot in self._slots if slot.launch is None and slot.ref.is_alive()]
+        if not idle:
             return
         assert self._reader is not None
         if not queries.claimable_exists(self._reader, list(self._active)):
             return
         self._claiming = True
-        self._slots = []
-        for _ in range(free):
-            worker = self._idle_worker()
-            self._slots.append((worker, secrets.token_urlsafe(24), uuid.uuid4().hex))
+        self._offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
         slots = [{"token_hash": token_hash(token), "runner_epoch": epoch,
-                  **({"pid": worker.pid, "create_time": worker.create_time} if worker else {})}
-                 for worker, token, epoch in self._slots]
+                  **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
+                 for slot, token, epoch in self._offered]
         args = {"exclude": list(self._active), "slots": slots, "claim_lease_s": self._claim_lease_s}
         self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
-
-    def _idle_worker(self) -> WorkerProcess | None:
-        while self._idle:
-            worker = self._idle.pop()
-            if worker.alive():
-                return worker
-            worker.process.wait()
-            self._release_child(worker)
-        return None
 
     def _written(self, result: WriteResult) -> None:
         if result.correlation_id == "prune":
@@ -231,62 +241,51 @@ class Scheduler(CoreActor):
         if result.correlation_id != "claim":
             return
         self._claiming = False
-        slots, self._slots = self._slots, []
+        offered, self._offered = self._offered, []
         claimed = result.value if result.ok else []
         if not result.ok:
             log.warning("claiming runs failed: %s", result.error)
         by_epoch = {run["runner_epoch"]: run for run in claimed}
-        for worker, token, epoch in slots:
+        for slot, token, epoch in offered:
             run = by_epoch.get(epoch)
-            if run is None or self._stopping:
-                if worker is not None:
-                    self._idle.append(worker)  # unused slot: the worker stays warm
-                continue
-            self._launch(run, token, worker)
+            if run is not None:
+                self._launch(slot, run, token)
         if claimed and not self._stopping:
             self._try_claim()
 
-    def _launch(self, claimed: dict[str, Any], token: str, worker: WorkerProcess | None) -> None:
-        """Start a runner supervisor for a claimed run. If that fails, the claim is settled like a
-        runner that exited at once (the run parks `no_progress` with the reason) and the worker
-        stays warm: a launch that cannot start never holds a slot."""
-        try:
-            launch = self._launch_record(claimed, token, attached=worker is not None)
-            if worker is None:
-                worker = self._spawn_worker()
-            board = self._board
-            ref = RunnerSupervisor.start(self._writer, self.actor_ref, worker, launch, grace_s=self._grace_s,
-                                         db_path=self._db_path, watchdog_grace_s=self._watchdog_grace_s,
-                                         ready_timeout_s=self._ready_timeout_s,
-                                         output=None if board is None else lambda p: board.emit("node_output", p))
-        except Exception as exc:
-            log.exception("run %s: could not launch", claimed["run_id"])
-            if worker is not None and worker.alive():
-                self._idle.append(worker)
+    def _launch(self, slot: _Slot, claimed: dict[str, Any], token: str) -> None:
+        """Hand a claimed run to its slot's supervisor. If that supervisor is gone, the claim is
+        settled like a runner that exited at once: a launch that cannot start never holds a slot."""
+        launch = self._launch_record(claimed, token)
+        if self._stopping or not safe_tell(slot.ref, launch):
             self._writer.submit(WriteCommand("runner.exit", {
                 "run_id": claimed["run_id"], "generation": claimed["generation"],
-                "runner_epoch": claimed["runner_epoch"], "token_hash": token_hash(token), "outcome": "launchFailed",
-                "exit_code": None, "diagnostic": f"could not launch: {type(exc).__name__}: {exc}"[:2000]},
+                "runner_epoch": claimed["runner_epoch"], "token_hash": launch.token_hash,
+                "outcome": "launchFailed", "exit_code": None, "requeue": self._stopping,
+                "diagnostic": "the slot's runner supervisor is gone"},
                 correlation_id=f"unlaunched:{claimed['run_id']}"), self.actor_ref)
             return
-        self._active[launch.run_id] = ActiveRun(ref, launch, worker)
+        slot.launch, slot.stopping, slot.held = launch, False, False
+        self._active[launch.run_id] = slot
         self._launched += 1
         self._publish()
 
-    def _launch_record(self, claimed: dict[str, Any], token: str, *, attached: bool) -> Launch:
-        assert self._reader is not None
-        source, size = queries.small_blob(self._reader, claimed["source_sha256"], INLINE_BYTES)
+    @staticmethod
+    def _launch_record(claimed: dict[str, Any], token: str) -> Launch:
+        """The launch, all from what the claim command returned (no extra read)."""
         envelope: dict[str, Any] = {
             "workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
             "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
-            "project_path": claimed["project_path"], "source": source or b"", "state": claimed.get("state")}
-        if source is None and size >= 0:
+            "project_path": claimed["project_path"], "source": claimed["source"] or b"",
+            "state": claimed.get("state")}
+        if claimed["source"] is None and claimed["source_size"] >= 0:
             # A large snapshot travels as content the worker reads in chunks.
             envelope["source"] = None
-            envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": size}
+            envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": claimed["source_size"]}
         return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
                       runner_epoch=claimed["runner_epoch"], token_hash=token_hash(token),
-                      revision=claimed["revision"], envelope=envelope, attached=attached)
+                      revision=claimed["revision"], envelope=envelope,
+                      worker_pid=claimed.get("worker_pid"))
 
     # --- notices and ticks ------------------------------------------------------------
 
@@ -298,17 +297,25 @@ class Scheduler(CoreActor):
             self._try_claim()
 
     def _stop_cancelled(self, run_ids: list[str]) -> None:
+        """Stop the runners of cancelled runs now; tell those of runs with a pause pending to hold
+        (the pause itself lands at the next node boundary, in the writer)."""
         assert self._reader is not None
-        for run_id in queries.cancel_requested(self._reader, run_ids):
-            active = self._active.get(run_id)
-            if active is not None and not active.stopping:
-                active.stopping = True
-                safe_tell(active.ref, StopRunner("cancelled"))
+        for run_id, cancel, pause in queries.control_requests(self._reader, run_ids):
+            slot = self._active.get(run_id)
+            if slot is None or slot.stopping:
+                continue
+            if cancel:
+                slot.stopping = True
+                safe_tell(slot.ref, StopRunner("cancelled", run_id))
+            elif pause and not slot.held:
+                slot.held = True
+                safe_tell(slot.ref, HoldRun(run_id))
 
     def _tick(self, _message: SchedulerTick) -> None:
         now = time.time()
-        for active in self._active.values():
-            safe_tell(active.ref, WatchdogTick())
+        for slot in self._active.values():
+            safe_tell(slot.ref, WatchdogTick())
+        self._replace_dead_supervisors()
         if self._suspended:
             return  # nothing can be written until the lease is held again
         if now - self._last_renewal >= self._claim_lease_s / 3:
@@ -326,8 +333,8 @@ class Scheduler(CoreActor):
     def _renew_claims(self) -> None:
         if not self._active:
             return
-        claims = [{"run_id": a.launch.run_id, "generation": a.launch.generation,
-                   "token_hash": a.launch.token_hash} for a in self._active.values()]
+        claims = [{"run_id": s.launch.run_id, "generation": s.launch.generation,
+                   "token_hash": s.launch.token_hash} for s in self._active.values() if s.launch is not None]
         self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
                                                                     "claim_lease_s": self._claim_lease_s},
                                          correlation_id="renew"), self.actor_ref)
@@ -359,30 +366,42 @@ class Scheduler(CoreActor):
             return
         assert self._reader is not None
         for run_id, held in result.value.items():
-            active = self._active.get(run_id)
-            if held or active is None or active.stopping:
+            slot = self._active.get(run_id)
+            if held or slot is None or slot.stopping:
                 continue
             status = queries.run_status(self._reader, run_id)
             if status is not None and status[0] not in ("starting", "running"):
                 continue  # the run ended or parked and released its claim; its runner is finishing
-            active.stopping = True
+            slot.stopping = True
             log.warning("run %s: claim lost", run_id)
-            safe_tell(active.ref, StopRunner("claimLost"))
+            safe_tell(slot.ref, StopRunner("claimLost", run_id))
 
     def _finished(self, message: RunnerFinished) -> None:
-        active = self._active.pop(message.run_id, None)
-        worker = message.worker
-        if worker is not None and worker.alive() and not self._stopping and len(self._idle) < self._max_workers:
-            self._idle.append(worker)
-        elif active is not None:
-            if active.worker.alive():
-                active.worker.shutdown()
-            self._release_child(active.worker)
+        slot = self._active.pop(message.run_id, None)
+        if slot is None and message.slot < len(self._slots):
+            slot = self._slots[message.slot]
+        if slot is not None:
+            slot.launch, slot.stopping, slot.held, slot.worker = None, False, False, message.worker
         self._publish()
         self._try_claim()
 
     def _runner_failed(self, message: ActorFailed) -> None:
-        log.error("a runner supervisor failed: %s", message.reason)
+        log.error("%s failed: %s", message.actor, message.reason)
+        self._replace_dead_supervisors()
+
+    def _replace_dead_supervisors(self) -> None:
+        """One-for-one: a slot whose supervisor died gets a new one (its launch was settled by the
+        old one's `on_failure`, or is settled by `settle_abandoned` when even that failed)."""
+        if self._stopping:
+            return
+        for slot in self._slots:
+            if slot.ref.is_alive():
+                continue
+            log.warning("slot %d: starting a new runner supervisor", slot.index)
+            if slot.launch is not None:
+                self._active.pop(slot.launch.run_id, None)
+            slot.launch, slot.stopping, slot.worker = None, False, None
+            slot.ref = self._start_supervisor(slot.index)
 
     def _publish(self) -> None:
         if self._board is not None:
@@ -391,9 +410,9 @@ class Scheduler(CoreActor):
     def _status(self, _message: GetSchedulerStatus) -> dict[str, Any]:
         return {
             "max_workers": self._max_workers,
-            "active": [{"run_id": a.launch.run_id, "pid": a.worker.pid, "generation": a.launch.generation}
-                       for a in self._active.values()],
-            "idle_workers": [w.pid for w in self._idle],
+            "active": [{"run_id": s.launch.run_id, "pid": s.worker.pid if s.worker else None,
+                        "generation": s.launch.generation} for s in self._active.values() if s.launch is not None],
+            "idle_workers": [s.worker.pid for s in self._slots if s.launch is None and s.worker is not None],
             "launched": self._launched,
             "suspended": self._suspended,
         }

@@ -1,12 +1,17 @@
 """Executes one launch of a run inside the worker process.
 
-The engine owns no durable state: it asks the supervisor for the run's
-committed state (`ready`), then for each node runs it and reports the
-result together with the routing decision (`node_finished`), which the host
-commits atomically before the engine moves on. A side-effecting node first
-reserves its effect (`effect_reserve`) so that a crash mid-effect is
+The engine owns no durable state: it starts from the run's committed state
+(shipped with the launch, or asked for with `ready`), then for each node
+runs it and reports the result together with the routing decision
+(`node_finished`), which the host commits atomically. A side-effecting node
+first reserves its effect (`effect_reserve`) so that a crash mid-effect is
 detectable. Pure nodes (compute, notify) are not announced before they
-run: re-running them after a crash is harmless by contract.
+run, and their results are pipelined: the engine goes on to the next node
+while the host commits them in order. Before anything that must not run on
+an uncommitted past — an effect, an interaction, the end of the run — the
+engine waits until every result sent so far is committed (`link.settle`,
+done by every waiting request). After a crash the uncommitted pure nodes
+simply run again. The argument is written down in docs/durability.md.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from piwf_actors.ids import new_id
 from piwf_actors.messages import pack
 from piwf_actors.runner.shell import run_shell
-from piwf_actors.runner.supervisor_link import SupervisorLink
+from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
 from piwf_actors.workflows.contracts import presentation
 from piwf_actors.workflows.model import (
@@ -155,6 +160,13 @@ class OutputStreamer:
                         "stream": stream, "data": text})
 
 
+def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
+    """A pure node's result that need not be waited for: nothing outside the worker depends on it
+    before the next wait (its effects and interactions have none, and its end is not the run's)."""
+    return (isinstance(spec, (ComputeSpec, NotifySpec)) and report.get("effect_id") is None
+            and report.get("request_id") is None)
+
+
 class RunEngine:
     def __init__(self, workflow: Workflow, link: SupervisorLink) -> None:
         self.workflow = workflow
@@ -162,13 +174,21 @@ class RunEngine:
         self._children: list[tuple[int, float]] = []
 
     def run(self, launch_state: dict[str, Any] | None = None) -> None:
+        """Run the launch until the run finishes, fails, parks, or the host stops it; every
+        result sent is committed (or the launch ended with an error) when this returns."""
+        try:
+            self._run(launch_state)
+            self.link.settle()
+        except RunStopped:
+            return  # the host parked or ended the run at a node boundary
+
+    def _run(self, launch_state: dict[str, Any] | None) -> None:
         ready = {"definition_digest": self.workflow.digest, "pid": os.getpid(), "start_at": self.workflow.start_at}
         if launch_state is not None:
             # The claim shipped the state: start the first node while `ready` is
-            # committed. Its answer is read before the next request, so nothing the
-            # node reports, and no side effect (it needs effect_reserve first),
-            # gets ahead of it.
-            self.link.begin("ready", ready, fenced=False)
+            # committed. It is answered in order, before anything the node reports,
+            # and no side effect (it needs effect_reserve, which waits) gets ahead of it.
+            self.link.post("ready", ready, fenced=False)
             state = launch_state
         else:
             state = self.link.accepted("ready", ready, fenced=False)
@@ -216,8 +236,14 @@ class RunEngine:
                     report["next"] = {"finish": True}
                 else:
                     report["next"] = {"node": decision.next_node}
-            answer = self.link.accepted("node_finished", report)
-            if answer.get("directive") == "stop" or "node" not in report["next"] and not retry:
+            if retry or "node" in report["next"]:
+                if _pipelined(spec, report):
+                    self.link.post("node_finished", report)
+                    self.link.poll()  # a pause at an earlier boundary stops the chain here
+                elif self.link.accepted("node_finished", report).get("directive") == "stop":
+                    return
+            else:  # the end of the run: it waits for every result before it
+                self.link.accepted("node_finished", report)
                 return
             if retry:
                 if spec.retry_backoff_s:

@@ -40,7 +40,6 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
         link.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
         return
     RunEngine(workflow, link).run(launch.get("state"))
-    link.settle()
 
 
 def _enter_project(project_path: str | None) -> None:

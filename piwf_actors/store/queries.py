@@ -102,12 +102,14 @@ def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     return {**dict(zip(keys, row[:5], strict=True)), "source": None if row[5] is None else bytes(row[5])}
 
 
-def cancel_requested(reader: StoreReader, run_ids: list[str]) -> list[str]:
+def control_requests(reader: StoreReader, run_ids: list[str]) -> list[tuple[str, bool, bool]]:
+    """(run id, cancel requested, pause requested) of those of `run_ids` with either pending."""
     if not run_ids:
         return []
     marks = ",".join("?" * len(run_ids))
-    return [r[0] for r in reader.all(
-        f"SELECT run_id FROM run WHERE cancel_requested = 1 AND run_id IN ({marks})", tuple(run_ids))]
+    return [(r[0], bool(r[1]), bool(r[2])) for r in reader.all(
+        f"""SELECT run_id, cancel_requested, pause_requested FROM run
+            WHERE run_id IN ({marks}) AND (cancel_requested = 1 OR pause_requested = 1)""", tuple(run_ids))]
 
 
 def _json(text: str | None) -> Any:

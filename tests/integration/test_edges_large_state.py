@@ -93,11 +93,11 @@ def test_a_launch_that_cannot_start_is_settled_and_frees_its_slot(guard, state_d
     real = RunnerSupervisor._launch_frame
     failures = []
 
-    def broken(self):
+    def broken(self, serving):
         if not failures:
-            failures.append(self._launch.run_id)
+            failures.append(serving.launch.run_id)
             raise RuntimeError("launch envelope broken on purpose")
-        return real(self)
+        return real(self, serving)
 
     monkeypatch.setattr(RunnerSupervisor, "_launch_frame", broken)
     host = guard.start_host(state_dir, max_workers=1, warm_workers=1)

@@ -128,4 +128,8 @@ def test_cancel_of_a_parked_run_ends_it_at_once(guard, state_dir) -> None:
     assert view["status"] == "cancelled" and view["finished_at"] is not None
     refused = host.writer.execute("run.resume", {"run_id": run_id})
     assert (refused.ok, refused.error_code) == (False, "rejected")
-    assert oracle.counts(run_id) == {"p1": 1}
+    # p2 is pure: the worker may have started it (pipelined) before it learned of the pause
+    # at p1's boundary, but it stops there and p2's result is never committed.
+    counts = oracle.counts(run_id)
+    assert counts["p1"] == 1 and counts.get("p2", 0) <= 1 and set(counts) <= {"p1", "p2"}, counts
+    assert [node["node_id"] for node in view["nodes"]] == ["p1"]

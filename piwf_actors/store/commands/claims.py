@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import NotFound, Rejected
+from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
@@ -89,11 +90,21 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
         "run_revision": revision, "token_hash": slot["token_hash"],
         "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
-        "project_path": run["project_path"],
+        "project_path": run["project_path"], "worker_pid": pid, **_source(ctx, run["source_sha256"]),
         # The state ships with the launch, so the worker starts its first node
         # while its `ready` is being committed (see runner/engine.py).
         "state": launch_state(ctx, run),
     }
+
+
+def _source(ctx: WriteContext, sha256: str | None) -> dict[str, Any]:
+    """The workflow snapshot for the launch: inline when small, else its size (the worker reads it
+    in chunks); size -1 when there is none."""
+    row = None if sha256 is None else ctx.conn.execute(
+        "SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?", (INLINE_BYTES, sha256)).fetchone()
+    if row is None:
+        return {"source": None, "source_size": -1}
+    return {"source": None if row[1] is None else bytes(row[1]), "source_size": int(row[0])}
 
 
 @command("scheduler.renew_claims")
