@@ -685,6 +685,7 @@ class DbosBench:
         conn = sqlite3.connect(path)
         mode, sync = conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0]
         conn.close()
+        sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(sync, sync)
         self.description = (f"DBOS Transact {_dist_version('dbos')} on SQLite ({path.name}: journal_mode={mode}, "
                             f"synchronous={sync}), the caller's threads run the workflows")
         for i in range(20):  # warm-up
