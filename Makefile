@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: demo test test-slow bench lint clean
 
@@ -21,7 +22,11 @@ test: $(STAMP)
 test-slow: $(STAMP)  # long crash/soak tests, if any are marked slow (exit 5 = none selected)
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP) setup.cfg
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first use, not with `make test`
 	$(PY) bench/writer.py
 	$(PY) bench/spawn.py
 	$(PY) bench/throughput.py

@@ -1,6 +1,8 @@
-"""What the benchmark scripts share: the trivial workflow they run and percentiles."""
+"""What the benchmark scripts share: the trivial workflow they run, percentiles, thread groups."""
 
 from __future__ import annotations
+
+import re
 
 WORKFLOW_SOURCE = '''\
 """Three trivial compute nodes: a → b → c."""
@@ -26,3 +28,20 @@ def pct(samples: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+_RUN_ID = re.compile(r"run_[0-9a-z]{6,}")
+_SERIAL = re.compile(r"[-_]\d+$")
+
+
+def thread_group(name: str) -> str:
+    """A thread's name without what tells threads of one kind apart.
+
+    "RunnerSupervisor-7" → "RunnerSupervisor", "piwf-gateway_0" → "piwf-gateway",
+    "runner-run_01m8pg3k…" → "runner-run_*": pykka numbers its actor threads, a
+    ThreadPoolExecutor numbers its workers, and per-run threads carry the run id.
+    No list of the host's thread names is kept here, so a renamed thread still
+    shows up under its own name.
+    """
+    grouped = _SERIAL.sub("", _RUN_ID.sub("run_*", name.strip()))
+    return grouped or name

@@ -1,53 +1,101 @@
-"""End-to-end runs/s and latency of trivial 3-node compute runs through the embedding API.
+"""Trivial 3-node runs through the host's Unix socket, next to DBOS and to the ceiling, in one run.
 
-For each `--workers` value (default 1, 2, 8) a fresh host is started on a
-temp state dir (`HostConfig(max_workers=m, warm_workers=m)`, durable:
-synchronous=FULL unless --synchronous says otherwise), warmed with a few
-runs, then measured twice:
+The figures of issue 11 ("Performance"), each measured here in the same run:
 
-  closed loop  m client threads, each: `start_run` → wait until the run is
-               seen done → next run. Latency "start→done" is wall clock from
-               just before `start_run` to the moment the run is seen done;
-               "db" is the run row's created_at → finished_at.
-  burst        all `--runs` runs submitted up front from 4 threads, then
-               wait for the last one. runs/s = runs / (first submit → last
-               done); latencies include the time spent queued.
+  piwf     a real host, `bin/piwf-host --state-dir D --max-workers m` in its own
+           process (durable: synchronous=FULL unless --synchronous says
+           otherwise; the host keeps m warm workers, its default), one fresh
+           host per m in --workers (default 1, 2, 8). Clients are
+           `piwf_actors.client.Client` connections, one per client, each in
+           its own thread of this process (--client-mode thread, the default)
+           or in its own spawned process (--client-mode process). Threads
+           were chosen by measurement: a client costs ~0.6 ms of CPU per run
+           (start, watch, unwatch), so at today's rates the clients use ~10 %
+           of a core and the bench's GIL is not what they wait for; processes
+           gave the same runs/s and cost more CPU on this 2-core machine. Each
+           phase prints the clients' share of a core and says when to switch.
+           After a short warm-up, two phases:
 
-Each phase also prints where the CPU went, per run: the host process by
-thread (writer, scheduler, runner supervisors + their frame-reader threads,
-which live one run each and are counted as "runner threads" = process total
-minus the long-lived threads, the bench's own clients and watcher) and the
-worker processes (psutil). Read from /proc, so it costs nothing while the
-phase runs.
+    closed loop  m clients, each: `run.start` → wait until the run is done →
+                 next. start→done is the client's wall clock from just before
+                 `run.start` to the moment it sees the run done; "db" is the
+                 run's created_at → finished_at from `run.get`. How a client
+                 sees its run done (--done-via):
+                   watch  (default) a `run` watch on the client's own
+                          connection, opened right after `run.start` answers
+                          (its first event is the current view, so a run that
+                          already finished is seen at once), then `unwatch`.
+                          This is what `piwf` itself does, minus the second
+                          connection `Client.wait` opens. It is the cheapest
+                          correct way through the socket measured here, and
+                          it is not free: ~6 events per run, each a fresh
+                          run view, cost the host ~1.5-3 ms of CPU per run
+                          today (in the ClientGateway and piwf-gateway-io
+                          threads; compare with `db`).
+                   runs   one `runs` watch shared by the thread clients: cheaper
+                          than `watch` with 8 clients, dearer with 1 (every
+                          event re-reads the 50 newest runs); threads only.
+                   poll   `run.get` every --poll-ms (default 1) on the client's
+                          connection: as dear as `watch` with 1 client, and
+                          worse with 8.
+                   db     reading the run's status from state.db (read-only,
+                          in the client, every 0.5 ms): not through the socket
+                          and costs the host nothing, the reference for what
+                          the others cost it.
+    burst        --runs runs submitted up front by 4 submitter connections
+                 (threads), then nothing but one `host.status` every 20 ms until
+                 the status counts show them all finished. runs/s = runs /
+                 (first submit → the last run's finished_at); its latencies are
+                 submit → finished_at (host clock), queueing included.
 
-Steps/s is 3 × runs/s (three compute nodes per run). "Seen done" comes from
-a small pykka actor subscribed to the writer's ChangeNotice that reads the
-status of the runs named in each notice (no per-run polling). Writer
-figures are the writer's own counters over the phase: commands and commits
-(fsyncs) per run.
+           Per phase: runs/s, steps/s (3 × runs/s), p50/p99, and CPU per run:
+           the host process by thread (/proc/<pid>/task/*/stat, named by a
+           `py-spy dump` taken after the phase; threads that ended during the
+           phase, e.g. per-run threads, are summed as "ended threads"), the
+           worker processes (the host's children, psutil, plus the children
+           it reaped during the phase), host + workers, and the bench's own
+           clients.
 
-If `dbos` is importable (it is NOT a project dependency: `pip install dbos`
-into the venv), the same shape runs in DBOS Transact on SQLite: three
-@DBOS.step functions in one @DBOS.workflow, called from m threads (closed
-loop; the caller's thread runs the workflow), measured right after piwf's
-phases for the same m so both see the same machine load. DBOS uses a WAL
-system database (`--dbos-journal delete` keeps SQLite's default rollback
-journal, which is what DBOS creates by itself) and SQLite's default
-synchronous=FULL. It prints workflows/s, p50/p99 latency and the ratio
-piwf/DBOS at equal concurrency. DBOS is launched once before the piwf
-phases; its idle background threads run beside them.
+  DBOS     DBOS Transact on SQLite (the `bench` extra): three @DBOS.step
+           functions in one @DBOS.workflow called from m threads of this
+           process (closed loop; the caller's thread runs the workflow), right
+           after piwf's phases for the same m. WAL system database (`--dbos-journal
+           delete` keeps the rollback journal DBOS creates by itself),
+           synchronous=FULL. DBOS is launched once, before the piwf phases.
 
-Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8] [--no-dbos]
+  ceiling  `<repo>/../shared/bench/ceiling.py --quick` (or --ceiling PATH) as a
+           subprocess of this one with the venv's python, before anything else:
+           the same 3-step durable runs with nothing but sqlite3, a writer
+           thread and a warm pool of 16 pipe-connected workers. Its median
+           `runs_per_s` for "warm-pool W=16 N=1000 FULL" is the ceiling for
+           the 8-worker phases; "latency warm-pool W=1 FULL" the latency floor.
+
+`--profile DIR`: after the measured burst of the largest m, two more bursts of
+--profile-runs runs (default 1000, a few seconds of samples), each recorded with `py-spy record --pid <host> --rate 250
+--format raw --nonblocking --threads` (the second also with `--gil`); writes
+DIR/host-burst.txt and DIR/host-burst-gil.txt and prints their top entries
+(bench/profile_top.py). The measured burst itself is never profiled.
+
+The summary at the end prints each target of the issue with the figure reached.
+
+Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8]
+     [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos]
+     [--ceiling PATH | --no-ceiling] [--profile DIR [--profile-runs 1000]]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import multiprocessing
 import os
-import resource
+import queue
+import re
 import shutil
+import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,137 +106,292 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pykka
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
 
-from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's directory)
+from common import WORKFLOW_SOURCE, pct, thread_group  # noqa: E402  (bench/ is the script's directory)
+from profile_top import read_stacks, summarise  # noqa: E402
 
-from piwf_actors import HostConfig, HostHandle, start_host  # noqa: E402
-from piwf_actors.actors.writer import Subscribe, Unsubscribe  # noqa: E402
-from piwf_actors.store.reader import StoreReader  # noqa: E402
-from piwf_actors.store.requests import ChangeNotice  # noqa: E402
+from piwf_actors.client import Client, HostNotRunning  # noqa: E402
 
 STEPS_PER_RUN = 3
 FINAL = ("done", "failed", "cancelled")
 WAIT_S = 120.0
+SUBMITTERS = 4
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-# --- seeing runs finish ------------------------------------------------------------------
+def venv_python() -> str:
+    candidate = REPO / ".venv" / "bin" / "python"
+    return str(candidate) if candidate.exists() else sys.executable
 
 
-@dataclass
-class DoneSlot:
-    """Filled by the watcher when the run reaches a final status."""
-
-    event: threading.Event = field(default_factory=threading.Event)
-    status: str | None = None
-    seen_at: float = 0.0  # perf_counter
+def py_spy() -> str | None:
+    candidate = Path(venv_python()).parent / "py-spy"
+    return str(candidate) if candidate.exists() else shutil.which("py-spy")
 
 
-@dataclass(frozen=True, slots=True)
-class Watch:
-    run_id: str
-    slot: DoneSlot
-
-
-class DoneWatcher(pykka.ThreadingActor):
-    """Subscribed to the writer's ChangeNotice; sets a run's slot once its row shows a final status."""
-
-    def __init__(self, db_path: Path) -> None:
-        super().__init__()
-        self._db_path = db_path
-        self._reader: StoreReader | None = None
-        self._waiting: dict[str, DoneSlot] = {}
-
-    def on_start(self) -> None:
-        self._reader = StoreReader(self._db_path)
-
-    def on_stop(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-
-    def on_receive(self, message: Any) -> None:
-        if isinstance(message, Watch):
-            self._waiting[message.run_id] = message.slot
-            self._check([message.run_id])  # it may have finished before we were told to watch it
-        elif isinstance(message, ChangeNotice) and "run" in message.tables:
-            watched = [run_id for run_id in message.runs if run_id in self._waiting]
-            if watched:
-                self._check(watched)
-
-    def _check(self, run_ids: list[str]) -> None:
-        assert self._reader is not None
-        marks = ",".join("?" * len(run_ids))
-        rows = self._reader.all(f"SELECT run_id, status FROM run WHERE run_id IN ({marks}) "
-                                f"AND status IN ('done', 'failed', 'cancelled')", tuple(run_ids))
-        now = time.perf_counter()
-        for run_id, status in rows:
-            slot = self._waiting.pop(run_id)
-            slot.status = status
-            slot.seen_at = now
-            slot.event.set()
-
-
-# --- where the CPU goes ----------------------------------------------------------------
-
-
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
-_GROUPS = (("DatabaseWriter", "writer"), ("Scheduler", "scheduler"), ("RunnerSupervisor", "runner threads"),
-           ("runner-", "runner threads"), ("DoneWatcher", "bench watcher"), ("bench-", "bench clients"),
-           ("MainThread", "bench clients"))
-
-
-def _group(thread_name: str) -> str:
-    for prefix, group in _GROUPS:
-        if thread_name.startswith(prefix):
-            return group
-    return "other host threads"
+# --- the host, in its own process ----------------------------------------------------------------
 
 
 @dataclass
-class CpuSnapshot:
+class HostCpu:
+    """CPU seconds of the host process, its threads and its children at one moment (/proc and psutil)."""
+
     process_s: float
-    threads: dict[int, tuple[str, float]]  # native id -> (name, cpu s)
-    workers: dict[int, float]  # pid -> cpu s
+    reaped_children_s: float  # cutime + cstime: children the host has waited for
+    threads: dict[int, float]  # tid -> cpu s
+    children: dict[tuple[int, float], float]  # (pid, create_time) -> cpu s
 
 
-def cpu_snapshot() -> CpuSnapshot:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    threads: dict[int, tuple[str, float]] = {}
-    for thread in threading.enumerate():
+@dataclass
+class CpuUse:
+    """CPU seconds spent between two HostCpu snapshots."""
+
+    host_s: float
+    by_thread: dict[str, float]  # thread group -> cpu s; "ended threads" for those gone by the end
+    workers_s: float
+
+
+def _stat_fields(path: str) -> list[str]:
+    with open(path) as stat:
+        return stat.read().rsplit(")", 1)[1].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+class HostProcess:
+    """`bin/piwf-host` as a subprocess on its own state dir; stopped with SIGTERM."""
+
+    def __init__(self, state_dir: Path, max_workers: int, synchronous: str) -> None:
+        self.state_dir = state_dir
+        self.max_workers = max_workers
+        self.socket_path = str(state_dir / "host.sock")
+        self.database = state_dir / "state.db"
+        self._log_path = state_dir.parent / f"{state_dir.name}.log"
+        self._log = open(self._log_path, "wb")  # noqa: SIM115  (closed in stop())
+        # bin/piwf-host execs the venv's python, so this pid is the host itself.
+        self.proc = subprocess.Popen(
+            [str(REPO / "bin" / "piwf-host"), "--state-dir", str(state_dir), "--max-workers", str(max_workers),
+             "--synchronous", synchronous, "--log-level", "WARNING"],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the socket answers and host.status shows max_workers started workers (if it says)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"piwf-host exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                with Client(socket_path=self.socket_path, retries=0, timeout=5) as client:
+                    workers = client.status().get("workers") or {}
+                    started = int(workers.get("idle", 0)) + len(workers.get("active", ()))
+                    if "idle" not in workers or started >= self.max_workers:
+                        return
+            except HostNotRunning:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"piwf-host not ready within {timeout} s: {self.log_tail()}")
+
+    def cpu(self) -> HostCpu:
+        fields = _stat_fields(f"/proc/{self.pid}/stat")
+        threads: dict[int, float] = {}
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                task = _stat_fields(f"/proc/{self.pid}/task/{tid}/stat")
+                threads[int(tid)] = (int(task[11]) + int(task[12])) * _TICK_S
+        children: dict[tuple[int, float], float] = {}
+        for child in psutil.Process(self.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                times = child.cpu_times()
+                children[(child.pid, child.create_time())] = times.user + times.system
+        return HostCpu((int(fields[11]) + int(fields[12])) * _TICK_S, (int(fields[13]) + int(fields[14])) * _TICK_S,
+                       threads, children)
+
+    def thread_names(self) -> dict[int, str]:
+        """tid -> Python thread name, from `py-spy dump --json` ({} without py-spy): /proc only says "python"."""
+        spy = py_spy()
+        if spy is None:
+            return {}
         try:
-            with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        threads[thread.native_id or 0] = (thread.name, (int(fields[11]) + int(fields[12])) * _TICK_S)
-    workers: dict[int, float] = {}
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-            workers[child.pid] = times.user + times.system
-        except psutil.Error:
-            pass
-    return CpuSnapshot(usage.ru_utime + usage.ru_stime, threads, workers)
+            out = subprocess.run([spy, "dump", "--pid", str(self.pid), "--json"], capture_output=True, text=True,
+                                 timeout=30, check=True).stdout
+            return {int(t["os_thread_id"]): t["thread_name"] for t in json.loads(out)
+                    if t.get("os_thread_id") and t.get("thread_name")}
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+            return {}
+
+    def log_tail(self) -> str:
+        self._log.flush()
+        return " | ".join(self._log_path.read_text(errors="replace").strip().splitlines()[-5:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
 
 
-def cpu_breakdown(before: CpuSnapshot, after: CpuSnapshot) -> tuple[float, dict[str, float], float]:
-    """(host process cpu s, {group: cpu s}, worker processes cpu s) spent between the snapshots."""
-    groups: dict[str, float] = {}
+def cpu_use(before: HostCpu, after: HostCpu, names: dict[int, str]) -> CpuUse:
+    host = after.process_s - before.process_s
+    by_thread: dict[str, float] = {}
     tracked = 0.0
-    for tid, (name, cpu) in after.threads.items():
-        spent = cpu - (before.threads[tid][1] if tid in before.threads else 0.0)
-        groups[_group(name)] = groups.get(_group(name), 0.0) + spent
+    for tid, cpu in after.threads.items():
+        spent = cpu - before.threads.get(tid, 0.0)
+        group = thread_group(names.get(tid, "unnamed (no py-spy)"))
+        by_thread[group] = by_thread.get(group, 0.0) + spent
         tracked += spent
-    process = after.process_s - before.process_s
-    # Threads that ended during the phase (one supervisor + one reader per run) are gone from /proc.
-    groups["runner threads"] = groups.get("runner threads", 0.0) + max(process - tracked, 0.0)
-    workers = sum(cpu - before.workers.get(pid, 0.0) for pid, cpu in after.workers.items())
-    return process, groups, workers
+    if host - tracked > 0.0005:
+        by_thread["ended threads"] = host - tracked
+    workers = sum(cpu - before.children.get(key, 0.0) for key, cpu in after.children.items())
+    # Children gone by the end: their whole life is in the host's cutime once reaped; take off what was before.
+    workers += (after.reaped_children_s - before.reaped_children_s
+                - sum(cpu for key, cpu in before.children.items() if key not in after.children))
+    return CpuUse(host, by_thread, max(workers, 0.0))
 
 
-# --- measuring -------------------------------------------------------------------------
+class MachineBusy:
+    """Share of all cores in use (everyone's load, not just the bench's) between start() and stop()."""
+
+    def __init__(self) -> None:
+        self._before = psutil.cpu_times()
+
+    def share(self) -> float:
+        after = psutil.cpu_times()
+        idle = (after.idle + after.iowait) - (self._before.idle + self._before.iowait)
+        total = sum(after) - sum(self._before)
+        return 1 - idle / total if total > 0 else 0.0
+
+
+# --- clients ---------------------------------------------------------------------------------------
+
+
+def _seen_via_watch(client: Client, run_id: str) -> tuple[str, float]:
+    """A `run` watch on this connection until the run is final, then `unwatch`: (status, seen at)."""
+    subscription = None
+    for event in client.watch("run", run_id=run_id, timeout=WAIT_S):
+        subscription = event.get("subscription_id") or subscription
+        if event.get("topic") != "run":
+            continue
+        status = (event.get("payload") or {}).get("status")
+        if status in FINAL:
+            seen = time.perf_counter()
+            if subscription is not None:
+                client.request("unwatch", {"subscription_id": subscription})
+            return status, seen
+    raise RuntimeError(f"the host closed the watch of {run_id} before it finished")
+
+
+def _seen_via_poll(client: Client, run_id: str, interval_s: float) -> tuple[str, float]:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        status = client.get(run_id)["status"]
+        if status in FINAL:
+            return status, time.perf_counter()
+        time.sleep(interval_s)
+    raise TimeoutError(f"run {run_id} not done after {WAIT_S} s")
+
+
+def _seen_via_db(db: sqlite3.Connection, run_id: str) -> tuple[str, float]:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        row = db.execute("SELECT status FROM run WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row[0] in FINAL:
+            return row[0], time.perf_counter()
+        time.sleep(0.0005)
+    raise TimeoutError(f"run {run_id} not done after {WAIT_S} s")
+
+
+class RunsWatch:
+    """One `runs` watch on its own connection, shared by the thread clients of a closed loop (--done-via runs).
+
+    Correct for a closed loop of at most 50 clients: the runs in flight are then
+    always among the 50 newest that the view lists.
+    """
+
+    def __init__(self, socket_path: str) -> None:
+        self._client = Client(socket_path=socket_path, timeout=WAIT_S)
+        self._client.connect()
+        self._cond = threading.Condition()
+        self._final: dict[str, tuple[str, float]] = {}  # run_id -> (status, perf_counter seen)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="bench-runs-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self._client.watch("runs"):
+                seen = time.perf_counter()
+                with self._cond:
+                    for run in (event.get("payload") or {}).get("runs", ()):
+                        if run["status"] in FINAL and run["run_id"] not in self._final:
+                            self._final[run["run_id"]] = (run["status"], seen)
+                    self._cond.notify_all()
+        except BaseException as exc:  # the host closed the connection at stop, or a real failure
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def wait(self, run_id: str) -> tuple[str, float]:
+        deadline = time.monotonic() + WAIT_S
+        with self._cond:
+            while run_id not in self._final:
+                if self._error is not None:
+                    raise RuntimeError(f"runs watch failed: {self._error}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"run {run_id} not seen done within {WAIT_S} s")
+                self._cond.wait(remaining)
+            return self._final.pop(run_id)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def client_loop(socket_path: str, database: str, spec: str, count: int, done_via: str, poll_s: float, go: Any,
+                results: Any, shared: RunsWatch | None = None) -> None:
+    """One closed-loop client (a thread or a spawned process): wait at `go`, then `count` × start → seen done.
+
+    Puts one (samples, cpu s of this client, error or None) on `results`; a sample is
+    (started, seen, run_id, status) with perf_counter times (CLOCK_MONOTONIC: comparable across processes).
+    """
+    client = Client(socket_path=socket_path, timeout=WAIT_S)
+    db = None
+    samples: list[tuple[float, float, str, str]] = []
+    try:
+        client.connect()
+        if done_via == "db":
+            db = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+        seen_done: Callable[[str], tuple[str, float]] = {
+            "watch": lambda run_id: _seen_via_watch(client, run_id),
+            "poll": lambda run_id: _seen_via_poll(client, run_id, poll_s),
+            "db": lambda run_id: _seen_via_db(db, run_id),  # type: ignore[arg-type]
+            "runs": lambda run_id: shared.wait(run_id),  # type: ignore[union-attr]
+        }[done_via]
+        go.wait(timeout=120)
+        cpu0 = time.thread_time()
+        for i in range(count):
+            started = time.perf_counter()
+            run_id = client.start(spec, {"i": i})["run_id"]
+            status, seen = seen_done(run_id)
+            samples.append((started, seen, run_id, status))
+        results.put((samples, time.thread_time() - cpu0, None))
+    except BaseException as exc:  # reported by the parent
+        results.put((samples, 0.0, f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(Exception):
+            go.abort()
+    finally:
+        client.close()
+        if db is not None:
+            db.close()
+
+
+# --- phases ------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -198,188 +401,254 @@ class Phase:
     elapsed_s: float
     latencies_s: list[float]
     db_latencies_s: list[float]
-    commands: int
-    commits: int
-    failed: int
-    cpu: tuple[float, dict[str, float], float] | None = None
+    not_done: int
+    cpu: CpuUse
+    bench_cpu_s: float
+    machine_busy: float
+    notes: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return self.runs / self.elapsed_s
 
+    def cpu_ms(self, seconds: float) -> float:
+        return seconds * 1000 / self.runs
+
+    @property
+    def total_cpu_ms(self) -> float:
+        return self.cpu_ms(self.cpu.host_s + self.cpu.workers_s)
 
 
-
-def db_latencies(host: HostHandle, run_ids: list[str]) -> list[float]:
-    reader = StoreReader(host.paths.database)
-    try:
-        out: list[float] = []
-        for start in range(0, len(run_ids), 500):
-            chunk = run_ids[start:start + 500]
-            rows = reader.all(f"SELECT created_at, finished_at FROM run WHERE run_id IN ({','.join('?' * len(chunk))})"
-                              " AND finished_at IS NOT NULL", tuple(chunk))
-            out.extend(finished - created for created, finished in rows)
-        return out
-    finally:
-        reader.close()
+def run_views(socket_path: str, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """run_id -> run.get view, read after a phase (outside its measurement)."""
+    with Client(socket_path=socket_path, timeout=WAIT_S) as client:
+        return {run_id: client.get(run_id) for run_id in run_ids}
 
 
-def submit_and_watch(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, i: int) -> tuple[str, DoneSlot]:
-    receipt = host.start_run(spec, {"i": i})["receipt"]
-    slot = DoneSlot()
-    watcher.tell(Watch(receipt["run_id"], slot))
-    return receipt["run_id"], slot
-
-
-def wait_slot(run_id: str, slot: DoneSlot) -> None:
-    if not slot.event.wait(WAIT_S):
-        raise TimeoutError(f"run {run_id} not done after {WAIT_S} s")
-
-
-def closed_loop(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs: int, clients: int) -> Phase:
+def closed_loop(host: HostProcess, spec: str, runs: int, clients: int, mode: str, done_via: str,
+                poll_s: float) -> Phase:
     per_client = [runs // clients + (1 if n < runs % clients else 0) for n in range(clients)]
-    results: list[tuple[float, float, str, str | None]] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    go = threading.Barrier(clients + 1)
-
-    def client(count: int) -> None:
-        try:
-            go.wait()
-            for i in range(count):
-                started = time.perf_counter()
-                run_id, slot = submit_and_watch(host, watcher, spec, i)
-                wait_slot(run_id, slot)
-                with lock:
-                    results.append((started, slot.seen_at, run_id, slot.status))
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    before = host.writer.stats()
-    cpu_before = cpu_snapshot()
-    threads = [threading.Thread(target=client, args=(count,), name=f"bench-client-{n}") for n, count in enumerate(per_client)]
-    for t in threads:
-        t.start()
-    go.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
+    args = (host.socket_path, str(host.database), spec)
+    workers: list[Any]
+    shared: RunsWatch | None = None
+    if mode == "process":
+        # spawn, not fork: this process has threads (DBOS's) and fork would copy their locks.
+        ctx = multiprocessing.get_context("spawn")
+        go: Any = ctx.Barrier(clients + 1)
+        results: Any = ctx.Queue()
+        workers = [ctx.Process(target=client_loop, args=(*args, c, done_via, poll_s, go, results), daemon=True)
+                   for c in per_client]
+    else:
+        go = threading.Barrier(clients + 1)
+        results = queue.Queue()
+        shared = RunsWatch(host.socket_path) if done_via == "runs" else None
+        workers = [threading.Thread(target=client_loop, args=(*args, c, done_via, poll_s, go, results, shared),
+                                    name=f"bench-client-{n}", daemon=True) for n, c in enumerate(per_client)]
+    for worker in workers:
+        worker.start()
+    cpu_before = host.cpu()
+    machine = MachineBusy()
+    with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: its error is in results
+        go.wait(timeout=120)
+    collected = [results.get(timeout=WAIT_S * max(1, runs // clients)) for _ in per_client]
+    busy = machine.share()
+    cpu_after = host.cpu()
+    for worker in workers:
+        worker.join(timeout=30)
+    if shared is not None:
+        shared.close()
+    errors = [error for _, _, error in collected if error]
     if errors:
-        raise errors[0]
-    elapsed = max(seen for _, seen, _, _ in results) - began
-    cpu = cpu_breakdown(cpu_before, cpu_snapshot())
-    after = host.writer.stats()
-    return Phase(f"closed loop, {clients} client{'s' if clients > 1 else ''}", len(results), elapsed,
-                 [seen - started for started, seen, _, _ in results],
-                 db_latencies(host, [run_id for _, _, run_id, _ in results]),
-                 after.commands - before.commands, after.commits - before.commits,
-                 sum(1 for *_, status in results if status != "done"), cpu)
-
-
-def burst(host: HostHandle, watcher: pykka.ActorRef[Any], spec: str, runs: int, submitters: int = 4) -> Phase:
-    submitted: list[tuple[float, str, DoneSlot]] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-    go = threading.Barrier(submitters + 1)
-
-    def submit(count: int) -> None:
-        try:
-            go.wait()
-            for i in range(count):
-                started = time.perf_counter()
-                run_id, slot = submit_and_watch(host, watcher, spec, i)
-                with lock:
-                    submitted.append((started, run_id, slot))
-        except BaseException as exc:
-            errors.append(exc)
-
-    before = host.writer.stats()
-    cpu_before = cpu_snapshot()
-    counts = [runs // submitters + (1 if n < runs % submitters else 0) for n in range(submitters)]
-    threads = [threading.Thread(target=submit, args=(c,), name=f"bench-submit-{n}") for n, c in enumerate(counts)]
-    for t in threads:
-        t.start()
-    go.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    submit_s = time.perf_counter() - began
-    for _, run_id, slot in submitted:
-        wait_slot(run_id, slot)
-    elapsed = max(slot.seen_at for _, _, slot in submitted) - began
-    cpu = cpu_breakdown(cpu_before, cpu_snapshot())
-    after = host.writer.stats()
-    phase = Phase(f"burst, {runs} up front", len(submitted), elapsed,
-                  [slot.seen_at - started for started, _, slot in submitted],
-                  db_latencies(host, [run_id for _, run_id, _ in submitted]),
-                  after.commands - before.commands, after.commits - before.commits,
-                  sum(1 for *_, slot in submitted if slot.status != "done"), cpu)
-    phase.label += f" (submitted in {submit_s:.2f} s)"
+        raise RuntimeError(f"a client failed: {errors[0]}")
+    samples = [sample for batch, _, _ in collected for sample in batch]
+    views = run_views(host.socket_path, [run_id for _, _, run_id, _ in samples])
+    phase = Phase(f"closed loop, {clients} client{'s' if clients > 1 else ''} ({mode} clients, done seen via {done_via})",
+                  len(samples), max(seen for _, seen, _, _ in samples) - min(started for started, *_ in samples),
+                  [seen - started for started, seen, _, _ in samples],
+                  [v["finished_at"] - v["created_at"] for v in views.values() if v.get("finished_at")],
+                  sum(1 for *_, status in samples if status != "done"),
+                  cpu_use(cpu_before, cpu_after, host.thread_names()), sum(cpu for _, cpu, _ in collected), busy)
+    share = phase.bench_cpu_s / phase.elapsed_s
+    if mode == "thread" and share > 0.5:
+        phase.notes.append(f"WARNING: the client threads used {share:.0%} of a core, all under this process's GIL: "
+                           f"they may be what the runs wait for; compare with --client-mode process")
     return phase
 
 
-def wait_for_idle_workers(host: HostHandle, count: int, timeout: float = 30.0) -> None:
-    """Poll (with a deadline) until the scheduler holds `count` started workers."""
-    from piwf_actors.actors.scheduler import GetSchedulerStatus
+def _finished(client: Client) -> int:
+    counts = client.status().get("runs") or {}
+    return sum(int(counts.get(status, 0)) for status in FINAL)
 
-    scheduler = host.actor("scheduler")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = scheduler.ask(GetSchedulerStatus(), timeout=5) if scheduler is not None else {}
-        if len(status.get("idle_workers", ())) + len(status.get("active", ())) >= count:
-            return
-        time.sleep(0.05)
+
+def burst(host: HostProcess, spec: str, runs: int, on_start: Callable[[], None] | None = None) -> Phase:
+    """All runs submitted up front by SUBMITTERS connections; done when host.status counts them finished."""
+    counts = [runs // SUBMITTERS + (1 if n < runs % SUBMITTERS else 0) for n in range(SUBMITTERS)]
+    submitted: list[tuple[float, str]] = []  # (time.time() before run.start, run_id)
+    submit_cpu: list[float] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    go = threading.Barrier(SUBMITTERS + 1)
+
+    def submit(count: int) -> None:
+        try:
+            with Client(socket_path=host.socket_path, timeout=WAIT_S) as client:
+                go.wait(timeout=60)
+                cpu0 = time.thread_time()
+                for i in range(count):
+                    started = time.time()
+                    run_id = client.start(spec, {"i": i})["run_id"]
+                    with lock:
+                        submitted.append((started, run_id))
+                submit_cpu.append(time.thread_time() - cpu0)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            go.abort()
+
+    with Client(socket_path=host.socket_path, timeout=WAIT_S) as status_client:
+        finished_before = _finished(status_client)
+        threads = [threading.Thread(target=submit, args=(c,), name=f"bench-submit-{n}", daemon=True)
+                   for n, c in enumerate(counts)]
+        for t in threads:
+            t.start()
+        if on_start is not None:
+            on_start()
+        cpu_before = host.cpu()
+        machine = MachineBusy()
+        thread_cpu0 = time.thread_time()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            go.wait(timeout=60)
+        began = time.time()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        submit_s = time.time() - began
+        deadline = time.monotonic() + WAIT_S
+        while _finished(status_client) < finished_before + runs:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"burst not finished after {WAIT_S} s")
+            time.sleep(0.02)
+        busy = machine.share()
+        cpu_after = host.cpu()
+        poll_cpu = time.thread_time() - thread_cpu0
+    views = run_views(host.socket_path, [run_id for _, run_id in submitted])
+    finished_at = {run_id: v.get("finished_at") for run_id, v in views.items()}
+    last = max(f for f in finished_at.values() if f is not None)
+    phase = Phase(f"burst, {runs} runs up front from {SUBMITTERS} connections", len(submitted), last - began,
+                  [finished_at[run_id] - started for started, run_id in submitted if finished_at[run_id]],
+                  [v["finished_at"] - v["created_at"] for v in views.values() if v.get("finished_at")],
+                  sum(1 for v in views.values() if v["status"] != "done"),
+                  cpu_use(cpu_before, cpu_after, host.thread_names()), poll_cpu + sum(submit_cpu), busy)
+    phase.notes.append(f"submitted in {submit_s:.2f} s ({runs / submit_s:.0f} run.start/s); latency = submit → "
+                       f"finished_at (host clock)")
+    return phase
 
 
 def print_phase(phase: Phase) -> None:
     lat = [s * 1000 for s in phase.latencies_s]
     db = [s * 1000 for s in phase.db_latencies_s]
-    failed = f", {phase.failed} NOT done" if phase.failed else ""
-    print(f"  {phase.label}")
-    print(f"    {phase.rate:8.1f} runs/s  {phase.rate * STEPS_PER_RUN:8.1f} steps/s   "
-          f"start→done p50 {pct(lat, 0.5):7.1f} ms  p99 {pct(lat, 0.99):7.1f} ms   "
-          f"db created→finished p50 {pct(db, 0.5):7.1f} ms  p99 {pct(db, 0.99):7.1f} ms")
-    print(f"    writer: {phase.commands / phase.runs:5.2f} commands/run, {phase.commits / phase.runs:5.2f} commits/run "
-          f"({phase.commands / max(phase.commits, 1):4.2f} commands/commit){failed}")
-    if phase.cpu is not None:
-        process, groups, workers = phase.cpu
-        order = ["writer", "scheduler", "runner threads", "other host threads", "bench watcher", "bench clients"]
-        parts = ", ".join(f"{g} {groups.get(g, 0.0) * 1000 / phase.runs:.2f}" for g in order)
-        cores = os.cpu_count() or 1
-        print(f"    cpu ms/run: host {process * 1000 / phase.runs:.2f} ({parts}); "
-              f"workers {workers * 1000 / phase.runs:.2f}; busy {(process + workers) / phase.elapsed_s / cores:.0%} "
-              f"of {cores} cores")
+    print(f"  {phase.label}" + (f"   {phase.not_done} NOT done" if phase.not_done else ""))
+    print(f"    {phase.rate:7.1f} runs/s  {phase.rate * STEPS_PER_RUN:7.1f} steps/s   "
+          f"start→done p50 {pct(lat, 0.5):6.1f} ms  p99 {pct(lat, 0.99):6.1f} ms   "
+          f"db created→finished p50 {pct(db, 0.5):6.1f} ms  p99 {pct(db, 0.99):6.1f} ms")
+    cpu = phase.cpu
+    groups = sorted(cpu.by_thread.items(), key=lambda item: -item[1])
+    shown = [(name, s) for name, s in groups if phase.cpu_ms(s) >= 0.01]
+    threads = ", ".join(f"{name} {phase.cpu_ms(s):.2f}" for name, s in shown)
+    print(f"    cpu ms/run: host {phase.cpu_ms(cpu.host_s):.2f} + workers {phase.cpu_ms(cpu.workers_s):.2f} = "
+          f"{phase.total_cpu_ms:.2f}; bench clients {phase.cpu_ms(phase.bench_cpu_s):.2f} "
+          f"({phase.bench_cpu_s / phase.elapsed_s:.0%} of a core); host busy "
+          f"{cpu.host_s / phase.elapsed_s:.0%} of a core, machine busy {phase.machine_busy:.0%} of "
+          f"{os.cpu_count()} cores")
+    print(f"    host by thread, ms/run: {threads}")
+    for note in phase.notes:
+        print(f"    {note}")
 
 
-def bench_piwf(base: Path, spec: str, workers: int, runs: int, synchronous: str) -> dict[str, Phase]:
-    state_dir = base / f"piwf-{workers}"
-    host = start_host(HostConfig(state_dir=state_dir, max_workers=workers, warm_workers=workers,
-                                 synchronous=synchronous))
-    watcher = DoneWatcher.start(host.paths.database)
+# --- profile -------------------------------------------------------------------------------------------
+
+
+class PySpyRecorder:
+    """`py-spy record` of the host while a burst runs; stopped with SIGINT, which makes it write the file."""
+
+    def __init__(self, spy: str, pid: int, out: Path, gil: bool) -> None:
+        self.out = out
+        self._log = out.with_suffix(".log")
+        self._cmd = [spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--nonblocking",
+                     "--threads", "--output", str(out)] + (["--gil"] if gil else [])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self._log, "wb") as log:
+            self.proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        time.sleep(0.5)  # it attaches before the first submit
+
+    def stop(self) -> str:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        text = self._log.read_text(errors="replace")
+        match = re.search(r"Samples: (\d+) Errors: (\d+)", text)
+        if match:
+            return f"{match.group(1)} samples, {match.group(2)} errors"
+        return " | ".join(text.strip().splitlines()[-2:]) or f"py-spy exited {self.proc.returncode}"
+
+
+def profile_bursts(host: HostProcess, spec: str, runs: int, directory: Path) -> None:
+    spy = py_spy()
+    if spy is None:
+        print("  --profile: py-spy not found (`make bench` installs the `bench` extra); no profile")
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, gil in (("host-burst.txt", False), ("host-burst-gil.txt", True)):
+        recorder = PySpyRecorder(spy, host.pid, directory / name, gil)
+        phase = burst(host, spec, runs, on_start=recorder.start)
+        outcome = recorder.stop()
+        kind = "only samples holding the GIL (--gil)" if gil else "all threads not idle"
+        print(f"  profile of the host during another burst of {runs}, {kind}: {directory / name} ({outcome}; this "
+              f"burst {phase.rate:.0f} runs/s while recorded)")
+        if (directory / name).exists():
+            for line in summarise(read_stacks(directory / name), 12, by_thread=True).splitlines():
+                print(f"    {line}")
+
+
+# --- piwf ----------------------------------------------------------------------------------------------
+
+
+def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace) -> dict[str, Phase]:
+    host = HostProcess(base / f"piwf-{workers}", workers, args.synchronous)
     try:
-        host.writer.ref.tell(Subscribe(watcher))
-        wait_for_idle_workers(host, workers)
-        closed_loop(host, watcher, spec, max(2 * workers, 4), workers)  # warm-up, not reported
-        phases = {"closed": closed_loop(host, watcher, spec, runs, workers),
-                  "burst": burst(host, watcher, spec, runs)}
-        print(f"piwf, max_workers={workers} (warm_workers={workers}, synchronous={synchronous}):")
+        host.wait_ready()
+        closed_loop(host, spec, max(2 * workers, 8), workers, args.client_mode, args.done_via, args.poll_ms / 1000)
+        phases = {"closed": closed_loop(host, spec, args.runs, workers, args.client_mode, args.done_via,
+                                        args.poll_ms / 1000),
+                  "burst": burst(host, spec, args.runs)}
+        print(f"piwf through the socket, max_workers={workers} (host pid {host.pid}, synchronous={args.synchronous}):")
         for phase in phases.values():
             print_phase(phase)
+        if args.profile is not None and workers == max(args.workers):
+            profile_bursts(host, spec, args.profile_runs, Path(args.profile))
         return phases
     finally:
-        with contextlib.suppress(pykka.ActorDeadError):
-            host.writer.ref.tell(Unsubscribe(watcher))
-        host.stop("bench finished")
-        watcher.stop()
+        host.stop()
 
 
-# --- DBOS -------------------------------------------------------------------------------
+# --- DBOS ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DbosFigure:
+    threads: int
+    rate: float
+    latencies_s: list[float]
 
 
 class DbosBench:
-    """DBOS Transact launched once on `base`/dbos.sqlite; `measure(threads)` runs one closed loop."""
+    """DBOS Transact launched once on `base`/dbos.sqlite; `measure(runs, threads)` runs one closed loop."""
 
     def __init__(self, base: Path, journal: str) -> None:
         import logging
@@ -416,18 +685,19 @@ class DbosBench:
         conn = sqlite3.connect(path)
         mode, sync = conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0]
         conn.close()
+        sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(sync, sync)
         self.description = (f"DBOS Transact {_dist_version('dbos')} on SQLite ({path.name}: journal_mode={mode}, "
                             f"synchronous={sync}), the caller's threads run the workflows")
         for i in range(20):  # warm-up
             trivial3(i)
 
-    def measure(self, runs: int, threads: int) -> tuple[float, list[float]]:
+    def measure(self, runs: int, threads: int) -> DbosFigure:
         rate, latencies = _dbos_closed_loop(self.workflow, runs, threads)
         ms = [s * 1000 for s in latencies]
-        print(f"DBOS, {threads} thread{'s' if threads > 1 else ''}:")
-        print(f"    {rate:8.1f} wf/s    {rate * STEPS_PER_RUN:8.1f} steps/s   "
-              f"start→done p50 {pct(ms, 0.5):7.1f} ms  p99 {pct(ms, 0.99):7.1f} ms")
-        return rate, latencies
+        print(f"DBOS, {threads} thread{'s' if threads > 1 else ''}, closed loop:")
+        print(f"    {rate:7.1f} wf/s    {rate * STEPS_PER_RUN:7.1f} steps/s   "
+              f"start→done p50 {pct(ms, 0.5):6.1f} ms  p99 {pct(ms, 0.99):6.1f} ms")
+        return DbosFigure(threads, rate, latencies)
 
     def close(self) -> None:
         self._dbos.destroy()
@@ -438,8 +708,7 @@ def start_dbos(base: Path, journal: str) -> DbosBench | None:
     try:
         import dbos  # noqa: F401
     except ImportError as exc:
-        print(f"DBOS: not importable ({exc}); comparison skipped. "
-              f"`.venv/bin/python -m pip install dbos` to include it (not a project dependency).")
+        print(f"DBOS: not importable ({exc}); comparison skipped. `make bench` installs it (the `bench` extra).")
         return None
     try:
         return DbosBench(base, journal)
@@ -488,49 +757,170 @@ def _dbos_closed_loop(workflow: Callable[[int], int], runs: int, threads: int) -
     return len(latencies) / (time.perf_counter() - began), latencies
 
 
-# --- main -------------------------------------------------------------------------------
+# --- ceiling -------------------------------------------------------------------------------------------
+
+
+CEILING_THROUGHPUT = "warm-pool W=16 N=1000 FULL"
+CEILING_LATENCY = "latency warm-pool W=1 FULL"
+_CEILING_ROW = re.compile(r"^(?P<config>\S.*?)\s+(?P<metric>[a-z_0-9]+)\s+(?P<median>[\d.]+)\s+(?P<min>[\d.]+)"
+                          r"\s+(?P<max>[\d.]+)\s*$")
+
+
+@dataclass
+class Ceiling:
+    runs_per_s: float  # median
+    runs_per_s_range: tuple[float, float]
+    latency_ms: float | None  # median of the W=1 p50s
+    seconds: float
+
+
+def run_ceiling(path: Path, base: Path) -> Ceiling | None:
+    """`ceiling.py --quick` with the venv's python, its figures parsed from the table it prints last."""
+    if not path.is_file():
+        print(f"ceiling: {path} not found; piwf/ceiling not printed (--ceiling PATH to name it)")
+        return None
+    out_dir = base / "ceiling"
+    out_dir.mkdir()
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([venv_python(), str(path), "--quick", "--dir", str(out_dir), "--results", str(out_dir)],
+                              capture_output=True, text=True, timeout=900, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"ceiling: {path} did not run ({exc}); piwf/ceiling not printed")
+        return None
+    seconds = time.perf_counter() - started
+    rows: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for line in done.stdout.splitlines():
+        match = _CEILING_ROW.match(line)
+        if match:
+            rows[(match["config"], match["metric"])] = (float(match["median"]), float(match["min"]),
+                                                        float(match["max"]))
+    throughput = rows.get((CEILING_THROUGHPUT, "runs_per_s"))
+    if done.returncode != 0 or throughput is None:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        print(f"ceiling: {path} exited {done.returncode} without a '{CEILING_THROUGHPUT}' runs_per_s row ({tail}); "
+              f"piwf/ceiling not printed")
+        return None
+    latency = rows.get((CEILING_LATENCY, "run_latency_ms_p50"))
+    return Ceiling(throughput[0], (throughput[1], throughput[2]), latency[0] if latency else None, seconds)
+
+
+# --- summary -------------------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure], ceiling: Ceiling | None,
+                  done_via: str) -> None:
+    print("targets of issue 11, figures from this run:")
+    eight = piwf.get(8)
+    if eight is None:
+        print("  socket, 8 workers: not measured (--workers has no 8)")
+    else:
+        for key, name in (("closed", "closed loop, 8 clients"), ("burst", "burst")):
+            phase = eight[key]
+            parts = [f"  socket, 8 workers, {name}: {phase.rate:.0f} runs/s"]
+            if 8 in dbos:
+                ratio = phase.rate / dbos[8].rate
+                parts.append(f" = {ratio:.1f}× DBOS (target ≥ 6×: {verdict(ratio >= 6)})")
+            else:
+                parts.append(" (DBOS not measured)")
+            if ceiling is not None:
+                share = phase.rate / ceiling.runs_per_s
+                parts.append(f", {share:.0%} of ceiling (target ≥ 50 %: {verdict(share >= 0.5)})")
+            else:
+                parts.append(", ceiling not measured")
+            print("".join(parts))
+        for key, name in (("closed", "closed loop"), ("burst", "burst")):
+            phase = eight[key]
+            print(f"  CPU per run host+worker, 8 workers, {name}: {phase.total_cpu_ms:.2f} ms (host "
+                  f"{phase.cpu_ms(phase.cpu.host_s):.2f} + workers {phase.cpu_ms(phase.cpu.workers_s):.2f}; "
+                  f"target ≤ 2 ms: {verdict(phase.total_cpu_ms <= 2.0)})")
+        print(f"    (the closed loop's host CPU includes what seeing runs done costs it, --done-via {done_via}; "
+              f"in the burst that is one host.status every 20 ms)")
+    one = piwf.get(1)
+    if one is None:
+        print("  1 client p50: not measured (--workers has no 1)")
+    else:
+        p50 = pct(one["closed"].latencies_s, 0.5) * 1000
+        floor = f"; ceiling's W=1 p50 {ceiling.latency_ms:.1f} ms" if ceiling and ceiling.latency_ms else ""
+        if 1 in dbos:
+            dbos_p50 = pct(dbos[1].latencies_s, 0.5) * 1000
+            print(f"  1 client p50: {p50:.1f} ms vs DBOS {dbos_p50:.1f} ms (target ≤: {verdict(p50 <= dbos_p50)}){floor}")
+        else:
+            print(f"  1 client p50: {p50:.1f} ms (DBOS not measured){floor}")
+
+
+# --- main ----------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=300, help="runs per phase (default 300)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
-    parser.add_argument("--synchronous", default="FULL")
+    parser.add_argument("--client-mode", choices=["thread", "process"], default="thread",
+                        help="closed-loop clients as threads of this process (default) or spawned processes")
+    parser.add_argument("--done-via", choices=["watch", "runs", "poll", "db"], default="watch",
+                        help="how a closed-loop client sees its run done (default: a `run` watch)")
+    parser.add_argument("--poll-ms", type=float, default=1.0, help="run.get interval for --done-via poll")
+    parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
     parser.add_argument("--dbos-journal", choices=["wal", "delete"], default="wal")
+    parser.add_argument("--ceiling", type=Path, default=REPO.parent / "shared" / "bench" / "ceiling.py",
+                        help="ceiling.py to run with --quick (default: <repo>/../shared/bench/ceiling.py)")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the ceiling")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="record two py-spy profiles of the host during extra bursts of the largest m into DIR")
+    parser.add_argument("--profile-runs", type=int, default=1000, help="runs in each profiled burst (default 1000)")
     parser.add_argument("--dir", default=None, help="directory for state dirs and databases (default: a temp dir)")
     args = parser.parse_args()
+    if args.done_via == "runs" and args.client_mode == "process":
+        parser.error("--done-via runs shares one watch between thread clients: use it with --client-mode thread")
 
     base = Path(tempfile.mkdtemp(prefix="piwf-bench-tp-", dir=args.dir))
+    began = time.perf_counter()
     try:
         workflow_file = base / "trivial3.py"
         workflow_file.write_text(WORKFLOW_SOURCE)
         spec = f"{workflow_file}:trivial"
-        print(f"{args.runs} runs per phase, 3 compute nodes per run; {os.cpu_count()} cores, "
-              f"python {sys.version.split()[0]}, state under {base}")
-        dbos = None if args.no_dbos else start_dbos(base, args.dbos_journal)
+        print(f"{args.runs} runs per phase, 3 compute nodes per run; {os.cpu_count()} cores, load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, python {sys.version.split()[0]}, SQLite "
+              f"{sqlite3.sqlite_version}, state under {base}")
+        ceiling = None if args.no_ceiling else run_ceiling(args.ceiling, base)
+        if ceiling is not None:
+            latency = f", latency W=1 p50 {ceiling.latency_ms:.2f} ms" if ceiling.latency_ms is not None else ""
+            print(f"ceiling ({args.ceiling} --quick, {ceiling.seconds:.0f} s): {CEILING_THROUGHPUT} "
+                  f"{ceiling.runs_per_s:.0f} runs/s median (min {ceiling.runs_per_s_range[0]:.0f}, max "
+                  f"{ceiling.runs_per_s_range[1]:.0f}){latency}")
+        dbos = None
         if args.no_dbos:
             print("DBOS: skipped (--no-dbos)")
-        elif dbos is not None:
-            print(f"{dbos.description}; each concurrency is measured right after piwf's")
-        ratios = []
+        else:
+            dbos = start_dbos(base, args.dbos_journal)
+            if dbos is not None:
+                print(f"{dbos.description}; each concurrency is measured right after piwf's")
+        piwf: dict[int, dict[str, Phase]] = {}
+        dbos_figures: dict[int, DbosFigure] = {}
         try:
             for workers in args.workers:
-                phases = bench_piwf(base, spec, workers, args.runs, args.synchronous)
-                if dbos is None:
-                    continue
-                rate, latencies = dbos.measure(args.runs, workers)
-                closed = phases["closed"]
-                ratios.append(f"  {workers}: throughput {closed.rate / rate:5.2f}x   p50 latency "
-                              f"{pct(closed.latencies_s, 0.5) / pct(latencies, 0.5):5.2f}x   "
-                              f"(piwf burst {phases['burst'].rate / rate:5.2f}x)")
-                print(f"piwf / DBOS at {workers}:{ratios[-1].split(':', 1)[1]}")
+                phases = piwf[workers] = bench_piwf(base, spec, workers, args)
+                if dbos is not None:
+                    figure = dbos_figures[workers] = dbos.measure(args.runs, workers)
+                    closed, flood = phases["closed"], phases["burst"]
+                    print(f"piwf / DBOS at {workers}: throughput {closed.rate / figure.rate:.2f}× (burst "
+                          f"{flood.rate / figure.rate:.2f}×), p50 latency "
+                          f"{pct(closed.latencies_s, 0.5) / pct(figure.latencies_s, 0.5):.2f}×")
+                if ceiling is not None and workers == 8:
+                    print(f"piwf / ceiling at 8: closed loop {phases['closed'].rate / ceiling.runs_per_s:.0%}, burst "
+                          f"{phases['burst'].rate / ceiling.runs_per_s:.0%}")
         finally:
             if dbos is not None:
                 dbos.close()
-        if ratios:
-            print("piwf / DBOS at equal concurrency (piwf closed loop with m clients vs DBOS with m threads):")
-            print("\n".join(ratios))
+        print_summary(piwf, dbos_figures, ceiling, args.done_via)
+        print(f"total {time.perf_counter() - began:.0f} s; load average now "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
