@@ -188,7 +188,7 @@ class RunEngine:
             # The claim shipped the state: start the first node while `ready` is
             # committed. It is answered in order, before anything the node reports,
             # and no side effect (it needs effect_reserve, which waits) gets ahead of it.
-            self.link.post("ready", ready, fenced=False)
+            self.link.post("ready", {**ready, "want_state": False}, fenced=False)
             state = launch_state
         else:
             state = self.link.accepted("ready", ready, fenced=False)
@@ -218,7 +218,8 @@ class RunEngine:
                     "error": stopped["error"], "error_code": "timeout"}
             else:
                 attempts[node_id] = attempts.get(node_id, 0) + 1
-                report = self._execute(node_id, spec, run_input, outputs, confirmed.pop(node_id, None))
+                report = self._execute(node_id, spec, run_input, outputs, confirmed.pop(node_id, None),
+                                       attempts[node_id])
             if report is None:
                 return  # the host parked or ended the run at this boundary
             outcome, output, error = report["outcome"], report.get("output"), report.get("error")
@@ -255,7 +256,7 @@ class RunEngine:
             node_id = report["next"]["node"]
 
     def _execute(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
-                 confirmed: dict[str, Any] | None) -> dict[str, Any] | None:
+                 confirmed: dict[str, Any] | None, attempt_no: int) -> dict[str, Any] | None:
         """Run one node; returns the node_finished payload (without `next`), or None to stop."""
         report: dict[str, Any] = {"node_id": node_id}
         if confirmed is not None:
@@ -268,14 +269,13 @@ class RunEngine:
             return self._interact(node_id, spec, run_input, outputs, attempt_id)
         if spec.has_side_effect:
             reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
-                                                                "attempt_id": attempt_id})
+                                                                "attempt_id": attempt_id, "attempt_no": attempt_no})
             if reserved.get("directive") == "stop":
                 return None
             attempt_id = reserved["attempt_id"]
             report.update(attempt_id=attempt_id, effect_id=reserved["effect_id"])
         else:
-            report["attempt_id"] = attempt_id
-            report["new_attempt"] = True
+            report.update(attempt_id=attempt_id, new_attempt=True, attempt_no=attempt_no)
         if spec.timeout_s:
             # The supervisor's watchdog stops this node from outside if the worker cannot.
             self.link.notify({"kind": "node_begin", "node_id": node_id, "attempt_id": attempt_id,

@@ -36,7 +36,7 @@ import peewee as pw
 
 from piwf_actors import errors
 from piwf_actors.store.commands import lookup
-from piwf_actors.store.commands.registry import WriteContext
+from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -75,10 +75,6 @@ class _StorageAbort(Exception):
     def __init__(self, error: errors.StoreError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class _NeedsSavepoints(Exception):
-    """A command failed after changing rows: redo the batch with savepoints."""
 
 
 def _fail(cmd: WriteCommand, err: errors.PiwfError) -> WriteResult:
@@ -122,7 +118,7 @@ def apply_batch(db: pw.SqliteDatabase, commands: list[WriteCommand], now: float,
     try:
         try:
             return _run(conn, commands, now, commit_seq, savepoints, clock)
-        except _NeedsSavepoints:
+        except NeedsSavepoints:
             return _run(conn, commands, now, commit_seq, True, clock)
     except (sqlite3.Error, pw.DatabaseError, _StorageAbort) as exc:
         cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc)
@@ -174,12 +170,14 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
         if refusal is not None:
             return _fail(cmd, refusal)
     own = ChangeSet()
-    ctx = WriteContext(conn, now, lease.epoch, own)
+    ctx = WriteContext(conn, now, lease.epoch, own, savepoints)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes
     try:
         value = spec.fn(ctx, cmd.args)
+    except NeedsSavepoints:
+        raise
     except errors.PiwfError as err:
         _undo(conn, savepoints, before)
         return _fail(cmd, err)
@@ -205,4 +203,4 @@ def _undo(conn: sqlite3.Connection, savepoints: bool, changes_before: int) -> No
         conn.execute("ROLLBACK TO cmd")
         conn.execute("RELEASE cmd")
     elif conn.total_changes != changes_before:
-        raise _NeedsSavepoints()
+        raise NeedsSavepoints()

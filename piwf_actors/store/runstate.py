@@ -45,15 +45,18 @@ def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
 _SET_STATUS_COLUMNS = """status = ?, park_reason = ?, park_detail = ?,
     error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
     finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?"""
-_SET_STATUS = f"UPDATE run SET {_SET_STATUS_COLUMNS} WHERE run_id = ? RETURNING revision"
-_SET_STATUS_QUEUED = (f"UPDATE run SET {_SET_STATUS_COLUMNS}, queued_at = ?, queue_class = ? "
-                      "WHERE run_id = ? RETURNING revision")
+_RETURNING = "RETURNING revision, progress, session_id, workflow, error_code, error_message"
 
 
 def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
                park_detail: str | None = None, error_code: str | None = None, error_message: str | None = None,
-               payload: Any = None, node_id: str | None = None) -> int:
+               payload: Any = None, node_id: str | None = None, also: str = "", also_params: tuple[Any, ...] = (),
+               run: dict[str, Any] | None = None) -> int:
     """Move a run to `status` and append `event`; returns the new revision.
+
+    `also` is more `column = expression` assignments for the same update of
+    the run row (with `also_params`), so a transition that changes other
+    columns too costs one statement; the new progress is left in `run`.
 
     A run that goes back to the queue is stamped with the time and its claim
     class: before fresh runs, and first of all when a submission waits for
@@ -61,23 +64,28 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     """
     finished = ctx.now if status in TERMINAL_STATUSES else None
     params: tuple[Any, ...] = (status, park_reason, park_detail, error_code, error_message, finished, ctx.now)
+    extra = f", {also}" if also else ""
     if status == "queued":
-        row = ctx.conn.execute(_SET_STATUS_QUEUED, (*params, ctx.now, _queue_class(ctx, run_id), run_id)).fetchone()
+        row = ctx.conn.execute(
+            f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ? WHERE run_id = ? {_RETURNING}",
+            (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id)).fetchone()
     else:
         # Not touching queued_at/queue_class spares their index on every other transition.
-        row = ctx.conn.execute(_SET_STATUS, (*params, run_id)).fetchone()
+        row = ctx.conn.execute(f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra} WHERE run_id = ? {_RETURNING}",
+                               (*params, *also_params, run_id)).fetchone()
     if row is None:
         raise NotFound("run", run_id)
+    revision, progress, session_id, workflow, code, message = row
+    if run is not None:
+        run["progress"] = progress
     append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)
     ctx.changes.touch("run", run_id)
     if finished is not None:
         # A run that ended waits for nothing: its open requests are closed with it.
         cancel_open_requests(ctx, run_id)
-        session_id, workflow, code, message = ctx.conn.execute(
-            "SELECT session_id, workflow, error_code, error_message FROM run WHERE run_id = ?", (run_id,)).fetchone()
         _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
         ctx.changes.finished.append((run_id, workflow, status, code, message))
-    return int(row[0])
+    return int(revision)
 
 
 def cancel_open_requests(ctx: WriteContext, run_id: str) -> None:

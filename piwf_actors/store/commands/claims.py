@@ -20,21 +20,19 @@ from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
 
 
-def _eligible(ctx: WriteContext, exclude: list[str]) -> str | None:
-    """The next run to start: a submission waiting for validation first, then runs woken by an
-    answer, a deadline or a resume, then fresh runs, each class in the order it was queued
-    (the seed's order; `runstate.set_status` stamps the class). One walk of the
+def _eligible(ctx: WriteContext, exclude: list[str], limit: int) -> list[str]:
+    """The next runs to start, at most `limit`: a submission waiting for validation first, then runs
+    woken by an answer, a deadline or a resume, then fresh runs, each class in the order it was
+    queued (the seed's order; `runstate.set_status` stamps the class). One walk of the
     (status, queue_class, queued_at) index."""
     placeholders = ",".join("?" * len(exclude)) or "''"
-    row = ctx.conn.execute(
+    return [str(row[0]) for row in ctx.conn.execute(
         f"""SELECT run_id FROM run
             WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
               AND run_id NOT IN ({placeholders})
               AND run_id NOT IN (SELECT run_id FROM run_claim)
-            ORDER BY queue_class, queued_at LIMIT 1""",
-        tuple(exclude),
-    ).fetchone()
-    return None if row is None else str(row[0])
+            ORDER BY queue_class, queued_at LIMIT ?""",
+        (*exclude, limit))]
 
 
 @command("scheduler.claim_next")
@@ -49,14 +47,10 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     """
     single = "slots" not in args
     slots = [args] if single else list(args["slots"])
-    exclude = list(args.get("exclude", []))
-    claimed: list[dict[str, Any]] = []
-    for slot in slots:
-        run_id = _eligible(ctx, exclude)
-        if run_id is None:
-            break
-        exclude.append(run_id)
-        claimed.append(_claim(ctx, run_id, slot, float(args["claim_lease_s"])))
+    run_ids = _eligible(ctx, list(args.get("exclude", [])), len(slots))
+    # Fewer eligible runs than slots leave the last slots unused.
+    claimed = [_claim(ctx, run_id, slot, float(args["claim_lease_s"]))
+               for run_id, slot in zip(run_ids, slots, strict=False)]
     if single:
         return claimed[0] if claimed else None
     return claimed
@@ -70,6 +64,7 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
     ).fetchone()
     generation = int(row[0])
     run = run_row(ctx.conn, run_id)
+    run["claim_generation"] = generation
     ctx.conn.execute(
         """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,
                claimed_at, expires_at, progress_at_claim) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",

@@ -20,7 +20,7 @@ from piwf_actors.ids import new_id
 from piwf_actors.store.blobs import get_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
-from piwf_actors.store.commands.worker import _start_attempt, operation
+from piwf_actors.store.commands.worker_ops import operation, start_attempt
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import release_claim, run_row, set_status
 from piwf_actors.workflows.contracts import check_decision, contract_digest, request_id_for
@@ -105,7 +105,7 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
     kind = payload["kind"]
     if kind not in ("checkpoint", "decision", "agent"):
         raise Rejected(f"unknown interaction kind {kind!r}")
-    attempt_id, _ = _start_attempt(ctx, run, node_id, payload.get("attempt_id"))
+    attempt_id, _ = start_attempt(ctx, run, node_id, payload.get("attempt_id"))
     digest = contract_digest(contract)
     request_id = request_id_for(run_id, node_id, attempt_id, digest)
     after_s = payload.get("after_s")

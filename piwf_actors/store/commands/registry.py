@@ -24,6 +24,14 @@ class WriteContext:
     now: float
     host_epoch: int
     changes: ChangeSet
+    #: The command runs in its own savepoint (the batch's second pass, see store/batch.py).
+    savepoints: bool = False
+
+
+class NeedsSavepoints(Exception):
+    """Raised by a command that must refuse after it already wrote: the batch is rolled back and
+    applied again with a savepoint around every command (commands are pure functions of the
+    database, the message and `now`, so the second pass decides the same way)."""
 
 
 CommandFn = Callable[[WriteContext, dict[str, Any]], Any]

@@ -8,87 +8,127 @@ hash, generation, runner epoch, host epoch, expiry) — else `claimLost`; the
 run's revision is the one the worker expects — else `conflict`. Only then
 does the operation run, and its answer is recorded in the same transaction
 as its effect.
+
+This is the writer's hot path (a trivial node costs one of these), so it is
+kept to a handful of statements: one read for the recorded answer, the
+claim and the run row together; the operation's own writes, with the move
+of the run's progress folded into its update of the run row; the record.
+A refusal that comes after the operation wrote something needs its writes
+undone: the first pass runs without a savepoint and, in that rare case,
+asks the batch to run again with savepoints (`NeedsSavepoints`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
 from typing import Any
 
-from piwf_actors.canonical import canonical_json, fingerprint, loads
+import msgpack
+
+from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
-from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.interactions import consume_request
+from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext, command
+from piwf_actors.store.commands.worker_ops import claim_generation, lookup_operation, operation, start_attempt
 from piwf_actors.store.events import append_event
-from piwf_actors.store.runstate import release_claim, require_claim, run_row, set_status
+from piwf_actors.store.runstate import release_claim, set_status
 
-Handler = Callable[[WriteContext, dict[str, Any], dict[str, Any]], Any]
-#: Operations that neither check nor move the progress revision (bookkeeping, not transitions).
-_UNFENCED_OPS = frozenset({"ready", "register_child", "release_child"})
-_OPERATIONS: dict[str, Handler] = {}
+#: The recorded answer, the claim and the run row, read in one statement.
+_MESSAGE_CONTEXT = """
+    SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.runner_epoch, c.host_epoch,
+           c.expires_at, r.*
+    FROM run r
+    LEFT JOIN run_claim c ON c.run_id = r.run_id
+    LEFT JOIN worker_message m ON m.runner_epoch = ? AND m.message_id = ?
+    WHERE r.run_id = ?"""
+_CONTEXT_COLUMNS = 7
 
 
-def operation(name: str) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        _OPERATIONS[name] = fn
-        return fn
+def message_fingerprint(args: dict[str, Any]) -> str:
+    """What identifies a worker message's content, for telling a resend from a reused id.
 
-    return register
+    A resend carries the very bytes of the first sending, decoded to equal
+    values in the same order, so msgpack's packing (C, no canonical JSON
+    of a possibly large output) is as good a basis as any and far cheaper.
+    """
+    packed = msgpack.packb([args["op"], args["run_id"], args["generation"], args.get("expected_revision"),
+                            args.get("payload")], use_bin_type=True)
+    return hashlib.blake2b(packed, digest_size=16).hexdigest()
 
 
 @command("worker.message")
 def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     run_id, runner_epoch, message_id = args["run_id"], args["runner_epoch"], args["message_id"]
-    op = args["op"]
+    op_name = args["op"]
     payload = args.get("payload") or {}
-    print_ = fingerprint({"op": op, "run_id": run_id, "generation": args["generation"],
-                          "expected_revision": args.get("expected_revision"), "payload": payload})
-    seen = ctx.conn.execute(
-        "SELECT fingerprint, response FROM worker_message WHERE runner_epoch = ? AND message_id = ?",
-        (runner_epoch, message_id)).fetchone()
-    if seen is not None:
-        if seen[0] != print_:
+    print_ = message_fingerprint(args)
+    cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (runner_epoch, message_id, run_id))
+    row = cursor.fetchone()
+    if row is None:
+        raise ClaimLost(run_id, "the run is not claimed")
+    seen_print, seen_response, token_hash, generation, claim_epoch, claim_host_epoch, expires_at = \
+        row[:_CONTEXT_COLUMNS]
+    if seen_print is not None:
+        if seen_print != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
-        return {**loads(seen[1]), "replayed": True}
-    claim = require_claim(ctx, run_id, args["token_hash"], args["generation"], runner_epoch)
-    handler = _OPERATIONS.get(op)
-    if handler is None:
-        raise Rejected(f"unknown worker operation {op!r}")
-    run = run_row(ctx.conn, run_id)
-    run["claim_generation"] = claim["generation"]
+        return {**loads(seen_response), "replayed": True}
+    if token_hash is None:
+        raise ClaimLost(run_id, "the run is not claimed")
+    if generation != args["generation"] or token_hash != args["token_hash"]:
+        raise ClaimLost(run_id, f"generation {args['generation']} is not the current claim")
+    if claim_epoch != runner_epoch:
+        raise ClaimLost(run_id, "runner epoch is stale")
+    if claim_host_epoch != ctx.host_epoch:
+        raise ClaimLost(run_id, "claim belongs to an earlier host epoch")
+    if expires_at <= ctx.now:
+        raise ClaimLost(run_id, "claim lease expired")
+    op = lookup_operation(op_name)
+    if op is None:
+        raise Rejected(f"unknown worker operation {op_name!r}")
+    run = dict(zip([d[0] for d in cursor.description[_CONTEXT_COLUMNS:]], row[_CONTEXT_COLUMNS:], strict=True))
+    run["claim_generation"] = generation
     expected = args.get("expected_revision")
-    if expected is not None and expected != run["progress"] and op not in _UNFENCED_OPS:
+    if op.fenced and expected is not None and expected != run["progress"]:
         raise Conflict(f"run {run_id} progress conflict: expected {expected}, got {run['progress']}")
-    ctx.conn.execute("SAVEPOINT op")
-    try:
-        value = handler(ctx, run, payload)
-    except ClaimLost:
-        ctx.conn.execute("ROLLBACK TO op")
-        ctx.conn.execute("RELEASE op")
-        raise
-    except PiwfError as err:
-        ctx.conn.execute("ROLLBACK TO op")
-        ctx.conn.execute("RELEASE op")
-        response = {"outcome": "rejected", "error": err.one_line(), "error_code": err.code,
-                    "revision": run["progress"]}
-    else:
-        ctx.conn.execute("RELEASE op")
-        progress = run["progress"]
-        if op not in _UNFENCED_OPS:
-            progress = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? RETURNING progress",
-                                        (run_id,)).fetchone()[0]
-        response = {"outcome": "accepted", "value": value, "revision": progress}
-        if "run_claim" in ctx.changes.tables:  # only release_claim touches it here
-            # The transition ended the launch (run finished, failed or parked): the
-            # supervisor need not settle the run when the worker then ends the launch.
-            response["released"] = True
+    response = _apply(ctx, op, run, payload)
     ctx.conn.execute(
         """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
                response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        (runner_epoch, message_id, run_id, args["generation"], op, print_, canonical_json(response), ctx.now))
+        (runner_epoch, message_id, run_id, args["generation"], op_name, print_, canonical_json(response), ctx.now))
+    return response
+
+
+def _apply(ctx: WriteContext, op: Any, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Run the operation; a refusal becomes a recorded `rejected` answer with nothing of it written."""
+    if ctx.savepoints:
+        ctx.conn.execute("SAVEPOINT op")
+    before = ctx.conn.total_changes
+    progress = run["progress"]
+    try:
+        value = op.fn(ctx, run, payload)
+    except PiwfError as err:
+        if ctx.savepoints:
+            ctx.conn.execute("ROLLBACK TO op")
+            ctx.conn.execute("RELEASE op")
+        elif ctx.conn.total_changes != before:
+            raise NeedsSavepoints() from err
+        if isinstance(err, ClaimLost):
+            raise
+        return {"outcome": "rejected", "error": err.one_line(), "error_code": err.code, "revision": progress}
+    if ctx.savepoints:
+        ctx.conn.execute("RELEASE op")
+    if op.fenced and not op.moves_progress:
+        run["progress"] = ctx.conn.execute(
+            "UPDATE run SET progress = progress + 1 WHERE run_id = ? RETURNING progress", (run["run_id"],)).fetchone()[0]
+    response = {"outcome": "accepted", "value": value, "revision": run["progress"]}
+    if "run_claim" in ctx.changes.tables:  # only release_claim touches it here
+        # The transition ended the launch (run finished, failed or parked): the
+        # supervisor need not settle the run when the worker then ends the launch.
+        response["released"] = True
     return response
 
 
@@ -144,24 +184,25 @@ def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], boo
     return counts, timed_out
 
 
-@operation("ready")
-def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """The worker loaded the workflow: mark the run running and hand it the state to resume from."""
+@operation("ready", fenced=False)
+def _ready(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The worker loaded the workflow: mark the run running. The launch state is in the answer
+    only when the worker asks for it (`want_state`): a claim ships it with the launch."""
     run_id = run["run_id"]
-    ctx.conn.execute("UPDATE run_worker SET status = 'live' WHERE run_id = ? AND status = 'starting'", (run_id,))
-    if run["start_failures"]:
-        ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
-    first = ctx.conn.execute("SELECT 1 FROM run_event WHERE run_id = ? AND kind = 'run_started' LIMIT 1",
-                             (run_id,)).fetchone() is None
-    if run["current_node"] is None and payload.get("start_at"):
-        # Shown by run.get while the first node runs (pure nodes announce themselves only when done).
-        ctx.conn.execute("UPDATE run SET current_node = ? WHERE run_id = ?", (payload["start_at"], run_id))
-    if payload.get("definition_digest") and not run["definition_digest"]:
-        ctx.conn.execute("UPDATE run SET definition_digest = ? WHERE run_id = ?",
-                         (payload["definition_digest"], run_id))
+    # (The worker's row is `live` already: recorded so by the claim, or by the `runner.attach`
+    # the supervisor sent before the launch.)
+    # The first launch of a run starts it; a later one resumes it, unless no launch ever got
+    # this far (its workers failed to start).
+    first = run["claim_generation"] == 1 or ctx.conn.execute(
+        "SELECT 1 FROM run_event WHERE run_id = ? AND kind = 'run_started' LIMIT 1", (run_id,)).fetchone() is None
+    # current_node is shown by run.get while the first node runs (pure nodes announce
+    # themselves only when done).
     set_status(ctx, run_id, "running", "run_started" if first else "run_resumed",
-               payload={"current_node": run["current_node"], "steps": run["steps"]})
-    return launch_state(ctx, run)
+               payload={"current_node": run["current_node"], "steps": run["steps"]},
+               also="current_node = coalesce(current_node, ?), definition_digest = coalesce(definition_digest, ?), "
+                    "start_failures = 0",
+               also_params=(payload.get("start_at"), payload.get("definition_digest")))
+    return launch_state(ctx, run) if payload.get("want_state", True) else None
 
 
 def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +216,16 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
     """
     run_id = run["run_id"]
     values = _LaunchValues(ctx)
+    if (run.get("claim_generation") == 1 and run["progress"] == 0 and run["steps"] == 0
+            and run["current_node"] is None):
+        # The first launch of a run that starts at the beginning (not a fork of another run's
+        # outputs): no attempt, output or effect can exist yet.
+        state: dict[str, Any] = {"input": values.load(run["input_sha256"], ["input"]), "current_node": None,
+                                 "steps": 0, "outputs": {}, "attempts": {}, "confirmed_effects": {},
+                                 "timed_out": {}, "session_id": run["session_id"]}
+        if values.refs:
+            state["content_refs"] = values.refs
+        return state
     confirmed = {}
     for effect_id, node_id, sha in ctx.conn.execute(
             """SELECT effect_id, node_id, output_sha256 FROM effect WHERE run_id = ? AND status = 'applied'
@@ -217,13 +268,16 @@ def _boundary_directive(ctx: WriteContext, run: dict[str, Any]) -> str | None:
     return None
 
 
-@operation("effect_reserve")
+@operation("effect_reserve", moves_progress=True)
 def _effect_reserve(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Start an attempt of a side-effecting node and reserve its effect (`applying`) before it acts."""
     if _boundary_directive(ctx, run) == "stop":
+        run["progress"] = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? "
+                                           "RETURNING progress", (run["run_id"],)).fetchone()[0]
         return {"directive": "stop"}
     node_id = payload["node_id"]
-    attempt_id, attempt_no = _start_attempt(ctx, run, node_id, payload.get("attempt_id"))
+    attempt_id, attempt_no = start_attempt(ctx, run, node_id, payload.get("attempt_id"), payload.get("attempt_no"),
+                                           move_progress=True)
     effect_id = new_id("eff", ctx.now)
     ctx.conn.execute(
         """INSERT INTO effect (effect_id, run_id, node_id, attempt_id, status, idempotent, reserved_at)
@@ -235,69 +289,63 @@ def _effect_reserve(ctx: WriteContext, run: dict[str, Any], payload: dict[str, A
     return {"attempt_id": attempt_id, "attempt_no": attempt_no, "effect_id": effect_id}
 
 
-def _start_attempt(ctx: WriteContext, run: dict[str, Any], node_id: str,
-                   attempt_id: str | None = None) -> tuple[str, int]:
-    """Record a new running attempt (the worker proposes its id so callbacks can see it)."""
-    attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
-                                  (run["run_id"], node_id)).fetchone()[0] + 1
-    attempt_id = attempt_id or new_id("att", ctx.now)
-    generation = run.get("claim_generation")
-    if generation is None:
-        generation = ctx.conn.execute("SELECT generation FROM run_claim WHERE run_id = ?",
-                                      (run["run_id"],)).fetchone()[0]
-    ctx.conn.execute(
-        """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, generation, started_at)
-           VALUES (?, ?, ?, ?, ?, 'running', ?, ?)""",
-        (attempt_id, run["run_id"], node_id, attempt_no, run["steps"], generation, ctx.now))
-    ctx.conn.execute("UPDATE run SET current_node = ? WHERE run_id = ?", (node_id, run["run_id"]))
-    append_event(ctx.conn, run["run_id"], "node_started", ctx.now, node_id=node_id, attempt_id=attempt_id,
-                 payload={"attempt_no": attempt_no})
-    return attempt_id, attempt_no
+_FINISHED_ATTEMPT = """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome,
+        output_sha256, error_code, error_message, traceback, generation, started_at, finished_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
-@operation("node_finished")
+@operation("node_finished", moves_progress=True)
 def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Commit one node's result and where the run goes next, atomically.
 
     `next` is what the worker's routing decided: {"node": id}, {"finish": true},
     {"fail": {"code", "message"}} or {"retry": true} (the attempt failed and
     the node will run again). Pure nodes arrive here without a prior
-    `effect_reserve`; their attempt is created and finished in one go.
+    `effect_reserve`: their attempt is recorded started and finished in one
+    insert (`attempt_no` counted by the worker), and a trivial node costs one
+    read, three writes and the message's record.
     """
     run_id, node_id = run["run_id"], payload["node_id"]
-    attempt_id = payload.get("attempt_id")
-    if attempt_id is None or payload.get("new_attempt"):
-        attempt_id, _ = _start_attempt(ctx, run, node_id, attempt_id)
     outcome = payload["outcome"]
+    nxt = payload.get("next") or {}
+    if not (nxt.get("retry") or nxt.get("finish") or nxt.get("fail") or nxt.get("node") is not None):
+        raise Rejected("node_finished needs next.node, next.finish, next.fail or next.retry")
     # A failed node keeps its output too (a shell's exit code and stderr) for a
     # `$result.outcome` route to inspect.
     keep = outcome == "ok" or payload.get("output") is not None
     output_sha = put_json_blob(ctx.conn, payload.get("output"), ctx.now) if keep else None
-    changed = ctx.conn.execute(
-        """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
-               traceback = ?, finished_at = ?
-           WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
-        ("succeeded" if outcome == "ok" else "failed", outcome, output_sha, payload.get("error_code"),
-         (payload.get("error") or None) and str(payload.get("error"))[:4000],
-         (payload.get("traceback") or None) and str(payload["traceback"])[:8192], ctx.now, attempt_id,
-         run_id)).rowcount
-    if changed != 1:
+    status = "succeeded" if outcome == "ok" else "failed"
+    error = (payload.get("error") or None) and str(payload["error"])[:4000]
+    trace = (payload.get("traceback") or None) and str(payload["traceback"])[:8192]
+    attempt_id = payload.get("attempt_id")
+    if attempt_id is None or payload.get("new_attempt"):
+        attempt_id = attempt_id or new_id("att", ctx.now)
+        attempt_no = payload.get("attempt_no")
+        if not isinstance(attempt_no, int) or isinstance(attempt_no, bool):
+            attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
+                                          (run_id, node_id)).fetchone()[0] + 1
+        ctx.conn.execute(_FINISHED_ATTEMPT, (
+            attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_sha,
+            payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now))
+    elif ctx.conn.execute(
+            """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
+                   traceback = ?, finished_at = ?
+               WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
+            (status, outcome, output_sha, payload.get("error_code"), error, trace, ctx.now, attempt_id,
+             run_id)).rowcount != 1:
         raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
     if payload.get("request_id") is not None:
-        from piwf_actors.store.commands.interactions import consume_request
-
         consume_request(ctx, run_id, payload["request_id"])
     effect_id = payload.get("effect_id")
     if effect_id is not None:
-        status = "applied" if outcome == "ok" else "failed"
+        effect_status = "applied" if outcome == "ok" else "failed"
         resolution = "confirmed_consumed" if payload.get("confirmed") else None
         ctx.conn.execute(
             """UPDATE effect SET status = ?, output_sha256 = ?, error = ?, settled_at = ?,
                    resolution = coalesce(?, resolution) WHERE effect_id = ? AND run_id = ?""",
-            (status, output_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
+            (effect_status, output_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
         append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id, attempt_id=attempt_id,
-                     payload={"effect_id": effect_id, "status": status})
-    nxt = payload.get("next") or {}
+                     payload={"effect_id": effect_id, "status": effect_status})
     event_payload: dict[str, Any] = {"outcome": outcome}
     if outcome != "ok":
         event_payload["error"] = str(payload.get("error") or "")[:1000]
@@ -305,24 +353,27 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
                  node_id=node_id, attempt_id=attempt_id, payload=event_payload)
     if payload.get("notification") is not None:
         _notify(ctx, run, node_id, payload["notification"])
+    ctx.changes.touch("node_attempt", run_id)
     if nxt.get("retry"):
-        ctx.changes.touch("node_attempt", run_id)
+        run["progress"] = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? "
+                                           "RETURNING progress", (run_id,)).fetchone()[0]
         return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
-    ctx.conn.execute("UPDATE run SET steps = steps + 1, current_node = ? WHERE run_id = ?",
-                     (nxt.get("node"), run_id))
     if nxt.get("finish"):
-        ctx.conn.execute("UPDATE run SET output_sha256 = ? WHERE run_id = ?", (output_sha, run_id))
-        set_status(ctx, run_id, "done", "run_finished", node_id=node_id, payload={"status": "done"})
+        set_status(ctx, run_id, "done", "run_finished", node_id=node_id, payload={"status": "done"},
+                   also="steps = steps + 1, current_node = NULL, progress = progress + 1, output_sha256 = ?",
+                   also_params=(output_sha,), run=run)
         release_claim(ctx, run_id)
         return {"attempt_id": attempt_id, "directive": "stop"}
     if nxt.get("fail"):
         fail = nxt["fail"]
         set_status(ctx, run_id, "failed", "run_failed", node_id=node_id, error_code=fail["code"],
-                   error_message=str(fail.get("message", ""))[:4000], payload={"error_code": fail["code"]})
+                   error_message=str(fail.get("message", ""))[:4000], payload={"error_code": fail["code"]},
+                   also="steps = steps + 1, current_node = NULL, progress = progress + 1", run=run)
         release_claim(ctx, run_id)
         return {"attempt_id": attempt_id, "directive": "stop"}
-    if nxt.get("node") is None:
-        raise Rejected("node_finished needs next.node, next.finish, next.fail or next.retry")
+    run["progress"] = ctx.conn.execute(
+        "UPDATE run SET steps = steps + 1, current_node = ?, progress = progress + 1 WHERE run_id = ? "
+        "RETURNING progress", (nxt["node"], run_id)).fetchone()[0]
     ctx.changes.touch("run", run_id)
     return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
 
@@ -345,13 +396,13 @@ def _run_failed(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any])
     return {"directive": "stop"}
 
 
-@operation("register_child")
+@operation("register_child", fenced=False)
 def _register_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
     children.register(ctx, payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"])
     return True
 
 
-@operation("release_child")
+@operation("release_child", fenced=False)
 def _release_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
     children.release(ctx, payload["pid"], payload["create_time"], run["run_id"])
     return True
