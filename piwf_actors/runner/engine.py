@@ -50,23 +50,36 @@ class NodeTimeout(Exception):
     pass
 
 
+class _Alarm:
+    """SIGALRM as a per-node deadline. The handler is installed once per worker process; a node
+    only sets and clears the timer (two system calls), which matters on the hot path: every
+    compute node has a default timeout."""
+
+    installed = False
+    armed_for: float | None = None
+
+    @classmethod
+    def fire(cls, _signum: int, _frame: object) -> None:
+        if cls.armed_for is not None:
+            raise NodeTimeout(f"timed out after {cls.armed_for:g} s")
+
+
 @contextlib.contextmanager
 def deadline(timeout_s: float | None) -> Iterator[None]:
     """Raise NodeTimeout in the main thread when `timeout_s` passes (SIGALRM)."""
     if not timeout_s:
         yield
         return
-
-    def fire(_signum: int, _frame: object) -> None:
-        raise NodeTimeout(f"timed out after {timeout_s:g} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
+    if not _Alarm.installed:
+        signal.signal(signal.SIGALRM, _Alarm.fire)
+        _Alarm.installed = True
+    _Alarm.armed_for = timeout_s
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        _Alarm.armed_for = None
 
 
 #: A stored traceback keeps at most this many frames (the innermost) and characters.

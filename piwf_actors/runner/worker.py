@@ -58,16 +58,26 @@ def _enter_project(project_path: str | None) -> None:
 
 def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:
     """Run one launch, then put back what user code may have changed."""
-    environ = dict(os.environ)
+    environ = _environ_snapshot()
     cwd = os.getcwd()
     path = list(sys.path)
     try:
         serve_launch(sock, launch)
     finally:
-        os.environ.clear()
-        os.environ.update(environ)
-        os.chdir(cwd)
+        if _environ_snapshot() != environ:
+            # Rebuilding the environment goes through putenv/unsetenv for every variable:
+            # only when a run changed something.
+            os.environ.clear()
+            os.environ.update({os.fsdecode(key): os.fsdecode(value) for key, value in environ.items()})
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
         sys.path[:] = path
+
+
+def _environ_snapshot() -> dict[bytes | str, bytes | str]:
+    """The environment as os.environ keeps it (encoded; a C-level dict copy, no decoding)."""
+    data = getattr(os.environ, "_data", None)
+    return dict(data) if isinstance(data, dict) else dict(os.environ)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,8 +153,13 @@ _CHECKS: tuple[tuple[str, str], ...] = (
         FROM run_event e WHERE EXISTS (SELECT 1 FROM run r WHERE r.run_id = e.run_id)
         GROUP BY e.run_id HAVING min(e.seq) != 1 OR max(e.seq) != count(*)"""),
     ("output_without_success",
+     # A failed attempt may keep its output (a shell's exit code and stderr, for routing).
      """SELECT run_id, printf('attempt %s has an output but is %s', attempt_id, status)
-        FROM node_attempt WHERE output_sha256 IS NOT NULL AND status != 'succeeded'"""),
+        FROM node_attempt WHERE (output_sha256 IS NOT NULL OR output_json IS NOT NULL)
+        AND status NOT IN ('succeeded', 'failed')"""),
+    ("value_stored_twice",
+     """SELECT run_id, printf('attempt %s has its output both inline and as a blob', attempt_id)
+        FROM node_attempt WHERE output_sha256 IS NOT NULL AND output_json IS NOT NULL"""),
     ("parked_without_reason",
      "SELECT run_id, printf('run %s is parked without a park_reason', run_id) FROM run "
      "WHERE status = 'parked' AND park_reason IS NULL"),

@@ -71,8 +71,17 @@ def _v4_attempt_details(db: pw.SqliteDatabase) -> None:
             db.execute_sql(f"ALTER TABLE node_attempt ADD COLUMN {column} TEXT")
 
 
+def _v5_inline_values(db: pw.SqliteDatabase) -> None:
+    """Small inputs and outputs inline as JSON (run.input_json, run.output_json,
+    node_attempt.output_json) instead of a blob each; existing values stay in their blobs."""
+    for table, column in (("run", "input_json"), ("run", "output_json"), ("node_attempt", "output_json")):
+        present = {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
+        if column not in present:
+            db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+
+
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
-                                                          _v4_attempt_details]
+                                                          _v4_attempt_details, _v5_inline_values]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -63,9 +63,12 @@ CONTENT_CHUNK_BYTES = 1024 * 1024
 PREVIEW_CHARS = 200
 
 
-def bounded_json(reader: StoreReader, sha256: str | None) -> Any:
-    """A stored JSON value, or for one over CONTENT_INLINE_BYTES a marker
-    `{"$content": digest, "bytes": n, "preview": first characters…}` that `content.read` resolves."""
+def bounded_json(reader: StoreReader, sha256: str | None, inline: str | None = None) -> Any:
+    """A stored JSON value (inline, or in the blob table), or for one over CONTENT_INLINE_BYTES a
+    marker `{"$content": digest, "bytes": n, "preview": first characters…}` that `content.read`
+    resolves. Inline values are small (store/values.py) and always returned whole."""
+    if inline is not None:
+        return _json(inline)
     if sha256 is None:
         return None
     row = reader.one("SELECT size, CASE WHEN size <= ? THEN data ELSE substr(data, 1, ?) END FROM blob "
@@ -181,15 +184,17 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     run = dict(zip([d[0] for d in cursor.description], row, strict=True))
     nodes: dict[str, dict[str, Any]] = {}
     last_traceback: str | None = None
-    for node_id, status, attempt_no, output_sha, error_code, error_message, attempt_id, trace, copied in reader.all(
-            """SELECT node_id, status, attempt_no, output_sha256, error_code, error_message, attempt_id, traceback,
-                      copied_from FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""", (run_id,)):
+    for (node_id, status, attempt_no, output_sha, output_json, error_code, error_message, attempt_id, trace,
+         copied) in reader.all(
+            """SELECT node_id, status, attempt_no, output_sha256, output_json, error_code, error_message, attempt_id,
+                      traceback, copied_from FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""",
+            (run_id,)):
         node = nodes.setdefault(node_id, {"node_id": node_id, "status": status, "attempts": 0, "output": None,
                                           "error": None, "attempt_id": attempt_id})
         node["attempts"] = max(node["attempts"], attempt_no)
         node["status"] = status
         node["attempt_id"] = attempt_id
-        node["output"] = bounded_json(reader, output_sha)
+        node["output"] = bounded_json(reader, output_sha, output_json)
         node["error"] = None if status == "succeeded" or not error_message else {
             "code": error_code, "message": error_message, **({"traceback": trace} if trace else {})}
         if copied:
@@ -201,7 +206,8 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
-        "input": bounded_json(reader, run["input_sha256"]), "output": bounded_json(reader, run["output_sha256"]),
+        "input": bounded_json(reader, run["input_sha256"], run["input_json"]),
+        "output": bounded_json(reader, run["output_sha256"], run["output_json"]),
         "error": None if run["error_code"] is None else {
             "code": run["error_code"], "message": run["error_message"],
             # The frames of the node that failed the run (the last attempt that raised).

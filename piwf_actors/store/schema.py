@@ -78,8 +78,12 @@ class Run(_Base):
     workflow_attr = pw.TextField(null=True)
     definition_digest = pw.TextField(null=True)
     source_sha256 = pw.TextField(null=True)
+    # A value is kept inline as canonical JSON (`*_json`) when small (schema v5), else as a blob
+    # (`*_sha256`): see store/values.py.
     input_sha256 = pw.TextField(null=True)
     output_sha256 = pw.TextField(null=True)
+    input_json = pw.TextField(null=True)
+    output_json = pw.TextField(null=True)
     project_path = pw.TextField(null=True)
     session_id = pw.TextField(null=True)
     parent_run_id = pw.TextField(null=True)
@@ -149,6 +153,7 @@ class NodeAttempt(_Base):
     status = pw.TextField()  # running | succeeded | failed | interrupted
     outcome = pw.TextField(null=True)
     output_sha256 = pw.TextField(null=True)
+    output_json = pw.TextField(null=True)  # inline when small (schema v5)
     error_code = pw.TextField(null=True)
     error_message = pw.TextField(null=True)
     generation = pw.IntegerField()

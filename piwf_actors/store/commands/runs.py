@@ -14,7 +14,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.store.blobs import put_blob, put_json_blob
+from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.idempotency import Adopted, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
@@ -26,6 +26,7 @@ from piwf_actors.store.runstate import (
     run_row,
     set_status,
 )
+from piwf_actors.store.values import put_value
 
 #: Event kinds a client or worker may append as free-form notes.
 NOTE_KINDS = frozenset({"note", "log"})
@@ -43,24 +44,27 @@ def append_note(ctx: WriteContext, args: dict[str, Any]) -> int:
     return seq
 
 
-def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, input_sha: str | None = None,
+def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
                 source_sha: str | None = None) -> dict[str, Any]:
-    run_id = spec.get("run_id") or new_id("run", ctx.now)
-    if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
+    """Insert a queued run. `stored_input` is an (inline JSON, blob key) pair already stored (a
+    restart reuses its parent's), else the spec's `input` is stored."""
+    run_id = spec.get("run_id")
+    if run_id is None:
+        run_id = new_id("run", ctx.now)  # time-ordered and random: cannot exist already
+    elif ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
         raise Rejected(f"run {run_id} already exists")
-    if input_sha is None:
-        input_sha = put_json_blob(ctx.conn, spec.get("input"), ctx.now)
+    input_json, input_sha = stored_input or put_value(ctx.conn, spec.get("input"), ctx.now)
     source = spec.get("source")
     if source_sha is None and isinstance(source, bytes):
         source_sha = put_blob(ctx.conn, source, ctx.now)
     ctx.conn.execute(
         """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
-               source_sha256, input_sha256, project_path, session_id, parent_run_id, status,
+               source_sha256, input_sha256, input_json, project_path, session_id, parent_run_id, status,
                revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
                queue_class, queued_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
-         spec.get("definition_digest"), source_sha, input_sha, spec.get("project_path"),
+         spec.get("definition_digest"), source_sha, input_sha, input_json, spec.get("project_path"),
          spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, QUEUE_FRESH, ctx.now),
     )
     append_event(ctx.conn, run_id, "run_created", ctx.now,
@@ -236,7 +240,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
             return Adopted(receipt)
         spec.update(parent_run_id=run_id, run_id=child_id)
-        _insert_run(ctx, spec, input_sha=run["input_sha256"], source_sha=source_sha)
+        _insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha)
         if from_node is not None:
             _copy_before(ctx, run_id, child_id, from_node)
         append_event(ctx.conn, run_id, "run_restarted", ctx.now,
@@ -254,17 +258,17 @@ def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: st
                              (parent_id, from_node)).fetchone()[0]
     latest: dict[str, tuple[Any, ...]] = {}
     for row in ctx.conn.execute(
-            """SELECT attempt_id, node_id, output_sha256, step, generation FROM node_attempt
+            """SELECT attempt_id, node_id, output_sha256, output_json FROM node_attempt
                WHERE run_id = ? AND status = 'succeeded' AND (? IS NULL OR step < ?) ORDER BY step, started_at""",
             (parent_id, first, first)):
         latest[row[1]] = row
-    for index, (attempt_id, node_id, output_sha, _step, _generation) in enumerate(latest.values()):
+    for index, (attempt_id, node_id, output_sha, output_json) in enumerate(latest.values()):
         copied = new_id("att", ctx.now)
         ctx.conn.execute(
             """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome, output_sha256,
-                   generation, started_at, finished_at, copied_from)
-               VALUES (?, ?, ?, 1, ?, 'succeeded', 'copied', ?, 0, ?, ?, ?)""",
-            (copied, child_id, node_id, index, output_sha, ctx.now, ctx.now, attempt_id))
+                   output_json, generation, started_at, finished_at, copied_from)
+               VALUES (?, ?, ?, 1, ?, 'succeeded', 'copied', ?, ?, 0, ?, ?, ?)""",
+            (copied, child_id, node_id, index, output_sha, output_json, ctx.now, ctx.now, attempt_id))
         append_event(ctx.conn, child_id, "node_copied", ctx.now, node_id=node_id, attempt_id=copied,
                      payload={"from_run_id": parent_id, "from_attempt_id": attempt_id})
     ctx.conn.execute("UPDATE run SET current_node = ?, steps = ? WHERE run_id = ?",

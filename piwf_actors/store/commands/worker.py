@@ -36,6 +36,7 @@ from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext, c
 from piwf_actors.store.commands.worker_ops import claim_generation, lookup_operation, operation, start_attempt
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import release_claim, set_status
+from piwf_actors.store.values import put_value
 
 #: The recorded answer, the claim and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
@@ -147,7 +148,10 @@ class _LaunchValues:
         self._left = LAUNCH_INLINE_BUDGET
         self.refs: list[dict[str, Any]] = []
 
-    def load(self, sha256: str | None, path: list[str]) -> Any:
+    def load(self, sha256: str | None, path: list[str], inline: str | None = None) -> Any:
+        if inline is not None:
+            self._left -= len(inline)
+            return loads(inline)
         if sha256 is None:
             return None
         row = self._conn.execute("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?",
@@ -163,13 +167,14 @@ class _LaunchValues:
 
 
 def _latest_outputs(ctx: WriteContext, run_id: str, values: _LaunchValues) -> dict[str, Any]:
-    latest: dict[str, str | None] = {}
-    for node_id, sha in ctx.conn.execute(
-            """SELECT node_id, output_sha256 FROM node_attempt WHERE run_id = ?
-               AND (status = 'succeeded' OR (status = 'failed' AND output_sha256 IS NOT NULL))
+    latest: dict[str, tuple[str | None, str | None]] = {}
+    for node_id, sha, inline in ctx.conn.execute(
+            """SELECT node_id, output_sha256, output_json FROM node_attempt WHERE run_id = ?
+               AND (status = 'succeeded'
+                    OR (status = 'failed' AND (output_sha256 IS NOT NULL OR output_json IS NOT NULL)))
                ORDER BY step, started_at""", (run_id,)):
-        latest[node_id] = sha
-    return {node_id: values.load(sha, ["outputs", node_id]) for node_id, sha in latest.items()}
+        latest[node_id] = (sha, inline)
+    return {node_id: values.load(sha, ["outputs", node_id], inline) for node_id, (sha, inline) in latest.items()}
 
 
 def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], bool]:
@@ -220,7 +225,7 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
             and run["current_node"] is None):
         # The first launch of a run that starts at the beginning (not a fork of another run's
         # outputs): no attempt, output or effect can exist yet.
-        state: dict[str, Any] = {"input": values.load(run["input_sha256"], ["input"]), "current_node": None,
+        state: dict[str, Any] = {"input": values.load(run["input_sha256"], ["input"], run["input_json"]), "current_node": None,
                                  "steps": 0, "outputs": {}, "attempts": {}, "confirmed_effects": {},
                                  "timed_out": {}, "session_id": run["session_id"]}
         if values.refs:
@@ -239,7 +244,7 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
             "SELECT node_id, attempt_id, error_message FROM node_attempt WHERE run_id = ? AND status = 'timed_out'",
             (run_id,))}
     state = {
-        "input": values.load(run["input_sha256"], ["input"]),
+        "input": values.load(run["input_sha256"], ["input"], run["input_json"]),
         "current_node": run["current_node"],  # None on a fresh run: the worker starts at start_at
         "steps": run["steps"],
         "outputs": _latest_outputs(ctx, run_id, values),
@@ -290,8 +295,8 @@ def _effect_reserve(ctx: WriteContext, run: dict[str, Any], payload: dict[str, A
 
 
 _FINISHED_ATTEMPT = """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome,
-        output_sha256, error_code, error_message, traceback, generation, started_at, finished_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+        output_json, output_sha256, error_code, error_message, traceback, generation, started_at, finished_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 @operation("node_finished", moves_progress=True)
@@ -313,7 +318,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     # A failed node keeps its output too (a shell's exit code and stderr) for a
     # `$result.outcome` route to inspect.
     keep = outcome == "ok" or payload.get("output") is not None
-    output_sha = put_json_blob(ctx.conn, payload.get("output"), ctx.now) if keep else None
+    output_json, output_sha = put_value(ctx.conn, payload.get("output"), ctx.now) if keep else (None, None)
     status = "succeeded" if outcome == "ok" else "failed"
     error = (payload.get("error") or None) and str(payload["error"])[:4000]
     trace = (payload.get("traceback") or None) and str(payload["traceback"])[:8192]
@@ -325,13 +330,13 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
             attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
                                           (run_id, node_id)).fetchone()[0] + 1
         ctx.conn.execute(_FINISHED_ATTEMPT, (
-            attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_sha,
+            attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_json, output_sha,
             payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now))
     elif ctx.conn.execute(
-            """UPDATE node_attempt SET status = ?, outcome = ?, output_sha256 = ?, error_code = ?, error_message = ?,
-                   traceback = ?, finished_at = ?
+            """UPDATE node_attempt SET status = ?, outcome = ?, output_json = ?, output_sha256 = ?, error_code = ?,
+                   error_message = ?, traceback = ?, finished_at = ?
                WHERE attempt_id = ? AND run_id = ? AND status IN ('running', 'waiting', 'timed_out')""",
-            (status, outcome, output_sha, payload.get("error_code"), error, trace, ctx.now, attempt_id,
+            (status, outcome, output_json, output_sha, payload.get("error_code"), error, trace, ctx.now, attempt_id,
              run_id)).rowcount != 1:
         raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
     if payload.get("request_id") is not None:
@@ -340,10 +345,12 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     if effect_id is not None:
         effect_status = "applied" if outcome == "ok" else "failed"
         resolution = "confirmed_consumed" if payload.get("confirmed") else None
+        # An effect's output is kept as a blob (effects are few, and `resolve` reads it back).
+        effect_sha = output_sha if output_json is None else put_json_blob(ctx.conn, payload.get("output"), ctx.now)
         ctx.conn.execute(
             """UPDATE effect SET status = ?, output_sha256 = ?, error = ?, settled_at = ?,
                    resolution = coalesce(?, resolution) WHERE effect_id = ? AND run_id = ?""",
-            (effect_status, output_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
+            (effect_status, effect_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
         append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id, attempt_id=attempt_id,
                      payload={"effect_id": effect_id, "status": effect_status})
     event_payload: dict[str, Any] = {"outcome": outcome}
@@ -360,8 +367,9 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
         return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
     if nxt.get("finish"):
         set_status(ctx, run_id, "done", "run_finished", node_id=node_id, payload={"status": "done"},
-                   also="steps = steps + 1, current_node = NULL, progress = progress + 1, output_sha256 = ?",
-                   also_params=(output_sha,), run=run)
+                   also="steps = steps + 1, current_node = NULL, progress = progress + 1, output_json = ?, "
+                        "output_sha256 = ?",
+                   also_params=(output_json, output_sha), run=run)
         release_claim(ctx, run_id)
         return {"attempt_id": attempt_id, "directive": "stop"}
     if nxt.get("fail"):
