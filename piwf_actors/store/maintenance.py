@@ -26,6 +26,7 @@ import peewee as pw
 from piwf_actors.errors import NotFound, Rejected, StoreError
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_SQL
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.schema import RUN_COUNT_TRIGGERS
 
 #: Every column that points at a blob: (table, the row's own key column, blob column).
 #: Prune frees a blob only when none of these references it any more; extend
@@ -87,7 +88,10 @@ def state_status(db_path: Path) -> dict[str, Any]:
 
     Returns {path, db_bytes, wal_bytes, page_size, page_count, freelist_count,
     auto_vacuum, schema_version, tables: {table: rows}, runs: {status: count},
-    blob_count, blob_bytes}. `runs` always has every known status (0 if none).
+    blob_count, blob_bytes}. `runs` always has every known status (0 if none) and
+    comes from the `run_count` counters. `tables` are exact row counts: each costs
+    a walk of the table's smallest b-tree, which is what this maintenance command
+    is for (host.status never does it).
     """
     db_path = Path(db_path)
     with _snapshot(db_path) as conn:
@@ -95,8 +99,11 @@ def state_status(db_path: Path) -> dict[str, Any]:
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         rows = {name: conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] for name in tables}
         runs = dict.fromkeys(RUN_STATUSES, 0)
-        for status, count in conn.execute("SELECT status, count(*) FROM run GROUP BY status"):
-            runs[status] = count
+        # The counters the triggers keep (schema v5), as host.status reads them; `state verify`
+        # compares them with a real count.
+        for status, count in conn.execute("SELECT status, n FROM run_count"):
+            if count:
+                runs[status] = count
         blob_count, blob_bytes = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM blob").fetchone()
         status = {
             "path": str(db_path),
@@ -158,6 +165,18 @@ _CHECKS: tuple[tuple[str, str], ...] = (
     ("parked_without_reason",
      "SELECT run_id, printf('run %s is parked without a park_reason', run_id) FROM run "
      "WHERE status = 'parked' AND park_reason IS NULL"),
+    # The counters host.status reads (run_count, kept by triggers since schema v5) against a real count.
+    ("run_count_mismatch",
+     """SELECT NULL, printf('run_count says %d runs are %s but the run table holds %d',
+               coalesce(c.n, 0), s.status, coalesce(r.n, 0))
+        FROM (SELECT status FROM run_count UNION SELECT status FROM run) s
+        LEFT JOIN run_count c ON c.status = s.status
+        LEFT JOIN (SELECT status, count(*) AS n FROM run GROUP BY status) r ON r.status = s.status
+        WHERE coalesce(c.n, 0) != coalesce(r.n, 0)"""),
+    ("run_count_trigger_missing",
+     f"""SELECT NULL, printf('trigger %s is missing: run_count no longer follows the run table', t.name)
+        FROM (SELECT value AS name FROM json_each('{json.dumps(sorted(RUN_COUNT_TRIGGERS))}')) t
+        WHERE NOT EXISTS (SELECT 1 FROM sqlite_master m WHERE m.type = 'trigger' AND m.name = t.name)"""),
     ("two_accepted_submissions",
      """SELECT q.run_id, printf('interactive request %s has %d accepted submissions', s.request_id, count(*))
         FROM interactive_submission s LEFT JOIN interactive_request q ON q.request_id = s.request_id

@@ -71,8 +71,20 @@ def _v4_attempt_details(db: pw.SqliteDatabase) -> None:
             db.execute_sql(f"ALTER TABLE node_attempt ADD COLUMN {column} TEXT")
 
 
+def _v5_run_counts(db: pw.SqliteDatabase) -> None:
+    """run_count: runs per status kept by triggers (host.status stops counting `run` on every call),
+    initialised from the runs already there."""
+    with _BIND_LOCK, db.bind_ctx((schema.RunCount,)):
+        db.create_tables((schema.RunCount,), safe=True)
+    for statement in schema.RUN_COUNT_TRIGGERS.values():
+        db.execute_sql(statement)
+    # Inside the migration's transaction: no run can change between the count and the triggers.
+    db.execute_sql("DELETE FROM run_count")
+    db.execute_sql("INSERT INTO run_count (status, n) SELECT status, count(*) FROM run GROUP BY status")
+
+
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
-                                                          _v4_attempt_details]
+                                                          _v4_attempt_details, _v5_run_counts]
 LATEST_VERSION = len(MIGRATIONS)
 
 
