@@ -71,11 +71,17 @@ def _v4_attempt_details(db: pw.SqliteDatabase) -> None:
             db.execute_sql(f"ALTER TABLE node_attempt ADD COLUMN {column} TEXT")
 
 
-def _v5_run_counts(db: pw.SqliteDatabase) -> None:
+def _v5_counters_and_indexes(db: pw.SqliteDatabase) -> None:
     """run_count: runs per status kept by triggers (host.status stops counting `run` on every call),
-    initialised from the runs already there."""
-    with _BIND_LOCK, db.bind_ctx((schema.RunCount,)):
+    initialised from the runs already there; and the indexes of `schema.V5_INDEXES`, so that no
+    hot-path statement walks a table that grows with the history."""
+    models = {model for model, _index in schema.V5_INDEXES} | {schema.RunCount}
+    with _BIND_LOCK, db.bind_ctx(models):
         db.create_tables((schema.RunCount,), safe=True)
+        # The statements peewee generates from the models, so a migrated file gets exactly what a
+        # new one does (IF NOT EXISTS: a new file already has them from v1).
+        for model, index in schema.V5_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
     for statement in schema.RUN_COUNT_TRIGGERS.values():
         db.execute_sql(statement)
     # Inside the migration's transaction: no run can change between the count and the triggers.
@@ -84,7 +90,7 @@ def _v5_run_counts(db: pw.SqliteDatabase) -> None:
 
 
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
-                                                          _v4_attempt_details, _v5_run_counts]
+                                                          _v4_attempt_details, _v5_counters_and_indexes]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -410,3 +410,53 @@ ALL_MODELS: tuple[type[_Base], ...] = (
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelCursor, ChannelAdapterEpoch,
 )
+
+
+# --- indexes added by schema v5 ------------------------------------------------------------------
+# Each serves a statement that otherwise walks a whole table that grows with the history (found
+# by tests/store/test_query_plans.py). Partial indexes hold only the few rows their query asks for,
+# and cost nothing for the rest; the statements they serve name the same literal condition.
+
+BLOB_PREFIX_CHARS = 8
+
+
+def _blob_prefix(field: pw.Field) -> pw.Node:
+    """The first characters of a sha256 column: enough to find the rows that may hold a digest
+    (a 32-bit prefix; the query compares the whole digest after), at a fraction of an index on
+    the whole 64-character digest (measured ~15 bytes an entry instead of ~75)."""
+    return pw.fn.substr(field, 1, BLOB_PREFIX_CHARS)
+
+
+#: (model, index) pairs, in the order migration v5 creates them; v1 creates them with their tables.
+V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+    # run.list --workflow NAME: the newest runs of one workflow, without walking every run.
+    (Run, Run.index(Run.workflow, Run.created_at, name="run_workflow_created_at")),
+    # state.prune deletes a run's rows by run_id.
+    (WorkerMessage, WorkerMessage.index(WorkerMessage.run_id, name="worker_message_run_id")),
+    (SessionMessage, SessionMessage.index(SessionMessage.run_id, name="session_message_run_id")),
+    (ChildProcess, ChildProcess.index(ChildProcess.run_id, name="child_process_run_id")),
+    # interaction.list across sessions: the unacknowledged messages, oldest first.
+    (SessionMessage, SessionMessage.index(SessionMessage.created_at, name="session_message_unacked",
+                                          where=SessionMessage.acked_at.is_null())),
+    # The host's start: the children it must reap (released_at IS NULL).
+    (ChildProcess, ChildProcess.index(ChildProcess.released_at, name="child_process_unreleased",
+                                      where=ChildProcess.released_at.is_null())),
+    # The host's start: workers a previous host left starting or live.
+    (RunWorker, RunWorker.index(RunWorker.status, name="run_worker_live",
+                                where=RunWorker.status.in_(["starting", "live"]))),
+    # The metrics gauges (and channel.status): what waits for a person.
+    (Effect, Effect.index(Effect.status, name="effect_ambiguous", where=Effect.status == "ambiguous")),
+    (ChannelEffect, ChannelEffect.index(ChannelEffect.status, name="channel_effect_ambiguous",
+                                        where=ChannelEffect.status == "ambiguous")),
+    # state.prune frees a blob only when no surviving row references it: one lookup per
+    # reference column (store/maintenance.py BLOB_REFERENCES) instead of reading every row.
+    (Run, Run.index(_blob_prefix(Run.source_sha256), name="run_source_sha256_prefix")),
+    (Run, Run.index(_blob_prefix(Run.input_sha256), name="run_input_sha256_prefix")),
+    (Run, Run.index(_blob_prefix(Run.output_sha256), name="run_output_sha256_prefix")),
+    (NodeAttempt, NodeAttempt.index(_blob_prefix(NodeAttempt.output_sha256), name="node_attempt_output_sha256_prefix")),
+    (Effect, Effect.index(_blob_prefix(Effect.output_sha256), name="effect_output_sha256_prefix")),
+    (InteractiveRequest, InteractiveRequest.index(_blob_prefix(InteractiveRequest.contract_sha256),
+                                                  name="interactive_request_contract_sha256_prefix")),
+)
+for _model, _index in V5_INDEXES:
+    _model.add_index(_index)

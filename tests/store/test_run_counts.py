@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from testsupport import wait_for
 
 from piwf_actors.store import maintenance
 from piwf_actors.store.database import open_store, schema_version
 from piwf_actors.store.migrations import LATEST_VERSION
-from piwf_actors.store.schema import RUN_COUNT_TRIGGERS
-from testsupport import wait_for
+from piwf_actors.store.schema import RUN_COUNT_TRIGGERS, V5_INDEXES
 
 FLOWS = '''
 import os
@@ -154,12 +154,14 @@ def test_counters_stay_exact_across_a_host_restart_that_interrupts_a_run(hosts, 
 
 
 def _as_version_4(path: Path) -> None:
-    """Turn a fresh file back into what schema v4 had: no counters, no triggers."""
+    """Turn a fresh file back into what schema v4 had: no counters, no triggers, no v5 indexes."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         for name in RUN_COUNT_TRIGGERS:
             conn.execute(f"DROP TRIGGER {name}")
         conn.execute("DROP TABLE run_count")
+        for _model, index in V5_INDEXES:
+            conn.execute(f'DROP INDEX "{index._name}"')
         conn.execute("PRAGMA user_version = 4")
     finally:
         conn.close()
