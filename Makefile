@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(PY) bench/spawn.py
 	$(PY) bench/throughput.py
 	$(PY) bench/protocol.py
+	$(PY) bench/growth.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff
