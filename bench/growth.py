@@ -150,8 +150,10 @@ def worker_pids(client: Client) -> list[int]:
 
 
 def print_memory(label: str, host: HostProcess, client: Client) -> Memory:
+    """The host's memory (with its thread and file-descriptor counts: neither may grow with runs)
+    and each warm worker's."""
     host_memory = memory(host.proc.pid)
-    print(f"  {label:<34} host     {host_memory}")
+    print(f"  {label:<34} host     {host_memory}  threads {host.ps.num_threads()}  fds {host.ps.num_fds()}")
     for pid in worker_pids(client):
         with contextlib.suppress(psutil.Error):
             print(f"  {'':<34} worker   {memory(pid)}  (pid {pid})")
@@ -466,8 +468,12 @@ def main() -> None:
         report = maintenance.verify(db_path, time.time())
         verify_s = time.perf_counter() - t0
         codes = sorted({v["code"] for v in report["violations"]})
+        t0 = time.perf_counter()
+        counted = maintenance.state_status(db_path)["tables"]["run_event"]
+        status_s = time.perf_counter() - t0
         print(f"  (multiplied to {runs:,} runs / {events:,} events with INSERT … SELECT in {fill_sql_s:.1f} s; "
-              f"state verify {'ok' if report['ok'] else 'FAILED ' + ', '.join(codes)} in {verify_s:.1f} s)")
+              f"state verify {'ok' if report['ok'] else 'FAILED ' + ', '.join(codes)} in {verify_s:.1f} s; "
+              f"state status (exact row counts, {counted:,} events) in {status_s:.2f} s)")
 
         # 4. The big state.
         with running_host(state_dir) as host:
