@@ -31,6 +31,7 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/spawn.py
 	$(PY) bench/throughput.py
 	$(PY) bench/protocol.py
+	$(PY) bench/growth.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff

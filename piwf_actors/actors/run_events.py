@@ -92,6 +92,14 @@ def translate(run_id: str, event: RunEvent, workflow: str, error: RunError | Non
 
 
 @dataclass(frozen=True, slots=True)
+class Tracked:
+    """Asked: how many runs the subscription keeps state for, as {"following": runs with a cursor,
+    "named": runs whose workflow name it holds, "finished": runs remembered as finished}. The
+    first two are bounded by the runs not yet finished, the last by FINISHED_REMEMBERED (or the
+    runs named)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Flush:
     """Read the runs noticed since the last flush. Told to itself once per burst of notices, so
     many commits touching one run cost one read."""
@@ -135,7 +143,10 @@ class RunEventsSubscription(CoreActor):
             self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {ChangeNotice: self._noticed, _Flush: self._flush}
+        return {ChangeNotice: self._noticed, _Flush: self._flush, Tracked: self._tracked}
+
+    def _tracked(self, _message: Tracked) -> dict[str, int]:
+        return {"following": len(self._cursors), "named": len(self._workflows), "finished": len(self._finished)}
 
     def _noticed(self, notice: ChangeNotice) -> None:
         runs = notice.runs if self._runs is None else [r for r in notice.runs if r in self._runs]
@@ -170,6 +181,12 @@ class RunEventsSubscription(CoreActor):
             if not page:
                 return
             for event in page:  # the first event names the workflow: no view needed to say so
+                if event.kind in _FINISHES and event.created_at < self._floor:
+                    # It ended before this subscription began: nothing of it is told, now or later.
+                    # Remembered as finished (bounded), not by a cursor: a later event of it (a
+                    # restart's note) would otherwise keep a cursor for every such run for ever.
+                    self._finish(run_id, event.created_at)
+                    return
                 if event.kind == "run_created" and isinstance(event.payload, dict) and event.payload.get("workflow"):
                     self._workflows[run_id] = str(event.payload["workflow"])
             fresh = [event for event in page if event.created_at >= self._floor]

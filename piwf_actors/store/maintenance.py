@@ -24,12 +24,14 @@ from typing import Any
 import peewee as pw
 
 from piwf_actors.errors import NotFound, Rejected, StoreError
-from piwf_actors.statuses import RUN_STATUSES, TERMINAL_SQL
+from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES, TERMINAL_SQL
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.schema import BLOB_PREFIX_CHARS, RUN_COUNT_TRIGGERS
 
 #: Every column that points at a blob: (table, the row's own key column, blob column).
 #: Prune frees a blob only when none of these references it any more; extend
-#: this list when a new column starts to hold a sha256.
+#: this list when a new column starts to hold a sha256, and give the column a
+#: digest-prefix index like those of `schema.V5_INDEXES` (prune looks it up).
 BLOB_REFERENCES: tuple[tuple[str, str, str], ...] = (
     ("run", "run_id", "source_sha256"),
     ("run", "run_id", "input_sha256"),
@@ -87,7 +89,10 @@ def state_status(db_path: Path) -> dict[str, Any]:
 
     Returns {path, db_bytes, wal_bytes, page_size, page_count, freelist_count,
     auto_vacuum, schema_version, tables: {table: rows}, runs: {status: count},
-    blob_count, blob_bytes}. `runs` always has every known status (0 if none).
+    blob_count, blob_bytes}. `runs` always has every known status (0 if none) and
+    comes from the `run_count` counters. `tables` are exact row counts: each costs
+    a walk of the table's smallest b-tree, which is what this maintenance command
+    is for (host.status never does it).
     """
     db_path = Path(db_path)
     with _snapshot(db_path) as conn:
@@ -95,8 +100,11 @@ def state_status(db_path: Path) -> dict[str, Any]:
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         rows = {name: conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] for name in tables}
         runs = dict.fromkeys(RUN_STATUSES, 0)
-        for status, count in conn.execute("SELECT status, count(*) FROM run GROUP BY status"):
-            runs[status] = count
+        # The counters the triggers keep (schema v5), as host.status reads them; `state verify`
+        # compares them with a real count.
+        for status, count in conn.execute("SELECT status, n FROM run_count"):
+            if count:
+                runs[status] = count
         blob_count, blob_bytes = conn.execute("SELECT count(*), coalesce(sum(size), 0) FROM blob").fetchone()
         status = {
             "path": str(db_path),
@@ -163,6 +171,18 @@ _CHECKS: tuple[tuple[str, str], ...] = (
     ("parked_without_reason",
      "SELECT run_id, printf('run %s is parked without a park_reason', run_id) FROM run "
      "WHERE status = 'parked' AND park_reason IS NULL"),
+    # The counters host.status reads (run_count, kept by triggers since schema v5) against a real count.
+    ("run_count_mismatch",
+     """SELECT NULL, printf('run_count says %d runs are %s but the run table holds %d',
+               coalesce(c.n, 0), s.status, coalesce(r.n, 0))
+        FROM (SELECT status FROM run_count UNION SELECT status FROM run) s
+        LEFT JOIN run_count c ON c.status = s.status
+        LEFT JOIN (SELECT status, count(*) AS n FROM run GROUP BY status) r ON r.status = s.status
+        WHERE coalesce(c.n, 0) != coalesce(r.n, 0)"""),
+    ("run_count_trigger_missing",
+     f"""SELECT NULL, printf('trigger %s is missing: run_count no longer follows the run table', t.name)
+        FROM (SELECT value AS name FROM json_each('{json.dumps(sorted(RUN_COUNT_TRIGGERS))}')) t
+        WHERE NOT EXISTS (SELECT 1 FROM sqlite_master m WHERE m.type = 'trigger' AND m.name = t.name)"""),
     ("two_accepted_submissions",
      """SELECT q.run_id, printf('interactive request %s has %d accepted submissions', s.request_id, count(*))
         FROM interactive_submission s LEFT JOIN interactive_request q ON q.request_id = s.request_id
@@ -376,22 +396,34 @@ def check_prune_args(before: Any, limit: Any) -> tuple[float, int]:
 # Runs that may go: terminal, finished before the cutoff, no claim left on
 # them (verify reports such a run; a worker might still write to it), and not
 # the parent of a run that has not ended (its child may still report back).
+# Read in finished_at order through its index: the unary + keeps SQLite from
+# choosing the status index instead, which would read every finished run of
+# the history to find the few old enough. The parents are looked up among the
+# live runs (status index), never among all runs.
 _ELIGIBLE = f"""
     FROM run r
-    WHERE r.status IN {TERMINAL_SQL} AND r.finished_at < ?
+    WHERE r.finished_at < ? AND +r.status IN {TERMINAL_SQL}
       AND NOT EXISTS (SELECT 1 FROM run_claim c WHERE c.run_id = r.run_id)
       AND r.run_id NOT IN (SELECT parent_run_id FROM run
-                           WHERE parent_run_id IS NOT NULL AND status NOT IN {TERMINAL_SQL})"""
+                           WHERE status IN {LIVE_SQL} AND parent_run_id IS NOT NULL)"""
 
 _DOOMED = "(SELECT value FROM json_each(?))"
 
 
-def _blob_refs(selector: str) -> str:
-    """A UNION of every blob reference of rows whose run_id is `selector` (NULLs left out)."""
-    parts = []
-    for table, _key, column in BLOB_REFERENCES:
-        parts.append(f"SELECT {column} FROM {table} WHERE run_id {selector} AND {column} IS NOT NULL")
-    return " UNION ".join(parts)
+def _blob_candidates() -> str:
+    """A UNION of every blob reference of the doomed runs' rows (NULLs left out)."""
+    return " UNION ".join(f"SELECT {column} FROM {table} WHERE run_id IN doomed AND {column} IS NOT NULL"
+                          for table, _key, column in BLOB_REFERENCES)
+
+
+def _referenced_elsewhere() -> str:
+    """Conditions true when a row outside the doomed runs still references blob `b`. Each finds
+    its rows through the column's digest-prefix index (schema v5), then compares the whole digest."""
+    prefix = f"substr(b.sha256, 1, {BLOB_PREFIX_CHARS})"
+    return " OR ".join(
+        f"EXISTS (SELECT 1 FROM {table} t WHERE substr(t.{column}, 1, {BLOB_PREFIX_CHARS}) = {prefix} "
+        f"AND t.{column} = b.sha256 AND t.run_id NOT IN doomed)"
+        for table, _key, column in BLOB_REFERENCES)
 
 
 def plan_prune(conn: sqlite3.Connection, before: float, limit: int) -> PrunePlan:
@@ -399,7 +431,8 @@ def plan_prune(conn: sqlite3.Connection, before: float, limit: int) -> PrunePlan
 
     Oldest finished first. A blob is freed only when no row outside the
     pruned runs references it, so a payload shared with a surviving run
-    (the same input, a restarted run's snapshot) stays.
+    (the same input, a restarted run's snapshot) stays. What it reads grows
+    with the runs pruned, not with the history kept.
     """
     run_ids = [row[0] for row in conn.execute(
         f"SELECT r.run_id {_ELIGIBLE} ORDER BY r.finished_at, r.run_id LIMIT ?", (before, limit))]
@@ -413,13 +446,11 @@ def plan_prune(conn: sqlite3.Connection, before: float, limit: int) -> PrunePlan
         (doomed,)).fetchone()
     blobs: list[tuple[str, int]] = []
     if run_ids:
-        n_refs = len(BLOB_REFERENCES)
         blobs = conn.execute(
-            f"""SELECT sha256, size FROM blob
-                WHERE sha256 IN ({_blob_refs(f'IN {_DOOMED}')})
-                  AND sha256 NOT IN ({_blob_refs(f'NOT IN {_DOOMED}')})
-                ORDER BY sha256""",
-            (doomed,) * (2 * n_refs)).fetchall()
+            f"""WITH doomed AS MATERIALIZED (SELECT value AS run_id FROM json_each(?))
+                SELECT b.sha256, b.size FROM blob b
+                WHERE b.sha256 IN ({_blob_candidates()}) AND NOT ({_referenced_elsewhere()})
+                ORDER BY b.sha256""", (doomed,)).fetchall()
     return PrunePlan(before, run_ids, max(0, eligible - len(run_ids)), int(event_count), int(event_bytes),
                      [sha for sha, _size in blobs], sum(size for _sha, size in blobs))
 

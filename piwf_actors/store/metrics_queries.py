@@ -1,7 +1,8 @@
 """Named read queries for the metrics exporter (`piwf_actors.metrics`).
 
-Two kinds: gauges read whole at scrape time (cheap counts on indexed
-columns), and the rows the exporter's followers track between scrapes.
+Two kinds: gauges read whole at scrape time (the run counters of `run_count`
+and counts through indexes: a scrape costs the same whatever the history), and
+the rows the exporter's followers track between scrapes.
 
 Followers page through `run` and `node_attempt` by rowid: both are rowid
 tables that are only appended to by the one writer, so a row committed later
@@ -151,10 +152,13 @@ def pending_decisions(reader: StoreReader) -> int:
 
 
 def ambiguous_effects(reader: StoreReader) -> int:
-    """Side effects whose outcome is unknown (they wait for `effect resolve`)."""
+    """Side effects whose outcome is unknown (they wait for `effect resolve`). Counted in the
+    partial index `effect_ambiguous` (schema v5), which holds only those; the literal
+    `'ambiguous'` is what lets the planner match the query to the index's WHERE."""
     return _count(reader, "SELECT count(*) FROM effect WHERE status = 'ambiguous'")
 
 
 def ambiguous_channel_deliveries(reader: StoreReader) -> int:
-    """Channel messages that may or may not have been sent (they wait for `channel recover`)."""
+    """Channel messages that may or may not have been sent (they wait for `channel recover`);
+    counted in the partial index `channel_effect_ambiguous` (schema v5), like `ambiguous_effects`."""
     return _count(reader, "SELECT count(*) FROM channel_effect WHERE status = 'ambiguous'")

@@ -71,7 +71,25 @@ def _v4_attempt_details(db: pw.SqliteDatabase) -> None:
             db.execute_sql(f"ALTER TABLE node_attempt ADD COLUMN {column} TEXT")
 
 
-def _v5_inline_values(db: pw.SqliteDatabase) -> None:
+def _v5_counters_and_indexes(db: pw.SqliteDatabase) -> None:
+    """run_count: runs per status kept by triggers (host.status stops counting `run` on every call),
+    initialised from the runs already there; and the indexes of `schema.V5_INDEXES`, so that no
+    hot-path statement walks a table that grows with the history."""
+    models = {model for model, _index in schema.V5_INDEXES} | {schema.RunCount}
+    with _BIND_LOCK, db.bind_ctx(models):
+        db.create_tables((schema.RunCount,), safe=True)
+        # The statements peewee generates from the models, so a migrated file gets exactly what a
+        # new one does (IF NOT EXISTS: a new file already has them from v1).
+        for model, index in schema.V5_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+    for statement in schema.RUN_COUNT_TRIGGERS.values():
+        db.execute_sql(statement)
+    # Inside the migration's transaction: no run can change between the count and the triggers.
+    db.execute_sql("DELETE FROM run_count")
+    db.execute_sql("INSERT INTO run_count (status, n) SELECT status, count(*) FROM run GROUP BY status")
+
+
+def _v6_inline_values(db: pw.SqliteDatabase) -> None:
     """Small inputs and outputs inline as JSON (run.input_json, run.output_json,
     node_attempt.output_json) instead of a blob each; existing values stay in their blobs."""
     for table, column in (("run", "input_json"), ("run", "output_json"), ("node_attempt", "output_json")):
@@ -81,7 +99,8 @@ def _v5_inline_values(db: pw.SqliteDatabase) -> None:
 
 
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
-                                                          _v4_attempt_details, _v5_inline_values]
+                                                          _v4_attempt_details, _v5_counters_and_indexes,
+                                                          _v6_inline_values]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -78,7 +78,7 @@ class Run(_Base):
     workflow_attr = pw.TextField(null=True)
     definition_digest = pw.TextField(null=True)
     source_sha256 = pw.TextField(null=True)
-    # A value is kept inline as canonical JSON (`*_json`) when small (schema v5), else as a blob
+    # A value is kept inline as canonical JSON (`*_json`) when small (schema v6), else as a blob
     # (`*_sha256`): see store/values.py.
     input_sha256 = pw.TextField(null=True)
     output_sha256 = pw.TextField(null=True)
@@ -118,6 +118,43 @@ class Run(_Base):
                    (("status", "queue_class", "queued_at"), False))
 
 
+class RunCount(_Base):
+    """How many runs are in each status (schema v5): what `host.status` and the metrics gauge read,
+    instead of counting the `run` table on every call.
+
+    Kept exact by the triggers in `RUN_COUNT_TRIGGERS`, inside the same transaction as the change
+    to `run`, whoever makes it: a count can never drift from the rows, and no write command needs
+    to know the counters exist. A status that no run has any more keeps its row with n = 0.
+    `state.verify` compares every row with a real count (`run_count_mismatch`).
+    """
+
+    status = pw.TextField(primary_key=True)
+    n = pw.IntegerField()
+
+    class Meta:
+        table_name = "run_count"
+        without_rowid = True  # a handful of rows, looked up by status: one b-tree
+
+
+def _count_change(status: str, delta: int) -> str:
+    return (f"INSERT INTO run_count (status, n) VALUES ({status}, {delta}) "
+            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")
+
+
+#: The triggers that keep `run_count` exact, by name (created by migration v5, which also counts the
+#: runs already there). An UPDATE that leaves the status as it was (most of a running run's
+#: updates) costs nothing: the WHEN clause skips it.
+RUN_COUNT_TRIGGERS: dict[str, str] = {
+    "run_count_insert": f"""CREATE TRIGGER IF NOT EXISTS run_count_insert AFTER INSERT ON run
+        BEGIN {_count_change("NEW.status", 1)} END""",
+    "run_count_update": f"""CREATE TRIGGER IF NOT EXISTS run_count_update AFTER UPDATE OF status ON run
+        WHEN OLD.status IS NOT NEW.status
+        BEGIN {_count_change("OLD.status", -1)} {_count_change("NEW.status", 1)} END""",
+    "run_count_delete": f"""CREATE TRIGGER IF NOT EXISTS run_count_delete AFTER DELETE ON run
+        BEGIN {_count_change("OLD.status", -1)} END""",
+}
+
+
 class RunClaim(_Base):
     """The current claim on an active run: the scheduler's fencing record."""
 
@@ -153,7 +190,7 @@ class NodeAttempt(_Base):
     status = pw.TextField()  # running | succeeded | failed | interrupted
     outcome = pw.TextField(null=True)
     output_sha256 = pw.TextField(null=True)
-    output_json = pw.TextField(null=True)  # inline when small (schema v5)
+    output_json = pw.TextField(null=True)  # inline when small (schema v6)
     error_code = pw.TextField(null=True)
     error_message = pw.TextField(null=True)
     generation = pw.IntegerField()
@@ -373,8 +410,58 @@ class ChannelAdapterEpoch(_Base):
 
 
 ALL_MODELS: tuple[type[_Base], ...] = (
-    HostState, HostCommand, Blob, Run, RunClaim, RunGeneration, NodeAttempt,
+    HostState, HostCommand, Blob, Run, RunCount, RunClaim, RunGeneration, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelCursor, ChannelAdapterEpoch,
 )
+
+
+# --- indexes added by schema v5 ------------------------------------------------------------------
+# Each serves a statement that otherwise walks a whole table that grows with the history (found
+# by tests/store/test_query_plans.py). Partial indexes hold only the few rows their query asks for,
+# and cost nothing for the rest; the statements they serve name the same literal condition.
+
+BLOB_PREFIX_CHARS = 8
+
+
+def _blob_prefix(field: pw.Field) -> pw.Node:
+    """The first characters of a sha256 column: enough to find the rows that may hold a digest
+    (a 32-bit prefix; the query compares the whole digest after), at a fraction of an index on
+    the whole 64-character digest (measured ~15 bytes an entry instead of ~75)."""
+    return pw.fn.substr(field, 1, BLOB_PREFIX_CHARS)
+
+
+#: (model, index) pairs, in the order migration v5 creates them; v1 creates them with their tables.
+V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+    # run.list --workflow NAME: the newest runs of one workflow, without walking every run.
+    (Run, Run.index(Run.workflow, Run.created_at, name="run_workflow_created_at")),
+    # state.prune deletes a run's rows by run_id.
+    (WorkerMessage, WorkerMessage.index(WorkerMessage.run_id, name="worker_message_run_id")),
+    (SessionMessage, SessionMessage.index(SessionMessage.run_id, name="session_message_run_id")),
+    (ChildProcess, ChildProcess.index(ChildProcess.run_id, name="child_process_run_id")),
+    # interaction.list across sessions: the unacknowledged messages, oldest first.
+    (SessionMessage, SessionMessage.index(SessionMessage.created_at, name="session_message_unacked",
+                                          where=SessionMessage.acked_at.is_null())),
+    # The host's start: the children it must reap (released_at IS NULL).
+    (ChildProcess, ChildProcess.index(ChildProcess.released_at, name="child_process_unreleased",
+                                      where=ChildProcess.released_at.is_null())),
+    # The host's start: workers a previous host left starting or live.
+    (RunWorker, RunWorker.index(RunWorker.status, name="run_worker_live",
+                                where=RunWorker.status.in_(["starting", "live"]))),
+    # The metrics gauges (and channel.status): what waits for a person.
+    (Effect, Effect.index(Effect.status, name="effect_ambiguous", where=Effect.status == "ambiguous")),
+    (ChannelEffect, ChannelEffect.index(ChannelEffect.status, name="channel_effect_ambiguous",
+                                        where=ChannelEffect.status == "ambiguous")),
+    # state.prune frees a blob only when no surviving row references it: one lookup per
+    # reference column (store/maintenance.py BLOB_REFERENCES) instead of reading every row.
+    (Run, Run.index(_blob_prefix(Run.source_sha256), name="run_source_sha256_prefix")),
+    (Run, Run.index(_blob_prefix(Run.input_sha256), name="run_input_sha256_prefix")),
+    (Run, Run.index(_blob_prefix(Run.output_sha256), name="run_output_sha256_prefix")),
+    (NodeAttempt, NodeAttempt.index(_blob_prefix(NodeAttempt.output_sha256), name="node_attempt_output_sha256_prefix")),
+    (Effect, Effect.index(_blob_prefix(Effect.output_sha256), name="effect_output_sha256_prefix")),
+    (InteractiveRequest, InteractiveRequest.index(_blob_prefix(InteractiveRequest.contract_sha256),
+                                                  name="interactive_request_contract_sha256_prefix")),
+)
+for _model, _index in V5_INDEXES:
+    _model.add_index(_index)

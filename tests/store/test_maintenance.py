@@ -33,7 +33,17 @@ T_OLD = 1_000_000.0
 T_NEW = 2_000_000.0
 BEFORE = 1_500_000.0
 
-SHARED_INPUT = {"shared": True}
+def blob_sized(value: dict[str, Any]) -> dict[str, Any]:
+    """`value` padded past store/values.py's INLINE_VALUE_BYTES, so it is stored as a blob (small
+    values are kept inline in their rows and have no blob to prune or verify)."""
+    return {**value, "pad": "x" * 1100}
+
+
+SHARED_INPUT = blob_sized({"shared": True})
+FAILED_INPUT = blob_sized({"x": 2})
+CANCEL_INPUT = blob_sized({"c": 3})
+NEW_INPUT = blob_sized({"n": 4})
+PARKED_INPUT = blob_sized({"p": 5})
 BIG_OUTPUT = {"report": "x" * 200_000}  # big enough that pruning frees whole pages
 
 PRUNED = ("run_done_old", "run_failed_old", "run_cancel_old")
@@ -125,12 +135,12 @@ def store(state_dir: Path) -> Iterator[Store]:
                                        "process_start_identity": "1.0", "lease_s": 10_000_000}, T_OLD)["epoch"]
     s.finish("run_done_old", T_OLD, SHARED_INPUT, BIG_OUTPUT)
     _interactive_request(s, "run_done_old", "req_old", T_OLD)
-    s.finish("run_failed_old", T_OLD + 1, {"x": 2}, fail=True)
-    s.call("run.create", {"workflow": "w", "run_id": "run_cancel_old", "input": {"c": 3}}, T_OLD + 2)
+    s.finish("run_failed_old", T_OLD + 1, FAILED_INPUT, fail=True)
+    s.call("run.create", {"workflow": "w", "run_id": "run_cancel_old", "input": CANCEL_INPUT}, T_OLD + 2)
     s.call("run.cancel", {"run_id": "run_cancel_old", "client_id": "cli", "idempotency_key": "k-cancel"}, T_OLD + 2)
-    s.finish("run_done_new", T_NEW, {"n": 4}, {"result": "new"})
+    s.finish("run_done_new", T_NEW, NEW_INPUT, {"result": "new"})
     s.call("run.create", {"workflow": "w", "run_id": "run_queued", "input": SHARED_INPUT}, T_OLD + 3)
-    s.call("run.create", {"workflow": "w", "run_id": "run_parked", "input": {"p": 5}}, T_OLD + 4)
+    s.call("run.create", {"workflow": "w", "run_id": "run_parked", "input": PARKED_INPUT}, T_OLD + 4)
     s.call("run.pause", {"run_id": "run_parked"}, T_OLD + 4)
     try:
         yield s
@@ -226,10 +236,14 @@ VIOLATIONS = {
         lambda s: s.sql("DELETE FROM run_event WHERE run_id = 'run_done_new' AND seq = ?",
                         (_event_seq(s, "run_done_new", "run_started"),)),
         {("event_sequence_gap", "run_done_new")}),
-    "output_on_failed_attempt": (
-        lambda s: s.sql("UPDATE node_attempt SET output_sha256 = ? WHERE run_id = 'run_failed_old'",
-                        (_sha({"x": 2}),)),
+    "output_on_interrupted_attempt": (
+        # (A failed attempt may keep its output: a shell's exit code and stderr, for routing.)
+        lambda s: s.sql("UPDATE node_attempt SET output_json = '{\"x\":2}', status = 'interrupted' "
+                        "WHERE run_id = 'run_failed_old'"),
         {("output_without_success", "run_failed_old")}),
+    "output_inline_and_blob": (
+        lambda s: s.sql("UPDATE node_attempt SET output_json = '{}' WHERE run_id = 'run_done_old'"),
+        {("value_stored_twice", "run_done_old")}),
     "two_accepted": (
         lambda s: s.sql("UPDATE interactive_submission SET outcome = 'accepted' WHERE request_id = 'req_old'"),
         {("two_accepted_submissions", "run_done_old")}),
@@ -243,7 +257,7 @@ VIOLATIONS = {
         lambda s: s.sql("INSERT INTO host_state (id, epoch) VALUES (2, 0)"),
         {("lease_multiple_rows", None)}),
     "blob_bit_rot": (
-        lambda s: s.sql("UPDATE blob SET data = ? WHERE sha256 = ?", (b'{"p":6}', _sha({"p": 5}))),
+        lambda s: s.sql("UPDATE blob SET data = ? WHERE sha256 = ?", (b'{"p":6}', _sha(PARKED_INPUT))),
         {("blob_digest_mismatch", None)}),
 }
 
@@ -367,7 +381,7 @@ def test_failed_backup_removes_the_partial_copy(store: Store, state_dir: Path) -
 
 def _exclusive_blobs() -> set[str]:
     """The blobs only the three old terminal runs reference."""
-    return {_sha(BIG_OUTPUT), _sha({"contract": "req_old"}), _sha({"x": 2}), _sha({"c": 3})}
+    return {_sha(BIG_OUTPUT), _sha({"contract": "req_old"}), _sha(FAILED_INPUT), _sha(CANCEL_INPUT)}
 
 
 def _pruned_event_count(store: Store) -> int:
