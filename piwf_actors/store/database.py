@@ -39,7 +39,9 @@ def _pragmas(options: StoreOptions, read_only: bool) -> list[tuple[str, object]]
     pragmas: list[tuple[str, object]] = [
         ("busy_timeout", options.busy_timeout_ms),
         ("foreign_keys", 1),
-        ("cache_size", -16000),
+        # Every long-lived connection fills its page cache up to this size: 16 MiB for the one
+        # writer, 2 MiB for each reader (the host has several; they read small, indexed rows).
+        ("cache_size", -2000 if read_only else -16000),
     ]
     if not read_only:
         # journal_size_limit: after a checkpoint recycles the WAL, shrink it back to

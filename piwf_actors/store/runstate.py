@@ -146,11 +146,22 @@ def require_claim(ctx: WriteContext, run_id: str, token_hash: str, generation: i
     return claim
 
 
-def release_claim(ctx: WriteContext, run_id: str) -> None:
-    """End the run's current claim; the launch that held it is over."""
+def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> None:
+    """End the run's current claim; the launch that held it is over.
+
+    Its worker messages' records go with it (they only serve a resend within
+    the launch). A launch its own worker ended (the run finished, failed or
+    parked) leaves no `run_worker` row either; one the host ended (`by_worker`
+    False: a crash, a kill, a recovery) keeps its row, with the outcome, as
+    the record of what happened.
+    """
     claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING runner_epoch", (run_id,)).fetchone()
     if claim is not None:
-        ctx.conn.execute("UPDATE run_worker SET status = 'exited', outcome = coalesce(outcome, 'exited'), "
-                         "ended_at = coalesce(ended_at, ?) WHERE worker_id = ? AND status IN ('starting', 'live')",
-                         (ctx.now, claim[0]))
+        ctx.conn.execute("DELETE FROM worker_message WHERE runner_epoch = ?", (claim[0],))
+        if by_worker:
+            ctx.conn.execute("DELETE FROM run_worker WHERE worker_id = ?", (claim[0],))
+        else:
+            ctx.conn.execute("UPDATE run_worker SET status = 'exited', outcome = coalesce(outcome, 'exited'), "
+                             "ended_at = coalesce(ended_at, ?) WHERE worker_id = ? AND status IN ('starting', 'live')",
+                             (ctx.now, claim[0]))
     ctx.changes.touch("run_claim", run_id)

@@ -230,16 +230,21 @@ def test_replayed_message_returns_the_recorded_answer_and_applies_nothing_again(
     assert (regenerated.ok, regenerated.error_code) == (False, "rejected")
 
 
-def test_replay_after_claim_loss_returns_the_recorded_answer(store, run_id) -> None:
-    """A runner that retries a message it sent before its claim moved on gets the answer
-    that was recorded, not a second application and not a different verdict."""
+def test_a_resend_after_the_launch_ended_is_claim_lost_and_applies_nothing(store, run_id) -> None:
+    """A launch's message records last as long as its claim (they serve a resend within the
+    launch): a runner that sends a message again after its claim moved on is told `claimLost`,
+    and nothing is applied a second time."""
     first = claim(store, "a")
-    answer = first.message("m1", "ready")
+    assert first.message("m1", "ready").ok
     assert first.message("m2", "node_finished", finished("a", "b", "att-a")).ok
     first.exit()
+    assert store.one("SELECT count(*) FROM worker_message WHERE runner_epoch = ?", (first.runner_epoch,))[0] == 0
     claim(store, "b")
-    replay = first.message("m1", "ready")
-    assert replay.ok and replay.value == {**answer.value, "replayed": True}
+    state, events = store.run_state(run_id), store.event_count(run_id)
+    for message_id, op, payload in (("m1", "ready", None), ("m2", "node_finished", finished("a", "b", "att-a"))):
+        replay = first.message(message_id, op, payload) if payload else first.message(message_id, op)
+        assert (replay.ok, replay.error_code) == (False, "claim_lost")
+    assert (store.run_state(run_id), store.event_count(run_id)) == (state, events)
     assert store.run_state(run_id)["status"] == "starting"
 
 

@@ -188,7 +188,7 @@ def settle_interrupted_run(ctx: WriteContext, run_id: str, *, outcome: str, diag
     last committed node. Returns the run's new status.
     """
     run = run_row(ctx.conn, run_id)
-    release_claim(ctx, run_id)
+    release_claim(ctx, run_id, by_worker=False)
     _interrupt_attempts(ctx, run_id)
     if run["status"] not in ("starting", "running"):
         return str(run["status"])

@@ -95,6 +95,10 @@ def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: 
         _delete_runs(ctx, plan.run_ids, before)
         ctx.conn.execute(f"DELETE FROM blob WHERE sha256 IN {_DOOMED}", (json.dumps(plan.blob_shas),))
         ctx.changes.touch("blob")
+    # Workers the host started and let go of (no run of their own): their released records
+    # would otherwise pile up, one per worker process ever started.
+    ctx.conn.execute("DELETE FROM child_process WHERE run_id IS NULL AND released_at IS NOT NULL "
+                     "AND released_at < ?", (before,))
     commands = 0
     if idempotency_before is not None:
         commands = ctx.conn.execute("DELETE FROM host_command WHERE created_at < ?", (idempotency_before,)).rowcount

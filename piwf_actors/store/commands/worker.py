@@ -96,6 +96,10 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     if op.fenced and expected is not None and expected != run["progress"]:
         raise Conflict(f"run {run_id} progress conflict: expected {expected}, got {run['progress']}")
     response = _apply(ctx, op, run, payload)
+    if response.get("released"):
+        # The launch ended with this message, and its records went with its claim: a resend
+        # now finds the claim gone (claimLost), which is the truth for a launch that is over.
+        return response
     ctx.conn.execute(
         """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
                response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
