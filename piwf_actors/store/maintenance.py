@@ -421,7 +421,8 @@ def _referenced_elsewhere() -> str:
     its rows through the column's digest-prefix index (schema v5), then compares the whole digest."""
     prefix = f"substr(b.sha256, 1, {BLOB_PREFIX_CHARS})"
     return " OR ".join(
-        f"EXISTS (SELECT 1 FROM {table} t WHERE substr(t.{column}, 1, {BLOB_PREFIX_CHARS}) = {prefix} "
+        f"EXISTS (SELECT 1 FROM {table} t WHERE t.{column} IS NOT NULL "
+        f"AND substr(t.{column}, 1, {BLOB_PREFIX_CHARS}) = {prefix} "
         f"AND t.{column} = b.sha256 AND t.run_id NOT IN doomed)"
         for table, _key, column in BLOB_REFERENCES)
 

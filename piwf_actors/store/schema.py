@@ -59,6 +59,7 @@ class HostCommand(_Base):
         table_name = "host_command"
         primary_key = pw.CompositeKey("client_id", "idempotency_key")
         indexes = ((("client_id", "request_id"), True), (("created_at",), False))
+        without_rowid = True  # one b-tree keyed by (client id, key), not a rowid table plus that key (v6)
 
 
 class Blob(_Base):
@@ -111,6 +112,8 @@ class Run(_Base):
     queued_at = pw.FloatField(null=True)
     # Launches in a row whose worker never became ready (schema v2).
     start_failures = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    # The last claim generation handed out (grows on every claim; schema v6, was run_generation).
+    generation = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
 
     class Meta:
         table_name = "run"
@@ -171,16 +174,6 @@ class RunClaim(_Base):
         table_name = "run_claim"
 
 
-class RunGeneration(_Base):
-    """The last claim generation handed out per run (grows on every claim)."""
-
-    run_id = pw.TextField(primary_key=True)
-    generation = pw.IntegerField()
-
-    class Meta:
-        table_name = "run_generation"
-
-
 class NodeAttempt(_Base):
     attempt_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
@@ -203,6 +196,7 @@ class NodeAttempt(_Base):
 
     class Meta:
         table_name = "node_attempt"
+        # A rowid table on purpose: the metrics exporter follows new attempts by rowid.
         indexes = ((("run_id", "step"), False),)
 
 
@@ -410,7 +404,7 @@ class ChannelAdapterEpoch(_Base):
 
 
 ALL_MODELS: tuple[type[_Base], ...] = (
-    HostState, HostCommand, Blob, Run, RunCount, RunClaim, RunGeneration, NodeAttempt,
+    HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelCursor, ChannelAdapterEpoch,
@@ -430,6 +424,12 @@ def _blob_prefix(field: pw.Field) -> pw.Node:
     (a 32-bit prefix; the query compares the whole digest after), at a fraction of an index on
     the whole 64-character digest (measured ~15 bytes an entry instead of ~75)."""
     return pw.fn.substr(field, 1, BLOB_PREFIX_CHARS)
+
+
+def _blob_prefix_index(model: type[_Base], field: pw.Field, name: str) -> pw.ModelIndex:
+    """A digest-prefix index over the rows that hold a digest at all: most values are small and
+    kept inline (schema v6), and their rows need no entry."""
+    return model.index(_blob_prefix(field), name=name, where=field.is_null(False))
 
 
 #: (model, index) pairs, in the order migration v5 creates them; v1 creates them with their tables.
@@ -455,13 +455,13 @@ V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
                                         where=ChannelEffect.status == "ambiguous")),
     # state.prune frees a blob only when no surviving row references it: one lookup per
     # reference column (store/maintenance.py BLOB_REFERENCES) instead of reading every row.
-    (Run, Run.index(_blob_prefix(Run.source_sha256), name="run_source_sha256_prefix")),
-    (Run, Run.index(_blob_prefix(Run.input_sha256), name="run_input_sha256_prefix")),
-    (Run, Run.index(_blob_prefix(Run.output_sha256), name="run_output_sha256_prefix")),
-    (NodeAttempt, NodeAttempt.index(_blob_prefix(NodeAttempt.output_sha256), name="node_attempt_output_sha256_prefix")),
-    (Effect, Effect.index(_blob_prefix(Effect.output_sha256), name="effect_output_sha256_prefix")),
-    (InteractiveRequest, InteractiveRequest.index(_blob_prefix(InteractiveRequest.contract_sha256),
-                                                  name="interactive_request_contract_sha256_prefix")),
+    (Run, _blob_prefix_index(Run, Run.source_sha256, "run_source_sha256_prefix")),
+    (Run, _blob_prefix_index(Run, Run.input_sha256, "run_input_sha256_prefix")),
+    (Run, _blob_prefix_index(Run, Run.output_sha256, "run_output_sha256_prefix")),
+    (NodeAttempt, _blob_prefix_index(NodeAttempt, NodeAttempt.output_sha256, "node_attempt_output_sha256_prefix")),
+    (Effect, _blob_prefix_index(Effect, Effect.output_sha256, "effect_output_sha256_prefix")),
+    (InteractiveRequest, _blob_prefix_index(InteractiveRequest, InteractiveRequest.contract_sha256,
+                                            "interactive_request_contract_sha256_prefix")),
 )
 for _model, _index in V5_INDEXES:
     _model.add_index(_index)

@@ -49,7 +49,7 @@ BIG_OUTPUT = {"report": "x" * 200_000}  # big enough that pruning frees whole pa
 PRUNED = ("run_done_old", "run_failed_old", "run_cancel_old")
 SURVIVORS = ("run_done_new", "run_queued", "run_parked")
 # host_command is not among them: idempotency records outlive their runs (pruned on their own retention).
-RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_generation", "run_worker",
+RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_worker",
               "worker_message", "session_message", "interactive_request", "child_process")
 
 

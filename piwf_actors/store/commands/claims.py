@@ -57,13 +57,9 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
 
 
 def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: float) -> dict[str, Any]:
-    row = ctx.conn.execute(
-        """INSERT INTO run_generation (run_id, generation) VALUES (?, 1)
-           ON CONFLICT (run_id) DO UPDATE SET generation = generation + 1 RETURNING generation""",
-        (run_id,),
-    ).fetchone()
-    generation = int(row[0])
-    run = run_row(ctx.conn, run_id)
+    cursor = ctx.conn.execute("UPDATE run SET generation = generation + 1 WHERE run_id = ? RETURNING *", (run_id,))
+    run = dict(zip([d[0] for d in cursor.description], cursor.fetchone(), strict=True))
+    generation = int(run["generation"])
     run["claim_generation"] = generation
     ctx.conn.execute(
         """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,

@@ -35,7 +35,7 @@ _DOOMED = "(SELECT value FROM json_each(?))"
 # prune removes them. Idempotency records (host_command) are kept too: a
 # client that replays a request after its run was pruned must get the first
 # receipt back (`adopted`), not a second run; they go on their own retention.
-_RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_generation", "run_worker",
+_RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_worker",
                "worker_message", "session_message")
 
 

@@ -357,9 +357,8 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
             (effect_status, effect_sha, payload.get("error"), ctx.now, resolution, effect_id, run_id))
         append_event(ctx.conn, run_id, "effect_settled", ctx.now, node_id=node_id, attempt_id=attempt_id,
                      payload={"effect_id": effect_id, "status": effect_status})
-    event_payload: dict[str, Any] = {"outcome": outcome}
-    if outcome != "ok":
-        event_payload["error"] = str(payload.get("error") or "")[:1000]
+    # node_finished says it all by its kind; node_failed carries the outcome and the error.
+    event_payload = None if outcome == "ok" else {"outcome": outcome, "error": str(payload.get("error") or "")[:1000]}
     append_event(ctx.conn, run_id, "node_finished" if outcome == "ok" else "node_failed", ctx.now,
                  node_id=node_id, attempt_id=attempt_id, payload=event_payload)
     if payload.get("notification") is not None:
@@ -370,7 +369,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
                                            "RETURNING progress", (run_id,)).fetchone()[0]
         return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
     if nxt.get("finish"):
-        set_status(ctx, run_id, "done", "run_finished", node_id=node_id, payload={"status": "done"},
+        set_status(ctx, run_id, "done", "run_finished", node_id=node_id,
                    also="steps = steps + 1, current_node = NULL, progress = progress + 1, output_json = ?, "
                         "output_sha256 = ?",
                    also_params=(output_json, output_sha), run=run)
