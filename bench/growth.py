@@ -308,7 +308,6 @@ COPIED: dict[str, dict[str, str]] = {
     "node_attempt": {"attempt_id": "(SELECT new FROM m_att WHERE old = t.attempt_id)", "run_id": "m.new"},
     "run_worker": {"worker_id": "(SELECT new FROM m_epoch WHERE old = t.worker_id)", "run_id": "m.new",
                    "runner_epoch": "(SELECT new FROM m_epoch WHERE old = t.runner_epoch)"},
-    "run_generation": {"run_id": "m.new"},
     "worker_message": {"runner_epoch": "(SELECT new FROM m_epoch WHERE old = t.runner_epoch)", "run_id": "m.new"},
     "host_command": {"run_id": "m.new", "idempotency_key": "t.idempotency_key || :suffix",
                      "request_id": "t.request_id || :suffix"},
@@ -361,7 +360,9 @@ def multiply(db_path: Path, target_runs: int, target_events: int) -> tuple[int, 
         conn.execute("CREATE TEMP TABLE m_run (old TEXT PRIMARY KEY, new TEXT)")
         conn.execute("CREATE TEMP TABLE m_att (old TEXT PRIMARY KEY, new TEXT)")
         conn.execute("CREATE TEMP TABLE m_epoch (old TEXT PRIMARY KEY, new TEXT)")
-        statements = {table: _copy_sql(conn, table) for table in COPIED}
+        # (A table the state no longer has, like worker_message rows that went with their launch, is
+        # copied only when it exists and holds rows.)
+        statements = {table: _copy_sql(conn, table) for table in COPIED if _columns(conn, table)}
         runs, events = _totals(conn)
         round_no = 0
         while runs < target_runs or events < target_events:

@@ -95,8 +95,6 @@ def _v6_leaner_rows(db: pw.SqliteDatabase) -> None:
     - small inputs and outputs inline as JSON (run.input_json, run.output_json,
       node_attempt.output_json) instead of a blob each; existing values stay in their blobs;
     - the claim generation is a column of `run` (run_generation goes);
-    - host_command becomes a WITHOUT ROWID table (one b-tree keyed by (client id, key) instead
-      of a rowid table plus a key index);
     - the digest-prefix indexes only hold rows that have a digest.
     """
     _add_columns(db, (("run", "input_json", "TEXT"), ("run", "output_json", "TEXT"),
@@ -105,7 +103,6 @@ def _v6_leaner_rows(db: pw.SqliteDatabase) -> None:
         db.execute_sql("UPDATE run SET generation = coalesce((SELECT g.generation FROM run_generation g "
                        "WHERE g.run_id = run.run_id), 0)")
         db.execute_sql("DROP TABLE run_generation")
-    _rebuild_without_rowid(db, schema.HostCommand)
     for model, index in schema.V5_INDEXES:
         if index._where is not None:  # (re)made partial: the same name, a new definition
             db.execute_sql(f'DROP INDEX IF EXISTS "{index._name}"')
@@ -122,27 +119,6 @@ def _add_columns(db: pw.SqliteDatabase, columns: tuple[tuple[str, str, str], ...
 
 def _table_exists(db: pw.SqliteDatabase, name: str) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
-
-
-def _rebuild_without_rowid(db: pw.SqliteDatabase, model: type[pw.Model]) -> None:
-    """Recreate `model`'s table from the model (WITHOUT ROWID, its indexes) and copy its rows."""
-    table = model._meta.table_name
-    sql = db.execute_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
-    if "WITHOUT ROWID" in sql.upper():
-        return
-    old = f"{table}_before_v6"
-    db.execute_sql(f'ALTER TABLE "{table}" RENAME TO "{old}"')
-    for (index,) in db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
-                                   "AND sql IS NOT NULL", (old,)).fetchall():
-        db.execute_sql(f'DROP INDEX "{index}"')
-    with _BIND_LOCK, db.bind_ctx((model,)):
-        db.create_tables((model,), safe=False)
-        for index_model, index in schema.V5_INDEXES:
-            if index_model is model:
-                db.execute(model._schema._create_index(index, safe=True))
-    columns = ", ".join(f'"{field.column_name}"' for field in model._meta.sorted_fields)
-    db.execute_sql(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM "{old}"')
-    db.execute_sql(f'DROP TABLE "{old}"')
 
 
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,

@@ -59,7 +59,6 @@ class HostCommand(_Base):
         table_name = "host_command"
         primary_key = pw.CompositeKey("client_id", "idempotency_key")
         indexes = ((("client_id", "request_id"), True), (("created_at",), False))
-        without_rowid = True  # one b-tree keyed by (client id, key), not a rowid table plus that key (v6)
 
 
 class Blob(_Base):

@@ -1,7 +1,6 @@
 """Schema v6 (leaner rows): a version 5 database gets the structure of a new one and keeps its data —
-the claim generations move from run_generation into run.generation, host_command is rebuilt
-WITHOUT ROWID with its rows, the digest-prefix indexes become partial, and values stored as
-blobs before stay readable."""
+the claim generations move from run_generation into run.generation, the digest-prefix indexes
+become partial, and values stored as blobs before stay readable."""
 
 from __future__ import annotations
 
@@ -39,13 +38,6 @@ def _make_version_5(path: Path) -> None:
                               ("run", "generation")):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.execute("CREATE TABLE run_generation (run_id TEXT NOT NULL PRIMARY KEY, generation INTEGER NOT NULL)")
-        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'host_command'").fetchone()[0]
-        indexes = [row[0] for row in conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'host_command' AND sql IS NOT NULL")]
-        conn.execute("DROP TABLE host_command")
-        conn.execute(sql.replace("WITHOUT ROWID", "").replace("without rowid", ""))
-        for statement in indexes:
-            conn.execute(statement)
         for _model, index in V5_INDEXES:
             if index._where is not None:
                 name = index._name
