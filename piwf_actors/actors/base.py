@@ -18,6 +18,8 @@ from typing import Any
 
 import pykka
 
+from piwf_actors.store.requests import WriteResults
+
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +70,11 @@ class CoreActor(pykka.ThreadingActor):
             self._dispatch = {Ping: lambda _m: True, **self.handlers()}
         handler = self._dispatch.get(type(message))
         if handler is None:
+            if type(message) is WriteResults:
+                # The writer's results of one batch, in order: each as if told alone.
+                for result in message.results:
+                    self.on_receive(result)
+                return None
             raise TypeError(f"{self.actor_name} cannot handle {type(message).__name__}")
         return handler(message)
 

@@ -290,10 +290,11 @@ class Scheduler(CoreActor):
     # --- notices and ticks ------------------------------------------------------------
 
     def _changed(self, notice: ChangeNotice) -> None:
-        if "run" in notice.tables:
+        if "run_control" in notice.tables:  # a cancel or pause was requested (store/commands/runs.py)
             watched = [run_id for run_id in notice.runs if run_id in self._active]
             if watched:
                 self._stop_cancelled(watched)
+        if "run" in notice.tables:
             self._try_claim()
 
     def _stop_cancelled(self, run_ids: list[str]) -> None:

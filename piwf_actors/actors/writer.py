@@ -35,7 +35,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.errors import WriterStopped
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import StoreOptions, connect
-from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,18 @@ def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
         reply_to.set(result)
     else:
         reply_to(result)
+
+
+def _deliver_batch(batch: list[tuple[WriteCommand, ReplyTo]], results: list[WriteResult]) -> None:
+    """Answer a batch: futures and callables one by one, each actor once (its results in order)."""
+    to_actors: dict[str, tuple[pykka.ActorRef[Any], list[WriteResult]]] = {}
+    for (_, reply_to), result in zip(batch, results, strict=True):
+        if isinstance(reply_to, pykka.ActorRef):
+            to_actors.setdefault(reply_to.actor_urn, (reply_to, []))[1].append(result)
+        else:
+            deliver(reply_to, result)
+    for ref, answers in to_actors.values():
+        safe_tell(ref, answers[0] if len(answers) == 1 else WriteResults(tuple(answers)))
 
 
 run_log = logging.getLogger("piwf_actors.runs")
@@ -381,8 +393,7 @@ class DatabaseWriter(CoreActor):
             self._published_at = now
             self._board.publish("writer", self._stats_dict(now))
         seq = self._commits
-        for (_, reply_to), result in zip(batch, outcome.results, strict=True):
-            deliver(reply_to, result)
+        _deliver_batch(batch, outcome.results)
         if outcome.committed and outcome.changes.finished:
             log_finished_runs(outcome.changes.finished)
         if outcome.committed and (outcome.changes.tables or outcome.changes.runs):

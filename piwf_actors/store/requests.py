@@ -71,6 +71,15 @@ class WriteResult:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteResults:
+    """Several results for one actor from one batch, told as one message (one thread hand-off
+    instead of one per command: a worker's pipelined results often commit together). An actor
+    handles it as its WriteResults, in order (`actors/base.py`)."""
+
+    results: tuple[WriteResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeNotice:
     """Published after each commit: what changed, under which commit sequence."""
 

@@ -98,6 +98,7 @@ def _cancel(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
     cancel_open_requests(ctx, run_id)
     if claim_row(ctx.conn, run_id) is not None:
         ctx.conn.execute("UPDATE run SET cancel_requested = 1 WHERE run_id = ?", (run_id,))
+        ctx.changes.touch("run_control", run_id)  # the scheduler stops its runner
         append_event(ctx.conn, run_id, "cancel_requested", ctx.now)
         revision = bump_revision(ctx, run_id)
         return {"run_id": run_id, "status": "cancelling", "revision": revision}
@@ -136,6 +137,7 @@ def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
                                   payload={"reason": "paused"})
             return {"run_id": run_id, "status": "parked", "revision": revision}
         ctx.conn.execute("UPDATE run SET pause_requested = 1 WHERE run_id = ?", (run_id,))
+        ctx.changes.touch("run_control", run_id)  # the scheduler tells its runner to hold
         append_event(ctx.conn, run_id, "pause_requested", ctx.now)
         revision = bump_revision(ctx, run_id)
         return {"run_id": run_id, "status": "pausing" if run["status"] != "parked" else "parked",
