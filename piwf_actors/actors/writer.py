@@ -266,6 +266,12 @@ class WriterHandle:
         return self.ref.ask(GetWriterStats(), timeout=timeout)
 
 
+#: How long the writer waits for late senders before a batch (see DatabaseWriter._gather): until
+#: none arrived for GATHER_QUIET_S, and never longer than GATHER_MAX_S.
+GATHER_QUIET_S = 0.00005
+GATHER_MAX_S = 0.0005
+
+
 class DatabaseWriter(CoreActor):
     actor_name = "writer"
 
@@ -364,6 +370,8 @@ class DatabaseWriter(CoreActor):
             batch = self._queue.take(self._max_batch)
             if not batch:
                 return
+            if self._last_batch > 1 and len(batch) < self._max_batch:
+                batch = self._gather(batch)
             try:
                 self._apply(batch)
             except BaseException:
@@ -372,6 +380,31 @@ class DatabaseWriter(CoreActor):
                     deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
                                                   command.correlation_id))
                 raise
+
+    def _gather(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> list[tuple[WriteCommand, ReplyTo]]:
+        """Wait a bounded moment for late senders, when there are several.
+
+        With many senders each waiting for its answer, the ones answered by
+        the last commit send again while the next batch is applied: left
+        alone, the writer settles into alternating half-batches (measured: 16
+        senders, 8 commands per commit). Yielding the GIL until no command
+        arrived for GATHER_QUIET_S (at most GATHER_MAX_S) lets them catch up,
+        and one fsync serves them all. A lone sender (last batch of one) never
+        waits.
+        """
+        deadline = time.perf_counter() + GATHER_MAX_S
+        quiet_until = time.perf_counter() + GATHER_QUIET_S
+        while True:
+            time.sleep(0)  # let the senders run
+            more = self._queue.take(self._max_batch - len(batch))
+            now = time.perf_counter()
+            if more:
+                batch += more
+                quiet_until = now + GATHER_QUIET_S
+                if len(batch) >= self._max_batch:
+                    return batch
+            elif now >= quiet_until or now >= deadline:
+                return batch
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()

@@ -169,7 +169,9 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
         refusal = lease.refusal(cmd, fence_now)
         if refusal is not None:
             return _fail(cmd, refusal)
-    own = ChangeSet()
+    # In the first pass a refusal undoes nothing (it wrote nothing, or the batch is redone), so a
+    # command records its changes straight into the batch's set; with savepoints each has its own.
+    own = ChangeSet() if savepoints else changes
     ctx = WriteContext(conn, now, lease.epoch, own, savepoints)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
@@ -194,7 +196,7 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
         return _fail(cmd, errors.CommandFailed(f"{cmd.name} failed: {type(exc).__name__}: {exc}"))
     if savepoints:
         conn.execute("RELEASE cmd")
-    changes.merge(own)
+        changes.merge(own)
     return WriteResult(True, value, None, None, cmd.correlation_id, commit_seq)
 
 

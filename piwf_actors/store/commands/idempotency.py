@@ -49,16 +49,20 @@ def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
         return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
     print_ = request_fingerprint(operation, args.get("run_id"), args.get("expected_revision"),
                                  args.get("payload_for_fingerprint", args.get("payload")))
-    row = ctx.conn.execute(
-        "SELECT fingerprint, receipt, revision FROM host_command WHERE client_id = ? AND idempotency_key = ?",
-        (client_id, key)).fetchone()
-    if row is not None:
-        if row[0] != print_:
-            raise Conflict(f"idempotency key {key} was already used for a different request")
-        return {"outcome": "adopted", "receipt": loads(row[1]), "revision": row[2]}
     request_id = args.get("client_request_id") or key
-    clash = ctx.conn.execute("SELECT fingerprint, receipt, revision FROM host_command "
-                             "WHERE client_id = ? AND request_id = ?", (client_id, request_id)).fetchone()
+    # One read for both ways a request can have been seen: by its key, or by its request id.
+    by_key = clash = None
+    for idempotency_key, *row in ctx.conn.execute(
+            "SELECT idempotency_key, fingerprint, receipt, revision FROM host_command "
+            "WHERE client_id = ? AND (idempotency_key = ? OR request_id = ?)", (client_id, key, request_id)):
+        if idempotency_key == key:
+            by_key = row
+        else:
+            clash = row
+    if by_key is not None:
+        if by_key[0] != print_:
+            raise Conflict(f"idempotency key {key} was already used for a different request")
+        return {"outcome": "adopted", "receipt": loads(by_key[1]), "revision": by_key[2]}
     if clash is not None:
         if clash[0] == print_:  # the same request resent under a new key: still the same request
             return {"outcome": "adopted", "receipt": loads(clash[1]), "revision": clash[2]}
