@@ -214,7 +214,11 @@ class SocketLoop:
             if self._alarm is not None and self._alarm <= deadline:
                 return
             self._alarm = deadline
-        self._wake()  # the select under way may wait past the new deadline
+            # The select under way may wait past the new deadline; unless a queued post is about to
+            # wake the loop anyway (it sets its next timeout only after applying the posts).
+            wake = not self._posts
+        if wake:
+            self._wake()
 
     def _ring_alarm(self) -> float:
         """Call on_alarm if it is due; the longest the next select may wait."""
