@@ -14,12 +14,14 @@ Why it stays equal to a fresh read of the database:
   created_at never changes, so a run enters the window only as a new run and
   leaves it only when newer ones push it out (or when it is deleted).
 - The counts are patched from each read row's previous status. The window
-  knows the previous status of every live (non-terminal) run, read at the
-  last rebuild or since, and of every run in the window. A run it does not
-  know has ended, and a terminal status is final, so it is either counted
-  already or new. The rowid tells which: SQLite gives a new row
+  knows the status of every live (non-terminal) run as last read (at the
+  last rebuild or since) and of every run in the window. A run it does not
+  know is either new since, and not counted yet, or had ended when it was
+  counted; a terminal status is final, so such a run is counted with the
+  status it has now. The rowid tells which: SQLite gives a new row
   max(rowid) + 1, so a row above the highest rowid counted so far is new.
   (Only a deletion can make SQLite reuse a rowid; a deletion rebuilds.)
+  This holds however far the database is ahead of the notices taken in.
 - Whatever it cannot patch exactly — a run deleted (prune), a live run it
   did not know, a notice that touched runs without naming them, a backlog of
   more than MAX_PENDING runs — rebuilds the window from one read transaction.
