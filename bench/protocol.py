@@ -35,12 +35,22 @@ never shares the host's GIL. Prints, from one run:
                 start→done p50/p99 (client wall clock, run.start sent → done
                 event here) and created_at → finished_at from `run.get`, and
                 host/worker CPU per run. Twice per m (--done-via): the
-                `runs` watch is not free (each event re-reads the 50 newest
-                runs and the status counts and digests them in the host's
-                gateway thread), so the same closed loop is repeated with
+                `runs` watch sends at most one event per 20 ms (the host
+                coalesces a list view's changes), so a run can be seen
+                done through it up to 20 ms late, and its events cost the
+                host a little; so the same closed loop is repeated with
                 completion seen by polling the state database read-only
                 from this process every 1 ms instead, which costs the host
                 nothing.
+                Then what one `runs` watcher costs the host, directly: the
+                db-polling loop again, alternately without and with one
+                more connection holding a `runs` watch (its events are only
+                counted), --pairs times on the same host; the figure is the
+                median over the pairs of host CPU per run with the watcher
+                minus without (CPU of the host's threads from
+                /proc/PID/task/*/schedstat, to the nanosecond: psutil's
+                10 ms ticks are too coarse for a fraction of a millisecond
+                per run).
 
 Machine busy is the share of all cores in use over the figure (everything on
 the machine, not just the bench: other load shows up there); "waited for a
@@ -49,7 +59,7 @@ over its threads (/proc schedstat), as a share of the figure's wall time.
 
 Run: .venv/bin/python bench/protocol.py [--seconds 2] [--commits 200] [--runs 120]
      [--workers 1 2 8] [--clients 1 8 32] [--client-mode process|thread|both]
-     [--done-via runs|db|both]
+     [--done-via runs|db|both] [--pairs 5]
 """
 
 from __future__ import annotations
@@ -131,6 +141,20 @@ class HostProcess:
             except psutil.Error:
                 pass
         return times.user + times.system, workers
+
+    def thread_cpu(self) -> float:
+        """CPU seconds of the host's live threads, to the nanosecond (Linux schedstat, summed).
+
+        Finer than `cpu()` (clock ticks of 10 ms), for differences of a fraction of a millisecond
+        per run; the time of threads that already ended is not in it."""
+        total = 0.0
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
 
     def runqueue_wait(self) -> float | None:
         """Seconds the host's threads spent runnable but waiting for a CPU (Linux schedstat), summed."""
@@ -454,6 +478,67 @@ class DbPoller:
         self._conn.close()
 
 
+class EventSink:
+    """The watcher whose cost is measured: one `runs` watch on its own connection, events only counted."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._client = Client(socket_path=socket_path)
+        self._client.connect()
+        self.events = 0
+        self._first = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-runs-sink", daemon=True)
+        self._thread.start()
+        if not self._first.wait(WAIT_S):
+            raise TimeoutError("the `runs` watch sent no first event")
+
+    def _run(self) -> None:
+        with contextlib.suppress(Exception):  # ends when close() closes the connection
+            for _ in self._client.watch("runs"):
+                self.events += 1
+                self._first.set()
+
+    def close(self) -> None:
+        self._client.close()
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class WatcherCost:
+    without_ms: list[float]  # host cpu ms per run, per pair
+    with_ms: list[float]
+    events_per_run: list[float]
+
+    def line(self) -> str:
+        diffs = sorted(w - o for o, w in zip(self.without_ms, self.with_ms, strict=True))
+        pairs = ", ".join(f"{o:.2f}→{w:.2f}" for o, w in zip(self.without_ms, self.with_ms, strict=True))
+        return (f"    one `runs` watcher costs the host {pct(diffs, 0.5):5.2f} ms cpu/run (median of {len(diffs)} pairs, "
+                f"from {diffs[0]:.2f} to {diffs[-1]:.2f}; with minus without, done seen by polling the db; "
+                f"host ms/run per pair {pairs}; "
+                f"{sum(self.events_per_run) / len(self.events_per_run):3.1f} `runs` events/run)")
+
+
+def watcher_cost(host: HostProcess, spec: str, runs: int, clients: int, pairs: int) -> WatcherCost:
+    """Host CPU per run of the db-polling loop without, then with, one extra `runs` watcher, `pairs` times."""
+    poller = DbPoller(host.state_dir / "state.db")
+    cost = WatcherCost([], [], [])
+    try:
+        for _ in range(pairs):
+            without = closed_loop(host, poller, spec, runs, clients)
+            sink = EventSink(host.socket_path)
+            try:
+                seen_before = sink.events
+                with_sink = closed_loop(host, poller, spec, runs, clients)
+                events = sink.events - seen_before
+            finally:
+                sink.close()
+            cost.without_ms.append(without.host_thread_cpu_s * 1000 / without.runs)
+            cost.with_ms.append(with_sink.host_thread_cpu_s * 1000 / with_sink.runs)
+            cost.events_per_run.append(events / with_sink.runs)
+    finally:
+        poller.close()
+    return cost
+
+
 @dataclass
 class RunsFigure:
     workers: int
@@ -463,6 +548,7 @@ class RunsFigure:
     db_latencies_s: list[float]
     not_done: int
     host_cpu_s: float
+    host_thread_cpu_s: float
     workers_cpu_s: float
     watch_events: int
     machine_busy: float
@@ -498,6 +584,7 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher | DbPoller, spec: str, r
     with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: raised below
         go.wait(timeout=60)
     cpu_before = host.cpu()
+    threads_before = host.thread_cpu()
     machine_before = psutil.cpu_times()
     began = time.perf_counter()
     for t in threads:
@@ -506,6 +593,7 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher | DbPoller, spec: str, r
         raise errors[0]
     elapsed = max(seen for _, seen, _, _ in results) - began
     cpu_after = host.cpu()
+    threads_after = host.thread_cpu()
     machine_after = psutil.cpu_times()
     idle = (machine_after.idle + machine_after.iowait) - (machine_before.idle + machine_before.iowait)
     total = sum(machine_after) - sum(machine_before)
@@ -517,7 +605,7 @@ def closed_loop(host: HostProcess, watcher: DoneWatcher | DbPoller, spec: str, r
                 db.append(view["finished_at"] - view["created_at"])
     return RunsFigure(clients, len(results), elapsed, [seen - started for started, seen, _, _ in results], db,
                       sum(1 for *_, status in results if status != "done"), cpu_after[0] - cpu_before[0],
-                      cpu_after[1] - cpu_before[1], watcher.events - events_before,
+                      threads_after - threads_before, cpu_after[1] - cpu_before[1], watcher.events - events_before,
                       1 - idle / total if total > 0 else 0.0)
 
 
@@ -534,6 +622,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 8])
     parser.add_argument("--done-via", choices=["runs", "db", "both"], default="both",
                         help="how section 3 sees runs finish: a `runs` watch, polling the db, or both (default)")
+    parser.add_argument("--pairs", type=int, default=5,
+                        help="without/with pairs for the cost of one `runs` watcher (default 5; 0 skips it)")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
     parser.add_argument("--dir", default=None, help="directory for the state dirs (default: a temp dir)")
     args = parser.parse_args()
@@ -585,6 +675,7 @@ def main() -> None:
         for workers in args.workers:
             host = HostProcess(base / f"runs-{workers}", workers, args.synchronous)
             figures = {}
+            cost: WatcherCost | None = None
             try:
                 host.wait_ready()
                 for method in methods:
@@ -595,6 +686,8 @@ def main() -> None:
                         figures[method] = closed_loop(host, watcher, spec, args.runs, workers)
                     finally:
                         watcher.close()
+                if args.pairs > 0:
+                    cost = watcher_cost(host, spec, args.runs, workers, args.pairs)
             finally:
                 host.stop()
             print(f"  max_workers={workers}, {workers} client{'s' if workers > 1 else ''}:")
@@ -610,6 +703,8 @@ def main() -> None:
                 print(f"    {'':<28} cpu ms/run: host {fig.host_cpu_s * 1000 / fig.runs:5.2f}, workers "
                       f"{fig.workers_cpu_s * 1000 / fig.runs:4.2f}; host busy {fig.host_cpu_s / fig.elapsed_s:4.0%} of a "
                       f"core; machine busy {fig.machine_busy:4.0%}{events}")
+            if cost is not None:
+                print(cost.line())
         print(f"total {time.perf_counter() - total:.0f} s; load average now {load()}")
     finally:
         shutil.rmtree(base, ignore_errors=True)

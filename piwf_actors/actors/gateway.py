@@ -2,17 +2,31 @@
 
 The socket I/O runs on a selector thread owned by this actor
 (`protocol.socket_loop`); every decoded frame comes here as a
-`ClientRequest`. Reads are answered from the gateway's own read-only
-connection; writes go to the writer as commands and are answered when the
-writer's result comes back (never blocking this actor); slow work (workflow
-resolution, backup, verify) runs on a small executor owned by the actor.
-Watches are re-evaluated from the writer's change notices, coalesced, and
-an event is sent only when the watched view's digest changed.
+`ClientRequest` and is dispatched through the one table of operations
+(`protocol.catalog.OPERATIONS`). Reads are answered from the gateway's own
+read-only connection; writes go to the writer as commands and are answered
+when the writer's result comes back (never blocking this actor); slow work
+(loading a workflow file, backup, verify) runs on a small executor owned by
+the actor.
+
+A write's path to the writer, in thread hand-offs: the socket thread decodes
+the frame and tells this actor (1); this actor builds the command and puts it
+on the writer's queue (2). `run.start` keeps to those two whenever the
+workflow's resolution is cached and its file unchanged (the usual case: the
+same workflow started again); a workflow not loaded yet goes socket thread →
+gateway → executor (which loads it) → writer, three. The writer's answer
+comes back to this actor, which posts the response to the socket thread.
+
+Watches follow the writer's change notices, coalesced: the runs a notice
+names are the only ones read again (`RunWindow`), each view is built and
+packed once per flush for all its watchers, and an event is sent only when
+a watch's view changed.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import secrets
@@ -28,21 +42,25 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.errors import PiwfError, outcome_for
+from piwf_actors.errors import PiwfError, Rejected, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.protocol import views
-from piwf_actors.protocol.envelope import BadRequest, Request, event, hello, parse_request, response
-from piwf_actors.protocol.payloads import PAYLOADS, check_payload
+from piwf_actors.protocol.catalog import OPERATIONS
+from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
+from piwf_actors.protocol.live_views import LiveViews
+from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
-from piwf_actors.protocol.watches import Watch, WatchRefused, WatchSet
+from piwf_actors.protocol.watches import WatchRefused
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import channel_queries, queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[int, Request, dict[str, Any]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +86,32 @@ class NodeOutput:
     payload: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitWrite:
-    """From an executor thread: send this command and answer the request with its result."""
+class _NotCached(Exception):
+    """The workflow is not resolved yet (or its file changed): loading it is the executor's job."""
 
-    conn_id: int
-    request: Request
-    command: WriteCommand
+
+class _CachedOnly(WorkflowResolver):
+    """The shared resolver's cached resolutions, and nothing else: a miss raises `_NotCached`
+    instead of loading the file (which runs it) in the gateway's thread."""
+
+    def __init__(self, shared: WorkflowResolver) -> None:
+        super().__init__()
+        self._shared = shared
+
+    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
+        found = self._shared.cached(spec, project_path)
+        if found is None:
+            raise _NotCached(spec)
+        return found
 
 
 @dataclass
 class _Pending:
+    """A request waiting for its write's result (a recorded command's value: {outcome, receipt, revision})."""
+
     conn_id: int
     request: Request
-    shape: str = "recorded"  # recorded: value is {outcome, receipt, revision}; plain: value is the receipt
-    after: Callable[[], None] | None = None
+    #: Called with the value first; True if it answered (or will answer) the request itself.
     verdict: Callable[[dict[str, Any]], bool] | None = None
 
 
@@ -108,13 +137,15 @@ class ClientGateway(CoreActor):
         self._board = board
         self._limits = limits
         self._resolver = resolver or WorkflowResolver()
+        self._cached_only = _CachedOnly(self._resolver)
         self._shutdown = shutdown
         self._loop: SocketLoop | None = None
         self._reader: StoreReader | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: dict[str, _Pending] = {}
-        self._watches = WatchSet()
+        self._views: LiveViews | None = None
         self._flush_scheduled = False
+        self._handlers: dict[str, Handler] = {}
         self._stats = GatewayStats()
         self._verdicts: dict[str, tuple[int, Request, str]] = {}
         self._channels = channels
@@ -123,7 +154,8 @@ class ClientGateway(CoreActor):
     # --- lifecycle ---------------------------------------------------------------------
 
     def on_start(self) -> None:
-        """Runs in the gateway's thread: reader, executor, change notices, then the socket."""
+        """Runs in the gateway's thread: handlers, reader, executor, change notices, then the socket."""
+        self._handlers = {name: getattr(self, operation.handler) for name, operation in OPERATIONS.items()}
         self._reader = StoreReader(self._db_path)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
         self._writer.ref.tell(Subscribe(self.actor_ref))
@@ -135,7 +167,9 @@ class ClientGateway(CoreActor):
             on_frame=lambda conn_id, frame: safe_tell(ref, ClientRequest(conn_id, frame)),
             on_closed=lambda conn_id: safe_tell(ref, ConnectionClosed(conn_id)),
             limits=self._limits,
+            on_alarm=lambda: safe_tell(ref, FlushWatches()),
         )
+        self._views = LiveViews(self._reader, self._board, self._loop)
         self._loop.start()
         log.info("listening on %s", self._socket_path)
 
@@ -158,7 +192,7 @@ class ClientGateway(CoreActor):
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
-                FlushWatches: self._flush_watches, WriteResult: self._written, SubmitWrite: self._submit_write,
+                FlushWatches: self._flush_watches, WriteResult: self._written,
                 ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output}
 
     # --- plumbing ------------------------------------------------------------------------
@@ -196,55 +230,67 @@ class ClientGateway(CoreActor):
             return
         self._stats.requests += 1
         self._stats.by_operation[request.operation] = self._stats.by_operation.get(request.operation, 0) + 1
-        handler = self._operations().get(request.operation)
-        spec = PAYLOADS.get(request.operation)
-        if handler is None or spec is None:
+        operation = OPERATIONS.get(request.operation)
+        if operation is None:
             self._reply(conn_id, request, "rejected", error=f"operation {request.operation!r} is not available")
             return
         try:
-            payload = check_payload(request, spec)
-            handler(conn_id, request, payload)
+            payload = check_payload(request, operation)
+            self._handlers[operation.name](conn_id, request, payload)
         except BadRequest as bad:
             self._reply(conn_id, request, "rejected", error=str(bad))
         except PiwfError as err:
             self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
 
-    def _operations(self) -> dict[str, Callable[[int, Request, dict[str, Any]], None]]:
-        return {
-            "host.status": self._host_status, "host.stop": self._host_stop,
-            "run.start": self._run_start, "run.list": self._run_list, "run.get": self._run_get,
-            "run.events": self._run_events, "run.cancel": self._run_control, "run.pause": self._run_control,
-            "run.resume": self._run_control, "run.restart": self._run_restart,
-            "effect.resolve": self._effect_resolve, "watch": self._watch, "unwatch": self._unwatch,
-            "state.status": self._state_status, "state.verify": self._state_verify,
-            "state.backup": self._state_backup, "state.prune": self._state_prune,
-            "interaction.list": self._interaction_list, "checkpoint.answer": self._answer,
-            "decision.answer": self._answer, "interaction.submit": self._answer, "interaction.ack": self._answer,
-            "content.read": self._content_read, "ids.match": self._ids_match,
-            "channel.status": self._channel_status, "channel.reload": self._channel_reload,
-            "channel.recover": self._channel_recover,
-        }
-
     def _client_args(self, request: Request) -> dict[str, Any]:
-        """What every recorded (mutating) command carries for idempotency."""
-        return {"client_id": request.client_id, "idempotency_key": request.idempotency_key,
+        """What a write command carries for idempotency: the client id and key only when the catalog
+        says this request is recorded (a dry run is not)."""
+        recorded = OPERATIONS[request.operation].records(request.payload)
+        return {"client_id": request.client_id if recorded else None,
+                "idempotency_key": request.idempotency_key if recorded else None,
                 "client_request_id": request.request_id, "run_id": request.run_id,
                 "expected_revision": request.expected_revision, "payload": request.payload}
 
-    def _send_write(self, conn_id: int, request: Request, command: WriteCommand, shape: str = "recorded",
-                    after: Callable[[], None] | None = None,
-                    verdict: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def _expect(self, conn_id: int, request: Request,
+                verdict: Callable[[dict[str, Any]], bool] | None = None) -> str:
+        """Register the answer a write will bring back; its correlation token."""
         token = f"req:{conn_id}:{secrets.token_hex(6)}"
-        self._pending[token] = _Pending(conn_id, request, shape, after, verdict)
+        self._pending[token] = _Pending(conn_id, request, verdict)
+        return token
+
+    def _send_write(self, conn_id: int, request: Request, command: WriteCommand,
+                    verdict: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        token = self._expect(conn_id, request, verdict)
         self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
 
-    def _submit_write(self, message: SubmitWrite) -> None:
-        self._send_write(message.conn_id, message.request, message.command)
+    def _write_from_executor(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
+        """Build the command on the executor (it loads a workflow file) and submit it from there, straight
+        to the writer: the answer still comes back to this actor under the token registered here."""
+        assert self._executor is not None
+        token = self._expect(conn_id, request)
+        writer, ref = self._writer, self.actor_ref
+
+        def run() -> None:
+            try:
+                command = build()
+            except PiwfError as err:
+                failed = WriteResult(False, None, err.code, err.one_line(), token)
+            except Exception as exc:
+                log.exception("%s failed", request.operation)
+                failed = WriteResult(False, None, Rejected.code, f"{type(exc).__name__}: {exc}", token)
+            else:
+                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
+                return
+            safe_tell(ref, failed)  # answered like a refusal from the writer
+
+        self._executor.submit(run)
 
     def _written(self, result: WriteResult) -> None:
         pending = self._pending.pop(result.correlation_id or "", None)
         if pending is None:
             return
+        if result.ok and result.commit_seq is not None and self._views is not None:
+            self._views.answered(result.commit_seq)
         if not result.ok:
             outcome = outcome_for(result.error_code)
             self._reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
@@ -252,13 +298,8 @@ class ClientGateway(CoreActor):
         value = result.value
         if pending.verdict is not None and pending.verdict(value):
             return
-        if pending.shape in ("recorded", "verdict"):
-            self._reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
-                        revision=value.get("revision"))
-        else:
-            self._reply(pending.conn_id, pending.request, "accepted", receipt=value)
-        if pending.after is not None:
-            pending.after()
+        self._reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
+                    revision=value.get("revision"))
 
     # --- host -----------------------------------------------------------------------------
 
@@ -266,7 +307,7 @@ class ClientGateway(CoreActor):
         assert self._reader is not None
         view = views.host_view(self._reader, self._board)
         view["gateway"] = {"connections": self._loop.connection_count() if self._loop else 0,
-                           "watches": len(self._watches), "requests": self._stats.requests}
+                           "watches": len(self._views.watches) if self._views else 0, "requests": self._stats.requests}
         self._reply(conn_id, request, "accepted", receipt=view)
 
     def _host_stop(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
@@ -277,25 +318,27 @@ class ClientGateway(CoreActor):
     # --- runs -----------------------------------------------------------------------------
 
     def _run_start(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        ref = self.actor_ref
-
-        def work() -> None:
-            command = start_run_command(self._resolver, workflow=payload["workflow"], input=payload.get("input"),
-                                        project_path=payload.get("project_path"),
-                                        session_id=payload.get("session_id"), run_id=payload.get("run_id"),
-                                        client_id=request.client_id, idempotency_key=request.idempotency_key,
-                                        request_id=request.request_id)
-            safe_tell(ref, SubmitWrite(conn_id, request, command))
-
-        self._in_executor(conn_id, request, work)
+        """Two hand-offs when the workflow is cached: the command is built here and goes to the writer;
+        otherwise the executor loads the workflow and submits it (see the module docstring)."""
+        build = functools.partial(start_run_command, workflow=payload["workflow"], input=payload.get("input"),
+                                  project_path=payload.get("project_path"), session_id=payload.get("session_id"),
+                                  run_id=payload.get("run_id"), client_id=request.client_id,
+                                  idempotency_key=request.idempotency_key, request_id=request.request_id)
+        try:
+            command = build(self._cached_only)
+        except _NotCached:
+            self._write_from_executor(conn_id, request, lambda: build(self._resolver))
+            return
+        self._send_write(conn_id, request, command)
 
     def _run_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        assert self._reader is not None
+        """From memory when the gateway's run window holds the answer (see LiveViews.run_list)."""
         status = payload.get("status")
         if status is not None and status not in RUN_STATUSES:
             raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
-        runs = queries.run_list(self._reader, status, min(payload.get("limit") or 100, 1000),
-                                workflow=payload.get("workflow"), since=payload.get("since"))
+        assert self._views is not None
+        runs = self._views.run_list(status, min(payload.get("limit") or 100, 1000), payload.get("workflow"),
+                                    payload.get("since"))
         self._reply(conn_id, request, "accepted", receipt={"runs": runs})
 
     def _ids_match(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
@@ -347,20 +390,14 @@ class ClientGateway(CoreActor):
         self._send_write(conn_id, request, WriteCommand(request.operation, self._client_args(request)))
 
     def _run_restart(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """Resolving the workflow again runs its file: off the actor thread, like run.start."""
-        ref = self.actor_ref
-
-        def work() -> None:
-            assert request.run_id is not None
-            command = restart_run_command(self._resolver, self._db_path, run_id=request.run_id,
-                                          expected_revision=request.expected_revision,
-                                          from_node=payload.get("from_node"),
-                                          same_code=bool(payload.get("same_code", False)),
-                                          client_id=request.client_id, idempotency_key=request.idempotency_key,
-                                          request_id=request.request_id)
-            safe_tell(ref, SubmitWrite(conn_id, request, command))
-
-        self._in_executor(conn_id, request, work)
+        """Reads the parent and resolves its workflow again (which runs its file): on the executor,
+        which submits the command to the writer itself."""
+        assert request.run_id is not None
+        self._write_from_executor(conn_id, request, functools.partial(
+            restart_run_command, self._resolver, self._db_path, run_id=request.run_id,
+            expected_revision=request.expected_revision, from_node=payload.get("from_node"),
+            same_code=bool(payload.get("same_code", False)), client_id=request.client_id,
+            idempotency_key=request.idempotency_key, request_id=request.request_id))
 
     def _effect_resolve(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         if payload["action"] not in ("confirm", "retry"):
@@ -393,14 +430,11 @@ class ClientGateway(CoreActor):
             conn_id, request, "accepted", receipt=maintenance.backup(self._db_path, destination)))
 
     def _state_prune(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        # A dry run changes nothing, so it is not recorded (the catalog's recorded_if="apply").
         args = {**self._client_args(request), "before": float(payload["before"]),
                 "apply": bool(payload.get("apply", False))}
         if payload.get("idempotency_before") is not None:
             args["idempotency_before"] = float(payload["idempotency_before"])
-        if not args["apply"]:
-            # A dry run changes nothing, so it is not recorded.
-            args.pop("client_id")
-            args.pop("idempotency_key")
         self._send_write(conn_id, request, WriteCommand("state.prune", args))
 
     # --- decision channels ------------------------------------------------------------------------
@@ -447,8 +481,7 @@ class ClientGateway(CoreActor):
             def after_write(value: dict[str, Any]) -> bool:
                 return self._await_verdict(conn_id, request, value)
 
-            self._send_write(conn_id, request, WriteCommand(request.operation, args), shape="verdict",
-                             verdict=after_write)
+            self._send_write(conn_id, request, WriteCommand(request.operation, args), verdict=after_write)
             return
         self._send_write(conn_id, request, WriteCommand(request.operation, args))
 
@@ -483,30 +516,33 @@ class ClientGateway(CoreActor):
     # --- watches --------------------------------------------------------------------------------
 
     def _watch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        assert self._views is not None
         run_id = payload.get("run_id") or request.run_id
         try:
-            watch = self._watches.add(conn_id, payload["subscription_id"], payload["topic"], run_id,
+            watch = self._views.watches.add(conn_id, payload["subscription_id"], payload["topic"], run_id,
                                       payload.get("session_id"))
         except WatchRefused as refused:
             self._reply(conn_id, request, "rejected", error=str(refused))
             return
         assert self._reader is not None
         if watch.topic == "run" and queries.run_status(self._reader, run_id or "") is None:
-            self._watches.remove(conn_id, watch.subscription_id)
+            self._views.watches.remove(conn_id, watch.subscription_id)
             self._reply(conn_id, request, "notFound", error=f"run {run_id} not found")
             return
         self._reply(conn_id, request, "accepted", receipt={"subscription_id": watch.subscription_id,
                                                            "topic": watch.topic})
-        self._send_event(watch)
+        self._views.refresh([watch], time.monotonic(), fresh=True)
 
     def _unwatch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        if not self._watches.remove(conn_id, payload["subscription_id"]):
+        assert self._views is not None
+        if not self._views.watches.remove(conn_id, payload["subscription_id"]):
             self._reply(conn_id, request, "notFound", error=f"no subscription {payload['subscription_id']}")
             return
         self._reply(conn_id, request, "accepted", receipt={"subscription_id": payload["subscription_id"]})
 
     def _closed(self, message: ConnectionClosed) -> None:
-        self._watches.drop_connection(message.conn_id)
+        assert self._views is not None
+        self._views.watches.drop_connection(message.conn_id)
         for token in [t for t, p in self._pending.items() if p.conn_id == message.conn_id]:
             # The write still happens; its answer has nowhere to go. A client that
             # reconnects and replays the idempotency key gets it as `adopted`.
@@ -515,27 +551,23 @@ class ClientGateway(CoreActor):
     def _changed(self, notice: ChangeNotice) -> None:
         if self._verdicts and set(notice.tables) & {"interactive_submission", "interactive_request", "run"}:
             self._check_verdicts()
-        if self._watches.mark(notice) and not self._flush_scheduled:
-            # Coalesce: notices already queued are handled before this flush.
+        assert self._views is not None
+        now = time.monotonic()
+        earliest = self._views.take_in(notice, now)
+        if earliest is None or earliest > now or self._flush_scheduled:
+            return
+        if self.actor_inbox.empty():
+            self._views.flush()  # nothing queued to coalesce with
+        else:
+            # Coalesce: the notices (and requests) already queued are handled before this flush.
             self._flush_scheduled = True
             self.actor_ref.tell(FlushWatches())
 
     def _flush_watches(self, _message: FlushWatches) -> None:
         self._flush_scheduled = False
-        for watch in self._watches.take_dirty():
-            self._send_event(watch)
+        if self._views is not None:
+            self._views.flush()
 
     def _node_output(self, message: NodeOutput) -> None:
-        payload = message.payload
-        for watch in self._watches.following(str(payload.get("run_id"))):
-            watch.revision += 1
-            self._post(watch.conn_id, event(watch.subscription_id, "node_output", watch.revision,
-                                            {key: payload.get(key) for key in
-                                             ("run_id", "node_id", "attempt_id", "stream", "data")}),
-                       is_response=False)
-
-    def _send_event(self, watch: Watch) -> None:
-        assert self._reader is not None
-        frame = WatchSet.evaluate(watch, self._reader, self._board)
-        if frame is not None:
-            self._post(watch.conn_id, frame, is_response=False)
+        if self._views is not None:
+            self._views.node_output(message.payload)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from piwf_actors.messages import pack
+
 SCHEMA = "piwf.client.v1"
 VERSION = "0.1.0"
 OUTCOMES = ("accepted", "adopted", "rejected", "conflict", "notFound", "unavailable", "claimLost")
@@ -123,3 +125,18 @@ def hello(connection_id: str, host_epoch: int) -> dict[str, Any]:
 def event(subscription_id: str, topic: str, revision: int, payload: Any) -> dict[str, Any]:
     return {"schema": SCHEMA, "type": "event", "subscription_id": subscription_id, "topic": topic,
             "revision": revision, "payload": payload}
+
+
+_EVENT_HEAD = b"".join((b"\x86", pack("schema"), pack(SCHEMA), pack("type"), pack("event"), pack("subscription_id")))
+_TOPIC, _REVISION, _PAYLOAD = pack("topic"), pack("revision"), pack("payload")
+
+
+def event_head(subscription_id: str, topic: str) -> bytes:
+    """The packed start of every event of one subscription, up to its revision."""
+    return b"".join((_EVENT_HEAD, pack(subscription_id), _TOPIC, pack(topic), _REVISION))
+
+
+def event_body(head: bytes, revision: int, payload: bytes) -> bytes:
+    """`event(...)` packed, from the subscription's `event_head` and a payload packed already: a view
+    is packed once however many watches get it. The same bytes as packing the whole map."""
+    return b"".join((head, pack(revision), _PAYLOAD, payload))

@@ -8,6 +8,10 @@ that one — on a malformed frame, on a frame body that does not arrive
 within the deadline (slowloris), or when its send queue overflows (a
 watcher that does not read): the writer and other clients are never held
 up by one slow peer.
+
+The thread also keeps the owner's one alarm (`alarm_at`): its select waits
+no longer than the alarm, so the owner gets a timed wake-up without a timer
+thread of its own (the gateway uses it to send coalesced watch events).
 """
 
 from __future__ import annotations
@@ -30,12 +34,16 @@ from typing import Any
 from piwf_actors.errors import DecodeError, EncodeError, HostError, UnsafePath
 from piwf_actors.messages import FrameDecoder, encode_frame
 from piwf_actors.messages.codec import MAX_FRAME_BYTES
+from piwf_actors.messages.frames import frame_of_body
+from piwf_actors.protocol.envelope import SCHEMA, event_body
 
 log = logging.getLogger(__name__)
 
 
 #: How long a connection that overflowed its send queue gets to take the overflow event.
 OVERFLOW_GRACE_S = 2.0
+#: The longest select: how often deadlines are checked while nothing happens.
+_SELECT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,7 @@ class _Conn:
     close_when_flushed: bool = False
     overflowed_at: float | None = None
     closed: bool = False
+    writing: bool = False  # registered for EVENT_WRITE too (a modify is a syscall: only when it changes)
 
 
 def _peer_uid(sock: socket.socket) -> int:
@@ -99,8 +108,10 @@ def prepare_socket_path(path: Path) -> None:
 class SocketLoop:
     def __init__(self, path: Path, *, on_open: Callable[[int], dict[str, Any]],
                  on_frame: Callable[[int, dict[str, Any]], None], on_closed: Callable[[int], None],
-                 limits: Limits = Limits()) -> None:
+                 limits: Limits = Limits(), on_alarm: Callable[[], None] | None = None) -> None:
         self._path = path
+        self._on_alarm = on_alarm
+        self._alarm: float | None = None  # time.monotonic() when on_alarm is due; guarded by _posts_lock
         self._on_open = on_open
         self._on_frame = on_frame
         self._on_closed = on_closed
@@ -168,17 +179,58 @@ class SocketLoop:
                 data = encode_frame({**{k: frame[k] for k in ("schema", "type", "request_id") if k in frame},
                                      "outcome": "rejected", "error": f"response could not be encoded: {exc}"})
             else:
-                # The watcher is told, rather than left with a view it thinks is current.
-                data = encode_frame({**{k: frame.get(k) for k in ("schema", "type", "subscription_id", "topic",
-                                                                   "revision")},
-                                     "payload": {"truncated": True,
-                                                 "reason": f"the view could not be sent: {exc.one_line(300)}"}})
+                data = self._truncated(frame.get("subscription_id"), frame.get("topic"), frame.get("revision"),
+                                       exc.one_line(300))
+        self._queue(conn_id, data, is_response, close_after)
+
+    def post_event(self, conn_id: int, head: bytes, revision: int, payload: bytes, *, subscription_id: str,
+                   topic: str) -> None:
+        """Queue an event whose payload is packed already (`envelope.event_head` and `event_body`)."""
+        try:
+            data = frame_of_body(event_body(head, revision, payload), self._limits.max_frame_bytes)
+        except EncodeError as exc:
+            data = self._truncated(subscription_id, topic, revision, exc.one_line(300))
+        self._queue(conn_id, data, False, False)
+
+    @staticmethod
+    def _truncated(subscription_id: Any, topic: Any, revision: Any, reason: str) -> bytes:
+        # The watcher is told, rather than left with a view it thinks is current.
+        return encode_frame({"schema": SCHEMA, "type": "event", "subscription_id": subscription_id, "topic": topic,
+                             "revision": revision,
+                             "payload": {"truncated": True, "reason": f"the view could not be sent: {reason}"}})
+
+    def _queue(self, conn_id: int, data: bytes, is_response: bool, close_after: bool) -> None:
         with self._posts_lock:
             first = not self._posts
             self._posts.append((conn_id, data, is_response, close_after))
         if first:
             # Only the first post of a batch wakes the loop; it drains them all.
             self._wake()
+
+    def alarm_at(self, deadline: float) -> None:
+        """Call `on_alarm` in the loop's thread at `deadline` (time.monotonic()); an earlier alarm already
+        set stands. Any thread may call this."""
+        with self._posts_lock:
+            if self._alarm is not None and self._alarm <= deadline:
+                return
+            self._alarm = deadline
+            # The select under way may wait past the new deadline; unless a queued post is about to
+            # wake the loop anyway (it sets its next timeout only after applying the posts).
+            wake = not self._posts
+        if wake:
+            self._wake()
+
+    def _ring_alarm(self) -> float:
+        """Call on_alarm if it is due; the longest the next select may wait."""
+        with self._posts_lock:
+            alarm = self._alarm
+            due = alarm is not None and alarm <= time.monotonic()
+            if due:
+                self._alarm = None
+        if due and self._on_alarm is not None:
+            self._on_alarm()
+            return _SELECT_S
+        return _SELECT_S if alarm is None or due else max(0.0, min(_SELECT_S, alarm - time.monotonic()))
 
     def _wake(self) -> None:
         try:
@@ -189,9 +241,10 @@ class SocketLoop:
     # --- the loop -------------------------------------------------------------------
 
     def _run(self) -> None:
+        timeout = _SELECT_S
         while not self._stopping.is_set():
             try:
-                events = self._selector.select(timeout=0.5)
+                events = self._selector.select(timeout=timeout)
             except OSError:
                 if self._stopping.is_set():
                     return
@@ -209,6 +262,7 @@ class SocketLoop:
                         self._flush(conn)
             self._apply_posts()
             self._check_deadlines()
+            timeout = self._ring_alarm()
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -243,9 +297,9 @@ class SocketLoop:
             self._enqueue(conn, encode_frame(self._on_open(conn.conn_id)))
 
     def _drain_wake(self) -> None:
+        # One read: wake-ups are single bytes, and any left over only make the next select return at once.
         try:
-            while self._wake_r.recv(4096):
-                pass
+            self._wake_r.recv(4096)
         except (BlockingIOError, InterruptedError):
             pass
 
@@ -349,8 +403,10 @@ class SocketLoop:
         if not conn.outbox and conn.close_when_flushed:
             self._close(conn)
             return
-        wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
-        self._selector.modify(conn.sock, wanted, conn)
+        writing = bool(conn.outbox)
+        if writing != conn.writing:
+            conn.writing = writing
+            self._selector.modify(conn.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0), conn)
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()

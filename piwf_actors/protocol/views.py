@@ -1,7 +1,8 @@
 """The views clients read and watch: host status, run lists, one run, interactions.
 
 Each view is plain data built from a read-only connection plus the live
-board; a watch pushes an event only when the view's digest changed.
+board; a watch pushes an event only when the view changed. The `runs` view
+and the run counts are kept up to date in memory instead (`run_window`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def fit(items: list[Any], budget: int = LIST_BUDGET) -> tuple[list[Any], bool]:
     return items, False
 
 
-def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = True) -> dict[str, Any]:
+def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = True,
+              counts: dict[str, int] | None = None) -> dict[str, Any]:
+    """`host.status` (without the gateway's own figures); `counts` are the run counts when the caller keeps
+    them (the run window), else they are read."""
     now = time.time()
     lease = queries.lease_row(reader, now)
     scheduler = board.snapshot("scheduler")
@@ -40,7 +44,7 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
         "epoch": lease["epoch"],
         "lease": {k: lease[k] for k in ("epoch", "host_id", "pid", "started_at", "heartbeat_at", "expires_at",
                                         "live")},
-        "runs": queries.run_counts(reader),
+        "runs": queries.run_counts(reader) if counts is None else counts,
         "workers": {"max": scheduler.get("max_workers"), "active": scheduler.get("active", []),
                     "idle": len(scheduler.get("idle_workers", [])), "idle_pids": scheduler.get("idle_workers", [])},
     }
@@ -52,6 +56,7 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
 
 
 def runs_view(reader: StoreReader, limit: int = 50) -> dict[str, Any]:
+    """The `runs` watch's view read afresh (the gateway keeps it in a RunWindow instead; tests compare)."""
     return {"runs": queries.run_list(reader, None, limit), "counts": queries.run_counts(reader)}
 
 

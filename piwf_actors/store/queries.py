@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from piwf_actors.statuses import RUN_STATUSES
+from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.reader import StoreReader
 
 
@@ -137,7 +137,8 @@ RUN_SUMMARY_COLUMNS = ("run_id", "workflow", "status", "park_reason", "revision"
 def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *, workflow: str | None = None,
              since: float | None = None) -> list[dict[str, Any]]:
     """The newest `limit` runs, optionally only those in `status`, of `workflow` (its name), or created at or
-    after `since` (seconds since the epoch)."""
+    after `since` (seconds since the epoch). Newest first; runs created in the same instant by run id,
+    descending (the order the gateway's run window keeps too)."""
     cols = ", ".join(RUN_SUMMARY_COLUMNS)
     where, params = [], []
     for clause, value in (("status = ?", status), ("workflow = ?", workflow), ("created_at >= ?", since)):
@@ -145,8 +146,47 @@ def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *
             where.append(clause)
             params.append(value)
     condition = f"WHERE {' AND '.join(where)} " if where else ""
-    rows = reader.all(f"SELECT {cols} FROM run {condition}ORDER BY created_at DESC LIMIT ?", (*params, limit))
+    rows = reader.all(f"SELECT {cols} FROM run {condition}ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                      (*params, limit))
     return [dict(zip(RUN_SUMMARY_COLUMNS, row, strict=True)) for row in rows]
+
+
+_SUMMARY_SQL = ", ".join(RUN_SUMMARY_COLUMNS)
+
+
+def _with_rowid(rows: list[tuple[Any, ...]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(row[0], dict(zip(RUN_SUMMARY_COLUMNS, row[1:], strict=True))) for row in rows]
+
+
+def newest_runs(reader: StoreReader, limit: int) -> list[tuple[int, dict[str, Any]]]:
+    """`(rowid, run_list row)` of the newest `limit` runs, in run_list's order."""
+    return _with_rowid(reader.all(
+        f"SELECT rowid, {_SUMMARY_SQL} FROM run ORDER BY created_at DESC, run_id DESC LIMIT ?", (limit,)))
+
+
+def run_summaries(reader: StoreReader, run_ids: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    """`(rowid, run_list row)` of each of `run_ids` that exists, in one statement.
+
+    Up to 8 ids as `IN (?, …)` (each shape a statement sqlite3 keeps prepared: the usual case is one
+    to three runs per commit), more through json_each."""
+    if len(run_ids) <= 8:
+        marks = ", ".join("?" * len(run_ids))
+        return _with_rowid(reader.all(f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN ({marks})",
+                                      tuple(run_ids)))
+    return _with_rowid(reader.all(
+        f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN (SELECT value FROM json_each(?))",
+        (json.dumps(run_ids),)))
+
+
+def live_run_statuses(reader: StoreReader) -> dict[str, str]:
+    """run_id → status of every run that has not ended (through the status index: no table scan)."""
+    return dict(reader.all(f"SELECT run_id, status FROM run WHERE status IN {LIVE_SQL}"))
+
+
+def max_run_rowid(reader: StoreReader) -> int:
+    """The highest rowid of the run table (0 when empty). SQLite gives a new row max(rowid) + 1."""
+    row = reader.one("SELECT max(rowid) FROM run")
+    return int(row[0] or 0) if row else 0
 
 
 #: What `ids.match` (and `piwf`'s id prefixes) can look up: kind → (table, id column).

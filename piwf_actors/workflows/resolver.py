@@ -38,15 +38,26 @@ class WorkflowResolver:
         with self._lock:
             return len(self._cache)
 
-    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
-        key = (spec, project_path)
+    def cached(self, spec: str, project_path: str | None) -> ResolvedWorkflow | None:
+        """The resolution of `spec` if one is cached and its file is unchanged, else None.
+
+        Never loads a file (one `stat`), so a caller on a thread that must not run
+        workflow code (the client gateway) can use it and hand only a miss to a worker thread.
+        """
         with self._lock:
-            cached = self._cache.get(key)
+            cached = self._cache.get((spec, project_path))
         if cached is not None and cached[0] == _stamp(cached[1].path):
             with self._lock:
                 if key in self._cache:
                     self._cache.move_to_end(key)
             return cached[1]
+        return None
+
+    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
+        found = self.cached(spec, project_path)
+        if found is not None:
+            return found
+        key = (spec, project_path)
         resolved = resolve(spec, project_path)
         with self._lock:
             self._cache[key] = (_stamp(resolved.path), resolved)

@@ -1,0 +1,102 @@
+"""Which thread hands a client's write to the writer (docs/protocol.md 3.5).
+
+`run.start` of a workflow the host has resolved before, whose file is
+unchanged, is built by the gateway actor itself and queued for the writer
+from its thread: socket thread → gateway → writer, two hand-offs. The first
+start of a workflow, or one whose file changed since, is loaded on the
+gateway's executor, which queues the command itself (three hand-offs, never
+the four of executor → gateway → writer). The thread that called
+`WriterHandle.submit` says which path a command took.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from piwf_actors import HostConfig, HostHandle, start_host
+from piwf_actors.actors import writer as writer_module
+from piwf_actors.client import Client
+
+FLOW = '''
+from piwf_actors.workflows import compute, define_workflow
+
+def _step(ctx):
+    return {{"version": {version}}}
+
+quick = define_workflow(name="quick", start_at="a", nodes={{"a": compute(run=_step)}}, edges=[])
+'''
+
+
+@pytest.fixture
+def submitters(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(command name, submitting thread's name) of every write the host queues."""
+    seen: list[tuple[str, str]] = []
+    real = writer_module.WriterHandle.submit
+
+    def submit(self, command, reply_to=None):
+        seen.append((command.name, threading.current_thread().name))
+        return real(self, command, reply_to)
+
+    monkeypatch.setattr(writer_module.WriterHandle, "submit", submit)
+    return seen
+
+
+@pytest.fixture
+def host(state_dir: Path, submitters) -> Iterator[HostHandle]:
+    with start_host(HostConfig(state_dir=state_dir, max_workers=1)) as handle:
+        yield handle
+
+
+def _start_threads(submitters: list[tuple[str, str]], command: str) -> list[str]:
+    return [thread for name, thread in submitters if name == command]
+
+
+def test_run_start_of_a_resolved_workflow_goes_from_the_gateway_straight_to_the_writer(
+        host: HostHandle, submitters, tmp_path: Path) -> None:
+    flow = tmp_path / "flow.py"
+    flow.write_text(FLOW.format(version=1))
+    with Client(host.paths.database.parent) as client:
+        first = client.start(f"{flow}:quick", {"n": 1})["run_id"]
+        second = client.start(f"{flow}:quick", {"n": 2})["run_id"]
+        threads = _start_threads(submitters, "run.start")
+        assert threads[0].startswith("piwf-gateway_"), threads  # loaded on the executor, queued from there
+        assert threads[1].startswith("ClientGateway-"), threads  # cached: queued by the gateway actor
+        assert client.wait(second, timeout=30)["output"] == {"version": 1}
+        assert client.wait(first, timeout=30)["status"] == "done"
+
+        # An edited file is loaded again, off the gateway's thread, and the new code runs.
+        flow.write_text(FLOW.format(version=22))
+        third = client.start(f"{flow}:quick", {"n": 3})["run_id"]
+        fourth = client.start(f"{flow}:quick", {"n": 4})["run_id"]
+        threads = _start_threads(submitters, "run.start")
+        assert threads[2].startswith("piwf-gateway_") and threads[3].startswith("ClientGateway-"), threads
+        assert client.wait(third, timeout=30)["output"] == {"version": 22}
+        assert client.wait(fourth, timeout=30)["output"] == {"version": 22}
+
+
+def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: HostHandle, submitters,
+                                                                        tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise ImportError('nope')\n")
+    with Client(host.paths.database.parent) as client:
+        answer = client.request("run.start", {"workflow": f"{broken}:quick"})
+        assert answer.outcome == "rejected" and "nope" in (answer.error or ""), answer
+        assert _start_threads(submitters, "run.start") == []  # nothing reached the writer
+        # The gateway is unharmed and answers the next request.
+        assert client.request("run.list").outcome == "accepted"
+
+
+def test_run_restart_is_queued_by_the_executor(host: HostHandle, submitters, tmp_path: Path) -> None:
+    flow = tmp_path / "flow.py"
+    flow.write_text(FLOW.format(version=3))
+    with Client(host.paths.database.parent) as client:
+        run_id = client.start(f"{flow}:quick")["run_id"]
+        revision = client.wait(run_id, timeout=30)["revision"]
+        answer = client.request("run.restart", run_id=run_id, expected_revision=revision)
+        assert answer.outcome == "accepted", answer
+        assert all(t.startswith("piwf-gateway_") for t in _start_threads(submitters, "run.restart"))
+        assert client.wait(answer.receipt["run_id"], timeout=30)["output"] == {"version": 3}

@@ -1,0 +1,175 @@
+"""The watched views over the wire equal a fresh read of the database, however they were kept.
+
+The host keeps the `runs` view and the run counts in memory and patches them
+from change notices (`RunWindow`). Here a live host goes through many kinds
+of change — runs that finish, fail, park, are cancelled, paused, restarted,
+more of them than the view shows, then a prune — and each time things
+settle, a watcher's last `runs` and `host` events must equal what a fresh
+read-only connection reads, and what a new watch gets first; `run.list` must
+answer what the query answers. Also: `run.list` sees a run as soon as
+`run.start` was answered, and a burst of changes reaches a `runs` watcher as
+fewer events than changes, the last one current.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+from piwf_actors.protocol import views, watches
+from piwf_actors.store import queries
+from piwf_actors.store.reader import StoreReader
+
+FLOWS = textwrap.dedent('''
+    from piwf_actors.workflows import compute, define_workflow
+
+    def _boom(ctx):
+        raise RuntimeError("boom")
+
+    fails = define_workflow(name="fails", start_at="a", nodes={"a": compute(run=_boom)}, edges=[])
+''')
+
+
+def _watch(conn, subscription_id: str, topic: str) -> None:
+    answer = conn.request("watch", {"subscription_id": subscription_id, "topic": topic})
+    assert answer["outcome"] == "accepted", answer
+
+
+def _fresh(host) -> tuple[dict, dict]:
+    """(runs view, run counts) read afresh, through a connection of the test's own."""
+    reader = StoreReader(host.paths.database)
+    try:
+        return views.runs_view(reader), queries.run_counts(reader)
+    finally:
+        reader.close()
+
+
+def _latest(conn, subscription_id: str, quiet_s: float = 0.15) -> dict | None:
+    """The payload of the last event of `subscription_id` that arrived until none came for `quiet_s`."""
+    latest = None
+    while True:
+        try:
+            latest = conn.event(subscription_id, timeout=quiet_s)["payload"]
+        except TimeoutError:
+            return latest
+
+
+def _settle(host, conn, proto, last: dict) -> dict:
+    """Wait until no run is on its way, then until the watcher's `runs` and `host` views equal a fresh
+    read; returns the last `runs` payload. `last` keeps the newest payload per subscription."""
+    def settled() -> bool:
+        counts = conn.ok("host.status")["receipt"]["runs"]
+        return not (counts["queued"] or counts["starting"] or counts["running"])
+
+    proto.wait_for(settled, 30, "every run to end or park")
+
+    def caught_up() -> bool:
+        for subscription_id in ("all", "hq"):
+            payload = _latest(conn, subscription_id)
+            if payload is not None:
+                last[subscription_id] = payload
+        fresh_runs, fresh_counts = _fresh(host)
+        return last["all"] == fresh_runs and last["hq"]["runs"] == fresh_counts
+
+    proto.wait_for(caught_up, 10, lambda: f"the watched views to equal a fresh read: {last['all']['counts']}")
+    return last["all"]
+
+
+def test_watched_views_equal_a_fresh_read_after_many_changes(host, connect, proto, tmp_path: Path) -> None:
+    (tmp_path / "fails.py").write_text(FLOWS)
+    watcher, actor = connect(host), connect(host)
+    _watch(watcher, "all", "runs")
+    _watch(watcher, "hq", "host")
+    last = {"all": watcher.event("all")["payload"], "hq": watcher.event("hq")["payload"]}
+
+    def start(workflow: str, **payload) -> str:
+        return actor.ok("run.start", {"workflow": workflow, **payload})["receipt"]["run_id"]
+
+    # More runs than the view's 50, finishing, failing, parking; some cancelled, some paused.
+    done = [start(proto.flow("quick"), input={"i": i}) for i in range(40)]
+    failed = [start(f"{tmp_path / 'fails.py'}:fails") for _ in range(6)]
+    parked = [start(proto.flow("asks")) for _ in range(6)]
+    slow = [start(proto.flow("three"), input={"sleep": 0.3}) for _ in range(3)]
+    for run_id in parked[:3]:
+        proto.wait_run(actor, run_id, ("parked",))
+        actor.ok("run.cancel", run_id=run_id)
+    actor.ok("run.pause", run_id=slow[0])
+    settled = _settle(host, watcher, proto, last)
+    statuses = {run["status"] for run in settled["runs"]}
+    assert {"done", "failed", "parked", "cancelled"} <= statuses, statuses
+    assert len(settled["runs"]) == 50 and sum(settled["counts"].values()) == 55
+
+    # Restarts add runs and touch their parents (outside the view by now).
+    for run_id in (done[0], failed[0]):
+        revision = actor.ok("run.get", run_id=run_id)["revision"]
+        actor.ok("run.restart", run_id=run_id, expected_revision=revision)
+    actor.ok("run.resume", run_id=slow[0])
+    settled = _settle(host, watcher, proto, last)
+    assert sum(settled["counts"].values()) == 57
+
+    # A new watch's first event is the same view.
+    other = connect(host)
+    _watch(other, "again", "runs")
+    assert other.event("again")["payload"] == settled
+
+    # run.list, from memory or not, answers what the query answers.
+    reader = StoreReader(host.paths.database)
+    try:
+        for payload, args in (({}, (None, 100)), ({"limit": 7}, (None, 7)), ({"status": "failed"}, ("failed", 100)),
+                              ({"status": "parked", "limit": 2}, ("parked", 2)),
+                              ({"workflow": "quick", "limit": 30}, (None, 30, "quick"))):
+            expected = queries.run_list(reader, args[0], args[1], workflow=args[2] if len(args) > 2 else None)
+            assert actor.ok("run.list", payload)["receipt"]["runs"] == expected, payload
+    finally:
+        reader.close()
+
+    # A prune deletes finished runs, inside the view and beyond it.
+    for run_id in parked[3:]:
+        actor.ok("run.cancel", run_id=run_id)
+    pruned = actor.ok("state.prune", {"before": time.time() + 60, "apply": True})["receipt"]
+    assert pruned["run_count"] == 57
+    settled = _settle(host, watcher, proto, last)
+    assert settled["runs"] == [] and sum(settled["counts"].values()) == 0
+
+
+def test_run_list_shows_a_run_as_soon_as_run_start_is_answered(host, connect, proto) -> None:
+    """Read your writes: with the list served from memory (a `runs` watch keeps it), a run.list sent
+    right after run.start's answer, on the same connection or another, includes the new run."""
+    watcher, one, two = connect(host), connect(host), connect(host)
+    _watch(watcher, "all", "runs")
+    watcher.event("all")
+    for index in range(40):
+        run_id = one.ok("run.start", {"workflow": proto.flow("quick"), "input": {"i": index}})["receipt"]["run_id"]
+        lister = one if index % 2 else two
+        listed = [run["run_id"] for run in lister.ok("run.list", {"limit": 5})["receipt"]["runs"]]
+        assert run_id in listed, (index, run_id, listed)
+
+
+def test_a_burst_of_changes_reaches_a_runs_watcher_coalesced(host, connect, proto) -> None:
+    """Forty runs started back to back change the `runs` view a few hundred times; the watcher gets
+    at most one event per LIST_INTERVAL_S, and the last one is the view as it ends."""
+    watcher, actor = connect(host), connect(host)
+    _watch(watcher, "all", "runs")
+    watcher.event("all")
+    began = time.monotonic()
+    for batch in range(2):  # within the in-flight cap of 32
+        sent = [actor.send_request("run.start", {"workflow": proto.flow("quick"), "input": {"i": batch * 20 + i}})
+                for i in range(20)]
+        for request_id in sent:
+            assert actor.response(request_id)["outcome"] == "accepted"
+    events = []
+
+    def all_done() -> bool:
+        while True:
+            try:
+                events.append(watcher.event("all", timeout=0.1)["payload"])
+            except TimeoutError:
+                return bool(events) and events[-1]["counts"]["done"] == 40
+
+    proto.wait_for(all_done, 30, lambda: f"the watcher to see 40 runs done ({len(events)} events)")
+    elapsed = time.monotonic() - began
+    assert events[-1] == _fresh(host)[0]
+    # Each of the 40 runs changed the view at least three times (queued, running, done).
+    # At most one event per interval (and the first at once): fewer than the changes of a burst.
+    assert len(events) <= 2 + elapsed / watches.LIST_INTERVAL_S, (len(events), elapsed)
