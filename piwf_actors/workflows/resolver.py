@@ -44,8 +44,9 @@ class WorkflowResolver:
         Never loads a file (one `stat`), so a caller on a thread that must not run
         workflow code (the client gateway) can use it and hand only a miss to a worker thread.
         """
+        key = (spec, project_path)
         with self._lock:
-            cached = self._cache.get((spec, project_path))
+            cached = self._cache.get(key)
         if cached is not None and cached[0] == _stamp(cached[1].path):
             with self._lock:
                 if key in self._cache:

@@ -96,8 +96,9 @@ class AllowedScan:
 
 #: Index walks that are bounded although the plan says SCAN. Each must name the index it walks.
 ALLOWED_SCANS: tuple[AllowedScan, ...] = (
-    AllowedScan(r"FROM run ORDER BY created_at DESC LIMIT", "run", "run_created_at",
-                "run.list without filters: the newest-first walk stops after LIMIT rows"),
+    AllowedScan(r"FROM run ORDER BY created_at DESC(, run_id DESC)? LIMIT", "run", "run_created_at",
+                "run.list without filters: the newest-first walk stops after LIMIT rows (runs created in the "
+                "same instant are put in run id order among themselves: a sort of those ties only)"),
     AllowedScan(r"FROM session_message WHERE acked_at IS NULL ORDER BY created_at", "session_message",
                 "session_message_unacked",
                 "interaction.list across sessions: a partial index holding only the unacknowledged "
