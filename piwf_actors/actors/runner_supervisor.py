@@ -189,6 +189,8 @@ class RunnerSupervisor(CoreActor):
         self._worker: WorkerProcess | None = None
         self._serving: _Serving | None = None
         self._stopped = False
+        # Frames to send when the current message is handled, with the worker each was meant for.
+        self._outbox: list[tuple[WorkerProcess, bytes]] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -322,10 +324,34 @@ class RunnerSupervisor(CoreActor):
                  "runner_epoch": launch.runner_epoch, "revision": launch.revision, **envelope}
         return serving.content.point_at(frame, stored)
 
+    def on_receive(self, message: Any) -> Any:
+        """Frames for the worker that one message produces (the answers to a batch of results) go
+        out in one `sendall`: one system call, and one wake-up of the worker, instead of one each."""
+        if self._outbox is not None:  # within a message already (a WriteResults' parts)
+            return super().on_receive(message)
+        self._outbox = []
+        try:
+            return super().on_receive(message)
+        finally:
+            outbox, self._outbox = self._outbox, None
+            worker = self._worker
+            # Only what was meant for the slot's current worker (one killed meanwhile gets nothing).
+            data = b"".join(frame for meant_for, frame in outbox if meant_for is worker)
+            if data and worker is not None:
+                try:
+                    worker.sock.sendall(data)
+                except OSError:
+                    pass  # the socket thread reports the broken connection
+
     def _send(self, serving: _Serving, frame: dict[str, Any], under: tuple[str, ...]) -> None:
-        """Send a frame to the worker, cutting large values under `under` out as readable content."""
+        """Send a frame to the worker (at the end of the message being handled, see on_receive),
+        cutting large values under `under` out as readable content."""
         assert self._worker is not None
-        self._worker.sock.sendall(serving.content.encode(frame, under))
+        data = serving.content.encode(frame, under)
+        if self._outbox is None:
+            self._worker.sock.sendall(data)
+        else:
+            self._outbox.append((self._worker, data))
 
     # --- worker protocol ---------------------------------------------------------------------
 
