@@ -4,7 +4,8 @@ Prints, from one run on this machine and the same pragmas (WAL,
 synchronous=FULL unless --synchronous says otherwise):
   raw-1    stdlib sqlite3, one INSERT per transaction (one fsync each)
   raw-100  stdlib sqlite3, 100 INSERTs per transaction
-  writer   `run.append_note` commands (one event row each, its own savepoint)
+  writer   `bench.note` commands (one run_event row each, its own savepoint;
+           registered here, a command of this benchmark only)
            through the writer actor from N concurrent sender threads, each
            waiting for its commit before sending the next
 and the ratios writer/raw-1 and writer/raw-100.
@@ -25,7 +26,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from piwf_actors.actors.writer import start_writer  # noqa: E402
+from piwf_actors.store.commands.registry import WriteContext, command  # noqa: E402
 from piwf_actors.store.database import open_store  # noqa: E402
+from piwf_actors.store.events import append_event  # noqa: E402
+
+
+@command("bench.note")
+def bench_note(ctx: WriteContext, args: dict) -> int:
+    """Append one `note` event to a run: the single-row command the senders send."""
+    seq = append_event(ctx.conn, args["run_id"], "note", ctx.now, payload=args.get("payload"))
+    ctx.changes.touch("run_event", args["run_id"])
+    return seq
 
 
 def raw(path: Path, rows_per_tx: int, seconds: float, synchronous: str) -> float:
@@ -57,7 +68,8 @@ def through_writer(path: Path, senders: int, seconds: float, synchronous: str) -
         epoch = handle.call("lease.acquire", {"host_id": "bench", "token_hash": "x", "pid": os.getpid(),
                                               "process_start_identity": "0", "lease_s": 3600})["epoch"]
         writer = handle.with_epoch(epoch)
-        run_ids = [writer.call("run.create", {"workflow": "bench"})["run_id"] for _ in range(senders)]
+        run_ids = [writer.call("run.start", {"spec": {"workflow": "bench"}})["receipt"]["run_id"]
+                   for _ in range(senders)]
         counts = [0] * senders
         stop = threading.Event()
         go = threading.Barrier(senders + 1)
@@ -66,7 +78,7 @@ def through_writer(path: Path, senders: int, seconds: float, synchronous: str) -
             go.wait()
             run_id = run_ids[n]
             while not stop.is_set():
-                writer.execute("run.append_note", {"run_id": run_id, "payload": {"i": counts[n]}}).unwrap()
+                writer.execute("bench.note", {"run_id": run_id, "payload": {"i": counts[n]}}).unwrap()
                 counts[n] += 1
 
         threads = [threading.Thread(target=send, args=(n,)) for n in range(senders)]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import direct_commands  # noqa: F401  (registers the test-only write commands)
 import pytest
 
 from piwf_actors import HostConfig, HostHandle, start_host

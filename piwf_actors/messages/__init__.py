@@ -1,8 +1,8 @@
-"""Wire messages: strict msgpack codec, length-prefixed frames, typed records.
+"""Wire messages: strict msgpack codec, length-prefixed frames.
 
 Layers, each usable alone: `codec` (wire values <-> bytes), `frames`
-(one map per length-prefixed frame on a stream), `records` (frozen
-dataclasses <-> wire maps). Bad input surfaces only as `DecodeError`
+(one map per length-prefixed frame on a stream); `content` (large values
+as content references read in chunks). Bad input surfaces only as `DecodeError`
 (`FrameTooLarge` for oversize); values that cannot be sent as `EncodeError`.
 """
 
@@ -17,7 +17,6 @@ from piwf_actors.messages.codec import (
     wire_type_name,
 )
 from piwf_actors.messages.frames import HEADER_BYTES, FrameDecoder, encode_frame, recv_frame, send_frame
-from piwf_actors.messages.records import RecordRegistry, WireRecord
 
 __all__ = [
     "HEADER_BYTES",
@@ -26,8 +25,6 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",
     "FrameDecoder",
-    "RecordRegistry",
-    "WireRecord",
     "encode_frame",
     "pack",
     "recv_frame",

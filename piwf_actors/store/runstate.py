@@ -11,7 +11,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.canonical import canonical_json
-from piwf_actors.errors import ClaimLost, NotFound
+from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.events import append_event
@@ -123,27 +123,6 @@ def claim_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
     cursor = conn.execute("SELECT * FROM run_claim WHERE run_id = ?", (run_id,))
     row = cursor.fetchone()
     return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))
-
-
-def require_claim(ctx: WriteContext, run_id: str, token_hash: str, generation: int,
-                  runner_epoch: str | None = None) -> dict[str, Any]:
-    """The run's current claim, if it is exactly the caller's; otherwise ClaimLost.
-
-    A claim from an earlier host epoch, an older generation, another runner
-    epoch or a different token is stale, and so is one whose lease ran out.
-    """
-    claim = claim_row(ctx.conn, run_id)
-    if claim is None:
-        raise ClaimLost(run_id, "the run is not claimed")
-    if claim["generation"] != generation or claim["claim_token_hash"] != token_hash:
-        raise ClaimLost(run_id, f"generation {generation} is not the current claim")
-    if runner_epoch is not None and claim["runner_epoch"] != runner_epoch:
-        raise ClaimLost(run_id, "runner epoch is stale")
-    if claim["host_epoch"] != ctx.host_epoch:
-        raise ClaimLost(run_id, "claim belongs to an earlier host epoch")
-    if claim["expires_at"] <= ctx.now:
-        raise ClaimLost(run_id, "claim lease expired")
-    return claim
 
 
 def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,59 +15,11 @@ from piwf_actors.messages import (
     INT_MIN,
     MAX_DEPTH,
     FrameDecoder,
-    RecordRegistry,
-    WireRecord,
     encode_frame,
     pack,
     unpack,
     unpack_map,
 )
-
-# Records covering every supported annotation, for the registry properties.
-registry = RecordRegistry()
-
-
-@registry.register
-@dataclass(frozen=True, slots=True)
-class Job(WireRecord):
-    KIND: ClassVar[str] = "job"
-
-    name: str
-    input: Any
-    attempts: int
-    weight: float
-    dry_run: bool
-    token: bytes
-    options: dict[str, Any]
-    tags: tuple[str, ...]
-    limits: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    path: str | None = None
-    mode: Literal["a", "b", 3] = "a"
-    parent: Ref | None = None
-    children: tuple[Ref, ...] = ()
-
-
-@registry.register
-@dataclass(frozen=True, slots=True)
-class Ref(WireRecord):
-    KIND: ClassVar[str] = "ref"
-
-    run_id: str
-    revision: int = 0
-
-
-@registry.register
-@dataclass(frozen=True, slots=True)
-class Bounded(WireRecord):
-    KIND: ClassVar[str] = "bounded"
-
-    limit: int
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.limit <= 1000:
-            raise ValueError(f"limit {self.limit} outside 1..1000")
-
 
 # deadline=None: the first examples pay for imports and strategy building.
 # database=None: keep the shared checkout free of example databases.
@@ -181,35 +132,3 @@ def test_frame_decoder_reassembles_any_split(values: list[dict[str, Any]], data:
         start = cut
     assert frames == values
     assert not decoder.mid_frame
-
-
-def field_maps() -> st.SearchStrategy[dict[str, Any]]:
-    """Maps that look like records: real kinds and field names, random values."""
-    names = st.sampled_from(["kind", "name", "input", "attempts", "weight", "dry_run", "token", "options", "tags",
-                             "limits", "notes", "path", "mode", "parent", "children", "run_id", "revision",
-                             "limit", "extra"])  # fmt: skip
-    kinds = st.sampled_from(["job", "ref", "bounded", "unknown"])
-    return st.builds(
-        lambda fields, kind: fields | ({"kind": kind} if kind else {}),
-        st.dictionaries(names, wire_values, max_size=8),
-        kinds | st.none(),
-    )
-
-
-@PROPERTY
-@given(field_maps())
-def test_registry_decode_raises_only_decode_error(data: dict[str, Any]) -> None:
-    try:
-        record = registry.decode(data)
-    except DecodeError:
-        return
-    assert isinstance(record, WireRecord)
-    # Whatever decoded also survives the trip through bytes.
-    assert registry.roundtrip(record) == record
-
-
-@PROPERTY
-@given(hostile_bytes)
-def test_registry_decode_of_hostile_bytes(data: bytes) -> None:
-    with contextlib.suppress(DecodeError):
-        registry.decode(unpack(data))

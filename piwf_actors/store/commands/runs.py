@@ -1,4 +1,4 @@
-"""Run control commands: start, cancel, pause, resume, restart, notes.
+"""Run control commands: start, cancel, pause, resume, restart.
 
 Each is recorded for idempotency when the caller gives a client id and an
 idempotency key (see `idempotency.py`), and checks `expected_revision`
@@ -27,21 +27,6 @@ from piwf_actors.store.runstate import (
     set_status,
 )
 from piwf_actors.store.values import put_value
-
-#: Event kinds a client or worker may append as free-form notes.
-NOTE_KINDS = frozenset({"note", "log"})
-
-
-@command("run.append_note")
-def append_note(ctx: WriteContext, args: dict[str, Any]) -> int:
-    """Append a `note`/`log` event to a run's trace; returns its sequence number."""
-    kind = args.get("kind", "note")
-    if kind not in NOTE_KINDS:
-        raise Rejected(f"event kind {kind!r} cannot be appended as a note")
-    run_id = args["run_id"]
-    seq = append_event(ctx.conn, run_id, kind, ctx.now, node_id=args.get("node_id"), payload=args.get("payload"))
-    ctx.changes.touch("run_event", run_id)
-    return seq
 
 
 def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
@@ -73,15 +58,10 @@ def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[
     return {"run_id": run_id, "status": "queued", "revision": 1}
 
 
-@command("run.create")
-def create_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Insert a queued run with its input and workflow snapshot stored as blobs."""
-    return _insert_run(ctx, args)
-
-
 @command("run.start")
 def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """`run.create` recorded under the client's idempotency key."""
+    """Insert a queued run (`args["spec"]`: workflow, input, snapshot…), recorded under the client's
+    idempotency key when it gives one."""
     return recorded(ctx, args, "run.start", lambda: _insert_run(ctx, args["spec"]))
 
 
