@@ -11,6 +11,8 @@ from piwf_actors.protocol.socket_loop import Limits
 @dataclass(frozen=True, slots=True)
 class HostConfig:
     state_dir: str | Path | None = None  # None: $PIWF_STATE_DIR, $XDG_STATE_HOME/piwf, ~/.local/state/piwf
+    # The database (piwf_actors.paths.parse_database_url): None: $PIWF_DATABASE_URL, else <state_dir>/state.db.
+    database: str | None = None
     max_workers: int = 4
     lease_s: float = 15.0
     synchronous: str = "FULL"

@@ -3,6 +3,12 @@
 Default location: `$PIWF_STATE_DIR`, else `$XDG_STATE_HOME/piwf`, else
 `~/.local/state/piwf`. The directory is 0700 and every file in it 0600: the
 socket, the database and the lock grant control over the user's workflows.
+
+The database is `<state-dir>/state.db` unless a database URL names another
+(`--database`, `$PIWF_DATABASE_URL`): `sqlite:///abs/path.db` or a plain
+path for another SQLite file, `postgresql://…` for a PostgreSQL database
+that several hosts share. The socket and the lock stay in the state
+directory either way: they belong to one host.
 """
 
 from __future__ import annotations
@@ -11,8 +17,50 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from piwf_actors.errors import UnsafePath
+
+#: The environment variable that names the database when `--database` does not.
+DATABASE_URL_ENV = "PIWF_DATABASE_URL"
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresDatabase:
+    """A PostgreSQL database named by a libpq URL (`postgresql://user@host/db?host=/run/postgresql`)."""
+
+    url: str
+
+    def __str__(self) -> str:
+        # Shown in logs and errors: never the password.
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+
+
+#: Where the state lives: a SQLite file or a PostgreSQL database.
+DatabaseLocation = Path | PostgresDatabase
+
+
+def parse_database_url(text: str, *, relative_to: Path | None = None) -> DatabaseLocation:
+    """`sqlite:///abs/path`, a plain path, or `postgresql://…` / `postgres://…`; ValueError otherwise."""
+    text = text.strip()
+    if not text:
+        raise ValueError("the database URL is empty")
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme in ("postgresql", "postgres"):
+        return PostgresDatabase(text)
+    if scheme == "sqlite":
+        path = text[len("sqlite://"):]
+        if not path.startswith("/") or not path.strip("/"):
+            raise ValueError(f"a SQLite URL names an absolute file: sqlite:///path/to/state.db, not {text!r}")
+        return Path("/" + path.lstrip("/"))  # sqlite:////abs (SQLAlchemy's spelling) means the same file
+    if scheme:
+        raise ValueError(f"unsupported database URL scheme {scheme!r} (use sqlite:///path or postgresql://...)")
+    path = Path(text).expanduser()
+    return path if path.is_absolute() or relative_to is None else relative_to / path
 
 
 def default_state_dir(environ: dict[str, str] | None = None) -> Path:
@@ -27,10 +75,17 @@ def default_state_dir(environ: dict[str, str] | None = None) -> Path:
 @dataclass(frozen=True, slots=True)
 class StatePaths:
     root: Path
+    #: None: `<root>/state.db`.
+    database_override: DatabaseLocation | None = None
 
     @property
-    def database(self) -> Path:
-        return self.root / "state.db"
+    def database(self) -> DatabaseLocation:
+        return self.root / "state.db" if self.database_override is None else self.database_override
+
+    @property
+    def default_database(self) -> bool:
+        """Whether the database is the state directory's own `state.db`."""
+        return self.database_override is None
 
     @property
     def socket(self) -> Path:
@@ -41,9 +96,16 @@ class StatePaths:
         return self.root / "host.lock"
 
     @classmethod
-    def resolve(cls, state_dir: str | os.PathLike[str] | None) -> StatePaths:
-        root = Path(state_dir).expanduser() if state_dir else default_state_dir()
-        return cls(root.absolute())
+    def resolve(cls, state_dir: str | os.PathLike[str] | None, database: str | None = None,
+                environ: dict[str, str] | None = None) -> StatePaths:
+        """The state directory's paths; `database` (else `$PIWF_DATABASE_URL`) names another database."""
+        env = os.environ if environ is None else environ
+        root = (Path(state_dir).expanduser() if state_dir else default_state_dir(env)).absolute()
+        url = database if database is not None else env.get(DATABASE_URL_ENV) or None
+        override = None if url is None else parse_database_url(url, relative_to=Path.cwd())
+        if override == root / "state.db":
+            override = None
+        return cls(root, override)
 
 
 def ensure_private_dir(path: Path) -> None:

@@ -51,7 +51,7 @@ from piwf_actors.api import (
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
-from piwf_actors.errors import HostError, NotFound
+from piwf_actors.errors import HostError, NotFound, StoreRefused
 from piwf_actors.operations import restart_run as _restart_run
 from piwf_actors.operations import start_run as _start_run
 from piwf_actors.paths import StatePaths, ensure_private_dir
@@ -462,7 +462,10 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
     leaves nothing running. Runs in the caller's thread.
     """
     config = config or HostConfig()
-    paths = StatePaths.resolve(config.state_dir)
+    try:
+        paths = StatePaths.resolve(config.state_dir, config.database)
+    except ValueError as exc:
+        raise StoreRefused(str(config.database), str(exc)) from None
     ensure_private_dir(paths.root)
     parts = _Parts()
     parts.lock = HostLock.acquire(paths.lock, str(paths.root))
@@ -481,7 +484,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         reader = StoreReader(paths.database, options)
         try:
             claim = acquire_lease(parts.writer, lambda: queries.lease_holder(reader), lease_s=config.lease_s,
-                                  state_dir=str(paths.root), host_id=config.host_id)
+                                  state_dir=str(paths.root), host_id=config.host_id,
+                                  lock_guards_database=paths.default_database)
             parts.writer = parts.writer.with_epoch(claim.epoch)
             parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board,
                                           claim_lease_s=config.claim_lease_s)

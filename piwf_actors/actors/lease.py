@@ -98,14 +98,17 @@ class GetLease:
 
 
 def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]], *, lease_s: float,
-                  state_dir: str, host_id: str | None = None) -> LeaseClaim:
+                  state_dir: str, host_id: str | None = None, lock_guards_database: bool = True) -> LeaseClaim:
     """Take the lease through the writer; raise HostAlreadyRunning or LeaseLost.
 
     `reader_row` returns the current (pid, process_start_identity) of the
     lease row. When the recorded holder process is gone (checked by pid AND
     start time, so a reused pid does not count as alive) the caller, which
     already holds the lock file, may take an unexpired lease at once instead
-    of waiting for it to run out.
+    of waiting for it to run out. That holds only while the lock file guards
+    the database (`lock_guards_database`: the state directory's own
+    `state.db`); a database that other state directories (or machines) may
+    name is free only when the holder's lease has run out.
     """
     pid = os.getpid()
     claim_args: dict[str, Any] = {
@@ -119,7 +122,8 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
     # The caller holds the lock file, so no live host owns this state dir: a
     # lease recorded for a process that is gone — or for this very process (a
     # host embedded here that failed before it could release) — is stale.
-    if holder_pid is not None and (holder_pid == pid or not holder_alive(holder_pid, holder_identity)):
+    if lock_guards_database and holder_pid is not None and (
+            holder_pid == pid or not holder_alive(holder_pid, holder_identity)):
         claim_args["holder_dead"] = {"pid": holder_pid, "process_start_identity": holder_identity}
     token = secrets.token_urlsafe(32)
     claim_args["token_hash"] = token_hash(token)

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"piwf-host {__version__}")
     parser.add_argument("--state-dir", help="directory for state.db, host.sock and host.lock")
+    parser.add_argument("--database", metavar="URL", default=None,
+                        help="the state database: sqlite:///path/state.db or postgresql://user@/db?host=/run/postgresql "
+                        "(default: $PIWF_DATABASE_URL, else state.db in the state directory)")
     parser.add_argument("--max-workers", type=int, default=4, help="runs executed at once (default 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="log verbosity of the host and its workers (default INFO)")
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level, args.log_format, static={"role": "host"})
     try:
-        config = HostConfig(state_dir=args.state_dir, max_workers=args.max_workers, lease_s=args.lease_s,
+        config = HostConfig(state_dir=args.state_dir, database=args.database, max_workers=args.max_workers, lease_s=args.lease_s,
                             synchronous=args.synchronous, retention_days=args.retention_days,
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,

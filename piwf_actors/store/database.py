@@ -108,6 +108,8 @@ def open_store(path: Path, options: StoreOptions = StoreOptions()) -> pw.SqliteD
     that thread. Raises StoreRefused for anything that is not a healthy piwf
     database of a version this code can migrate.
     """
+    if not isinstance(path, Path):
+        raise StoreRefused(str(path), "this build stores state in SQLite only")
     create = check_file(path)
     if not create:
         _inspect_read_only(path)
