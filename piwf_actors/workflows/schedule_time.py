@@ -122,18 +122,31 @@ class Timing:
             while (k - 1) * step > t:
                 k -= 1
             return k * step
-        for found in self._cron(t):
+        # Cron fires on whole seconds: strictly after t is strictly after its whole second.
+        whole = float(math.floor(t))
+        for found in self._cron(whole):
             if found > t:
                 return found
         return None
 
+    def first_from(self, start: float) -> float | None:
+        """The first fire time at or after `start`."""
+        if self.every_s is None:
+            return self.next_after(float(math.ceil(start)) - 1.0)
+        step = float(self.every_s)
+        k = math.ceil(start / step)
+        while k * step < start:
+            k += 1
+        while (k - 1) * step >= start:
+            k -= 1
+        return k * step
+
     def fires_from(self, start: float, until: float, limit: int) -> list[float]:
         """Fire times t with start <= t <= until, ascending, at most `limit`."""
         found: list[float] = []
-        t = self.next_after(math.nextafter(start, -math.inf))
+        t = self.first_from(start)
         while t is not None and t <= until and len(found) < limit:
-            if t >= start:
-                found.append(t)
+            found.append(t)
             t = self.next_after(t)
         return found
 
@@ -151,7 +164,7 @@ class Timing:
                 found.append(k * step)
                 k -= 1
         else:
-            for t in self._cron(end, reverse=True):
+            for t in self._cron(float(math.ceil(end)), reverse=True):
                 if t >= end:
                     continue
                 if t < start or len(found) >= n:
