@@ -11,13 +11,18 @@
    machine) stands in for Telegram; a `[telegram.ops]` profile sends the
    release decision to the operators' chat with one button per choice, a
    simulated tap answers it, and the message is edited to show the outcome.
-5. Prints each run's nodes and results, the host status, and stops cleanly.
+5. Schedules: a workflow file with an `every_s=1` schedule appears in the
+   host's project (`piwf-host --project DIR`); the host loads it, it fires
+   twice (one run per fire, ids derived from the fire time), and is paused
+   through the socket.
+6. Prints each run's nodes and results, the host status, and stops cleanly.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -119,13 +124,51 @@ def telegram_part(host: Any, bot: FakeBotApi) -> dict[str, Any]:
     return view
 
 
+SCHEDULE_FILE = """
+from piwf_actors.workflows import compute, define_schedule, define_workflow
+
+heartbeat = define_workflow(name="heartbeat", start_at="beat",
+                            nodes={"beat": compute(run=lambda ctx: {"beat_at": ctx.input["at"]})}, edges=[])
+every_second = define_schedule(name="every-second", workflow=heartbeat, every_s=1,
+                               input=lambda fire_time: {"at": fire_time.strftime("%H:%M:%S")})
+"""
+
+
+def schedule_part(host: Any, project: Path, state_dir: str) -> None:
+    """A schedule file appears in the host's project: it is loaded, fires twice, and is paused."""
+    console.print("\n[bold]Schedules[/] (a workflow file with an every_s=1 schedule appears in the host's project)")
+    (project / ".piwf" / "workflows" / "heartbeat.py").write_text(SCHEDULE_FILE)
+    with Client(state_dir, client_id="demo-scheduler") as client:
+        def fired() -> list[dict[str, Any]]:
+            listed = client.request("schedule.list").receipt["schedules"]
+            return listed if listed and listed[0]["fire_count"] >= 2 else []
+
+        wait_until(fired, "two fires of the schedule", timeout=30)
+        paused = client.request("schedule.pause", {"name": "every-second"})
+        console.print(Text(f"schedule.pause every-second → {paused.outcome}"))
+        [item] = client.request("schedule.list").receipt["schedules"]
+        runs = [run for run in client.request("run.list", {"workflow": "heartbeat"}).receipt["runs"]]
+        views = [host.wait_for_run(run["run_id"], timeout=30) for run in reversed(runs)]
+    table = Table(title=f"schedule {item['name']}: {item['timing']}, {item['fire_count']} fires, "
+                        f"paused={item['paused']}")
+    for column in ("run", "fired at", "kind", "output"):
+        table.add_column(column)
+    for view in views:
+        table.add_row(Text(view.run_id), Text(time.strftime("%H:%M:%S", time.localtime(view["schedule"]["fire_time"]))),
+                      Text(view["schedule"]["kind"]), Text(short(view.output)))
+    console.print(table)
+
+
 def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="piwf-demo-", dir="/tmp") as state_dir, \
-            tempfile.TemporaryDirectory(prefix="piwf-demo-config-") as config_dir, FakeBotApi() as bot:
+            tempfile.TemporaryDirectory(prefix="piwf-demo-config-") as config_dir, \
+            tempfile.TemporaryDirectory(prefix="piwf-demo-project-") as project, FakeBotApi() as bot:
+        (Path(project) / ".piwf" / "workflows").mkdir(parents=True)
+        os.environ["XDG_CONFIG_HOME"] = config_dir  # the demo's host runs no schedule of your own config dir
         host = start_host(HostConfig(state_dir=state_dir, max_workers=4,
                                      config_dir=telegram_config(Path(config_dir), bot.token),
-                                     telegram_api_base=bot.url, channel_poll_timeout_s=1))
+                                     telegram_api_base=bot.url, channel_poll_timeout_s=1, projects=(project,)))
         console.print(f"[bold]host started[/] at epoch {host.epoch}, state in {state_dir}")
         try:
             starts = [
@@ -161,6 +204,7 @@ def main() -> int:
             console.print(run_table("Decisions", [shipped, timed_out]))
             console.print(Text(f"session 'ops' outbox: {[m['kind'] for m in messages]}"))
             console.print(run_table("Decided in Telegram", [telegram_part(host, bot)]))
+            schedule_part(host, Path(project), state_dir)
 
             status = host.status()
             console.print(f"runs by status: {status['runs']}; writer: {status['writer']['commits']} commits, "

@@ -36,6 +36,10 @@ class HostConfig:
     metrics_address: str | None = None
     log_level: str = "WARNING"  # the workers' log level (piwf-host passes its --log-level)
     log_format: str = "text"  # text | json, for the workers (piwf-host passes its --log-format)
+    # Projects whose `.piwf/workflows/*.py` schedules this host runs (piwf-host --project, repeatable), besides
+    # those of $XDG_CONFIG_HOME/piwf/workflows/; `schedules=False` runs no schedule keeper at all.
+    projects: tuple[str, ...] = ()
+    schedules: bool = True
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
@@ -48,5 +52,8 @@ class HostConfig:
             raise ValueError("idempotency_days must be >= 0")
         if self.watchdog_grace_s < 0 or self.worker_ready_timeout_s <= 0:
             raise ValueError("watchdog_grace_s must be >= 0 and worker_ready_timeout_s > 0")
+        if isinstance(self.projects, (str, Path)):
+            raise ValueError("projects must be a sequence of project directories, not one path")
+        object.__setattr__(self, "projects", tuple(str(project) for project in self.projects))
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")

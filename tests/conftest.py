@@ -6,7 +6,8 @@ longer, so state dirs live under /tmp with a short random name.
 
 Hosts read decision-channel configuration from `$PIWF_CONFIG_DIR`: the whole
 run points it at an empty directory, so no test ever picks up (or talks to)
-a channel configured on the machine. Channel tests set their own.
+a channel configured on the machine. Channel tests set their own. `$XDG_CONFIG_HOME`
+points there too, so no test host runs a schedule of the machine's user directory.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from piwf_actors import HostConfig, HostHandle, start_host
 _EMPTY_CONFIG_DIR = tempfile.mkdtemp(prefix="pw-cfg-")
 atexit.register(shutil.rmtree, _EMPTY_CONFIG_DIR, True)
 os.environ["PIWF_CONFIG_DIR"] = _EMPTY_CONFIG_DIR
+# Hosts load schedules from $XDG_CONFIG_HOME/piwf/workflows/: never the machine's own (schedule tests set theirs).
+os.environ["XDG_CONFIG_HOME"] = _EMPTY_CONFIG_DIR
 os.environ.pop("PIWF_TELEGRAM_API_BASE", None)
 
 

@@ -49,6 +49,7 @@ from piwf_actors.protocol.catalog import OPERATIONS
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
 from piwf_actors.protocol.live_views import LiveViews
 from piwf_actors.protocol.payloads import check_payload
+from piwf_actors.protocol.schedule_ops import ScheduleOperations
 from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.protocol.watches import WatchRefused
 from piwf_actors.statuses import RUN_STATUSES
@@ -121,13 +122,13 @@ class GatewayStats:
     by_operation: dict[str, int] = field(default_factory=dict)
 
 
-class ClientGateway(CoreActor):
+class ClientGateway(ScheduleOperations, CoreActor):
     actor_name = "gateway"
 
     def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
-                 channels: pykka.ActorRef[Any] | None = None) -> None:
+                 channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
@@ -149,6 +150,7 @@ class ClientGateway(CoreActor):
         self._stats = GatewayStats()
         self._verdicts: dict[str, tuple[int, Request, str]] = {}
         self._channels = channels
+        self._schedules = schedules  # the schedule keeper (schedule.trigger), None when the host runs none
         self._reloads: dict[str, tuple[int, Request]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------

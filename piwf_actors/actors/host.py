@@ -37,6 +37,7 @@ from piwf_actors.actors.lease import (
 )
 from piwf_actors.actors.run_events import RunEventsSubscription, Subscription
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
+from piwf_actors.actors.schedules import ScheduleKeeper
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.api import (
     AnswerReceipt,
@@ -514,11 +515,17 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             channel_options={"telegram": TelegramOptions(api_base=config.telegram_api_base)})
         parts.actors.append(("channels", channels))
         _require_started("channels", channels)
+        keeper = None
+        if config.schedules:  # the active host's schedules (actors/schedules.py)
+            keeper = ScheduleKeeper.start(parts.writer, paths.database, projects=config.projects,
+                                          supervisor=supervisor, board=parts.board, resolver=parts.resolver)
+            parts.actors.append(("schedules", keeper))
+            _require_started("schedules", keeper)
         sup = supervisor
         gateway = ClientGateway.start(
             parts.writer, paths.database, paths.socket, host_epoch=claim.epoch, supervisor=supervisor,
             board=parts.board, limits=config.limits, resolver=parts.resolver, channels=channels,
-            shutdown=lambda reason: sup.tell(Shutdown(reason)))
+            shutdown=lambda reason: sup.tell(Shutdown(reason)), schedules=keeper)
         parts.actors.append(("gateway", gateway))
         _require_started("gateway", gateway)
         if parts.metrics is not None:

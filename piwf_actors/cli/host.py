@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,6 +31,13 @@ def _metrics_address(text: str) -> str:
         return format_metrics_address(*parse_metrics_address(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _project_dir(text: str) -> str:
+    """`--project` value → an absolute path to an existing directory."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a directory")
+    return os.path.abspath(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics", metavar="[HOST:]PORT", type=_metrics_address, default=None,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics; PORT or :PORT listens on "
                         "127.0.0.1 only, name an address (0.0.0.0, [::]) to expose it (default: off)")
+    parser.add_argument("--project", action="append", default=[], metavar="DIR", type=_project_dir,
+                        help="run the schedules of DIR/.piwf/workflows/*.py (repeatable); those of "
+                        "$XDG_CONFIG_HOME/piwf/workflows/ always run")
     return parser
 
 
@@ -76,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                             synchronous=args.synchronous, retention_days=args.retention_days,
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,
-                            metrics_address=args.metrics)
+                            metrics_address=args.metrics, projects=tuple(args.project))
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

@@ -95,4 +95,8 @@ OPERATIONS: dict[str, Operation] = _table(
     Operation("decision.answer", "_answer", {**_ANSWER_COMMON, "response": ("map", True)}, recorded=True),
     Operation("interaction.submit", "_answer", {**_ANSWER_COMMON, "value": ("any", False)}, recorded=True),
     Operation("interaction.ack", "_answer", {"message_id": ("str", True)}, recorded=True),
+    Operation("schedule.list", "_schedule_list", read_only=True),
+    Operation("schedule.pause", "_schedule_control", {"name": ("str", True)}, recorded=True),
+    Operation("schedule.resume", "_schedule_control", {"name": ("str", True)}, recorded=True),
+    Operation("schedule.trigger", "_schedule_trigger", {"name": ("str", True)}, recorded=True),
 )

@@ -7,6 +7,7 @@ from typing import Any
 
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.schedule_queries import run_schedule
 
 
 def lease_holder(reader: StoreReader) -> tuple[int | None, str | None]:
@@ -263,6 +264,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "pause_requested": bool(run["pause_requested"]), "cancel_requested": bool(run["cancel_requested"]),
         "created_at": run["created_at"], "updated_at": run["updated_at"], "finished_at": run["finished_at"],
         "nodes": list(nodes.values()), "effects": effects,
+        "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
     }
 
 

@@ -402,12 +402,63 @@ class ChannelAdapterEpoch(_Base):
         table_name = "channel_adapter"
 
 
+class ScheduleRecord(_Base):
+    """A schedule the host has seen (schema v7): its pause flag and where its fires stand.
+
+    `next_fire_at` is the cursor: the earliest fire time not yet handled (only grows while
+    `timing_key` stays; NULL until the keeper computes one, e.g. after `schedule.resume`).
+    The definition itself lives in the workflow file; `definition_digest`, `timing_key` and
+    `summary` record what the keeper last loaded. `paused` is 0 or 1 (an integer, portable).
+    """
+
+    name = pw.TextField(primary_key=True)
+    definition_digest = pw.TextField()
+    timing_key = pw.TextField()
+    summary = pw.TextField()  # JSON: workflow, timing, catch_up, source path, project
+    paused = pw.IntegerField(default=0)
+    last_fire_at = pw.FloatField(null=True)
+    next_fire_at = pw.FloatField(null=True)
+    fire_count = pw.IntegerField(default=0)
+    skipped_count = pw.IntegerField(default=0)
+    last_error = pw.TextField(null=True)
+    created_at = pw.FloatField()
+    updated_at = pw.FloatField()
+
+    class Meta:
+        table_name = "schedule"
+
+
+class ScheduleFire(_Base):
+    """One fire of a schedule (schema v7), recorded in the transaction that inserts its run: a fire
+    key is used once, so a fire happens at most once across crashes and restarts.
+
+    `fire_key` is `at:<fire time>` for the clock's fires and `manual:<client>:<key>` for a
+    `schedule.trigger`; `kind` is scheduled | catch_up | manual. `run_id` is NULL when the fire
+    could not start a run (`error` says why: the workflow did not load, the input function raised).
+    """
+
+    schedule = pw.TextField()
+    fire_key = pw.TextField()
+    fire_time = pw.FloatField()
+    kind = pw.TextField()
+    run_id = pw.TextField(null=True)
+    error = pw.TextField(null=True)
+    created_at = pw.FloatField()
+
+    class Meta:
+        table_name = "schedule_fire"
+        primary_key = pw.CompositeKey("schedule", "fire_key")
+        indexes = ((("run_id",), False), (("schedule", "fire_time"), False))
+
+
 ALL_MODELS: tuple[type[_Base], ...] = (
     HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
-    ChannelCursor, ChannelAdapterEpoch,
+    ChannelCursor, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire,
 )
+#: The tables of schema v7 (schedules).
+V7_MODELS: tuple[type[_Base], ...] = (ScheduleRecord, ScheduleFire)
 
 
 # --- indexes added by schema v5 ------------------------------------------------------------------

@@ -3,7 +3,7 @@
 `Gatherer.gather(selected_run_id)` makes a few read-only requests
 (host.status, run.list twice — the newest runs, and every parked run so that
 no run waiting on an ambiguous effect is ever out of sight —,
-interaction.list, channel.status, run.get of the selected run, and
+interaction.list, channel.status, schedule.list, run.get of the selected run, and
 run.events for recent runs that changed) and samples the host's worker
 processes with psutil. `Gatherer.run_detail` is the single run.get the app
 makes at once when the selection moves between refreshes. The gatherer keeps
@@ -68,6 +68,7 @@ class Snapshot:
     error: str | None = None  # why the host could not be read at `taken_at` (the rest is the last good data)
     detail_run_id: str | None = None  # the run `detail` was asked for
     detail: dict[str, Any] | None = None  # its run.get view (with `revision`); None: not read, or gone
+    schedules: tuple[dict[str, Any], ...] = ()  # the schedule.list receipt's schedules (next fire times)
 
 
 def is_ambiguous(run: dict[str, Any]) -> bool:
@@ -187,9 +188,11 @@ class Gatherer:
         decisions = tuple(r for r in requests if r.get("kind") == "decision")
         events = self.tail.update(self.client, runs[: self.event_runs])
         channels = self._receipt("channel.status")
+        schedules = self.client.request("schedule.list")  # a host without schedules answers with none
         return Snapshot(taken_at=taken_at, host=host, runs=tuple(runs), decisions=decisions,
                         other_requests=len(requests) - len(decisions), workers=self._workers(host), events=events,
-                        channels=channels, detail_run_id=selected_run_id, detail=self.run_detail(selected_run_id))
+                        channels=channels, detail_run_id=selected_run_id, detail=self.run_detail(selected_run_id),
+                        schedules=tuple((schedules.receipt or {}).get("schedules") or ()) if schedules.ok else ())
 
     def run_detail(self, run_id: str | None) -> dict[str, Any] | None:
         """The run.get view of `run_id`; None without a run id or when the host does not know it (pruned)."""

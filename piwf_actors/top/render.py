@@ -5,7 +5,8 @@ snapshot and `UiState` always give the same screen (tests use a recording
 console). From top to bottom:
 
     header     lease and epoch, writer, workers, runs by status (with the
-               count of runs parked on an ambiguous effect), channel health
+               count of runs parked on an ambiguous effect), channel health,
+               schedules with their next fire times (top/schedules.py)
     runs       the filtered, sorted run list with the selection
     decisions  pending decisions; the selected one with its numbered choices
     detail     the selected run (enter), else the recent events
@@ -43,6 +44,7 @@ from piwf_actors.top.panes import (
     events_pane,
     runs_pane,
 )
+from piwf_actors.top.schedules import schedules_line
 from piwf_actors.top.state import UiState, visible_runs
 
 FOOTER = 2
@@ -130,6 +132,9 @@ def header_lines(snapshot: Snapshot, width: int) -> list[Text]:
     channels = _channels_line(snapshot.channels)
     if channels is not None:
         lines.append(channels)
+    schedules = schedules_line(snapshot.schedules, now, width)
+    if schedules is not None:
+        lines.append(schedules)
     return lines
 
 

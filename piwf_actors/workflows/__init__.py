@@ -42,6 +42,11 @@ description, mounts)`
 
 Discovery and snapshots (`discovery.py`): `discover`, `resolve`,
 `load_snapshot`.
+
+Schedules (`schedules.py`, `schedule_time.py`, `schedule_discovery.py`):
+`define_schedule(name, workflow, cron=… | every_s=…, input=…, timezone=…,
+catch_up=…, max_catch_up=…)` builds a `Schedule`, found as a module
+attribute of workflow files by the host's schedule keeper.
 """
 
 from piwf_actors.workflows.context import NodeContext, evaluate, node_context, node_input
@@ -94,15 +99,16 @@ from piwf_actors.workflows.model import (
     thaw,
 )
 from piwf_actors.workflows.routing import RouteDecision, route
+from piwf_actors.workflows.schedules import Schedule, define_schedule
 from piwf_actors.workflows.schema import validate_shape
 from piwf_actors.workflows.validation import check_decision_response, json_problem
 
 __all__ = [
     "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",
     "DecisionTimeout", "Edge", "HumanDecisionSpec", "Include", "Mount", "NodeContext", "NodeSpec",
-    "NotifySpec", "ResolvedWorkflow", "Route", "RouteDecision", "RouteDef", "ShellSpec", "Switch",
+    "NotifySpec", "ResolvedWorkflow", "Route", "RouteDecision", "RouteDef", "Schedule", "ShellSpec", "Switch",
     "TextInput", "Workflow", "WorkflowRef", "action", "agent", "check_decision_response",
-    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_workflow",
+    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_schedule", "define_workflow",
     "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
     "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
     "shell", "switch", "text_input", "thaw", "validate_shape",

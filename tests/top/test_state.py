@@ -267,8 +267,10 @@ def test_gatherer_keeps_old_ambiguous_runs_and_reads_the_selected_run() -> None:
         "run.events": Response("e", "accepted", {"events": [], "next_after": 0, "more": False}),
         "channel.status": Response("f", "accepted", {"configured": False}),
         "run.get": Response("g", "accepted", {"run_id": "run_old", "revision": 4}),
+        "schedule.list": Response("h", "accepted", {"schedules": [{"name": "tick", "next_fire_at": 5.0}]}),
     })
     snap = Gatherer(client).gather("run_old")  # type: ignore[arg-type]
+    assert snap.schedules == ({"name": "tick", "next_fire_at": 5.0},)
     assert [r["run_id"] for r in snap.runs] == ["run_new", "run_old"]
     assert snap.decisions == (DECISION,) and snap.other_requests == 1
     assert snap.detail_run_id == "run_old" and snap.detail == {"run_id": "run_old", "revision": 4}

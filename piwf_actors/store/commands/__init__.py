@@ -8,6 +8,7 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     lease,
     maintenance,
     runs,
+    schedules,
     worker,
 )
 from piwf_actors.store.commands.registry import WriteContext, command, command_names, lookup

@@ -1,0 +1,44 @@
+"""The README's "Schedules" example runs as written: its workflow file in a project, a host with
+`projects=` (what `piwf-host --project` sets), both schedules listed with their next fires, and a
+manual fire of the nightly report that ends `done` with the fire's day as input."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from test_readme_python import python_block
+
+from piwf_actors.client import Client
+
+
+def test_the_schedules_example_runs_as_written(hosts, state_dir) -> None:
+    source = python_block("nightly-report")
+    assert re.search(r"^# myproject/\.piwf/workflows/reports\.py$", source, flags=re.M)
+    project = Path(tempfile.mkdtemp(prefix="pw-proj-", dir="/tmp"))
+    try:
+        (project / ".piwf" / "workflows").mkdir(parents=True)
+        (project / ".piwf" / "workflows" / "reports.py").write_text(source)
+        host = hosts(state_dir, projects=(str(project),), max_workers=1, warm_workers=1)
+        with Client(state_dir) as client:
+            deadline = time.monotonic() + 15
+            while True:
+                listed = client.request("schedule.list").receipt
+                if len(listed["schedules"]) == 2 and all(s["next_fire_at"] for s in listed["schedules"]):
+                    break
+                assert time.monotonic() < deadline, listed
+                time.sleep(0.05)
+            assert listed["failures"] == [] and listed["clashes"] == []
+            by_name = {s["name"]: s for s in listed["schedules"]}
+            assert by_name["nightly-report"]["timing"] == "cron 0 3 * * * (Europe/Berlin)"
+            assert by_name["heartbeat"]["next_fire_at"] % 900 == 0
+            fired = client.request("schedule.trigger", {"name": "nightly-report"})
+            assert fired.ok, fired
+        view = host.wait_for_run(fired.receipt["run_id"], timeout=30)
+        assert view.status == "done" and view.output["day"] == view.input["day"]
+        assert view["schedule"]["name"] == "nightly-report" and view["schedule"]["kind"] == "manual"
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
