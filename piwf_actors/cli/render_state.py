@@ -39,7 +39,8 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     host.add_row("expires", text(ago(lease.get("expires_at"), now)))
     workers = view.get("workers") or {}
     active = workers.get("active") or []
-    host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"))
+    host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"
+                                 if role == "active" else "none (a standby runs no workers)"))
     writer = view.get("writer") or {}
     if writer:
         host.add_row("writer", text(f"queue depth {writer.get('queue_depth')}, "
