@@ -224,7 +224,8 @@ class HostHandle:
     Refusals are typed errors (`piwf_actors.errors`): `NotFound`, `Rejected`
     (not allowed in the run's state), `Conflict` (a stale `expected_revision`,
     an idempotency key reused for another request), `WorkflowNotFound` /
-    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`.
+    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`, and
+    `StandbyHost` for a mutation while the host is a standby (`role`).
 
     Every method here is an edge call: it may block for a read or for the
     writer's commit. Call them from the application's own threads (its main
@@ -577,8 +578,8 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
             channels = _activate(parts, config, paths, claim, supervisor)
             _start_gateway(parts, config, paths, supervisor, channels=channels, standby=False)
         else:
-            _start_gateway(parts, config, paths, supervisor, channels=None, standby=True)
             parts.board.publish("role", {"role": "standby", "host_id": host_id})
+            _start_gateway(parts, config, paths, supervisor, channels=None, standby=True)
             watch = StandbyWatch.start(parts.writer, paths.database, supervisor=supervisor, host_id=host_id,
                                        lease_s=config.lease_s, state_dir=str(paths.root), board=parts.board)
             parts.actors.append(("standby", watch))

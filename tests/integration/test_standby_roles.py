@@ -78,6 +78,9 @@ def test_a_standby_serves_reads_refuses_mutations_and_takes_over_on_release(two_
         "channel.reload", "channel.recover", "interaction.submit"}
     with pytest.raises(StandbyHost, match="the active host is host-a"):
         standby.start_run(f"{FLOW}:four", {"oracle": str(oracle)})
+    embedded = standby.status()
+    assert embedded["role"] == "standby" and embedded["scheduler"] is None
+    assert embedded["lease"]["host_id"] == "host-a"
 
     # A runs watch on the standby follows the active host's writes (no change notice reaches it).
     with Client(standby.paths.root) as watcher:
