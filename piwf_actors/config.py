@@ -13,6 +13,9 @@ class HostConfig:
     state_dir: str | Path | None = None  # None: $PIWF_STATE_DIR, $XDG_STATE_HOME/piwf, ~/.local/state/piwf
     # The database (piwf_actors.paths.parse_database_url): None: $PIWF_DATABASE_URL, else <state_dir>/state.db.
     database: str | None = None
+    # On a database other hosts may name (not <state_dir>/state.db) whose lease another host holds: wait
+    # as a standby and take over when that lease runs out (True), or refuse to start (False).
+    standby: bool = True
     max_workers: int = 4
     lease_s: float = 15.0
     synchronous: str = "FULL"

@@ -185,6 +185,22 @@ class LeaseLost(HostError):
         self.epoch = epoch
 
 
+class StandbyHost(HostError):
+    """A mutation sent to a standby host: nothing was written; the active host (or this one after it
+    takes over) can do it."""
+
+    code = "standby"
+
+    def __init__(self, active_host_id: str | None, epoch: int, live: bool) -> None:
+        if live and active_host_id:
+            where = f"the active host is {active_host_id} (epoch {epoch}); retry there or after takeover"
+        else:
+            where = f"no host holds the lease now (epoch {epoch} ended); retry after takeover"
+        super().__init__(f"standby host; {where}")
+        self.active_host_id = active_host_id
+        self.epoch = epoch
+
+
 class UnsafePath(HostError):
     code = "unsafe_path"
 
@@ -237,6 +253,7 @@ OUTCOME_OF_CODE: dict[str, str] = {
     ReadOnlyDatabase.code: "unavailable",
     WriterStopped.code: "unavailable",
     StoreError.code: "unavailable",
+    StandbyHost.code: "unavailable",
 }
 
 

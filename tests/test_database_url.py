@@ -49,10 +49,12 @@ def test_a_host_keeps_its_state_in_the_named_database(state_dir: Path, other_sta
             assert client.request("host.status").outcome == "accepted"
         assert shared.exists() and not (state_dir / "state.db").exists()
         # A second host on another state directory but the same database meets the live lease
-        # (its own lock file says nothing about this database), and leaves nothing running.
+        # (its own lock file says nothing about this database); told not to wait as a standby
+        # (tests/integration/test_standby_*.py), it refuses and leaves nothing running.
         threads = {t.name for t in threading.enumerate()}
         with pytest.raises(HostAlreadyRunning):
-            start_host(HostConfig(state_dir=other_state_dir / "other", database=str(shared), lease_s=5))
+            start_host(HostConfig(state_dir=other_state_dir / "other", database=str(shared), lease_s=5,
+                                  standby=False))
         assert {t.name for t in threading.enumerate()} <= threads
         with Client(state_dir) as client:  # the first host still holds its lease
             status = client.request("host.status")

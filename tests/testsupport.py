@@ -42,6 +42,8 @@ POLL_S = 0.02
 #: The settings of the hosts tests start, unless a test says otherwise.
 HOST_DEFAULTS = {"lease_s": 5.0, "max_workers": 2, "warm_workers": 1, "reap_grace_s": 0.5}
 HOST_SCRIPT = Path(__file__).resolve().parent / "host_script.py"
+#: The real host command (`HostScript(..., command=[BIN_PIWF_HOST])`).
+BIN_PIWF_HOST = str(Path(__file__).resolve().parents[1] / "bin" / "piwf-host")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, describe: str | Callable[[], str], *,
@@ -210,11 +212,14 @@ class HostScript:
     `args` are the script's command-line arguments; the script prints lines `KEY value`
     (tests/host_script.py prints `EPOCH <n>` and `RUN <run_id>`)."""
 
-    def __init__(self, args: Sequence[str], log_dir: Path, index: int, *, script: Path = HOST_SCRIPT) -> None:
+    def __init__(self, args: Sequence[str], log_dir: Path, index: int, *, script: Path = HOST_SCRIPT,
+                 command: Sequence[str] | None = None) -> None:
+        """`command` (e.g. `[BIN_PIWF_HOST]`) runs instead of `python script`, with the same `args`."""
         self.out_path = log_dir / f"host-{index}.out"
         self.err_path = log_dir / f"host-{index}.err"
+        argv = [*(command if command is not None else (sys.executable, str(script))), *args]
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, str(script), *args], stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, start_new_session=True, cwd="/")
         self.process = psutil.Process(self.proc.pid)
 
@@ -283,8 +288,8 @@ class ProcessGuard:
         self.hosts.append(host)
         return host
 
-    def start_script(self, args: Sequence[str]) -> HostScript:
-        script = HostScript(args, self.log_dir, len(self.scripts))
+    def start_script(self, args: Sequence[str], *, command: Sequence[str] | None = None) -> HostScript:
+        script = HostScript(args, self.log_dir, len(self.scripts), command=command)
         self.scripts.append(script)
         return script
 

@@ -462,6 +462,12 @@ class ChannelAdapter(CoreActor):
                 self._halt.wait(done.retry_after)  # the service asked us to slow down
 
     def _attempt(self, io: ChannelIO, job: Job) -> JobDone:
+        expires_at = self._writer.lease_expires_at
+        if expires_at is not None and time.time() >= expires_at:
+            # The reservation was committed under the lease, but the lease has run out since (the host
+            # was paused): another host may own this delivery now. Surely not sent; the settle that
+            # follows is refused by the fence, and the host stops once its lease actor notices.
+            return JobDone(job, "failed", None, "not sent: the host's lease has run out")
         try:
             if job.kind == "present":
                 assert job.presented is not None

@@ -21,6 +21,14 @@ Watches follow the writer's change notices, coalesced: the runs a notice
 names are the only ones read again (`RunWindow`), each view is built and
 packed once per flush for all its watchers, and an event is sent only when
 a watch's view changed.
+
+On a standby host (docs/standby.md) the gateway answers the operations the
+catalog marks `served_by_standby` (reads, host.stop) and every other one
+`unavailable` with a hint naming the active host; another host does the
+writing, so no change notice comes, and watches and `run.list` follow the
+database instead: every STANDBY_POLL_S each watch's view is built again
+(an event still goes out only when it changed). `BecomeActive` (from the
+host, once this host took the lease) ends all of that.
 """
 
 from __future__ import annotations
@@ -41,8 +49,9 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
+from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.errors import PiwfError, Rejected, outcome_for
+from piwf_actors.errors import PiwfError, Rejected, StandbyHost, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.protocol import views
 from piwf_actors.protocol.catalog import OPERATIONS
@@ -78,6 +87,24 @@ class ConnectionClosed:
 @dataclass(frozen=True, slots=True)
 class FlushWatches:
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class StandbyPoll:
+    """A standby's gateway: time to look at the database for what the active host changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeActive:
+    """Told by the host once this standby holds the lease and runs its active parts."""
+
+    epoch: int
+    channels: pykka.ActorRef[Any] | None
+    schedules: pykka.ActorRef[Any] | None = None
+
+
+#: How often a standby's watches look at the database (another host writes; no change notice comes).
+STANDBY_POLL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +155,14 @@ class ClientGateway(ScheduleOperations, CoreActor):
     def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
-                 channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None) -> None:
-        """Runs in the caller's thread: stores arguments only."""
+                 channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None,
+                 standby: bool = False, standby_poll_s: float = STANDBY_POLL_S) -> None:
+        """Runs in the caller's thread: stores arguments only. `standby`: this host does not hold the
+        lease (yet); see the module docstring."""
         super().__init__(supervisor)
+        self._standby = standby
+        self._standby_poll_s = standby_poll_s
+        self._standby_ticker: Ticker | None = None
         self._writer = writer
         self._db_path = db_path
         self._socket_path = socket_path
@@ -172,14 +204,20 @@ class ClientGateway(ScheduleOperations, CoreActor):
             on_alarm=lambda: safe_tell(ref, FlushWatches()),
         )
         self._views = LiveViews(self._reader, self._board, self._loop)
+        if self._standby:
+            self._views.external_writes = True
+            self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-standby").start()
         self._loop.start()
-        log.info("listening on %s", self._socket_path)
+        log.info("listening on %s%s", self._socket_path, " (standby: reads only)" if self._standby else "")
 
     def _on_output(self, payload: dict[str, Any]) -> None:
         """Runs in a runner's reader thread: hand the output to this actor."""
         safe_tell(self.actor_ref, NodeOutput(payload))
 
     def release_resources(self) -> None:
+        if self._standby_ticker is not None:
+            self._standby_ticker.stop()
+            self._standby_ticker = None
         self._board.unlisten("node_output", self._on_output)
         if self._loop is not None:
             self._loop.stop()
@@ -195,7 +233,8 @@ class ClientGateway(ScheduleOperations, CoreActor):
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
                 FlushWatches: self._flush_watches, WriteResult: self._written,
-                ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output}
+                ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output,
+                StandbyPoll: self._standby_poll, BecomeActive: self._become_active}
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -238,11 +277,45 @@ class ClientGateway(ScheduleOperations, CoreActor):
             return
         try:
             payload = check_payload(request, operation)
+            if self._standby and not operation.served_by_standby:
+                raise self._standby_refusal()
             self._handlers[operation.name](conn_id, request, payload)
         except BadRequest as bad:
             self._reply(conn_id, request, "rejected", error=str(bad))
         except PiwfError as err:
             self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
+
+    # --- standby -------------------------------------------------------------------------------
+
+    def _standby_refusal(self) -> StandbyHost:
+        """The one-line answer to a mutation on a standby: who is active, and when to retry."""
+        assert self._reader is not None
+        lease = queries.lease_row(self._reader, time.time())
+        return StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
+
+    def _standby_poll(self, _message: StandbyPoll) -> None:
+        if self._standby:
+            self._read_views_again()
+
+    def _read_views_again(self) -> None:
+        """Mark every watch for a fresh look at the database (they send only what changed)."""
+        if self._views is not None and self._views.poll_database() is not None and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.actor_ref.tell(FlushWatches())
+
+    def _become_active(self, message: BecomeActive) -> None:
+        """This host holds the lease now: mutations go to the writer, watches follow its change notices."""
+        if self._standby_ticker is not None:
+            self._standby_ticker.stop()
+            self._standby_ticker = None
+        self._standby = False
+        self._epoch = message.epoch
+        self._channels = message.channels
+        self._schedules = message.schedules
+        if self._views is not None:
+            self._views.external_writes = False
+            self._read_views_again()  # once more: what the last host changed before this one's first notice
+        log.info("gateway active at epoch %d", message.epoch)
 
     def _client_args(self, request: Request) -> dict[str, Any]:
         """What a write command carries for idempotency: the client id and key only when the catalog

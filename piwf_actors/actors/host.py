@@ -6,10 +6,19 @@ returns a `HostHandle`. Stopping goes in reverse, writer last, lock file
 after it. Nothing here is global: two hosts on two state directories can run
 in one process beside an application's own pykka actors, and stopping one
 never touches anything it did not start (no `ActorRegistry.shut_down()`).
+
+Standby: on a database that is not the state directory's own (`--database`,
+which several hosts may name) another host may hold the lease. Then the host
+starts as a **standby**: writer, gateway (reads only; mutations are answered
+`unavailable` with a hint) and a `StandbyWatch` that takes the lease once it
+runs out. The supervisor then starts the active parts (`_activate`, the same
+function an active start uses) on a short-lived takeover thread it owns, and
+turns the gateway active.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -24,7 +33,7 @@ import pykka
 from piwf_actors.actors.base import ActorFailed, CoreActor, Ping, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelManager
-from piwf_actors.actors.gateway import ClientGateway
+from piwf_actors.actors.gateway import BecomeActive, ClientGateway
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.actors.lease import (
     GetLease,
@@ -34,10 +43,12 @@ from piwf_actors.actors.lease import (
     LeaseRegained,
     LeaseSuspended,
     acquire_lease,
+    new_host_id,
 )
 from piwf_actors.actors.run_events import RunEventsSubscription, Subscription
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.schedules import ScheduleKeeper
+from piwf_actors.actors.standby import LeaseTaken, StandbyWatch
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.api import (
     AnswerReceipt,
@@ -52,11 +63,11 @@ from piwf_actors.api import (
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
-from piwf_actors.errors import HostError, NotFound, StoreRefused
+from piwf_actors.errors import HostAlreadyRunning, HostError, NotFound, StandbyHost, StoreRefused
 from piwf_actors.operations import restart_run as _restart_run
 from piwf_actors.operations import start_run as _start_run
 from piwf_actors.paths import StatePaths, ensure_private_dir
-from piwf_actors.runner.termination import is_same_process, terminate_tree
+from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.reader import StoreReader
@@ -92,6 +103,12 @@ class _Parts:
     # The Prometheus exporter (config.metrics_address), owned by the host: created before the writer
     # (it provides the writer's batch hook), started after every actor, stopped first.
     metrics: HostMetrics | None = None
+    #: The lease this host holds: set when it becomes active (at start, or when a standby takes over).
+    claim: LeaseClaim | None = None
+    #: Set once the active parts run (at once for an active start; at takeover for a standby).
+    active: threading.Event = field(default_factory=threading.Event)
+    #: A standby's takeover thread (see HostSupervisor._lease_taken), joined by shut_down.
+    takeover: threading.Thread | None = None
 
     def shut_down(self, reason: str) -> None:
         """Stop every part in reverse start order; safe to call twice, from any thread but a part's own."""
@@ -112,6 +129,9 @@ class _Parts:
                 self.lock.release()
             self.stopped.set()
             log.info("host stopped")
+        takeover = self.takeover
+        if takeover is not None and takeover is not threading.current_thread():
+            takeover.join(timeout=30)
 
 
 def _stop_ref(name: str, ref: pykka.ActorRef[Any]) -> None:
@@ -133,13 +153,35 @@ class HostSupervisor(CoreActor):
 
     actor_name = "supervisor"
 
-    def __init__(self, parts: _Parts) -> None:
+    def __init__(self, parts: _Parts,
+                 take_over: Callable[[LeaseTaken, pykka.ActorRef[Any]], None] | None = None) -> None:
+        """Runs in the caller's thread. `take_over(message)` starts the active parts of a standby that
+        took the lease; it blocks on the writer, so it runs on a thread of its own (see _lease_taken)."""
         super().__init__(None)
         self._parts = parts
+        self._take_over = take_over
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {ActorFailed: self._failed, LeaseLostNotice: self._lease_lost, Shutdown: self._shutdown,
-                LeaseSuspended: self._to_scheduler, LeaseRegained: self._to_scheduler}
+                LeaseSuspended: self._to_scheduler, LeaseRegained: self._to_scheduler,
+                LeaseTaken: self._lease_taken}
+
+    def _lease_taken(self, message: LeaseTaken) -> None:
+        """A standby holds the lease now: start the active parts.
+
+        Starting them means waiting for the writer (orphans released, runs
+        recovered) and for each actor's first answer, which an actor's
+        handler must not do; like stopping, it runs on a short-lived thread
+        that the host owns (`_Parts.takeover`, joined when it stops). It
+        holds the stop lock while it starts parts, so a stop waits for it
+        and then stops everything it started.
+        """
+        if self._take_over is None or self._parts.takeover is not None:
+            return
+        take_over = self._take_over
+        self._parts.takeover = threading.Thread(target=take_over, args=(message, self.actor_ref),
+                                                name="piwf-host-takeover", daemon=False)
+        self._parts.takeover.start()
 
     def _to_scheduler(self, message: LeaseSuspended | LeaseRegained) -> None:
         """The lease paused (disk full) or came back at a higher epoch: the scheduler pauses claims,
@@ -183,7 +225,8 @@ class HostHandle:
     Refusals are typed errors (`piwf_actors.errors`): `NotFound`, `Rejected`
     (not allowed in the run's state), `Conflict` (a stale `expected_revision`,
     an idempotency key reused for another request), `WorkflowNotFound` /
-    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`.
+    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`, and
+    `StandbyHost` for a mutation while the host is a standby (`role`).
 
     Every method here is an edge call: it may block for a read or for the
     writer's commit. Call them from the application's own threads (its main
@@ -194,20 +237,42 @@ class HostHandle:
     #: The name subscriptions are listed under among the host's parts (`_Parts.actors`).
     _SUBSCRIPTION = "run-events"
 
-    def __init__(self, config: HostConfig, paths: StatePaths, parts: _Parts, claim: LeaseClaim,
+    def __init__(self, config: HostConfig, paths: StatePaths, parts: _Parts,
                  supervisor: pykka.ActorRef[Any]) -> None:
         self.config = config
         self.paths = paths
         self._parts = parts
-        self.claim = claim
         self.supervisor = supervisor
         self._resolver = parts.resolver
 
     @property
-    def epoch(self) -> int:
-        """The host epoch now (it grows when the host takes its lease again after a full disk)."""
+    def claim(self) -> LeaseClaim | None:
+        """The lease this host holds; None while it is a standby."""
+        return self._parts.claim
+
+    @property
+    def role(self) -> str:
+        """`active` (it holds the lease and runs everything) or `standby` (it serves reads and waits)."""
+        return "active" if self._parts.active.is_set() else "standby"
+
+    def wait_active(self, timeout: float | None = None) -> bool:
+        """Block until this host is active (a standby: until it took over); True if it is."""
+        return self._parts.active.wait(timeout)
+
+    @property
+    def epoch(self) -> int | None:
+        """The host epoch now (it grows when the host takes its lease again after a full disk);
+        None while the host is a standby."""
         epoch = self.writer.host_epoch
-        return self.claim.epoch if epoch is None else epoch
+        claim = self._parts.claim
+        return epoch if epoch is not None else (claim.epoch if claim is not None else None)
+
+    def _require_active(self) -> None:
+        """Raise StandbyHost (naming the active host) unless this host is active."""
+        if self._parts.active.is_set():
+            return
+        lease = self._read(lambda r: queries.lease_row(r, time.time()))
+        raise StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
 
     @property
     def writer(self) -> WriterHandle:
@@ -216,7 +281,8 @@ class HostHandle:
 
     @property
     def lease(self) -> pykka.ActorRef[Any]:
-        assert self._parts.lease is not None
+        """The HostLease actor (only once the host is active)."""
+        assert self._parts.lease is not None, "a standby host holds no lease"
         return self._parts.lease
 
     @property
@@ -244,14 +310,19 @@ class HostHandle:
         try:
             now = time.time()
             stats = self.writer.stats(timeout)
+            lease = self._parts.lease
+            scheduler = self.actor("scheduler")
             return {
                 "state_dir": str(self.paths.root),
-                "lease": {**queries.lease_row(reader, now), **self.lease.ask(GetLease(), timeout=timeout)},
+                "role": self.role,
+                # The lease row (on a standby: the active host's), and this host's own view of its lease.
+                "lease": {**queries.lease_row(reader, now),
+                          **(lease.ask(GetLease(), timeout=timeout) if lease is not None else {})},
                 "writer": {"queue_depth": stats.queue_depth, "commits": stats.commits, "commands": stats.commands,
                            "commits_per_s": round(stats.commits_per_s, 2),
                            "commands_per_s": round(stats.commands_per_s, 2)},
                 "runs": queries.run_counts(reader),
-                "scheduler": self.actor("scheduler").ask(GetSchedulerStatus(), timeout=timeout),
+                "scheduler": scheduler.ask(GetSchedulerStatus(), timeout=timeout) if scheduler is not None else None,
             }
         finally:
             reader.close()
@@ -278,6 +349,7 @@ class HostHandle:
         first receipt with outcome `adopted`. Raises WorkflowNotFound,
         WorkflowLoadFailed, Rejected (input that is not JSON), Conflict.
         """
+        self._require_active()
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())
         return RunReceipt.from_wire(_start_run(
             self.writer, self._resolver, workflow=workflow, input=input, project_path=project,
@@ -314,6 +386,7 @@ class HostHandle:
 
     def _control(self, name: str, run_id: str, expected_revision: int | None, client_id: str | None,
                  idempotency_key: str | None) -> ControlReceipt:
+        self._require_active()
         args = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
                 "idempotency_key": idempotency_key}
         return ControlReceipt.from_wire(self.writer.call(name, {k: v for k, v in args.items() if v is not None}))
@@ -347,6 +420,7 @@ class HostHandle:
         copied. One restart per (run, revision, from_node, code): a second is
         `adopted`. Raises Rejected, Conflict, NotFound.
         """
+        self._require_active()
         return RunReceipt.from_wire(_restart_run(
             self.writer, self._resolver, self.paths.database, run_id=run_id, expected_revision=expected_revision,
             from_node=from_node, same_code=same_code, client_id=client_id, idempotency_key=idempotency_key))
@@ -355,6 +429,7 @@ class HostHandle:
                        idempotency_key: str | None = None) -> EffectReceipt:
         """Settle an `ambiguous` effect: `confirm` (it happened; `output` becomes the node's output)
         or `retry` (run the node again); the run goes back to the queue."""
+        self._require_active()
         args = {"effect_id": effect_id, "action": action, "output": output, "client_id": client_id,
                 "idempotency_key": idempotency_key,
                 "payload": {"effect_id": effect_id, "action": action, "output": output}}
@@ -378,6 +453,7 @@ class HostHandle:
         stale `expected_revision` (the request's revision in
         `pending_interactions`). The run goes back to the queue.
         """
+        self._require_active()
         response: dict[str, Any] = {"choice": choice}
         if input is not None:
             response["input"] = input
@@ -390,6 +466,7 @@ class HostHandle:
                           client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
         """Answer a checkpoint: `value` (any JSON value) becomes the checkpoint node's output and the
         run goes back to the queue. A second answer is a Conflict."""
+        self._require_active()
         return AnswerReceipt.from_wire(self.writer.call("checkpoint.answer", {
             "request_id": request_id, "input": value, "session_id": session_id, "client_id": client_id,
             "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value}}))
@@ -459,8 +536,12 @@ class HostHandle:
 def start_host(config: HostConfig | None = None) -> HostHandle:
     """Start a host on `config.state_dir` and return its handle.
 
-    Raises HostAlreadyRunning, StoreRefused, UnsafePath or LeaseLost and then
-    leaves nothing running. Runs in the caller's thread.
+    On a database other hosts may name (`config.database` other than the
+    state directory's own) whose lease another host holds, the host starts
+    as a standby (`handle.role`, `handle.wait_active()`) unless
+    `config.standby` is False. Raises HostAlreadyRunning, StoreRefused,
+    UnsafePath or LeaseLost and then leaves nothing running. Runs in the
+    caller's thread.
     """
     config = config or HostConfig()
     try:
@@ -474,7 +555,7 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
     try:
         options = StoreOptions(synchronous=config.synchronous.upper())
         open_store(paths.database, options).close()
-        supervisor = HostSupervisor.start(parts)
+        supervisor = HostSupervisor.start(parts, functools.partial(_take_over, parts, config, paths))
         if config.metrics_address is not None:
             from piwf_actors.metrics import HostMetrics
 
@@ -482,62 +563,136 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board,
                                     batch_observer=parts.metrics.observe_batch if parts.metrics else None)
         _require_started("writer", parts.writer.ref)
+        host_id = config.host_id or new_host_id()
         reader = StoreReader(paths.database, options)
         try:
             claim = acquire_lease(parts.writer, lambda: queries.lease_holder(reader), lease_s=config.lease_s,
-                                  state_dir=str(paths.root), host_id=config.host_id,
+                                  state_dir=str(paths.root), host_id=host_id,
                                   lock_guards_database=paths.default_database)
-            parts.writer = parts.writer.with_epoch(claim.epoch)
-            parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board,
-                                          claim_lease_s=config.claim_lease_s)
-            _require_started("lease", parts.lease)
-            reap_orphans(reader, parts.writer, grace_s=config.reap_grace_s)
-            recovered = parts.writer.call("host.recover", {})["runs"]
-            if recovered:
-                log.info("recovered %d run(s) from earlier hosts: %s", len(recovered),
-                         ", ".join(f"{run_id} → {status}" for run_id, status in recovered.items()))
+        except HostAlreadyRunning:
+            if paths.default_database or not config.standby:
+                raise
+            claim = None
         finally:
             reader.close()
-        scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
-                                    supervisor=supervisor, claim_lease_s=config.claim_lease_s,
-                                    warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
-                                    board=parts.board, retention_days=config.retention_days,
-                                    prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
-                                    watchdog_grace_s=config.watchdog_grace_s,
-                                    worker_ready_timeout_s=config.worker_ready_timeout_s,
-                                    worker_log_level=config.log_level, worker_log_format=config.log_format)
-        parts.actors.append(("scheduler", scheduler))
-        _require_started("scheduler", scheduler)
-        channels = ChannelManager.start(
-            parts.writer, paths.database,
-            config_dir=Path(config.config_dir) if config.config_dir is not None else default_config_dir(),
-            supervisor=supervisor, board=parts.board, poll_timeout_s=config.channel_poll_timeout_s,
-            channel_options={"telegram": TelegramOptions(api_base=config.telegram_api_base)})
-        parts.actors.append(("channels", channels))
-        _require_started("channels", channels)
-        keeper = None
-        if config.schedules:  # the active host's schedules (actors/schedules.py)
-            keeper = ScheduleKeeper.start(parts.writer, paths.database, projects=config.projects,
-                                          supervisor=supervisor, board=parts.board, resolver=parts.resolver)
-            parts.actors.append(("schedules", keeper))
-            _require_started("schedules", keeper)
-        sup = supervisor
-        gateway = ClientGateway.start(
-            parts.writer, paths.database, paths.socket, host_epoch=claim.epoch, supervisor=supervisor,
-            board=parts.board, limits=config.limits, resolver=parts.resolver, channels=channels,
-            shutdown=lambda reason: sup.tell(Shutdown(reason)), schedules=keeper)
-        parts.actors.append(("gateway", gateway))
-        _require_started("gateway", gateway)
+        if claim is not None:
+            channels, keeper = _activate(parts, config, paths, claim, supervisor)
+            _start_gateway(parts, config, paths, supervisor, channels=channels, schedules=keeper, standby=False)
+        else:
+            parts.board.publish("role", {"role": "standby", "host_id": host_id})
+            _start_gateway(parts, config, paths, supervisor, channels=None, schedules=None, standby=True)
+            watch = StandbyWatch.start(parts.writer, paths.database, supervisor=supervisor, host_id=host_id,
+                                       lease_s=config.lease_s, state_dir=str(paths.root), board=parts.board)
+            parts.actors.append(("standby", watch))
+            _require_started("standby", watch)
         if parts.metrics is not None:
             parts.metrics.start()  # after every actor: a scrape sees the host whole
         # Logged once everything runs: a client may connect from this line on.
-        log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
+        if claim is not None:
+            log.info("host started at epoch %d (pid %d, state %s)", claim.epoch, claim.pid, paths.root)
+        else:
+            log.info("host started as standby %s (pid %d, state %s, database %s); it takes over when the active "
+                     "host's lease runs out", host_id, os.getpid(), paths.root, paths.database)
     except BaseException:
         parts.shut_down("start-up failed")
         if supervisor is not None:
             _stop_ref("supervisor", supervisor)
         raise
-    return HostHandle(config, paths, parts, claim, supervisor)
+    return HostHandle(config, paths, parts, supervisor)
+
+
+def _activate(parts: _Parts, config: HostConfig, paths: StatePaths, claim: LeaseClaim,
+              supervisor: pykka.ActorRef[Any]) -> tuple[pykka.ActorRef[Any], pykka.ActorRef[Any] | None]:
+    """Start what only the lease holder runs, in order: lease renewal, orphan reaping, recovery of
+    earlier hosts' runs, scheduler, channels, schedules. Returns the channel manager and the schedule
+    keeper (None when `config.schedules` is off): the gateway needs them.
+
+    Runs in start_host's thread, or in a standby's takeover thread; either may block on the writer.
+    """
+    assert parts.writer is not None
+    parts.claim = claim
+    parts.writer.advance_epoch(claim.epoch)  # the one handle every part holds stamps the epoch from now on
+    parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board,
+                                  claim_lease_s=config.claim_lease_s)
+    _require_started("lease", parts.lease)
+    reader = StoreReader(paths.database)
+    try:
+        reap_orphans(reader, parts.writer, grace_s=config.reap_grace_s, epoch=claim.epoch)
+        recovered = parts.writer.call("host.recover", {})["runs"]
+        if recovered:
+            log.info("recovered %d run(s) from earlier hosts: %s", len(recovered),
+                     ", ".join(f"{run_id} → {status}" for run_id, status in recovered.items()))
+    finally:
+        reader.close()
+    scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
+                                supervisor=supervisor, claim_lease_s=config.claim_lease_s,
+                                warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
+                                board=parts.board, retention_days=config.retention_days,
+                                prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
+                                watchdog_grace_s=config.watchdog_grace_s,
+                                worker_ready_timeout_s=config.worker_ready_timeout_s,
+                                worker_log_level=config.log_level, worker_log_format=config.log_format)
+    parts.actors.append(("scheduler", scheduler))
+    _require_started("scheduler", scheduler)
+    channels = ChannelManager.start(
+        parts.writer, paths.database,
+        config_dir=Path(config.config_dir) if config.config_dir is not None else default_config_dir(),
+        supervisor=supervisor, board=parts.board, poll_timeout_s=config.channel_poll_timeout_s,
+        channel_options={"telegram": TelegramOptions(api_base=config.telegram_api_base)})
+    parts.actors.append(("channels", channels))
+    _require_started("channels", channels)
+    keeper = None
+    if config.schedules:  # only the active host fires schedules (actors/schedules.py)
+        keeper = ScheduleKeeper.start(parts.writer, paths.database, projects=config.projects,
+                                      supervisor=supervisor, board=parts.board, resolver=parts.resolver)
+        parts.actors.append(("schedules", keeper))
+        _require_started("schedules", keeper)
+    parts.board.publish("role", {"role": "active", "host_id": claim.host_id})
+    parts.active.set()
+    return channels, keeper
+
+
+def _start_gateway(parts: _Parts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any], *,
+                   channels: pykka.ActorRef[Any] | None, schedules: pykka.ActorRef[Any] | None,
+                   standby: bool) -> None:
+    assert parts.writer is not None
+    gateway = ClientGateway.start(
+        parts.writer, paths.database, paths.socket, host_epoch=parts.claim.epoch if parts.claim else 0,
+        supervisor=supervisor, board=parts.board, limits=config.limits, resolver=parts.resolver,
+        channels=channels, schedules=schedules, shutdown=lambda reason: supervisor.tell(Shutdown(reason)),
+        standby=standby)
+    parts.actors.append(("gateway", gateway))
+    _require_started("gateway", gateway)
+
+
+def _take_over(parts: _Parts, config: HostConfig, paths: StatePaths, message: LeaseTaken,
+               supervisor: pykka.ActorRef[Any]) -> None:
+    """A standby took the lease: start the active parts, then turn the gateway active.
+
+    Runs on the supervisor's takeover thread, holding the stop lock (a stop
+    waits, then stops all of it). A failure here stops the host: it holds a
+    lease it cannot serve; the stop gives it back.
+    """
+    claim = message.claim
+    try:
+        with parts.stop_lock:
+            if parts.stopped.is_set() or parts.stop_reason is not None:
+                log.info("took the lease at epoch %d while stopping; giving it back", claim.epoch)
+                if parts.writer is not None:
+                    parts.writer.execute("lease.release", claim.identity_args(), timeout=5)
+                return
+            channels, keeper = _activate(parts, config, paths, claim, supervisor)
+            for name, ref in list(parts.actors):
+                if name == "gateway":
+                    safe_tell(ref, BecomeActive(claim.epoch, channels, keeper))
+                elif name == "standby":  # the watch has done its job
+                    parts.actors.remove((name, ref))
+                    _stop_ref(name, ref)
+        log.warning("host active at epoch %d: took over from %s (epoch %d)", claim.epoch,
+                    message.previous_host_id or "no host", message.previous_epoch)
+    except Exception as exc:
+        log.exception("taking over failed")
+        safe_tell(supervisor, ActorFailed("takeover", f"{type(exc).__name__}: {exc}"))
 
 
 def _require_started(name: str, ref: pykka.ActorRef[Any]) -> None:
@@ -547,15 +702,30 @@ def _require_started(name: str, ref: pykka.ActorRef[Any]) -> None:
         raise HostError(f"{name} failed to start (see the log)") from None
 
 
-def reap_orphans(reader: StoreReader, writer: WriterHandle, *, grace_s: float) -> int:
-    """Terminate every registered child a previous host left running; return how many.
+def reap_orphans(reader: StoreReader, writer: WriterHandle, *, grace_s: float, epoch: int | None = None,
+                 machine_id: str | None = None) -> int:
+    """Terminate every registered child an earlier host left running on this machine; return how many.
 
     Each child is matched by (pid, create_time), so a pid reused by an
-    unrelated process is never signalled. Runs before the scheduler starts.
+    unrelated process is never signalled, and by the machine that
+    registered it (`machine_id`, default this one's): a pid registered on
+    another machine means nothing here, so such a child is only released
+    (the runs it served are recovered all the same) and never signalled.
+    A row without a machine (registered before schema v7) is from this
+    machine: the state directory's own database was the only one then.
+    Children registered at `epoch` or later are not an earlier host's and
+    are left alone. Runs before the scheduler starts.
     """
+    here = machine_identity() if machine_id is None else machine_id
     reaped = 0
     for child in queries.unreleased_children(reader):
-        if is_same_process(child["pid"], child["create_time"]):
+        if epoch is not None and child["host_epoch"] >= epoch:
+            continue
+        elsewhere = child["machine_id"] not in (None, here)
+        if elsewhere:
+            log.info("released %s pid %d (run %s) of machine %s without signalling it: not this machine",
+                     child["kind"], child["pid"], child["run_id"], child["machine_id"])
+        elif is_same_process(child["pid"], child["create_time"]):
             terminate_tree(child["pid"], child["create_time"], grace_s=grace_s)
             reaped += 1
             log.info("reaped orphan %s pid %d (run %s)", child["kind"], child["pid"], child["run_id"])

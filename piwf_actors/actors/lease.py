@@ -97,6 +97,24 @@ class GetLease:
     """Answered with the current LeaseClaim (token withheld) and last heartbeat."""
 
 
+def lease_request(*, lease_s: float, state_dir: str, host_id: str | None = None) -> tuple[dict[str, Any], str]:
+    """The arguments of `lease.acquire` for this process, and the token whose hash they carry."""
+    pid = os.getpid()
+    token = secrets.token_urlsafe(32)
+    return {"host_id": host_id or new_host_id(), "pid": pid, "process_start_identity": process_start_identity(pid),
+            "lease_s": lease_s, "state_dir": state_dir, "token_hash": token_hash(token)}, token
+
+
+def new_host_id() -> str:
+    return f"host-{secrets.token_hex(8)}"
+
+
+def claim_from(args: dict[str, Any], token: str, result: dict[str, Any]) -> LeaseClaim:
+    """The LeaseClaim that `lease.acquire`'s `result` grants to the request `args` (see lease_request)."""
+    return LeaseClaim(result["epoch"], args["host_id"], token, args["pid"], args["process_start_identity"],
+                      float(args["lease_s"]), result["expires_at"])
+
+
 def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]], *, lease_s: float,
                   state_dir: str, host_id: str | None = None, lock_guards_database: bool = True) -> LeaseClaim:
     """Take the lease through the writer; raise HostAlreadyRunning or LeaseLost.
@@ -110,14 +128,8 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
     `state.db`); a database that other state directories (or machines) may
     name is free only when the holder's lease has run out.
     """
-    pid = os.getpid()
-    claim_args: dict[str, Any] = {
-        "host_id": host_id or f"host-{secrets.token_hex(8)}",
-        "pid": pid,
-        "process_start_identity": process_start_identity(pid),
-        "lease_s": lease_s,
-        "state_dir": state_dir,
-    }
+    claim_args, token = lease_request(lease_s=lease_s, state_dir=state_dir, host_id=host_id)
+    pid = claim_args["pid"]
     holder_pid, holder_identity = reader_row()
     # The caller holds the lock file, so no live host owns this state dir: a
     # lease recorded for a process that is gone — or for this very process (a
@@ -125,11 +137,8 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
     if lock_guards_database and holder_pid is not None and (
             holder_pid == pid or not holder_alive(holder_pid, holder_identity)):
         claim_args["holder_dead"] = {"pid": holder_pid, "process_start_identity": holder_identity}
-    token = secrets.token_urlsafe(32)
-    claim_args["token_hash"] = token_hash(token)
     result = writer.call("lease.acquire", claim_args)
-    return LeaseClaim(result["epoch"], claim_args["host_id"], token, pid,
-                      claim_args["process_start_identity"], lease_s, result["expires_at"])
+    return claim_from(claim_args, token, result)
 
 
 class HostLease(CoreActor):

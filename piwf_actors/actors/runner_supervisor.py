@@ -53,7 +53,7 @@ from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.runner.process import WorkerProcess
-from piwf_actors.runner.termination import is_same_process, terminate_tree
+from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class RunnerSupervisor(CoreActor):
         self._worker = worker
         pid, ref = worker.pid, self.actor_ref
         self._writer.submit(WriteCommand("child.register", {"pid": pid, "create_time": worker.create_time,
-                                                            "kind": "worker"}))
+                                                            "kind": "worker", "machine_id": machine_identity()}))
         self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames),
                           lambda detail: safe_tell(ref, WorkerGone(pid, detail)))
         return worker

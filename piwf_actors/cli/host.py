@@ -3,6 +3,8 @@
 Exit status: 0 after a clean stop (signal or `piwf host stop`), 1 when the host could not start (another
 host holds the state directory, the database was refused …) or stopped
 because of a failure (lease lost, core actor crashed), 2 for bad usage.
+With `--database` naming a database another host holds, it waits as a standby
+(docs/standby.md) unless `--no-standby`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--database", metavar="URL", default=None,
                         help="the state database: sqlite:///path/state.db or postgresql://user@/db?host=/run/postgresql "
                         "(default: $PIWF_DATABASE_URL, else state.db in the state directory)")
+    parser.add_argument("--no-standby", dest="standby", action="store_false",
+                        help="with --database: refuse to start while another host holds the database's lease, "
+                        "instead of waiting as a standby that takes over when that lease runs out")
+    parser.add_argument("--host-id", default=None,
+                        help="this host's name in the lease and in host status (default: host-<random>)")
     parser.add_argument("--max-workers", type=int, default=4, help="runs executed at once (default 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="log verbosity of the host and its workers (default INFO)")
@@ -83,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level, args.log_format, static={"role": "host"})
     try:
-        config = HostConfig(state_dir=args.state_dir, database=args.database, max_workers=args.max_workers, lease_s=args.lease_s,
+        config = HostConfig(state_dir=args.state_dir, database=args.database, standby=args.standby,
+                            host_id=args.host_id, max_workers=args.max_workers, lease_s=args.lease_s,
                             synchronous=args.synchronous, retention_days=args.retention_days,
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("effect_id", metavar="EFFECT", help="an effect id or a unique prefix of one")
     p.add_argument("action", choices=("confirm", "retry"))
     p.add_argument("--output", type=json_value, help="the effect's output (JSON) when confirming")
-    add(sub, "status", "host status: lease, workers, runs, writer", cmd_status)
+    add(sub, "status", "host status: role, lease, workers, runs, writer", cmd_status)
     state = add(sub, "state", "the state database", None).add_subparsers(dest="state_command", required=True,
                                                                        metavar="ACTION")
     add(state, "status", "sizes and row counts", cmd_state_status)
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedules.add_commands(add, sub)
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
+    add(host, "status", "host status: role (active or standby), lease, workers, runs, writer", cmd_status)
     add(host, "stop", "stop the host cleanly", cmd_host_stop)
     return parser
 

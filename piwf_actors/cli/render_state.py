@@ -19,6 +19,16 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     now = time.time()
     lease = view.get("lease") or {}
     host = kv_table("host")
+    role = view.get("role") or "active"
+    host.add_row("role", Text(role, style="green" if role == "active" else "yellow"))
+    if role == "standby":
+        active = view.get("active") or {}
+        holder = (f"{active.get('host_id')} (epoch {active.get('epoch')}), lease expires "
+                  f"{ago(active.get('expires_at'), now)}" if active.get("live")
+                  else f"none: the lease of epoch {active.get('epoch')} has run out; taking over")
+        host.add_row("active host", text(holder))
+    if view.get("host_id"):
+        host.add_row("this host", text(view.get("host_id")))
     host.add_row("epoch", text(view.get("epoch")))
     host.add_row("pid", text(view.get("pid")))
     host.add_row("host id", text(lease.get("host_id")))
@@ -29,7 +39,8 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     host.add_row("expires", text(ago(lease.get("expires_at"), now)))
     workers = view.get("workers") or {}
     active = workers.get("active") or []
-    host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"))
+    host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"
+                                 if role == "active" else "none (a standby runs no workers)"))
     writer = view.get("writer") or {}
     if writer:
         host.add_row("writer", text(f"queue depth {writer.get('queue_depth')}, "

@@ -42,6 +42,12 @@ class Operation:
         if self.recorded_if is not None and not self.recorded:
             raise ValueError(f"{self.name}: recorded_if applies to a recorded operation")
 
+    @property
+    def served_by_standby(self) -> bool:
+        """Whether a standby host answers it (reads, and host.stop, which stops that standby); a standby
+        answers every other operation `unavailable` (docs/standby.md)."""
+        return self.read_only or self.name == "host.stop"
+
     def records(self, payload: dict[str, Any]) -> bool:
         """Whether this request is recorded for idempotency (False for a dry run)."""
         return self.recorded and (self.recorded_if is None or bool(payload.get(self.recorded_if)))

@@ -42,6 +42,9 @@ class LiveViews:
         #: The commit sequence of the latest write the gateway answered: a window that has not noted it
         #: yet may not answer run.list or a watch's first event (the client has seen that write).
         self._answered_seq = 0
+        #: Another host writes the database (this one is a standby): no change notice tells what changed,
+        #: so run.list reads the database and `poll_database` has every watch look again.
+        self.external_writes = False
 
     def answered(self, commit_seq: int) -> None:
         """The gateway answered a write committed under `commit_seq`."""
@@ -59,6 +62,16 @@ class LiveViews:
                 self._window = None  # nobody looks: keep nothing up to date
         earliest = self.watches.mark(notice)
         if earliest is not None and earliest > now:
+            self._loop.alarm_at(earliest)
+        return earliest
+
+    def poll_database(self) -> float | None:
+        """Another host may have changed anything: read the run window afresh and mark every watch (each
+        sends only if its view changed). Returns when the first marked watch may send, like take_in."""
+        if self._window is not None:
+            self._window.invalidate()
+        earliest = self.watches.mark_all()
+        if earliest is not None and earliest > time.monotonic():
             self._loop.alarm_at(earliest)
         return earliest
 
@@ -106,6 +119,8 @@ class LiveViews:
                  since: float | None) -> list[dict[str, Any]]:
         """From the run window when it has noted every write the gateway answered and holds the answer
         (the newest runs, or all of them); otherwise from the database."""
+        if self.external_writes:
+            return queries.run_list(self._reader, status, limit, workflow=workflow, since=since)
         window = self._run_window(fresh=False)
         if window.seq >= self._answered_seq:
             window.sync(self._reader)
@@ -119,7 +134,7 @@ class LiveViews:
         if window is None:
             window = self._window = RunWindow()
             window.seq = self._answered_seq  # its first sync reads everything committed by now
-        elif fresh and window.seq < self._answered_seq:
+        elif fresh and (self.external_writes or window.seq < self._answered_seq):
             window.invalidate()
             window.seq = self._answered_seq
         self._window_used_at = time.monotonic()

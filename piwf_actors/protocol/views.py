@@ -39,8 +39,15 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
     now = time.time()
     lease = queries.lease_row(reader, now)
     scheduler = board.snapshot("scheduler")
+    role = board.snapshot("role")
     view: dict[str, Any] = {
         "pid": os.getpid(),
+        # active: this host holds the lease; standby: it serves reads and takes over when the lease of the
+        # host named in `active` runs out (docs/standby.md).
+        "role": role.get("role", "active"),
+        "host_id": role.get("host_id"),
+        "active": {"host_id": lease["host_id"], "epoch": lease["epoch"], "expires_at": lease["expires_at"],
+                   "live": lease["live"]},
         "epoch": lease["epoch"],
         "lease": {k: lease[k] for k in ("epoch", "host_id", "pid", "started_at", "heartbeat_at", "expires_at",
                                         "live")},

@@ -166,6 +166,15 @@ class WatchSet:
                 earliest = watch.due_at
         return earliest
 
+    def mark_all(self) -> float | None:
+        """Mark every watch (the database changed in ways no notice told); as `mark`."""
+        earliest: float | None = None
+        for watch in self._watches.values():
+            watch.dirty = True
+            if earliest is None or watch.due_at < earliest:
+                earliest = watch.due_at
+        return earliest
+
     def following(self, run_id: str) -> list[Watch]:
         """The `run` watches of `run_id` (they also get the run's live `node_output` events)."""
         return [w for w in self._watches.values() if w.topic == "run" and w.run_id == run_id]

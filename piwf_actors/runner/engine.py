@@ -30,6 +30,7 @@ from piwf_actors.ids import new_id
 from piwf_actors.messages import pack
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
+from piwf_actors.runner.termination import machine_identity
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
 from piwf_actors.workflows.contracts import presentation
 from piwf_actors.workflows.model import (
@@ -403,8 +404,8 @@ class RunEngine:
     def _register_child(self, pid: int, create_time: float | None) -> None:
         """Registered before the command can do anything lasting, for orphan reaping."""
         self._children.append((pid, create_time or 0.0))
-        self.link.accepted("register_child", {"pid": pid, "create_time": create_time or 0.0, "kind": "shell"},
-                              fenced=False)
+        self.link.accepted("register_child", {"pid": pid, "create_time": create_time or 0.0, "kind": "shell",
+                                              "machine_id": machine_identity()}, fenced=False)
 
     def _release_children(self) -> None:
         while self._children:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import time
+from pathlib import Path
 
 import psutil
 
@@ -37,6 +39,22 @@ def process_start_identity(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, ValueError):
         return None
+
+
+def machine_identity() -> str:
+    """The machine this process runs on, for the whole of its boot: `<hostname>/<boot id>`.
+
+    A pid and a start time name a process only on the machine that saw them,
+    so every registered child records this too, and a host signals only the
+    children registered on its own machine. The kernel's boot id changes at
+    every boot (a pid from before a reboot means nothing either); where there
+    is none (not Linux), the boot time stands in for it.
+    """
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot or f'boot-{psutil.boot_time():.0f}'}"
 
 
 def is_same_process(pid: int, create_time: float | None) -> bool:

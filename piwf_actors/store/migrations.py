@@ -118,6 +118,12 @@ def _v7_schedules(db: pw.SqliteDatabase) -> None:
         db.create_tables(schema.V7_MODELS, safe=True)
 
 
+def _v8_child_machine(db: pw.SqliteDatabase) -> None:
+    """child_process.machine_id: a pid means something only on the machine that registered it, so a
+    host that takes over from a host on another machine releases that host's children unsignalled."""
+    _add_columns(db, (("child_process", "machine_id", "TEXT"),))
+
+
 def _add_columns(db: pw.SqliteDatabase, columns: tuple[tuple[str, str, str], ...]) -> None:
     for table, column, declaration in columns:
         present = {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -131,7 +137,7 @@ def _table_exists(db: pw.SqliteDatabase, name: str) -> bool:
 
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
                                                           _v4_attempt_details, _v5_counters_and_indexes,
-                                                          _v6_leaner_rows, _v7_schedules]
+                                                          _v6_leaner_rows, _v7_schedules, _v8_child_machine]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -28,9 +28,10 @@ def lease_row(reader: StoreReader, now: float) -> dict[str, Any]:
 
 
 def unreleased_children(reader: StoreReader) -> list[dict[str, Any]]:
-    rows = reader.all(
-        "SELECT pid, create_time, kind, run_id, host_epoch FROM child_process WHERE released_at IS NULL")
-    return [dict(zip(("pid", "create_time", "kind", "run_id", "host_epoch"), r, strict=True)) for r in rows]
+    rows = reader.all("SELECT pid, create_time, kind, run_id, host_epoch, machine_id FROM child_process "
+                      "WHERE released_at IS NULL")
+    keys = ("pid", "create_time", "kind", "run_id", "host_epoch", "machine_id")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 def run_counts(reader: StoreReader) -> dict[str, int]:

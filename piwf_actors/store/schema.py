@@ -245,6 +245,9 @@ class ChildProcess(_Base):
     host_epoch = pw.IntegerField()
     registered_at = pw.FloatField()
     released_at = pw.FloatField(null=True)
+    # Where it runs (runner.termination.machine_identity); NULL: registered before v7, on the
+    # machine of the state directory's own database.
+    machine_id = pw.TextField(null=True)
 
     class Meta:
         table_name = "child_process"

@@ -113,6 +113,11 @@ def header_lines(snapshot: Snapshot, width: int) -> list[Text]:
                  ("live" if live else "expired", "green" if live else "bold red"))
     if lease:
         first.append(f" (heartbeat {ago(lease.get('heartbeat_at'), now)}, expires {ago(lease.get('expires_at'), now)})")
+    if host.get("role") == "standby":
+        active = host.get("active") or {}
+        first.append("  standby", style="bold yellow")
+        if not narrow:
+            first.append(f" (active: {clean(active.get('host_id') or 'none')})")
     first.append(f"  {'pid' if narrow else 'host pid'} {clean(host.get('pid', '-'))}")
     if lease.get("host_id") and not narrow:
         first.append(f"  id {clean(lease.get('host_id'))}")

@@ -93,3 +93,22 @@ def test_durations() -> None:
     assert [render.duration(s) for s in (0.0123, 2.44, 192, 7500, 3 * 86400 + 4 * 3600)] == [
         "12ms", "2.4s", "3m12s", "2h05m", "3d04h"]
     assert render.run_duration({"created_at": 10.0}, now=70.0) == "1m00s so far"
+
+
+def test_host_status_shows_the_role_and_for_a_standby_the_active_host() -> None:
+    import time
+
+    from piwf_actors.cli import render_state
+
+    now = time.time()
+    lease = {"epoch": 4, "host_id": "host-a", "live": True, "expires_at": now + 10, "heartbeat_at": now}
+    view = {"role": "standby", "host_id": "host-b", "epoch": 4, "pid": 1, "lease": lease,
+            "active": {"host_id": "host-a", "epoch": 4, "live": True, "expires_at": now + 10},
+            "workers": {"max": None, "active": [], "idle": 0}, "runs": {"done": 1}}
+    console = Console(record=True, width=120, color_system=None)
+    console.print(render_state.host_status(view))
+    text = console.export_text()
+    assert "standby" in text and "host-a (epoch 4), lease expires" in text and "host-b" in text
+    console = Console(record=True, width=120, color_system=None)
+    console.print(render_state.host_status({**view, "role": "active", "host_id": "host-a"}))
+    assert "active" in console.export_text() and "active host" not in console.export_text()

@@ -164,7 +164,7 @@ def test_migration_v7_adds_the_schedule_tables_to_a_v6_file(state_dir) -> None:
     conn.close()
     db = open_store(path, StoreOptions(synchronous="OFF"))
     try:
-        assert schema_version(db) == LATEST_VERSION == 7
+        assert schema_version(db) == LATEST_VERSION
         tables = {row[0] for row in db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {row[0] for row in db.execute_sql("SELECT name FROM sqlite_master WHERE type = 'index' "
                                                     "AND tbl_name = 'schedule_fire'")}

@@ -185,3 +185,12 @@ def test_channel_health_and_ambiguous_deliveries() -> None:
             "1 ambiguous delivery", "piwf channel recover")
     has_all(screen(snapshot(channels=channels)), "channels  ops  night (down", " runs ", " decisions ", " events ")
     assert "channels" not in screen(snapshot())  # nothing configured: no line
+
+
+def test_a_standby_host_says_so_and_names_the_active_one() -> None:
+    base = snapshot()
+    host = {**base.host, "role": "standby", "active": {"host_id": "host-a", "epoch": 7, "live": True}}
+    text = screen(snapshot(host=host), width=140, height=None)
+    has_all(text, "standby (active: host-a)")
+    assert "standby" in screen(snapshot(host=host))  # 80 columns: the role stays
+    assert "standby" not in screen(snapshot())

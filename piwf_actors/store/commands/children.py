@@ -1,7 +1,8 @@
 """Registration of child processes (workers, shell commands) for orphan reaping.
 
 A child is identified by (pid, create_time) so a later host never signals a
-process that merely reused the pid.
+process that merely reused the pid, and by the machine it runs on, so a host
+never signals a pid that belongs to another machine.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from typing import Any
 from piwf_actors.store.commands.registry import WriteContext, command
 
 
-def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id: str | None) -> None:
-    """Record a child this host started (also used by the worker's register_child)."""
+def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id: str | None,
+             machine_id: str | None = None) -> None:
+    """Record a child this host started (also used by the worker's register_child), with the
+    machine it runs on (`runner.termination.machine_identity`)."""
     ctx.conn.execute(
         """INSERT OR REPLACE INTO child_process
-           (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
-           VALUES (?, ?, ?, ?, ?, ?, NULL)""",
-        (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now),
+           (pid, create_time, kind, run_id, host_epoch, registered_at, released_at, machine_id)
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?)""",
+        (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now, machine_id),
     )
     ctx.changes.touch("child_process", run_id)
 
@@ -34,7 +37,7 @@ def release(ctx: WriteContext, pid: int, create_time: float, run_id: str | None)
 
 @command("child.register")
 def register_child(ctx: WriteContext, args: dict[str, Any]) -> bool:
-    register(ctx, args["pid"], args["create_time"], args["kind"], args.get("run_id"))
+    register(ctx, args["pid"], args["create_time"], args["kind"], args.get("run_id"), args.get("machine_id"))
     return True
 
 

@@ -412,7 +412,8 @@ def _run_failed(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any])
 
 @operation("register_child", fenced=False)
 def _register_child(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> bool:
-    children.register(ctx, payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"])
+    children.register(ctx, payload["pid"], payload["create_time"], payload.get("kind", "shell"), run["run_id"],
+                      payload.get("machine_id"))
     return True
 
 
