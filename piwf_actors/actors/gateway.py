@@ -41,6 +41,7 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
+from piwf_actors.actors.gateway_resources import ResourceOperations
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.errors import PiwfError, Rejected, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
@@ -121,7 +122,7 @@ class GatewayStats:
     by_operation: dict[str, int] = field(default_factory=dict)
 
 
-class ClientGateway(CoreActor):
+class ClientGateway(ResourceOperations, CoreActor):
     actor_name = "gateway"
 
     def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,

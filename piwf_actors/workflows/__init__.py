@@ -93,6 +93,7 @@ from piwf_actors.workflows.model import (
     freeze,
     thaw,
 )
+from piwf_actors.workflows.resource_manager import ResourceManager, define_resource_manager
 from piwf_actors.workflows.routing import RouteDecision, route
 from piwf_actors.workflows.schema import validate_shape
 from piwf_actors.workflows.validation import check_decision_response, json_problem
@@ -100,9 +101,9 @@ from piwf_actors.workflows.validation import check_decision_response, json_probl
 __all__ = [
     "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",
     "DecisionTimeout", "Edge", "HumanDecisionSpec", "Include", "Mount", "NodeContext", "NodeSpec",
-    "NotifySpec", "ResolvedWorkflow", "Route", "RouteDecision", "RouteDef", "ShellSpec", "Switch",
+    "NotifySpec", "ResolvedWorkflow", "ResourceManager", "Route", "RouteDecision", "RouteDef", "ShellSpec", "Switch",
     "TextInput", "Workflow", "WorkflowRef", "action", "agent", "check_decision_response",
-    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_workflow",
+    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_resource_manager", "define_workflow",
     "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
     "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
     "shell", "switch", "text_input", "thaw", "validate_shape",
