@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piwf_actors import __version__
-from piwf_actors.cli import channels, inbox, live, logs, render, render_state, runs, workflows
+from piwf_actors.cli import channels, inbox, live, logs, render, render_state, resources, runs, workflows
 from piwf_actors.cli.context import EXIT_NO_HOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Ctx, Refused
 from piwf_actors.cli.ids import Ambiguous, NoMatch
 from piwf_actors.cli.values import cutoff, json_value, key_value
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply", action="store_true", help="really delete (default: only report)")
     inbox.add_commands(add, sub)
     channels.add_commands(add, sub)
+    resources.add_commands(add, sub)
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
     add(host, "stop", "stop the host cleanly", cmd_host_stop)
