@@ -40,9 +40,11 @@ def resource_get(reader: StoreReader, manager: str, key: str) -> dict[str, Any] 
 
 def resource_list(reader: StoreReader, manager: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
     """Resources by manager and key (of one manager when given)."""
-    cursor = reader.conn.execute(
-        "SELECT * FROM resource WHERE (? IS NULL OR manager = ?) ORDER BY manager, resource_key LIMIT ?",
-        (manager, manager, limit))
+    if manager is None:  # (two statements, not `? IS NULL OR …`: a NULL parameter has no type in PostgreSQL)
+        cursor = reader.conn.execute("SELECT * FROM resource ORDER BY manager, resource_key LIMIT ?", (limit,))
+    else:
+        cursor = reader.conn.execute("SELECT * FROM resource WHERE manager = ? ORDER BY resource_key LIMIT ?",
+                                     (manager, limit))
     names = [d[0] for d in cursor.description]
     return [resource_view(dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
 

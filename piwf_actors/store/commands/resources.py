@@ -157,7 +157,8 @@ def recover_resources(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, str
     not the manager's error: no back-off)."""
     recovered: dict[str, str] = {}
     for manager, key in ctx.conn.execute(
-            "SELECT manager, resource_key FROM resource WHERE claim_expires_at IS NOT NULL AND claim_host_epoch < ?",
+            # (A range on claim_expires_at rather than IS NOT NULL: the planner walks its index for it.)
+            "SELECT manager, resource_key FROM resource WHERE claim_expires_at > 0 AND claim_host_epoch < ?",
             (ctx.host_epoch,)).fetchall():
         row = require_resource(ctx.conn, manager, key)
         ambiguous = make_applying_ambiguous(ctx, row)
