@@ -15,11 +15,15 @@
    host's project (`piwf-host --project DIR`); the host loads it, it fires
    twice (one run per fire, ids derived from the fire time), and is paused
    through the socket.
-6. Prints each run's nodes and results, the host status, and stops cleanly.
+6. A resource manager (examples/resources/): `piwf resource apply` of one
+   site, reconciled into a `build-site` run whose output lands in the site's
+   status, then deleted through the manager's finalizer.
+7. Prints each run's nodes and results, the host status, and stops cleanly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -206,6 +210,8 @@ def main() -> int:
             console.print(run_table("Decided in Telegram", [telegram_part(host, bot)]))
             schedule_part(host, Path(project), state_dir)
 
+            resources_part(state_dir)
+
             status = host.status()
             console.print(f"runs by status: {status['runs']}; writer: {status['writer']['commits']} commits, "
                           f"{status['writer']['commands']} commands")
@@ -215,6 +221,33 @@ def main() -> int:
     alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     console.print(f"host stopped cleanly; threads left: {alive or 'none'}")
     return 0 if not alive else 1
+
+
+def resources_part(state_dir: Any) -> None:
+    """One resource of the `sites` manager: applied, reconciled (a run, an effect), deleted (its finalizer)."""
+    console.print("\n[bold]A resource manager[/] (examples/resources/.piwf/resource-managers/sites.py)")
+    project = ROOT / "examples" / "resources"
+    digest = hashlib.sha256((project / ".piwf" / "resource-managers" / "sites.py").read_bytes()).hexdigest()
+    ref = {"manager": "sites", "key": "docs"}
+    with Client(state_dir, client_id="demo-resources") as client:
+        applied = client.request("resource.apply", {**ref, "spec": {"title": "project docs", "pages": ["index", "api"]},
+                                                    "initial_status": {"phase": "new"}, "project_path": str(project),
+                                                    "digest": digest})
+        console.print(Text(f"resource.apply sites/docs → {applied.outcome}, generation "
+                           f"{applied.receipt['generation']}"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            view = client.request("resource.get", ref).receipt
+            if view["status"].get("phase") == "published" and not view["reconciling"]:
+                break
+            time.sleep(0.05)
+        console.print(Text(f"status {json.dumps(view['status'], sort_keys=True)}; finalizers {view['finalizers']}; "
+                           f"owned runs {[(r['workflow'], r['status']) for r in view['runs']]}"))
+        client.request("resource.delete", ref)
+        while time.monotonic() < deadline and client.request("resource.get", ref).outcome != "notFound":
+            time.sleep(0.05)
+        kinds = [e["kind"] for e in client.request("resource.events", ref).receipt["events"]]
+        console.print(Text(f"events: {', '.join(kinds)}"))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
+from piwf_actors.actors.gateway_resources import ResourceOperations
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.errors import PiwfError, Rejected, StandbyHost, outcome_for
@@ -149,7 +150,7 @@ class GatewayStats:
     by_operation: dict[str, int] = field(default_factory=dict)
 
 
-class ClientGateway(ScheduleOperations, CoreActor):
+class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
     actor_name = "gateway"
 
     def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,

@@ -622,6 +622,9 @@ def _activate(parts: _Parts, config: HostConfig, paths: StatePaths, claim: Lease
         if recovered:
             log.info("recovered %d run(s) from earlier hosts: %s", len(recovered),
                      ", ".join(f"{run_id} → {status}" for run_id, status in recovered.items()))
+        reconciles = parts.writer.call("resource.recover", {})
+        if reconciles:
+            log.info("reconciles interrupted by an earlier host, due again: %s", ", ".join(reconciles))
     finally:
         reader.close()
     scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,

@@ -59,7 +59,10 @@ from piwf_actors.store.requests import WriteCommand, WriteResult
 log = logging.getLogger(__name__)
 
 #: Requests after which no node is running any more (the watchdog stands down).
-_NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed"})
+_NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed", "finish"})
+
+#: The write commands of each launch kind: (worker requests, the exit of a launch that ended without its result).
+_COMMANDS = {"run": ("worker.message", "runner.exit"), "reconcile": ("reconcile.message", "reconcile.exit")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,10 @@ class Launch:
     revision: int
     envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes, state
     worker_pid: int | None = None  # the worker recorded with the claim (None: attach after spawning)
+    #: "run", or "reconcile": a resource manager's reconcile (runner/reconcile.py), whose `run_id` is its
+    #: launch id, `generation` its claim generation, and `fence` the resource it claimed ({manager, key}).
+    kind: str = "run"
+    fence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +297,7 @@ class RunnerSupervisor(CoreActor):
                 if worker is not None:
                     self._kill_worker("gone before its launch")
                 worker = self._spawn_worker()
-            if launch.worker_pid != worker.pid:
+            if launch.worker_pid != worker.pid and launch.kind == "run":
                 self._writer.submit(WriteCommand("runner.attach", {
                     "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": worker.pid,
                     "create_time": worker.create_time}))
@@ -403,12 +410,21 @@ class RunnerSupervisor(CoreActor):
             return
         if frame.get("op") == "run_failed" and (frame.get("payload") or {}).get("code") == "workflow_load_failed":
             serving.load_failure = str(frame["payload"].get("message", ""))
-        args = {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
-                "token_hash": launch.token_hash, "message_id": frame.get("message_id"), "op": frame.get("op"),
+        args = {**self._fence(launch), "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash,
+                "message_id": frame.get("message_id"), "op": frame.get("op"),
                 "expected_revision": frame.get("expected_revision"), "payload": frame.get("payload")}
         correlation = f"msg:{frame.get('message_id')}"
         serving.sent_epoch[correlation] = self._writer.host_epoch
-        self._writer.submit(WriteCommand("worker.message", args, correlation_id=correlation), self.actor_ref)
+        self._writer.submit(WriteCommand(_COMMANDS[launch.kind][0], args, correlation_id=correlation), self.actor_ref)
+
+    @staticmethod
+    def _fence(launch: Launch) -> dict[str, Any]:
+        """What names the claim a launch's writes are fenced by: the run and its claim generation, or
+        the resource and its claim generation."""
+        if launch.kind == "reconcile":
+            assert launch.fence is not None
+            return {**launch.fence, "claim_generation": launch.generation}
+        return {"run_id": launch.run_id, "generation": launch.generation}
 
     def _written(self, result: WriteResult) -> None:
         serving = self._serving
@@ -563,13 +579,14 @@ class RunnerSupervisor(CoreActor):
         args = self._exit_args(serving, outcome, exit_code, diagnostic)
         if timed_out is not None:
             args["timed_out"] = timed_out
-        self._writer.submit(WriteCommand("runner.exit", args, correlation_id="exit"), self.actor_ref)
+        self._writer.submit(WriteCommand(_COMMANDS[serving.launch.kind][1], args, correlation_id="exit"),
+                            self.actor_ref)
 
     @staticmethod
     def _exit_args(serving: _Serving, outcome: str, exit_code: int | None, diagnostic: str | None,
                    requeue: bool = False) -> dict[str, Any]:
         launch = serving.launch
-        return {"run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
+        return {**RunnerSupervisor._fence(launch), "runner_epoch": launch.runner_epoch,
                 "token_hash": launch.token_hash, "outcome": outcome, "exit_code": exit_code,
                 "diagnostic": diagnostic and diagnostic[:2000], "load_failure": serving.load_failure,
                 "requeue": requeue}
@@ -577,8 +594,8 @@ class RunnerSupervisor(CoreActor):
     def _report_exit_blocking(self, serving: _Serving, outcome: str) -> None:
         serving.exit_reported = True
         try:
-            result = self._writer.execute("runner.exit", self._exit_args(serving, outcome, None, "host stopping",
-                                                                         requeue=True), timeout=10)
+            result = self._writer.execute(_COMMANDS[serving.launch.kind][1], self._exit_args(
+                serving, outcome, None, "host stopping", requeue=True), timeout=10)
             if result.ok:
                 self._reap_children(serving, result.value.get("children") or [])
         except Exception as exc:  # the next host's recovery settles the run

@@ -12,6 +12,13 @@ It reacts to the writer's change notices (a run was queued, cancelled …)
 and to a slow tick (claim renewal, a safety net for missed notices). Only
 one claim is in flight at a time, so two launches never race for a run in
 this host; the claim command itself refuses runs that already have one.
+
+Resource managers' reconciles share the slots (and so `max_workers`) with
+runs: a reconcile is a launch of kind `reconcile` on the same warm workers,
+supervised the same way (watchdog, claim renewal, exit settlement). The
+scheduler alternates between the two kinds when both wait
+(`resources.fairness`), and renews reconcile claims on their own, slower
+beat (a 120 s lease renewed every 30 s).
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.canonical import token_hash
-from piwf_actors.store import queries
+from piwf_actors.resources.fairness import after_launch, next_claim
+from piwf_actors.store import queries, resource_queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
@@ -82,7 +90,7 @@ class Scheduler(CoreActor):
                  worker_log_format: str = "text",
                  board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0,
                  idempotency_days: float = 365.0, watchdog_grace_s: float = 5.0,
-                 worker_ready_timeout_s: float = 30.0) -> None:
+                 worker_ready_timeout_s: float = 30.0, reconcile_lease_s: float = 120.0) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._idempotency_s = idempotency_days * 86400.0
@@ -115,6 +123,10 @@ class Scheduler(CoreActor):
         self._prune_every_s = prune_every_s
         self._last_prune = time.time()
         self._pruning = False
+        # Reconciles: their claims' lease and last renewal, and which kind the next claim prefers.
+        self._reconcile_lease_s = reconcile_lease_s
+        self._last_reconcile_renewal = 0.0
+        self._prefer_reconcile = False
 
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
@@ -204,8 +216,16 @@ class Scheduler(CoreActor):
         if not idle:
             return
         assert self._reader is not None
-        if not queries.claimable_exists(self._reader, list(self._active)):
+        plan = next_claim(len(idle), prefer_reconcile=self._prefer_reconcile,
+                          runs_waiting=queries.claimable_exists(self._reader, list(self._active)),
+                          reconciles_waiting=resource_queries.reconcile_due(self._reader, time.time()))
+        if plan is None:
             return
+        kind, count = plan
+        if kind == "reconcile":
+            self._claim_reconcile(idle[0])
+            return
+        idle = idle[:count]
         self._claiming = True
         self._offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
         slots = [{"token_hash": token_hash(token), "runner_epoch": epoch,
@@ -238,6 +258,12 @@ class Scheduler(CoreActor):
             if result.ok and result.value:
                 log.warning("settled run(s) whose runner left without a recorded exit: %s", result.value)
             return
+        if result.correlation_id == "reconcile-renew":
+            self._reconciles_renewed(result)
+            return
+        if result.correlation_id == "reconcile-claim":
+            self._reconcile_claimed(result)
+            return
         if result.correlation_id != "claim":
             return
         self._claiming = False
@@ -250,6 +276,8 @@ class Scheduler(CoreActor):
             run = by_epoch.get(epoch)
             if run is not None:
                 self._launch(slot, run, token)
+        if claimed:
+            self._prefer_reconcile = after_launch("run")
         if claimed and not self._stopping:
             self._try_claim()
 
@@ -269,6 +297,71 @@ class Scheduler(CoreActor):
         self._active[launch.run_id] = slot
         self._launched += 1
         self._publish()
+
+    # --- reconciles (resource managers) --------------------------------------------------
+
+    def _claim_reconcile(self, slot: _Slot) -> None:
+        """Claim the resource due the longest for `slot` (one command; one claim in flight at a time)."""
+        self._claiming = True
+        token, epoch = secrets.token_urlsafe(24), uuid.uuid4().hex
+        self._offered = [(slot, token, epoch)]
+        args = {"token_hash": token_hash(token), "runner_epoch": epoch, "claim_lease_s": self._reconcile_lease_s,
+                "exclude": list(self._active)}
+        self._writer.submit(WriteCommand("reconcile.claim", args, correlation_id="reconcile-claim"), self.actor_ref)
+
+    def _reconcile_claimed(self, result: WriteResult) -> None:
+        self._claiming = False
+        offered, self._offered = self._offered, []
+        if not result.ok:
+            log.warning("claiming a reconcile failed: %s", result.error)
+            return
+        if result.value is None or not offered:
+            return  # taken meanwhile (or not due after all): the next notice or tick looks again
+        slot, token, _epoch = offered[0]
+        claimed = result.value
+        launch = Launch(run_id=claimed["launch_id"], generation=claimed["claim_generation"],
+                        runner_epoch=claimed["runner_epoch"], token_hash=claimed["token_hash"], revision=0,
+                        envelope={"launch_kind": "reconcile", "launch_id": claimed["launch_id"],
+                                  "manager": claimed["manager"], "key": claimed["key"], "uid": claimed["uid"],
+                                  "project_path": claimed["project_path"], "manager_path": claimed["manager_path"],
+                                  "state": claimed["resource"]},
+                        worker_pid=slot.worker.pid if slot.worker else None, kind="reconcile",
+                        fence={"manager": claimed["manager"], "key": claimed["key"]})
+        self._prefer_reconcile = after_launch("reconcile")
+        if self._stopping or not safe_tell(slot.ref, launch):
+            self._writer.submit(WriteCommand("reconcile.exit", {
+                "manager": claimed["manager"], "key": claimed["key"], "claim_generation": launch.generation,
+                "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash, "outcome": "launchFailed",
+                "exit_code": None, "diagnostic": "the slot's runner supervisor is gone", "requeue": True},
+                correlation_id=f"unlaunched:{launch.run_id}"), self.actor_ref)
+        else:
+            slot.launch, slot.stopping, slot.held = launch, False, False
+            self._active[launch.run_id] = slot
+            self._launched += 1
+            self._publish()
+        if not self._stopping:
+            self._try_claim()
+
+    def _renew_reconciles(self) -> None:
+        claims = [{**s.launch.fence, "claim_generation": s.launch.generation, "token_hash": s.launch.token_hash}
+                  for s in self._active.values() if s.launch is not None and s.launch.kind == "reconcile"
+                  and s.launch.fence is not None]
+        if claims:
+            self._writer.submit(WriteCommand("reconcile.renew", {"claims": claims,
+                                                                 "claim_lease_s": self._reconcile_lease_s},
+                                             correlation_id="reconcile-renew"), self.actor_ref)
+
+    def _reconciles_renewed(self, result: WriteResult) -> None:
+        if not result.ok:
+            log.warning("reconcile claim renewal failed: %s", result.error)
+            return
+        for launch_id, held in result.value.items():
+            slot = self._active.get(launch_id)
+            if held or slot is None or slot.stopping:
+                continue
+            slot.stopping = True
+            log.warning("%s: claim lost", launch_id)
+            safe_tell(slot.ref, StopRunner("claimLost", launch_id))
 
     @staticmethod
     def _launch_record(claimed: dict[str, Any], token: str) -> Launch:
@@ -325,6 +418,9 @@ class Scheduler(CoreActor):
             # Safety net for claims whose runner is gone without a recorded exit.
             self._writer.submit(WriteCommand("scheduler.settle_abandoned", {"active": list(self._active)},
                                              correlation_id="settle"), self.actor_ref)
+        if now - self._last_reconcile_renewal >= self._reconcile_lease_s / 4:
+            self._last_reconcile_renewal = now
+            self._renew_reconciles()
         if self._active:
             self._stop_cancelled(list(self._active))
         self._expire_deadlines(now)
@@ -335,7 +431,10 @@ class Scheduler(CoreActor):
         if not self._active:
             return
         claims = [{"run_id": s.launch.run_id, "generation": s.launch.generation,
-                   "token_hash": s.launch.token_hash} for s in self._active.values() if s.launch is not None]
+                   "token_hash": s.launch.token_hash} for s in self._active.values()
+                  if s.launch is not None and s.launch.kind == "run"]
+        if not claims:
+            return
         self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
                                                                     "claim_lease_s": self._claim_lease_s},
                                          correlation_id="renew"), self.actor_ref)
@@ -412,7 +511,8 @@ class Scheduler(CoreActor):
         return {
             "max_workers": self._max_workers,
             "active": [{"run_id": s.launch.run_id, "pid": s.worker.pid if s.worker else None,
-                        "generation": s.launch.generation} for s in self._active.values() if s.launch is not None],
+                        "generation": s.launch.generation, "kind": s.launch.kind}
+                       for s in self._active.values() if s.launch is not None],
             "idle_workers": [s.worker.pid for s in self._slots if s.launch is None and s.worker is not None],
             "launched": self._launched,
             "suspended": self._suspended,

@@ -19,7 +19,7 @@ from typing import Any
 FULL_ID = {
     "run": re.compile(r"run_[0-9a-z]{26}"),
     "request": re.compile(r"req_[0-9a-f]{32}"),
-    "effect": re.compile(r"eff_[0-9a-z]{26}"),
+    "effect": re.compile(r"r?eff_[0-9a-z]{26}"),  # a run's effect, or a resource's (reff_)
     "message": re.compile(r"msg_[0-9a-z]{26}"),
     "delivery": re.compile(r"chf_[0-9a-z]{26}-[0-9]+"),
 }

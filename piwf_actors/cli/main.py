@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from piwf_actors import __version__
-from piwf_actors.cli import channels, inbox, live, logs, render, render_state, runs, schedules, workflows
+from piwf_actors.cli import channels, inbox, live, logs, render, render_state, resources, runs, schedules, workflows
 from piwf_actors.cli.context import EXIT_NO_HOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Ctx, Refused
 from piwf_actors.cli.ids import Ambiguous, NoMatch
 from piwf_actors.cli.values import cutoff, json_value, key_value
@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_commands(add, sub)
     channels.add_commands(add, sub)
     schedules.add_commands(add, sub)
+    resources.add_commands(add, sub)
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
     add(host, "status", "host status: role (active or standby), lease, workers, runs, writer", cmd_status)

@@ -57,6 +57,7 @@ def _table(*operations: Operation) -> dict[str, Operation]:
     return {operation.name: operation for operation in operations}
 
 
+_RESOURCE: Spec = {"manager": ("str", True), "key": ("str", True)}
 _ANSWER_COMMON: Spec = {"request_id": ("str", True), "submission_id": ("str", False), "session_id": ("str", False)}
 
 OPERATIONS: dict[str, Operation] = _table(
@@ -105,4 +106,14 @@ OPERATIONS: dict[str, Operation] = _table(
     Operation("schedule.pause", "_schedule_control", {"name": ("str", True)}, recorded=True),
     Operation("schedule.resume", "_schedule_control", {"name": ("str", True)}, recorded=True),
     Operation("schedule.trigger", "_schedule_trigger", {"name": ("str", True)}, recorded=True),
+    Operation("resource.apply", "_resource_apply", {
+        **_RESOURCE, "spec": ("any", True), "initial_status": ("map", False), "project_path": ("str", True),
+        "digest": ("str", True)}, recorded=True),
+    Operation("resource.get", "_resource_get", _RESOURCE, read_only=True),
+    Operation("resource.list", "_resource_list", {"manager": ("str", False), "limit": ("int", False)},
+              read_only=True),
+    Operation("resource.reconcile", "_resource_control", _RESOURCE, recorded=True),
+    Operation("resource.delete", "_resource_control", _RESOURCE, recorded=True),
+    Operation("resource.events", "_resource_events", {**_RESOURCE, "after": ("int", False), "limit": ("int", False)},
+              read_only=True),
 )

@@ -20,6 +20,7 @@ from piwf_actors.errors import DecodeError, WorkflowLoadFailed
 from piwf_actors.logs import FORMATS, configure
 from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.runner.engine import RunEngine
+from piwf_actors.runner.reconcile import run_reconcile
 from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
 from piwf_actors.workflows import load_snapshot
 
@@ -32,6 +33,9 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
     link = SupervisorLink(sock, launch)
     link.resolve(launch)  # a large state or source arrives as content references
     _enter_project(launch.get("project_path"))
+    if launch.get("launch_kind") == "reconcile":
+        run_reconcile(link, launch)  # a resource manager's reconcile (runner/reconcile.py)
+        return
     try:
         workflow = load_snapshot(launch["source"], launch["workflow_path"] or "<snapshot>",
                                  launch["workflow_attr"] or launch["workflow"], launch["definition_digest"] or "",

@@ -124,6 +124,14 @@ def _v8_child_machine(db: pw.SqliteDatabase) -> None:
     _add_columns(db, (("child_process", "machine_id", "TEXT"),))
 
 
+def _v9_resource_managers(db: pw.SqliteDatabase) -> None:
+    """Resource managers: resource (with its queue and claim columns), resource_event, resource_effect
+    and resource_run, made from the models (peewee writes the DDL for the database in use; IF NOT EXISTS:
+    a new file has them from v1)."""
+    with _BIND_LOCK, db.bind_ctx(schema.RESOURCE_MODELS):
+        db.create_tables(schema.RESOURCE_MODELS, safe=True)
+
+
 def _add_columns(db: pw.SqliteDatabase, columns: tuple[tuple[str, str, str], ...]) -> None:
     for table, column, declaration in columns:
         present = {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -137,7 +145,8 @@ def _table_exists(db: pw.SqliteDatabase, name: str) -> bool:
 
 MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
                                                           _v4_attempt_details, _v5_counters_and_indexes,
-                                                          _v6_leaner_rows, _v7_schedules, _v8_child_machine]
+                                                          _v6_leaner_rows, _v7_schedules, _v8_child_machine,
+                                                          _v9_resource_managers]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -15,6 +15,7 @@ from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.events import append_event
+from piwf_actors.store.resource_state import enqueue_owner_of_run
 
 if TYPE_CHECKING:  # the commands package imports this module while it loads
     from piwf_actors.store.commands.registry import WriteContext
@@ -85,6 +86,7 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
         cancel_open_requests(ctx, run_id)
         _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
         ctx.changes.finished.append((run_id, workflow, status, code, message))
+        enqueue_owner_of_run(ctx, run_id)  # a run a resource owns ended: reconcile that resource
     return int(revision)
 
 

@@ -98,6 +98,7 @@ from piwf_actors.workflows.model import (
     freeze,
     thaw,
 )
+from piwf_actors.workflows.resource_manager import ResourceManager, define_resource_manager
 from piwf_actors.workflows.routing import RouteDecision, route
 from piwf_actors.workflows.schedules import Schedule, define_schedule
 from piwf_actors.workflows.schema import validate_shape
@@ -106,9 +107,10 @@ from piwf_actors.workflows.validation import check_decision_response, json_probl
 __all__ = [
     "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",
     "DecisionTimeout", "Edge", "HumanDecisionSpec", "Include", "Mount", "NodeContext", "NodeSpec",
-    "NotifySpec", "ResolvedWorkflow", "Route", "RouteDecision", "RouteDef", "Schedule", "ShellSpec", "Switch",
-    "TextInput", "Workflow", "WorkflowRef", "action", "agent", "check_decision_response",
-    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_schedule", "define_workflow",
+    "NotifySpec", "ResolvedWorkflow", "ResourceManager", "Route", "RouteDecision", "RouteDef", "Schedule", "ShellSpec",
+    "Switch", "TextInput", "Workflow", "WorkflowRef", "action", "agent", "check_decision_response",
+    "checkpoint", "child_exits", "choice", "compute", "decision_switch", "define_resource_manager", "define_schedule",
+    "define_workflow",
     "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
     "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
     "shell", "switch", "text_input", "thaw", "validate_shape",

@@ -7,6 +7,8 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     interactions,
     lease,
     maintenance,
+    reconciles,
+    resources,
     runs,
     schedules,
     worker,

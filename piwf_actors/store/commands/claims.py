@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from piwf_actors.errors import NotFound, Rejected
+from piwf_actors.errors import Rejected
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
@@ -342,7 +343,7 @@ def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     row = ctx.conn.execute("SELECT run_id, node_id, status FROM effect WHERE effect_id = ?",
                            (args["effect_id"],)).fetchone()
     if row is None:
-        raise NotFound("effect", str(args["effect_id"]))
+        return resolve_resource_effect(ctx, args)  # not a run's effect: a resource's (or none: NotFound)
     run_id, node_id, status = row
     if status != "ambiguous":
         raise Rejected(f"effect {args['effect_id']} is {status}, not ambiguous")
