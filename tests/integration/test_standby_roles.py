@@ -125,3 +125,30 @@ def test_a_host_on_its_own_state_db_behaves_as_before(state_dir: Path) -> None:
             assert status["role"] == "active" and status["active"]["epoch"] == 1
     finally:
         host.stop()
+
+
+def test_only_the_active_host_fires_schedules(two_hosts, tmp_path) -> None:
+    """Both hosts load the same project; the standby fires nothing until it takes over."""
+    project = tmp_path / "proj"
+    (project / ".piwf" / "workflows").mkdir(parents=True)
+    (project / ".piwf" / "workflows" / "tick.py").write_text(
+        "from piwf_actors.workflows import compute, define_schedule, define_workflow\n"
+        "tick = define_workflow(name='tick', start_at='t', edges=[],\n"
+        "                       nodes={'t': compute(run=lambda ctx: {'ok': True})})\n"
+        "every = define_schedule(name='every', workflow=tick, every_s=1)\n")
+    active = two_hosts("a", projects=(str(project),))
+    standby = two_hosts("b", projects=(str(project),))
+    with Client(standby.paths.root) as client:
+        assert client.request("schedule.list").receipt["running"] is False
+    wait_for(lambda: len(active.list_runs()) >= 2, 15, "two fires on the active host")
+    fired_before_stop = {run["run_id"] for run in active.list_runs()}
+    active.stop("hand over")
+    standby.wait_active(timeout=10)
+    with Client(standby.paths.root) as client:
+        assert client.request("schedule.list").receipt["running"] is True
+        wait_for(lambda: len(client.request("run.list").receipt["runs"]) >= len(fired_before_stop) + 2, 15,
+                 "the new active host to fire")
+        runs = client.request("run.list").receipt["runs"]
+    # One run per fire time across both hosts: the run ids derive from the fire.
+    run_ids = [run["run_id"] for run in runs]
+    assert len(run_ids) == len(set(run_ids)) and set(run_ids) >= fired_before_stop
