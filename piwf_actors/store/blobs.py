@@ -13,7 +13,7 @@ def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:
     """Store `data` (once) and return its sha256 hex key."""
     key = hashlib.sha256(data).hexdigest()
     conn.execute(
-        "INSERT OR IGNORE INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (sha256) DO NOTHING",
         (key, len(data), data, now),
     )
     return key

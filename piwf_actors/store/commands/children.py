@@ -14,9 +14,11 @@ from piwf_actors.store.commands.registry import WriteContext, command
 def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id: str | None) -> None:
     """Record a child this host started (also used by the worker's register_child)."""
     ctx.conn.execute(
-        """INSERT OR REPLACE INTO child_process
+        """INSERT INTO child_process
            (pid, create_time, kind, run_id, host_epoch, registered_at, released_at)
-           VALUES (?, ?, ?, ?, ?, ?, NULL)""",
+           VALUES (?, ?, ?, ?, ?, ?, NULL)
+           ON CONFLICT (pid, create_time) DO UPDATE SET kind = excluded.kind, run_id = excluded.run_id,
+               host_epoch = excluded.host_epoch, registered_at = excluded.registered_at, released_at = NULL""",
         (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now),
     )
     ctx.changes.touch("child_process", run_id)
