@@ -124,8 +124,12 @@ class PgCluster:
         """Stop the server (fast shutdown; SIGKILL if it lingers) and remove every file of the cluster."""
         server, self._server = self._server, None
         if server is not None:
+            # The postmaster's own pid (under runuser, the Popen is runuser, which does not pass
+            # SIGINT on): fast shutdown rolls back open transactions and ends every backend.
+            with contextlib.suppress(ProcessLookupError, OSError, ValueError, IndexError):
+                os.kill(int((self.data_dir / "postmaster.pid").read_text().split()[0]), signal.SIGINT)
             with contextlib.suppress(ProcessLookupError):
-                os.kill(server.pid, signal.SIGINT)  # fast shutdown: rolls back open transactions
+                os.kill(server.pid, signal.SIGINT)
             try:
                 server.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -19,6 +19,7 @@ uses. `PgConnection` offers exactly that over a psycopg connection, so the SQL i
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import peewee as pw
@@ -29,6 +30,7 @@ from psycopg.pq import TransactionStatus
 from piwf_actors.store.dialect import POSTGRESQL
 
 _CHANGING = ("INSERT", "UPDATE", "DELETE", "WITH")
+_DML = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,7 +53,9 @@ def translate(sql: str) -> tuple[str, bool]:
         else:
             out.append(char)
     head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-    return "".join(out), head in _CHANGING
+    # A WITH … SELECT returns rows but changes none; a WITH … INSERT/UPDATE/DELETE changes them.
+    changing = head in _CHANGING and (head != "WITH" or _DML.search(sql) is not None)
+    return "".join(out), changing
 
 
 class _FlagDumper(Dumper):

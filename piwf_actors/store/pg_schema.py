@@ -28,6 +28,9 @@ APPLICATION = "piwf"
 VERSION_TABLE = "piwf_schema"
 #: Tables whose SQLite rowid the code reads (see the module docstring).
 ROWID_TABLES = ("run", "node_attempt")
+#: Columns whose model type is not what they hold: SQLite stores any value in any column (and files
+#: made before PostgreSQL declare these TEXT), PostgreSQL needs the real type.
+COLUMN_TYPES = {("worker_message", "response"): "BYTEA"}  # the recorded answer, as msgpack
 
 _RUN_COUNT_FUNCTION = """
 CREATE OR REPLACE FUNCTION run_count_follow() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -69,6 +72,10 @@ def create_tables(db: Any) -> None:
             sql, params = ctx_sql().sql(model._schema._create_table(safe=False)).query()
             # SQLite's storage option; PostgreSQL tables are heaps with a primary-key index anyway.
             conn.execute(sql.replace(" WITHOUT ROWID", ""), tuple(params))
+            for (table, column), declared in COLUMN_TYPES.items():
+                if table == model._meta.table_name:
+                    conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {declared} '
+                                 f'USING CAST(NULL AS {declared})')
             if model._meta.table_name in ROWID_TABLES:
                 table = model._meta.table_name
                 conn.execute(f'ALTER TABLE "{table}" ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY')

@@ -260,7 +260,7 @@ class WorkerMessage(_Base):
     generation = pw.IntegerField()
     kind = pw.TextField()
     fingerprint = pw.TextField()
-    response = pw.TextField()
+    response = pw.TextField()  # holds msgpack bytes (SQLite keeps them as a BLOB value; BYTEA on PostgreSQL)
     created_at = pw.FloatField()
 
     class Meta:
