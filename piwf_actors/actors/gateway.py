@@ -44,6 +44,7 @@ from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.errors import PiwfError, Rejected, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol import views
 from piwf_actors.protocol.catalog import OPERATIONS
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
@@ -124,7 +125,7 @@ class GatewayStats:
 class ClientGateway(CoreActor):
     actor_name = "gateway"
 
-    def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
+    def __init__(self, writer: WriterHandle, db_path: DatabaseLocation, socket_path: Path, *, host_epoch: int,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
                  channels: pykka.ActorRef[Any] | None = None) -> None:

@@ -125,3 +125,9 @@ POSTGRESQL = Dialect(name="postgresql", begin_write="BEGIN ISOLATION LEVEL SERIA
 def dialect_of(conn: Any) -> Dialect:
     """The dialect of a store connection (a plain sqlite3 connection, e.g. a test's, is SQLite)."""
     return getattr(conn, "dialect", SQLITE)
+
+
+#: Every error a store connection of either engine can raise, for code that reads through a
+#: `StoreReader` without knowing which engine is behind it.
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, pw.DatabaseError) + (
+    (psycopg.Error,) if psycopg is not None else ())
