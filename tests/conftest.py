@@ -35,7 +35,7 @@ import testsupport
 from pg_cluster import PgCluster, PgUnavailable
 
 from piwf_actors import HostConfig, HostHandle, start_host
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DATABASE_URL_ENV, DatabaseLocation, PostgresDatabase, StatePaths, default_state_dir
 
 #: Set to 1 to skip (not fail) the PostgreSQL tests on a machine without PostgreSQL.
 SKIP_POSTGRES_ENV = "PIWF_TEST_SKIP_POSTGRES"
@@ -108,15 +108,55 @@ def database(backend: str, state_dir: Path, request: pytest.FixtureRequest) -> D
     return state_dir / "state.db"
 
 
+@pytest.fixture(autouse=True)
+def _postgres_for_hosts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if testsupport.hosts_on_postgres():
+        _route_hosts_to_postgres(request, monkeypatch)
+
+
+def _route_hosts_to_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every state directory this test resolves without naming a database (in this process:
+    start_host, the piwf CLI's offline reads) gets its own PostgreSQL database, so tests that call
+    start_host directly run on PostgreSQL too. Host subprocesses get it through
+    `testsupport.host_script_args`."""
+    request.getfixturevalue("pg_cluster")
+    monkeypatch.setenv(testsupport.TEST_DATABASE_ENV, "postgresql")
+    resolve = StatePaths.resolve.__func__  # type: ignore[attr-defined]
+
+    def on_postgres(cls: type[StatePaths], state_dir: Any, database: str | None = None,
+                    environ: dict[str, str] | None = None) -> StatePaths:
+        if database is None and environ is None and not os.environ.get(DATABASE_URL_ENV):
+            root = (Path(state_dir).expanduser() if state_dir else default_state_dir()).absolute()
+            database = testsupport.host_database(root)
+        return resolve(cls, state_dir, database, environ)
+
+    monkeypatch.setattr(StatePaths, "resolve", classmethod(on_postgres))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "host_engine" in metafunc.fixturenames:
+        metafunc.parametrize("host_engine", ["sqlite", "postgresql"], indirect=True)
+
+
 @pytest.fixture
-def hosts(request: pytest.FixtureRequest) -> Iterator[Callable[..., HostHandle]]:
+def host_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """For a test marked `testsupport.both_engines`: the engine its hosts run on this time."""
+    engine = str(request.param)
+    if engine == "postgresql":
+        if not testsupport.hosts_on_postgres():
+            _route_hosts_to_postgres(request, monkeypatch)
+    elif testsupport.hosts_on_postgres():
+        pytest.skip("$PIWF_TEST_DATABASE=postgresql: every host runs on PostgreSQL in this session")
+    return engine
+
+
+@pytest.fixture
+def hosts() -> Iterator[Callable[..., HostHandle]]:
     """Factory `hosts(state_dir, **config)`; every host started is stopped in teardown.
 
     With $PIWF_TEST_DATABASE=postgresql, a host without a `database` gets its state directory's
     own PostgreSQL database (the same one each time that directory is used again)."""
     started: list[HostHandle] = []
-    if testsupport.hosts_on_postgres():
-        request.getfixturevalue("pg_cluster")
 
     def start(state_dir: Path, **config: Any) -> HostHandle:
         config.setdefault("database", testsupport.host_database(state_dir))

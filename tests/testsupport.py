@@ -60,6 +60,9 @@ def wait_for(predicate: Callable[[], Any], timeout: float, describe: str | Calla
 # --- the database and the lock, read by the test itself ------------------------------------
 
 
+#: Marks a host-level test to run twice, its hosts on SQLite and on PostgreSQL (conftest.py's
+#: `host_engine`): the small integration subset the default `make test` runs on PostgreSQL.
+both_engines = pytest.mark.usefixtures("host_engine")
 #: The variable that puts the hosts of the whole suite on PostgreSQL (`make test-pg`).
 TEST_DATABASE_ENV = "PIWF_TEST_DATABASE"
 #: The session's PostgreSQL cluster, once the `pg_cluster` fixture started it (conftest.py).
@@ -298,6 +301,9 @@ def host_script_args(state_dir: Path, *, workflow: str | None = None, input: Any
     """Arguments for tests/host_script.py: `--state-dir`, then `--name value` for each option
     (`lease_s=1.0` gives `--lease-s 1.0`), then the workflow and its input if one is given."""
     args = ["--state-dir", str(state_dir)]
+    database = host_database(state_dir)
+    if database is not None and "database" not in options:
+        args += ["--database", database]
     for name, value in options.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
     if workflow is not None:
