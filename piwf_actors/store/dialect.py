@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import peewee as pw
 
@@ -36,6 +36,19 @@ try:  # an optional dependency only for who never uses PostgreSQL (installed by 
     import psycopg
 except ImportError:  # pragma: no cover
     psycopg = None  # type: ignore[assignment]
+
+
+class Connection(Protocol):
+    """What the store's SQL runs on: `sqlite3.Connection` (`database.SqliteConnection`) or
+    `store.pg.PgConnection`, which offers the same calls with `?` placeholders."""
+
+    dialect: Dialect
+    total_changes: int
+
+    def execute(self, sql: str, params: Any = ..., /) -> Any: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
 
 
 def _one_line(exc: BaseException) -> str:
