@@ -206,3 +206,16 @@ def test_verify_notices_a_dropped_trigger(pg_database: PostgresDatabase) -> None
     report = maintenance.verify(pg_database, time.time())
     assert not report["ok"]
     assert [v["code"] for v in report["violations"]] == ["run_count_trigger_missing"]
+
+
+def test_state_status_of_postgres_renders_without_sqlite_fields(pg_database: PostgresDatabase) -> None:
+    from rich.console import Console
+
+    from piwf_actors.cli import render_state
+
+    open_store(pg_database).close()
+    console = Console(record=True, width=120, color_system=None)
+    console.print(render_state.state_status(maintenance.state_status(pg_database)))
+    shown = console.export_text()
+    assert "PostgreSQL" in shown and "None" not in shown and "pages" not in shown
+    assert "***" not in shown and "postgres@" in shown  # the URL (it has no password to hide)
