@@ -100,6 +100,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,7 @@ def _stat_fields(path: str) -> list[str]:
 class HostProcess:
     """`bin/piwf-host` as a subprocess on its own state dir; stopped with SIGTERM."""
 
-    def __init__(self, state_dir: Path, max_workers: int, synchronous: str) -> None:
+    def __init__(self, state_dir: Path, max_workers: int, synchronous: str, database: str | None = None) -> None:
         self.state_dir = state_dir
         self.max_workers = max_workers
         self.socket_path = str(state_dir / "host.sock")
@@ -173,7 +174,8 @@ class HostProcess:
         # bin/piwf-host execs the venv's python, so this pid is the host itself.
         self.proc = subprocess.Popen(
             [str(REPO / "bin" / "piwf-host"), "--state-dir", str(state_dir), "--max-workers", str(max_workers),
-             "--synchronous", synchronous, "--log-level", "WARNING"],
+             "--synchronous", synchronous, "--log-level", "WARNING",
+             *(["--database", database] if database is not None else [])],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.pid = self.proc.pid
 
@@ -619,15 +621,18 @@ def profile_bursts(host: HostProcess, spec: str, runs: int, directory: Path) -> 
 # --- piwf ----------------------------------------------------------------------------------------------
 
 
-def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace) -> dict[str, Phase]:
-    host = HostProcess(base / f"piwf-{workers}", workers, args.synchronous)
+def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
+               databases: PgDatabases | None = None) -> dict[str, Phase]:
+    database = None if databases is None else databases.fresh()
+    host = HostProcess(base / f"piwf-{workers}", workers, args.synchronous, database)
     try:
         host.wait_ready()
         closed_loop(host, spec, max(2 * workers, 8), workers, args.client_mode, args.done_via, args.poll_ms / 1000)
         phases = {"closed": closed_loop(host, spec, args.runs, workers, args.client_mode, args.done_via,
                                         args.poll_ms / 1000),
                   "burst": burst(host, spec, args.runs)}
-        print(f"piwf through the socket, max_workers={workers} (host pid {host.pid}, synchronous={args.synchronous}):")
+        engine = "SQLite, synchronous=" + args.synchronous if databases is None else f"PostgreSQL ({databases.label})"
+        print(f"piwf through the socket, max_workers={workers} (host pid {host.pid}, {engine}):")
         for phase in phases.values():
             print_phase(phase)
         if args.profile is not None and workers == max(args.workers):
@@ -635,6 +640,57 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace) ->
         return phases
     finally:
         host.stop()
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------------
+
+
+class PgDatabases:
+    """Where `--database` puts each host's state: a fresh database per host on the server `url` names
+    (its role needs CREATEDB), or with `pg-temp` on a cluster of its own started here
+    (tests/pg_cluster.py, durable settings: fsync on, as a real server), stopped at the end."""
+
+    def __init__(self, spec: str) -> None:
+        self._cluster: Any = None
+        self._created: list[str] = []
+        if spec == "pg-temp":
+            sys.path.insert(0, str(REPO / "tests"))
+            from pg_cluster import PgCluster
+
+            self._cluster = PgCluster.start(durable=True)
+            self._admin_url = self._cluster.url("postgres")
+            self.label = f"a temporary cluster, {self._cluster.bin_dir.parent.name}, fsync on"
+        else:
+            self._admin_url = spec
+            self.label = f"on {spec.split('@')[-1]}"
+
+    def fresh(self) -> str:
+        import psycopg
+
+        name = f"piwf_bench_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self._admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self._created.append(name)
+        return _with_dbname(self._admin_url, name)
+
+    def close(self) -> None:
+        import psycopg
+
+        try:
+            if self._cluster is None:
+                with psycopg.connect(self._admin_url, autocommit=True) as conn:
+                    for name in self._created:
+                        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            if self._cluster is not None:
+                self._cluster.stop()
+
+
+def _with_dbname(url: str, name: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 # --- DBOS ----------------------------------------------------------------------------------------------
@@ -875,7 +931,13 @@ def main() -> None:
                         help="record two py-spy profiles of the host during extra bursts of the largest m into DIR")
     parser.add_argument("--profile-runs", type=int, default=1000, help="runs in each profiled burst (default 1000)")
     parser.add_argument("--dir", default=None, help="directory for state dirs and databases (default: a temp dir)")
+    parser.add_argument("--database", default=None, metavar="URL|pg-temp",
+                        help="run the hosts on PostgreSQL: a fresh database per host on the server this "
+                        "postgresql:// URL reaches (its role needs CREATEDB), or `pg-temp` for a temporary "
+                        "cluster started from /usr/lib/postgresql/*/bin (default: SQLite in the state dir)")
     args = parser.parse_args()
+    if args.database is not None and args.done_via == "db":
+        parser.error("--done-via db reads a SQLite state.db: use watch, runs or poll with --database")
     if args.done_via == "runs" and args.client_mode == "process":
         parser.error("--done-via runs shares one watch between thread clients: use it with --client-mode thread")
 
@@ -903,9 +965,10 @@ def main() -> None:
                 print(f"{dbos.description}; each concurrency is measured right after piwf's")
         piwf: dict[int, dict[str, Phase]] = {}
         dbos_figures: dict[int, DbosFigure] = {}
+        databases = None if args.database is None else PgDatabases(args.database)
         try:
             for workers in args.workers:
-                phases = piwf[workers] = bench_piwf(base, spec, workers, args)
+                phases = piwf[workers] = bench_piwf(base, spec, workers, args, databases)
                 if dbos is not None:
                     figure = dbos_figures[workers] = dbos.measure(args.runs, workers)
                     closed, flood = phases["closed"], phases["burst"]
@@ -918,6 +981,8 @@ def main() -> None:
         finally:
             if dbos is not None:
                 dbos.close()
+            if databases is not None:
+                databases.close()
         print_summary(piwf, dbos_figures, ceiling, args.done_via)
         print(f"total {time.perf_counter() - began:.0f} s; load average now "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -74,6 +74,14 @@ class ReadOnlyDatabase(StoreError):
         super().__init__(f"database is read-only: {detail}")
 
 
+class TransactionConflict(StoreError):
+    """PostgreSQL aborted the transaction because another host's transaction conflicted with it
+    (serialization failure, deadlock). Nothing of it was written; running it again is safe, and
+    the writer does so before answering with this."""
+
+    code = "store_error"  # answered `unavailable`: the sender may retry
+
+
 class StaleEpoch(StoreError):
     """A write tagged with a host epoch that no longer owns the lease."""
 

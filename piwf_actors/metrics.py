@@ -39,7 +39,6 @@ import socketserver
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -49,6 +48,7 @@ from prometheus_client.registry import Collector
 
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.errors import HostError
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_STATUSES
 from piwf_actors.store import metrics_queries as mq
 from piwf_actors.store.database import StoreOptions
@@ -195,8 +195,8 @@ class StoreCollector(Collector):
     database gauges are left out of that scrape.
     """
 
-    def __init__(self, db_path: Path, options: StoreOptions, board: HostBoard) -> None:
-        self._db_path = db_path
+    def __init__(self, database: DatabaseLocation, options: StoreOptions, board: HostBoard) -> None:
+        self._database = database
         self._options = options
         self._board = board
         self._lock = threading.Lock()
@@ -213,7 +213,7 @@ class StoreCollector(Collector):
             self._node_duration.labels(kind)
 
     def _reader(self) -> StoreReader:
-        return StoreReader(self._db_path, self._options)
+        return StoreReader(self._database, self._options)
 
     def baseline(self) -> None:
         """Note where the database stands; only what happens afterwards is counted. Caller's thread."""
@@ -308,7 +308,7 @@ class HostMetrics:
     daemon thread, "piwf-metrics", that `stop` shuts down and joins.
     """
 
-    def __init__(self, address: str, db_path: Path, options: StoreOptions, board: HostBoard) -> None:
+    def __init__(self, address: str, database: DatabaseLocation, options: StoreOptions, board: HostBoard) -> None:
         self._host, self._port = parse_metrics_address(address)
         self._board = board
         self.registry = CollectorRegistry()
@@ -321,7 +321,7 @@ class HostMetrics:
         self._failed_batches = Counter(
             "piwf_writer_failed_batches", "Writer batches that did not commit (disk full, read-only …)",
             registry=self.registry)
-        self._collector = StoreCollector(db_path, options, board)
+        self._collector = StoreCollector(database, options, board)
         self.registry.register(self._collector)
         self._server: _MetricsServer | None = None
         self._thread: threading.Thread | None = None

@@ -10,11 +10,11 @@ snapshot, never the file as it is later.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import NotFound, Rejected, WorkflowError
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
@@ -50,13 +50,13 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
                                       "client_request_id": request_id, "payload": fingerprint_payload})
 
 
-def restart_run(writer: WriterHandle, resolver: WorkflowResolver, db_path: Path, **kwargs: Any) -> dict[str, Any]:
+def restart_run(writer: WriterHandle, resolver: WorkflowResolver, database: DatabaseLocation, **kwargs: Any) -> dict[str, Any]:
     """Restart a finished run (see `restart_run_command`); returns {outcome, receipt, revision}."""
-    command = restart_run_command(resolver, db_path, **kwargs)
+    command = restart_run_command(resolver, database, **kwargs)
     return writer.call(command.name, command.args)
 
 
-def restart_run_command(resolver: WorkflowResolver, db_path: Path, *, run_id: str, expected_revision: int | None,
+def restart_run_command(resolver: WorkflowResolver, database: DatabaseLocation, *, run_id: str, expected_revision: int | None,
                         from_node: str | None = None, same_code: bool = False, client_id: str | None = None,
                         idempotency_key: str | None = None, request_id: str | None = None) -> WriteCommand:
     """The `run.restart` command for a finished run.
@@ -67,7 +67,7 @@ def restart_run_command(resolver: WorkflowResolver, db_path: Path, *, run_id: st
     run; its node ids travel with the command so the writer can check it. Resolving executes
     the workflow file, here, in the calling thread (never the writer's).
     """
-    reader = StoreReader(db_path)
+    reader = StoreReader(database)
     try:
         parent = queries.run_source(reader, run_id)
     finally:

@@ -1,6 +1,6 @@
 """A host in a process of its own, for the SIGKILL tests (see `testsupport.HostScript`).
 
-    python host_script.py --state-dir DIR [--lease-s S] [--max-workers N] [--warm-workers N]
+    python host_script.py --state-dir DIR [--database URL] [--lease-s S] [--max-workers N] [--warm-workers N]
                           [--reap-grace-s S] [--workflow SPEC --input JSON [--session ID]]
                           [--config-dir DIR --telegram-api-base URL --channel-poll-timeout-s S]
 
@@ -26,6 +26,7 @@ from piwf_actors import HostConfig, start_host  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--database")
     parser.add_argument("--lease-s", type=float, default=5.0)
     parser.add_argument("--max-workers", type=int, default=2)
     parser.add_argument("--warm-workers", type=int, default=1)
@@ -38,7 +39,7 @@ def main() -> int:
     parser.add_argument("--channel-poll-timeout-s", type=float, default=25.0)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="host %(process)d: %(name)s: %(message)s")
-    host = start_host(HostConfig(state_dir=args.state_dir, lease_s=args.lease_s, max_workers=args.max_workers,
+    host = start_host(HostConfig(state_dir=args.state_dir, database=args.database, lease_s=args.lease_s, max_workers=args.max_workers,
                                  warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s,
                                  config_dir=args.config_dir, telegram_api_base=args.telegram_api_base,
                                  channel_poll_timeout_s=args.channel_poll_timeout_s))

@@ -62,8 +62,51 @@ def wait_for(predicate: Callable[[], Any], timeout: float, describe: str | Calla
 # --- the database and the lock, read by the test itself ------------------------------------
 
 
+#: Marks a host-level test to run twice, its hosts on SQLite and on PostgreSQL (conftest.py's
+#: `host_engine`): the small integration subset the default `make test` runs on PostgreSQL.
+both_engines = pytest.mark.usefixtures("host_engine")
+#: The variable that puts the hosts of the whole suite on PostgreSQL (`make test-pg`).
+TEST_DATABASE_ENV = "PIWF_TEST_DATABASE"
+#: The session's PostgreSQL cluster, once the `pg_cluster` fixture started it (conftest.py).
+PG_CLUSTER: Any = None
+#: state directory → the URL of its PostgreSQL database, under $PIWF_TEST_DATABASE=postgresql.
+_HOST_DATABASES: dict[Path, str] = {}
+
+
+def hosts_on_postgres() -> bool:
+    return os.environ.get(TEST_DATABASE_ENV, "sqlite") == "postgresql"
+
+
+def host_database(state_dir: Path) -> str | None:
+    """The `database` a test host of `state_dir` gets: None (its state.db), or under
+    $PIWF_TEST_DATABASE=postgresql a PostgreSQL database of its own, the same for every host
+    started on that directory (a restart finds its state)."""
+    if not hosts_on_postgres():
+        return None
+    if PG_CLUSTER is None:
+        pytest.fail("PIWF_TEST_DATABASE=postgresql but no PostgreSQL cluster (request the pg_cluster fixture)")
+    key = Path(state_dir).resolve()
+    if key not in _HOST_DATABASES:
+        _HOST_DATABASES[key] = PG_CLUSTER.create_database()
+    return _HOST_DATABASES[key]
+
+
 @contextlib.contextmanager
-def _read_only(state_dir: Path) -> Iterator[sqlite3.Connection]:
+def _read_only(state_dir: Path) -> Iterator[Any]:
+    """The test's own read-only connection to the state of `state_dir` (rows as mappings)."""
+    url = _HOST_DATABASES.get(Path(state_dir).resolve())
+    if url is not None:
+        import psycopg
+        from psycopg.rows import dict_row
+
+        from piwf_actors.store.pg import PgConnection
+
+        raw = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+        try:
+            yield PgConnection(raw)
+        finally:
+            raw.close()
+        return
     conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
     try:
         conn.row_factory = sqlite3.Row
@@ -263,6 +306,9 @@ def host_script_args(state_dir: Path, *, workflow: str | None = None, input: Any
     """Arguments for tests/host_script.py: `--state-dir`, then `--name value` for each option
     (`lease_s=1.0` gives `--lease-s 1.0`), then the workflow and its input if one is given."""
     args = ["--state-dir", str(state_dir)]
+    database = host_database(state_dir)
+    if database is not None and "database" not in options:
+        args += ["--database", database]
     for name, value in options.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
     if workflow is not None:
@@ -284,6 +330,7 @@ class ProcessGuard:
 
     def start_host(self, state_dir: Path, **config: Any) -> HostHandle:
         """An in-process host (`HOST_DEFAULTS`, overridden by `config`), stopped in teardown."""
+        config.setdefault("database", host_database(state_dir))
         host = start_host(HostConfig(state_dir=state_dir, **{**HOST_DEFAULTS, **config}))
         self.hosts.append(host)
         return host

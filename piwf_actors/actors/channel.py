@@ -35,7 +35,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pykka
@@ -57,6 +56,7 @@ from piwf_actors.channels.base import (
     Tap,
 )
 from piwf_actors.channels.config import ChannelProfile
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import channel_queries
 from piwf_actors.store.commands.channels import MAX_AUTOMATIC_ATTEMPTS
 from piwf_actors.store.reader import StoreReader
@@ -110,7 +110,7 @@ class PollFailed:
 class ChannelAdapter(CoreActor):
     actor_name = "channel"
 
-    def __init__(self, writer: WriterHandle, db_path: Path, *, profile: ChannelProfile,
+    def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, profile: ChannelProfile,
                  open_io: Callable[[], ChannelIO], adapter_epoch: str, start_reason: str,
                  manager: pykka.ActorRef[Any] | None, poll_timeout_s: float = 25.0, tick_s: float = 1.0,
                  text_limit: int = 4096) -> None:
@@ -118,7 +118,7 @@ class ChannelAdapter(CoreActor):
         super().__init__(manager)
         self.actor_name = f"channel {profile.profile}"
         self._writer = writer
-        self._db_path = db_path
+        self._database = database
         self._profile = profile
         self._open_io = open_io
         self._epoch = adapter_epoch
@@ -147,7 +147,7 @@ class ChannelAdapter(CoreActor):
 
     def on_start(self) -> None:
         """Runs in the adapter's thread: opens its reader and I/O, then takes over the profile."""
-        self._reader = StoreReader(self._db_path)
+        self._reader = StoreReader(self._database)
         self._io = self._open_io()
         self._command("channel.adapter_start", {"reason": self._start_reason}, "start")
 

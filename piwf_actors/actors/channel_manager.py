@@ -31,6 +31,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.channels.config import ChannelsConfig, load_channels
 from piwf_actors.channels.registry import channel_module
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,14 @@ class _Running:
 class ChannelManager(CoreActor):
     actor_name = "channels"
 
-    def __init__(self, writer: WriterHandle, db_path: Path, *, config_dir: Path,
+    def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, config_dir: Path,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard | None = None,
                  channel_options: dict[str, Any] | None = None, poll_timeout_s: float = 25.0,
                  load: Callable[[Path], ChannelsConfig] = load_channels) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
         self._writer = writer
-        self._db_path = db_path
+        self._database = database
         self._config_dir = config_dir
         self._board = board
         # Per channel type: what its module's open_channel gets as `options` (e.g. an API base).
@@ -141,7 +142,7 @@ class ChannelManager(CoreActor):
         module = channel_module(settings.channel_type)
         options = self._channel_options.get(settings.channel_type)
         ref = ChannelAdapter.start(
-            self._writer, self._db_path, profile=settings,
+            self._writer, self._database, profile=settings,
             open_io=lambda: module.open_channel(settings, token, options),
             adapter_epoch=epoch, start_reason=reason, manager=self.actor_ref, poll_timeout_s=self._poll_timeout_s,
             text_limit=getattr(module, "TEXT_LIMIT", 4096))

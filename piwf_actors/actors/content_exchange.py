@@ -13,19 +13,19 @@ Owned by a `RunnerSupervisor` and used only from its thread. It
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from piwf_actors.messages import pack
 from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut
 from piwf_actors.messages.frames import frame_of_body
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 
 
 class ContentExchange:
-    def __init__(self, db_path: Path | None) -> None:
-        self._db_path = db_path
+    def __init__(self, database: DatabaseLocation | None) -> None:
+        self._database = database
         self._uploads = ContentUpload()
         self._cut_out: dict[str, bytes] = {}  # values cut out of this launch's own frames
         self._readable: set[str] = set()  # stored values this launch was pointed at
@@ -71,10 +71,10 @@ class ContentExchange:
         if held is not None:
             return {"outcome": "accepted", "value": {"digest": digest, "offset": offset, "total_bytes": len(held),
                                                      "data": held[offset:offset + CHUNK_BYTES]}}
-        if digest not in self._readable or self._db_path is None:
+        if digest not in self._readable or self._database is None:
             return {"outcome": "rejected", "error": f"content {digest[:12]}… is not part of this launch"}
         if self._store is None:
-            self._store = StoreReader(self._db_path)
+            self._store = StoreReader(self._database)
         chunk = queries.content_chunk(self._store, digest, offset, CHUNK_BYTES)
         if chunk is None:
             return {"outcome": "notFound", "error": f"content {digest[:12]}… is gone"}

@@ -54,6 +54,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.errors import PiwfError, Rejected, StandbyHost, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol import views
 from piwf_actors.protocol.catalog import OPERATIONS
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
@@ -153,7 +154,7 @@ class GatewayStats:
 class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
     actor_name = "gateway"
 
-    def __init__(self, writer: WriterHandle, db_path: Path, socket_path: Path, *, host_epoch: int,
+    def __init__(self, writer: WriterHandle, db_path: DatabaseLocation, socket_path: Path, *, host_epoch: int,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
                  channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None,

@@ -26,11 +26,9 @@ host goes on.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pykka
@@ -39,7 +37,9 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.writer import Subscribe, Unsubscribe
 from piwf_actors.api import NodeFinished, RunError, RunEvent, RunFinished, RunNotice, RunParked, RunStarted, RunView
 from piwf_actors.errors import PiwfError
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
+from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
 
@@ -110,13 +110,13 @@ class RunEventsSubscription(CoreActor):
 
     actor_name = "run-events"
 
-    def __init__(self, writer_ref: pykka.ActorRef[Any], db_path: Path, subscriber: pykka.ActorRef[Any], *,
+    def __init__(self, writer_ref: pykka.ActorRef[Any], database: DatabaseLocation, subscriber: pykka.ActorRef[Any], *,
                  runs: frozenset[str] | None, since: float) -> None:
         """Runs in the caller's thread: stores arguments only. `since`: with `runs=None`, events
         stamped before it are not told (they happened before the subscription)."""
         super().__init__(None)  # no supervisor: a subscription's failure is not the host's
         self._writer_ref = writer_ref
-        self._db_path = db_path
+        self._database = database
         self._subscriber = subscriber
         self._runs = runs
         self._floor = float("-inf") if runs is not None else since
@@ -130,7 +130,7 @@ class RunEventsSubscription(CoreActor):
 
     def on_start(self) -> None:
         """Runs in the subscription's thread: opens its reader, subscribes, catches up on named runs."""
-        self._reader = StoreReader(self._db_path)
+        self._reader = StoreReader(self._database)
         safe_tell(self._writer_ref, Subscribe(self.actor_ref))
         if self._runs:
             self._mark_dirty(sorted(self._runs))
@@ -166,7 +166,7 @@ class RunEventsSubscription(CoreActor):
                 return
             try:
                 self._follow(run_id)
-            except (sqlite3.Error, PiwfError) as exc:
+            except (*DRIVER_ERRORS, PiwfError) as exc:
                 # Kept dirty: the next commit's notice tries again.
                 log.warning("run events of %s not read (tried again on the next commit): %s", run_id, exc)
                 continue

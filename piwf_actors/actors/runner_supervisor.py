@@ -42,7 +42,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pykka
@@ -52,6 +51,7 @@ from piwf_actors.actors.content_exchange import ContentExchange
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.errors import DecodeError, outcome_for
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
@@ -172,7 +172,7 @@ class RunnerSupervisor(CoreActor):
     actor_name = "runner"
 
     def __init__(self, writer: WriterHandle, scheduler: pykka.ActorRef[Any], sockets: WorkerSockets, slot: int, *,
-                 keep_warm: bool = True, grace_s: float = 3.0, db_path: Path | None = None,
+                 keep_warm: bool = True, grace_s: float = 3.0, database: DatabaseLocation | None = None,
                  watchdog_grace_s: float = 5.0, ready_timeout_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
                  output: Callable[[dict[str, Any]], None] | None = None,
@@ -186,7 +186,7 @@ class RunnerSupervisor(CoreActor):
         self._sockets = sockets
         self._keep_warm = keep_warm
         self._grace_s = grace_s
-        self._db_path = db_path
+        self._database = database
         self._watchdog_grace_s = watchdog_grace_s
         self._ready_timeout_s = ready_timeout_s
         self._clock = clock
@@ -289,7 +289,7 @@ class RunnerSupervisor(CoreActor):
     def _start_launch(self, launch: Launch) -> None:
         """Hand a claimed run to the worker. Whatever goes wrong is reported as the launch's exit
         (`launchFailed`): the run must not stay `starting` with its claim renewed for ever."""
-        serving = _Serving(launch, ContentExchange(self._db_path), self._clock() + self._ready_timeout_s)
+        serving = _Serving(launch, ContentExchange(self._database), self._clock() + self._ready_timeout_s)
         self._serving = serving
         try:
             worker = self._worker

@@ -29,7 +29,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pykka
@@ -51,6 +50,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.canonical import token_hash
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.resources.fairness import after_launch, next_claim
 from piwf_actors.store import queries, resource_queries
 from piwf_actors.store.reader import StoreReader
@@ -84,7 +84,7 @@ class _Slot:
 class Scheduler(CoreActor):
     actor_name = "scheduler"
 
-    def __init__(self, writer: WriterHandle, db_path: Path, *, max_workers: int,
+    def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
                  worker_log_format: str = "text",
@@ -99,7 +99,7 @@ class Scheduler(CoreActor):
         # The lease ran out while the disk was full: claim nothing until it is held again.
         self._suspended = False
         self._writer = writer
-        self._db_path = db_path
+        self._database = database
         self._max_workers = max_workers
         self._claim_lease_s = claim_lease_s
         self._tick_s = tick_s
@@ -130,7 +130,7 @@ class Scheduler(CoreActor):
 
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
-        self._reader = StoreReader(self._db_path)
+        self._reader = StoreReader(self._database)
         self._writer.ref.tell(Subscribe(self.actor_ref))
         self._sockets = WorkerSockets().start()
         self._slots = [_Slot(index, self._start_supervisor(index)) for index in range(self._max_workers)]
@@ -189,7 +189,7 @@ class Scheduler(CoreActor):
         board = self._board
         return RunnerSupervisor.start(
             self._writer, self.actor_ref, self._sockets, index, keep_warm=index < self._warm,
-            grace_s=self._grace_s, db_path=self._db_path, watchdog_grace_s=self._watchdog_grace_s,
+            grace_s=self._grace_s, database=self._database, watchdog_grace_s=self._watchdog_grace_s,
             ready_timeout_s=self._ready_timeout_s, worker_log_level=self._worker_log_level,
             worker_log_format=self._worker_log_format,
             output=None if board is None else lambda p: board.emit("node_output", p))

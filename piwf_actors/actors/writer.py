@@ -1,4 +1,4 @@
-"""`DatabaseWriter`: the one read-write SQLite connection of the host.
+"""`DatabaseWriter`: the one read-write database connection of the host (SQLite or PostgreSQL).
 
 Every write in the host is a `WriteCommand` submitted through a
 `WriterHandle`. Submissions go into a queue owned by the writer; the actor is
@@ -15,16 +15,13 @@ told to an actor, so actors never block on each other.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import pykka
@@ -33,8 +30,9 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.errors import WriterStopped
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import apply_batch
-from piwf_actors.store.database import StoreOptions, connect
+from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
@@ -275,7 +273,7 @@ GATHER_MAX_S = 0.0005
 class DatabaseWriter(CoreActor):
     actor_name = "writer"
 
-    def __init__(self, db_path: Path, options: StoreOptions = StoreOptions(), *,
+    def __init__(self, database: DatabaseLocation, options: StoreOptions = StoreOptions(), *,
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
                  max_batch: int = 1000, clock: Callable[[], float] = time.time,
                  board: HostBoard | None = None, idle_s: float = 1.0,
@@ -288,7 +286,7 @@ class DatabaseWriter(CoreActor):
         """
         super().__init__(supervisor)
         self._batch_observer = batch_observer
-        self._db_path = db_path
+        self._database = database
         self._options = options
         self._max_batch = max_batch
         self._clock = clock
@@ -309,7 +307,7 @@ class DatabaseWriter(CoreActor):
 
     def on_start(self) -> None:
         """Runs in the writer's thread: opens the only read-write connection, starts the idle ticker."""
-        self._db = connect(self._db_path, self._options)
+        self._db = connect(self._database, self._options)
         self._db.connect(reuse_if_open=True)
         self._ticker = Ticker(self.actor_ref, IdleTick(), self._idle_s, "writer").start()
 
@@ -336,24 +334,11 @@ class DatabaseWriter(CoreActor):
 
         SQLite's automatic checkpoints recycle the WAL but never shrink it, so
         it would keep its largest size for good (and on a disk that was full
-        and then freed, take the freed space back). A TRUNCATE checkpoint
-        needs no reader in the WAL; with the busy timeout at 0 it gives up at
-        once instead of stalling the writer behind a long read (a backup),
-        and the next idle tick tries again.
+        and then freed, take the freed space back); see `idle_checkpoint`.
         """
         if not self._wal_dirty or self._clock() - self._last_commit_at < self._idle_s or self._db is None:
             return
-        conn = self._db.connection()
-        try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        except sqlite3.Error as exc:
-            log.debug("idle checkpoint failed: %s", exc)
-            return
-        finally:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute(f"PRAGMA busy_timeout = {int(self._options.busy_timeout_ms)}")
-        if not busy:
+        if idle_checkpoint(self._db, self._options):
             self._wal_dirty = False
 
     def _subscribe(self, message: Subscribe) -> None:
@@ -461,9 +446,9 @@ class DatabaseWriter(CoreActor):
         )
 
 
-def start_writer(db_path: Path, options: StoreOptions = StoreOptions(), *,
+def start_writer(database: DatabaseLocation, options: StoreOptions = StoreOptions(), *,
                  supervisor: pykka.ActorRef[Any] | None = None, **kwargs: Any) -> WriterHandle:
     """Start a DatabaseWriter and return its handle (the ref is `handle.ref`)."""
     writer_queue = WriterQueue()
-    ref = DatabaseWriter.start(db_path, options, writer_queue=writer_queue, supervisor=supervisor, **kwargs)
+    ref = DatabaseWriter.start(database, options, writer_queue=writer_queue, supervisor=supervisor, **kwargs)
     return WriterHandle(ref, writer_queue)

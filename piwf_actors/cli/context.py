@@ -7,6 +7,7 @@ import argparse
 import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -48,8 +49,11 @@ class Ctx:
                 try:
                     client.connect()
                 except HostNotRunning as exc:
-                    database = StatePaths.resolve(self.args.state_dir).database
-                    if exc.listening or not database.is_file():
+                    try:
+                        database = StatePaths.resolve(self.args.state_dir, getattr(self.args, "database", None)).database
+                    except ValueError:
+                        raise exc from None
+                    if exc.listening or isinstance(database, Path) and not database.is_file():
                         raise
                     from piwf_actors.cli.offline import LocalStore  # imports the store: only when needed
 

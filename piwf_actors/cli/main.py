@@ -22,7 +22,19 @@ from rich.console import Console
 from rich.text import Text
 
 from piwf_actors import __version__
-from piwf_actors.cli import channels, inbox, live, logs, render, render_state, resources, runs, schedules, workflows
+from piwf_actors.cli import (
+    channels,
+    inbox,
+    live,
+    logs,
+    render,
+    render_state,
+    resources,
+    runs,
+    schedules,
+    state_migrate,
+    workflows,
+)
 from piwf_actors.cli.context import EXIT_NO_HOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Ctx, Refused
 from piwf_actors.cli.ids import Ambiguous, NoMatch
 from piwf_actors.cli.values import cutoff, json_value, key_value
@@ -42,6 +54,10 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     parser.add_argument("--state-dir", default=argparse.SUPPRESS if suppress else None,
                         help=f"the host's state directory (default: $PIWF_STATE_DIR, else $XDG_STATE_HOME/piwf, "
                         f"else ~/.local/state/piwf; here {default_state_dir()})")
+    parser.add_argument("--database", default=argparse.SUPPRESS if suppress else None, metavar="URL",
+                        help="the state database read when no host runs (list, show, events, logs) and copied "
+                        "by state migrate: sqlite:///path, a path, or postgresql://… (default: "
+                        "$PIWF_DATABASE_URL, else <state-dir>/state.db)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--before", required=True, type=cutoff, metavar="DATE",
                    help="ISO date/datetime, or an age such as 30d, 12h, 2w")
     p.add_argument("--apply", action="store_true", help="really delete (default: only report)")
+    state_migrate.add_command(add, state)
     inbox.add_commands(add, sub)
     channels.add_commands(add, sub)
     schedules.add_commands(add, sub)

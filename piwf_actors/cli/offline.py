@@ -1,8 +1,10 @@
 """`LocalStore`: the CLI's read-only operations answered from a state database directly, when no host listens.
 
-`piwf list`, `show`, `events` and `logs` use it to read `<state-dir>/state.db`
-of a stopped host (a read-only SQLite connection: it can never change the
-database, and WAL lets it read beside a host that starts meanwhile). It
+`piwf list`, `show`, `events` and `logs` use it to read the state database
+of a stopped host: `<state-dir>/state.db`, or the database `--database` /
+`$PIWF_DATABASE_URL` names (a read-only connection either way: it can never
+change the database; SQLite's WAL, or PostgreSQL's MVCC, lets it read beside
+a host that starts meanwhile). It
 answers `run.list`, `run.get`, `run.events`, `content.read` and `ids.match`
 with the host's own query functions and the same outcomes and receipts as
 the socket protocol; anything else is `unavailable`.
@@ -10,15 +12,13 @@ the socket protocol; anything else is `unavailable`.
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
 from typing import Any
 
-import peewee
-
 from piwf_actors.client.connection import ContentReader, Response
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import queries
+from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader
 
 #: What a host answers for run.events without a limit, and at most (docs/protocol.md).
@@ -26,8 +26,8 @@ _EVENTS_DEFAULT, _EVENTS_MAX = 500, 5000
 
 
 class LocalStore(ContentReader):
-    def __init__(self, db_path: Path) -> None:
-        self.path = db_path
+    def __init__(self, database: DatabaseLocation) -> None:
+        self.path = database
         self._reader: StoreReader | None = None
 
     def close(self) -> None:
@@ -48,11 +48,11 @@ class LocalStore(ContentReader):
                    "content.read": self._content_read, "ids.match": self._ids_match}.get(operation)
         if handler is None:
             return Response(None, "unavailable", error=f"{operation} needs a running host")
-        if self._reader is None:
-            self._reader = StoreReader(self.path)
         try:
+            if self._reader is None:
+                self._reader = StoreReader(self.path)
             return handler(self._reader, payload or {}, run_id)
-        except (sqlite3.Error, peewee.DatabaseError) as exc:
+        except DRIVER_ERRORS as exc:
             return Response(None, "unavailable", error=f"cannot read {self.path}: {' '.join(str(exc).split())}")
 
     @staticmethod

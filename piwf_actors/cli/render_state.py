@@ -87,9 +87,14 @@ def _size(n: Any) -> str:
 def state_status(view: dict[str, Any]) -> RenderableType:
     info = kv_table("state")
     info.add_row("database", text(view.get("path")))
-    info.add_row("size", text(f"{_size(view.get('db_bytes'))} (+ WAL {_size(view.get('wal_bytes'))})"))
-    info.add_row("pages", text(f"{view.get('page_count')} × {view.get('page_size')} B, "
-                               f"{view.get('freelist_count')} free, auto_vacuum {view.get('auto_vacuum')}"))
+    if view.get("engine") == "postgresql":
+        # The server keeps its own pages and WAL: the database's size is what there is to show.
+        info.add_row("engine", text("PostgreSQL"))
+        info.add_row("size", text(_size(view.get("db_bytes"))))
+    else:
+        info.add_row("size", text(f"{_size(view.get('db_bytes'))} (+ WAL {_size(view.get('wal_bytes'))})"))
+        info.add_row("pages", text(f"{view.get('page_count')} × {view.get('page_size')} B, "
+                                   f"{view.get('freelist_count')} free, auto_vacuum {view.get('auto_vacuum')}"))
     info.add_row("schema", text(view.get("schema_version")))
     info.add_row("blobs", text(f"{view.get('blob_count')} ({_size(view.get('blob_bytes'))})"))
     runs = view.get("runs") or {}

@@ -17,26 +17,38 @@ savepoint around every command. Commands are pure functions of (database,
 message, now), so the replay decides the same way; nothing of the first
 pass was visible to anyone.
 
+On PostgreSQL a failed statement aborts the whole transaction, so a command
+whose statement fails in the first pass always sends the batch to the second
+pass, where its savepoint is rolled back instead. A transaction PostgreSQL
+refuses because another host's conflicted with it (serialization failure,
+deadlock: `TransactionConflict`) is simply run again, up to
+`CONFLICT_RETRIES` times: nothing of it was written, and the commands decide
+anew on what the other host committed.
+
 Fencing by time: a fenced command is refused unless the host's lease is
 unexpired, judged by a clock read inside the transaction (after BEGIN) and
 once more just before COMMIT. A host paused past its lease (SIGSTOP, a
 stalled VM) may wake up in the middle of a batch whose `now` is stale; the
 second reading makes that batch fail as a whole (`lease_expired`) instead
-of committing after the lease ran out.
+of committing after the lease ran out. On SQLite that clock is the host's
+(one machine). On PostgreSQL it is the database server's
+(`clock_timestamp()`, read inside the transaction), and it is also the `now`
+the commands see: lease expiries, claim expiries and every stored time then
+come from one clock, so hosts whose clocks disagree still agree on who holds
+what.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import peewee as pw
+from typing import Any
 
 from piwf_actors import errors
 from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
+from piwf_actors.store.dialect import SQLITE, Dialect, dialect_of
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -49,26 +61,21 @@ class BatchOutcome:
     committed: bool
 
 
-def storage_error(exc: BaseException) -> errors.StoreError | None:
-    """The storage failure behind `exc`, if it is one (disk full, read-only, busy).
+#: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
+CONFLICT_RETRIES = 8
+
+#: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
+_DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+def storage_error(exc: BaseException, dialect: Dialect = SQLITE) -> errors.StoreError | None:
+    """The storage failure behind `exc`, if it is one (disk full, read-only, busy, a conflict).
 
     peewee's `atomic()` can hide the real error: on a full disk its rollback
     fails with "cannot rollback - no transaction is active" and the cause is
-    in `__context__`, so the whole chain is searched.
+    in `__context__`, so the whole chain is searched (`Dialect.classify`).
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = str(current).lower()
-        if "disk is full" in text:
-            return errors.DiskFull(" ".join(str(current).split()))
-        if "readonly" in text or "read-only" in text:
-            return errors.ReadOnlyDatabase(" ".join(str(current).split()))
-        if "database is locked" in text or "database is busy" in text:
-            return errors.StoreError(f"database is locked by another process: {current}")
-        current = current.__cause__ or current.__context__
-    return None
+    return dialect.classify(exc)
 
 
 class _StorageAbort(Exception):
@@ -98,46 +105,73 @@ class _Lease:
         return None
 
 
-def _current_lease(conn: sqlite3.Connection) -> _Lease:
+def _current_lease(conn: Any) -> _Lease:
     row = conn.execute("SELECT epoch, host_id IS NOT NULL, expires_at FROM host_state WHERE id = 1").fetchone()
     return _Lease(int(row[0]), bool(row[1]), row[2]) if row else _Lease(0, False, None)
 
 
-def apply_batch(db: pw.SqliteDatabase, commands: list[WriteCommand], now: float, *,
+def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 commit_seq: int | None = None, savepoints: bool = False,
                 clock: Callable[[], float] | None = None) -> BatchOutcome:
-    """Apply `commands` in one IMMEDIATE transaction; return one result per command.
+    """Apply `commands` in one write transaction; return one result per command.
 
-    The lease row is read once inside the transaction: the write lock is held
-    from BEGIN IMMEDIATE to COMMIT, so no other process can move the lease in
-    between, and comparing every command with that one reading is exact.
-    `clock` (the writer's) is read inside the transaction for the time fence;
+    The lease row is read once inside the transaction: on SQLite the write lock
+    is held from BEGIN IMMEDIATE to COMMIT, on PostgreSQL the transaction is
+    SERIALIZABLE, so no other host can move the lease unnoticed in between, and
+    comparing every command with that one reading is exact.
+    `clock` (the writer's) is read inside the transaction for the time fence
+    (on PostgreSQL the server's clock is read instead, see the module docstring);
     without it (tests with a chosen `now`) the fence uses `now`.
     """
-    conn = db.connection()
-    try:
+    dialect = dialect_of(db)
+    attempt = 0
+    while True:
+        conn = None
         try:
-            return _run(conn, commands, now, commit_seq, savepoints, clock)
-        except NeedsSavepoints:
-            return _run(conn, commands, now, commit_seq, True, clock)
-    except (sqlite3.Error, pw.DatabaseError, _StorageAbort) as exc:
-        cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc)
-        err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
-        log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
-        return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False)
+            conn = db.connection()  # (re)connects when the last batch found the connection broken
+            try:
+                return _run(conn, dialect, commands, now, commit_seq, savepoints, clock)
+            except NeedsSavepoints:
+                return _run(conn, dialect, commands, now, commit_seq, True, clock)
+        except (*dialect.driver_errors, _StorageAbort) as exc:
+            cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, dialect)
+            err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
+            if conn is None or getattr(conn, "broken", False):
+                _close_quietly(db)  # the server or the network dropped it: the next batch reconnects
+            if isinstance(err, errors.TransactionConflict) and attempt < CONFLICT_RETRIES:
+                attempt += 1
+                log.debug("write batch of %d conflicted with another host's transaction; retry %d",
+                          len(commands), attempt)
+                continue
+            log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
+            return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False)
 
 
-def _run(conn: sqlite3.Connection, commands: list[WriteCommand], now: float, commit_seq: int | None,
+def _close_quietly(db: Any) -> None:
+    try:
+        db.close()
+    except Exception:  # a dead connection may fail to close; it is dropped either way
+        log.debug("closing a broken connection failed", exc_info=True)
+
+
+def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, commit_seq: int | None,
          savepoints: bool, clock: Callable[[], float] | None) -> BatchOutcome:
     changes = ChangeSet()
     results: list[WriteResult] = []
-    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(dialect.begin_write)
     try:
+        if dialect.name == "postgresql" and clock is not None:
+            # The database's clock, read inside the transaction, is the writer's clock here.
+            def server_clock() -> float:
+                return float(conn.execute(_DB_CLOCK).fetchone()[0])
+
+            clock = server_clock
+            now = clock()
         lease = _current_lease(conn)
         fence_now = now if clock is None else max(now, clock())
         fenced_writes = False
         for cmd in commands:
-            result = _apply_one(conn, cmd, now, fence_now, lease, changes, commit_seq, savepoints)
+            result = _apply_one(conn, dialect, cmd, now, fence_now, lease, changes, commit_seq, savepoints)
             results.append(result)
             if result.ok and cmd.name.startswith("lease."):
                 # The lease moved inside this transaction: fence later commands by the new state.
@@ -150,16 +184,16 @@ def _run(conn: sqlite3.Connection, commands: list[WriteCommand], now: float, com
             raise _StorageAbort(errors.LeaseExpired(lease.epoch, lease.expires_at))
         conn.execute("COMMIT")
     except BaseException:
-        if conn.in_transaction:
-            try:
+        try:
+            if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                log.debug("rollback after failed batch also failed", exc_info=True)
+        except dialect.driver_errors:
+            log.debug("rollback after failed batch also failed", exc_info=True)
         raise
     return BatchOutcome(results, changes, True)
 
 
-def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_now: float, lease: _Lease,
+def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence_now: float, lease: _Lease,
                changes: ChangeSet, commit_seq: int | None, savepoints: bool) -> WriteResult:
     try:
         spec = lookup(cmd.name)
@@ -183,10 +217,14 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
     except errors.PiwfError as err:
         _undo(conn, savepoints, before)
         return _fail(cmd, err)
-    except (sqlite3.Error, pw.DatabaseError) as exc:
-        storage = storage_error(exc)
+    except dialect.driver_errors as exc:
+        storage = storage_error(exc, dialect)
         if storage is not None:
             raise _StorageAbort(storage) from exc
+        if dialect.aborts_transaction and not savepoints:
+            # PostgreSQL refuses every later statement of this transaction: redo the batch with
+            # a savepoint around each command, where this one's failure is undone alone.
+            raise NeedsSavepoints() from exc
         _undo(conn, savepoints, before)
         log.exception("write command %s failed", cmd.name)
         return _fail(cmd, errors.CommandFailed(f"{cmd.name}: {' '.join(str(exc).split())}"))
@@ -200,7 +238,7 @@ def _apply_one(conn: sqlite3.Connection, cmd: WriteCommand, now: float, fence_no
     return WriteResult(True, value, None, None, cmd.correlation_id, commit_seq)
 
 
-def _undo(conn: sqlite3.Connection, savepoints: bool, changes_before: int) -> None:
+def _undo(conn: Any, savepoints: bool, changes_before: int) -> None:
     if savepoints:
         conn.execute("ROLLBACK TO cmd")
         conn.execute("RELEASE cmd")

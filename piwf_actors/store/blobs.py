@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.store.dialect import Connection
 
 
-def put_blob(conn: sqlite3.Connection, data: bytes, now: float) -> str:
+def put_blob(conn: Connection, data: bytes, now: float) -> str:
     """Store `data` (once) and return its sha256 hex key."""
     key = hashlib.sha256(data).hexdigest()
     conn.execute(
-        "INSERT OR IGNORE INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?)",
+        "INSERT INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (sha256) DO NOTHING",
         (key, len(data), data, now),
     )
     return key
 
 
-def put_json_blob(conn: sqlite3.Connection, value: Any, now: float) -> str:
+def put_json_blob(conn: Connection, value: Any, now: float) -> str:
     """Store `value` as canonical JSON (once) and return its key."""
     return put_blob(conn, canonical_json(value).encode(), now)
 
 
-def get_blob(conn: sqlite3.Connection, key: str | None) -> bytes | None:
+def get_blob(conn: Connection, key: str | None) -> bytes | None:
     if key is None:
         return None
     row = conn.execute("SELECT data FROM blob WHERE sha256 = ?", (key,)).fetchone()

@@ -1,23 +1,32 @@
-"""Opening the state database: validation, pragmas, schema version.
+"""Opening the state database: validation, pragmas, schema version, on either engine.
 
-This is the one place that sets pragmas and the one place that decides
-whether a file on disk may be opened at all. A state file is refused (never
-silently re-created) when it is empty, is not SQLite, is SQLite but not ours,
-is corrupt, or carries a newer schema than this code knows.
+The state lives in a SQLite file (a `Path`) or a PostgreSQL database (`paths.PostgresDatabase`):
+a `DatabaseLocation`. This is the one place that sets pragmas (SQLite) and chooses the session
+settings (PostgreSQL, through `store/pg.py`), and the one place that decides whether a database
+may be opened at all. A state file is refused (never silently re-created) when it is empty, is
+not SQLite, is SQLite but not ours, is corrupt, or carries a newer schema than this code knows;
+a PostgreSQL database when it cannot be reached, holds tables that are not ours, or carries a
+newer schema.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import peewee as pw
 
 from piwf_actors.errors import StoreRefused
-from piwf_actors.paths import tighten_file
-from piwf_actors.store.migrations import LATEST_VERSION, migrate
+from piwf_actors.paths import DatabaseLocation, PostgresDatabase, tighten_file
+from piwf_actors.store.dialect import SQLITE, Dialect
+from piwf_actors.store.migrations import LATEST_VERSION, migrate, migrate_postgresql
+
+log = logging.getLogger(__name__)
 
 #: 'piwf' in ASCII; stored in the SQLite header so a foreign database is recognised.
 APPLICATION_ID = 0x70697766
@@ -52,24 +61,44 @@ def _pragmas(options: StoreOptions, read_only: bool) -> list[tuple[str, object]]
     return pragmas
 
 
-def connect(path: Path, options: StoreOptions = StoreOptions(), *, read_only: bool = False) -> pw.SqliteDatabase:
-    """A peewee database for `path`, pragmas applied on connect.
+class SqliteConnection(sqlite3.Connection):
+    """sqlite3's connection, naming its dialect like the PostgreSQL one (`store/dialect.py`)."""
 
-    Writers take `BEGIN IMMEDIATE` so a transaction never upgrades from read to
+    dialect = SQLITE
+
+
+class PiwfSqliteDatabase(pw.SqliteDatabase):
+    dialect = SQLITE
+
+
+def connect(location: DatabaseLocation, options: StoreOptions = StoreOptions(), *, read_only: bool = False) -> Any:
+    """A peewee database for `location`, pragmas or session settings applied on connect.
+
+    SQLite writers take `BEGIN IMMEDIATE` so a transaction never upgrades from read to
     write halfway (which could fail with SQLITE_BUSY after work was done).
-    Read-only connections open the file with `mode=ro` and can never write.
+    Read-only connections open the file with `mode=ro` and can never write; on
+    PostgreSQL the session is read-only (see `store/pg.py`).
     """
+    if isinstance(location, PostgresDatabase):
+        from piwf_actors.store.pg import PiwfPostgresqlDatabase  # psycopg only when it is used
+
+        return PiwfPostgresqlDatabase(location.url, read_only=read_only, lock_timeout_ms=options.busy_timeout_ms)
+    path = location
     if read_only:
-        db = pw.SqliteDatabase(
+        db = PiwfSqliteDatabase(
             f"file:{path}?mode=ro", uri=True, pragmas=_pragmas(options, True),
-            check_same_thread=False, autoconnect=True,
+            check_same_thread=False, autoconnect=True, factory=SqliteConnection,
         )
     else:
-        db = pw.SqliteDatabase(
+        db = PiwfSqliteDatabase(
             str(path), pragmas=_pragmas(options, False), lock_type="IMMEDIATE",
-            check_same_thread=False, autoconnect=True,
+            check_same_thread=False, autoconnect=True, factory=SqliteConnection,
         )
     return db
+
+
+def dialect_of_db(db: Any) -> Dialect:
+    return getattr(db, "dialect", SQLITE)
 
 
 def _refuse(path: Path, reason: str) -> StoreRefused:
@@ -101,15 +130,18 @@ def check_file(path: Path) -> bool:
     return False
 
 
-def open_store(path: Path, options: StoreOptions = StoreOptions()) -> pw.SqliteDatabase:
+def open_store(location: DatabaseLocation, options: StoreOptions = StoreOptions()) -> Any:
     """Open (creating or migrating as needed) the read-write state database.
 
     Runs in the caller's thread; the returned database's connection belongs to
     that thread. Raises StoreRefused for anything that is not a healthy piwf
     database of a version this code can migrate.
     """
-    if not isinstance(path, Path):
-        raise StoreRefused(str(path), "this build stores state in SQLite only")
+    if isinstance(location, PostgresDatabase):
+        return _open_postgres(location, options)
+    if not isinstance(location, Path):
+        raise StoreRefused(str(location), "not a database location (a SQLite path or a postgresql:// URL)")
+    path = location
     create = check_file(path)
     if not create:
         _inspect_read_only(path)
@@ -196,5 +228,64 @@ def _verify_and_migrate(db: pw.SqliteDatabase, path: Path, create: bool) -> None
         migrate(db, version, APPLICATION_ID)
 
 
-def schema_version(db: pw.SqliteDatabase) -> int:
+def _open_postgres(location: PostgresDatabase, options: StoreOptions) -> Any:
+    """Connect, check that the database is empty or ours, then create or migrate the schema."""
+    from piwf_actors.store import pg_schema
+    from piwf_actors.store.dialect import POSTGRESQL
+
+    db = connect(location, options)
+    try:
+        try:
+            conn = db.connection()
+        except POSTGRESQL.driver_errors as exc:
+            raise StoreRefused(str(location), f"cannot connect ({' '.join(str(exc).split())[:300]})") from exc
+        found = pg_schema.read_version(conn)
+        if found is None:
+            tables = pg_schema.user_tables(conn)
+            if tables:
+                raise StoreRefused(str(location), f"a PostgreSQL database that is not a piwf state database "
+                                                  f"(it holds {len(tables)} table(s), no {pg_schema.VERSION_TABLE})")
+        elif found[0] != pg_schema.APPLICATION:
+            raise StoreRefused(str(location), f"its {pg_schema.VERSION_TABLE} names application {found[0]!r}")
+        elif found[1] > LATEST_VERSION:
+            raise StoreRefused(str(location), f"schema version {found[1]} is newer than this piwf ({LATEST_VERSION})")
+        migrate_postgresql(db)
+    except StoreRefused:
+        db.close()
+        raise
+    except POSTGRESQL.driver_errors as exc:
+        db.close()
+        raise StoreRefused(str(location), f"cannot be read ({' '.join(str(exc).split())[:300]})") from exc
+    return db
+
+
+def schema_version(db: Any) -> int:
+    if dialect_of_db(db).name == "postgresql":
+        from piwf_actors.store import pg_schema
+
+        found = pg_schema.read_version(db.connection())
+        return 0 if found is None else found[1]
     return int(db.connection().execute("PRAGMA user_version").fetchone()[0])
+
+
+def idle_checkpoint(db: Any, options: StoreOptions) -> bool:
+    """Cut SQLite's write-ahead log back to nothing while the writer is idle; True when done (or
+    nothing to do: PostgreSQL manages its own WAL).
+
+    A TRUNCATE checkpoint needs no reader in the WAL; with the busy timeout at 0 it gives up at
+    once instead of stalling the writer behind a long read (a backup), and the caller tries again
+    on its next idle tick.
+    """
+    if dialect_of_db(db).name != "sqlite":
+        return True
+    conn = db.connection()
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except sqlite3.Error as exc:
+        log.debug("idle checkpoint failed: %s", exc)
+        return False
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
+    return not busy

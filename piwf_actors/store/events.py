@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
+from piwf_actors.store.dialect import Connection
 
 
-def append_event(conn: sqlite3.Connection, run_id: str, kind: str, now: float, *,
+def append_event(conn: Connection, run_id: str, kind: str, now: float, *,
                  node_id: str | None = None, attempt_id: str | None = None,
                  payload: Any = None) -> int:
     """Append an event with the run's next sequence number and return that number.

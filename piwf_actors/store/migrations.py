@@ -1,13 +1,21 @@
-"""Forward-only schema migrations, numbered by `PRAGMA user_version`.
+"""Forward-only schema migrations, numbered by the schema version.
 
-Each migration runs in one transaction together with the version bump, so a
-crash mid-migration leaves the previous version intact.
+The version is `PRAGMA user_version` on SQLite and the `piwf_schema` row on PostgreSQL. Each
+migration runs in one transaction together with the version bump, so a crash mid-migration leaves
+the previous version intact (PostgreSQL's DDL is transactional too).
+
+Versions 1…6 are SQLite's history (`SQLITE_MIGRATIONS`): files made before PostgreSQL was
+supported. A PostgreSQL database is created directly at `POSTGRESQL_BASELINE` (see
+`store/pg_schema.py`). Every later version is one entry of `MIGRATIONS`, applied to both engines
+and written once: portable SQL (see `store/dialect.py`), with `dialect_of(db.connection())` for
+the rare statement that must differ.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import peewee as pw
 
@@ -110,7 +118,7 @@ def _v6_leaner_rows(db: pw.SqliteDatabase) -> None:
                 db.execute(model._schema._create_index(index, safe=True))
 
 
-def _v7_schedules(db: pw.SqliteDatabase) -> None:
+def _v7_schedules(db: Any) -> None:
     """Durable schedules: `schedule` (pause flag and cursor per schedule) and `schedule_fire` (one row
     per fire, written with its run), created from the models with their indexes (IF NOT EXISTS: a
     new file already has them from v1)."""
@@ -118,13 +126,13 @@ def _v7_schedules(db: pw.SqliteDatabase) -> None:
         db.create_tables(schema.V7_MODELS, safe=True)
 
 
-def _v8_child_machine(db: pw.SqliteDatabase) -> None:
+def _v8_child_machine(db: Any) -> None:
     """child_process.machine_id: a pid means something only on the machine that registered it, so a
     host that takes over from a host on another machine releases that host's children unsignalled."""
     _add_columns(db, (("child_process", "machine_id", "TEXT"),))
 
 
-def _v9_resource_managers(db: pw.SqliteDatabase) -> None:
+def _v9_resource_managers(db: Any) -> None:
     """Resource managers: resource (with its queue and claim columns), resource_event, resource_effect
     and resource_run, made from the models (peewee writes the DDL for the database in use; IF NOT EXISTS:
     a new file has them from v1)."""
@@ -132,10 +140,18 @@ def _v9_resource_managers(db: pw.SqliteDatabase) -> None:
         db.create_tables(schema.RESOURCE_MODELS, safe=True)
 
 
-def _add_columns(db: pw.SqliteDatabase, columns: tuple[tuple[str, str, str], ...]) -> None:
+def _columns(db: Any, table: str) -> set[str]:
+    if isinstance(db, pw.SqliteDatabase):
+        return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
+    return {row[0] for row in db.connection().execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ?",
+        (table,)).fetchall()}
+
+
+def _add_columns(db: Any, columns: tuple[tuple[str, str, str], ...]) -> None:
+    """Add each column a table lacks (a database created from the current models has them all)."""
     for table, column, declaration in columns:
-        present = {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
-        if column not in present:
+        if column not in _columns(db, table):
             db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
@@ -143,17 +159,58 @@ def _table_exists(db: pw.SqliteDatabase, name: str) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
-MIGRATIONS: list[Callable[[pw.SqliteDatabase], None]] = [_v1_initial, _v2_queue_order, _v3_channels,
-                                                          _v4_attempt_details, _v5_counters_and_indexes,
-                                                          _v6_leaner_rows, _v7_schedules, _v8_child_machine,
-                                                          _v9_resource_managers]
-LATEST_VERSION = len(MIGRATIONS)
+Migration = Callable[[Any], None]
+
+#: SQLite only: the versions before PostgreSQL was supported.
+SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels, _v4_attempt_details,
+                                      _v5_counters_and_indexes, _v6_leaner_rows]
+#: The version a new PostgreSQL database is created at (with every table as of that version).
+POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
+#: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
+MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers]
+LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 
-def migrate(db: pw.SqliteDatabase, current: int, application_id: int) -> None:
-    """Apply migrations current+1 .. LATEST_VERSION, each atomically."""
+def _migration(version: int) -> Migration:
+    if version <= POSTGRESQL_BASELINE:
+        return SQLITE_MIGRATIONS[version - 1]
+    return MIGRATIONS[version - POSTGRESQL_BASELINE - 1]
+
+
+def migrate(db: Any, current: int, application_id: int) -> None:
+    """Apply the SQLite migrations current+1 .. LATEST_VERSION, each atomically."""
     for version in range(current + 1, LATEST_VERSION + 1):
         with db.atomic():
-            MIGRATIONS[version - 1](db)
+            _migration(version)(db)
             db.execute_sql(f"PRAGMA application_id = {int(application_id)}")
             db.execute_sql(f"PRAGMA user_version = {int(version)}")
+
+
+#: The advisory lock PostgreSQL hosts take while they create or migrate the schema ('piwf'), so two
+#: hosts starting at once on an empty database do not both create it.
+_PG_MIGRATION_LOCK = 0x70697766
+
+
+def migrate_postgresql(db: Any) -> int:
+    """Create (at POSTGRESQL_BASELINE) or migrate a PostgreSQL database to LATEST_VERSION; returns
+    the version found before. One transaction per step; each step re-reads the version under an
+    advisory lock, so a host that waited for another's migration finds it done."""
+    from piwf_actors.store import pg_schema
+
+    conn = db.connection()
+    found: int | None = None
+    while True:
+        with db.atomic():
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (_PG_MIGRATION_LOCK,))
+            current = pg_schema.read_version(conn)
+            version = 0 if current is None else current[1]
+            if found is None:
+                found = version
+            if version >= LATEST_VERSION:
+                return found
+            if version == 0:
+                pg_schema.create_tables(db)
+                pg_schema.write_version(conn, POSTGRESQL_BASELINE)
+            else:
+                _migration(version + 1)(db)
+                pg_schema.write_version(conn, version + 1)

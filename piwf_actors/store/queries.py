@@ -170,13 +170,13 @@ def run_summaries(reader: StoreReader, run_ids: list[str]) -> list[tuple[int, di
     """`(rowid, run_list row)` of each of `run_ids` that exists, in one statement.
 
     Up to 8 ids as `IN (?, …)` (each shape a statement sqlite3 keeps prepared: the usual case is one
-    to three runs per commit), more through json_each."""
+    to three runs per commit), more as one JSON list (`Dialect.json_values`)."""
     if len(run_ids) <= 8:
         marks = ", ".join("?" * len(run_ids))
         return _with_rowid(reader.all(f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN ({marks})",
                                       tuple(run_ids)))
     return _with_rowid(reader.all(
-        f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN (SELECT value FROM json_each(?))",
+        f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN {reader.dialect.json_values}",
         (json.dumps(run_ids),)))
 
 

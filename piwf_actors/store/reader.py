@@ -1,28 +1,48 @@
 """Read-only access to the state database.
 
-Any actor may read through its own `StoreReader` (WAL lets readers run
-beside the writer). A reader can never write: its connection is opened
-with `mode=ro`.
+Any actor may read through its own `StoreReader`, with its own connection.
+A reader can never write: on SQLite its connection is opened with `mode=ro`
+(WAL lets readers run beside the writer); on PostgreSQL its session is
+`READ ONLY`. A single read runs in its own transaction (SQLite's implicit
+one, PostgreSQL's autocommit); `snapshot()` groups several reads into one
+consistent view (a SQLite read transaction, a PostgreSQL REPEATABLE READ
+transaction).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
+import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from piwf_actors.store.database import StoreOptions, connect
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store.database import StoreOptions, connect, dialect_of_db
+from piwf_actors.store.dialect import Dialect
+
+log = logging.getLogger(__name__)
 
 
 class StoreReader:
-    def __init__(self, db_path: Path, options: StoreOptions = StoreOptions()) -> None:
-        self._db = connect(db_path, options, read_only=True)
+    def __init__(self, database: DatabaseLocation, options: StoreOptions = StoreOptions()) -> None:
+        self._db = connect(database, options, read_only=True)
+        self.location = database
 
     @property
-    def conn(self) -> sqlite3.Connection:
-        return self._db.connection()
+    def conn(self) -> Any:
+        """The reader's connection: a `sqlite3.Connection`, or `store.pg.PgConnection` (same calls).
+
+        A PostgreSQL connection the server dropped (a restart, a failover) is opened again here,
+        so a long-lived reader recovers with the database."""
+        conn = self._db.connection()
+        if getattr(conn, "broken", False):
+            self._db.close()
+            conn = self._db.connection()
+        return conn
+
+    @property
+    def dialect(self) -> Dialect:
+        return dialect_of_db(self._db)
 
     def close(self) -> None:
         self._db.close()
@@ -34,11 +54,19 @@ class StoreReader:
         if conn.in_transaction:
             yield
             return
-        conn.execute("BEGIN")
+        conn.execute(self.dialect.begin_read)
         try:
             yield
         finally:
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except self.dialect.driver_errors:
+                # A connection that failed mid-read (PostgreSQL: the server went away) must not hide
+                # the error that ended the reads; it is rolled back or gone either way.
+                log.debug("ending a read snapshot failed", exc_info=True)
+                with contextlib.suppress(*self.dialect.driver_errors):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
         return self.conn.execute(sql, params).fetchone()

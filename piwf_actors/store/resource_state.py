@@ -6,23 +6,23 @@ so the same text runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import NotFound
+from piwf_actors.store.dialect import Connection
 
 if TYPE_CHECKING:  # the commands package imports this module while it loads
     from piwf_actors.store.commands.registry import WriteContext
 
 
-def resource_row(conn: sqlite3.Connection, manager: str, key: str) -> dict[str, Any] | None:
+def resource_row(conn: Connection, manager: str, key: str) -> dict[str, Any] | None:
     cursor = conn.execute("SELECT * FROM resource WHERE manager = ? AND resource_key = ?", (manager, key))
     row = cursor.fetchone()
     return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))
 
 
-def require_resource(conn: sqlite3.Connection, manager: str, key: str) -> dict[str, Any]:
+def require_resource(conn: Connection, manager: str, key: str) -> dict[str, Any]:
     row = resource_row(conn, manager, key)
     if row is None:
         raise NotFound("resource", f"{manager}/{key}")

@@ -7,13 +7,13 @@ matching trace event and records the change for watchers.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
+from piwf_actors.store.dialect import Connection
 from piwf_actors.store.events import append_event
 from piwf_actors.store.resource_state import enqueue_owner_of_run
 
@@ -35,7 +35,7 @@ def _queue_class(ctx: WriteContext, run_id: str) -> int:
     return QUEUE_VALIDATION if validating else QUEUE_WOKEN
 
 
-def run_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any]:
+def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
     cursor = conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
     row = cursor.fetchone()
     if row is None:
@@ -121,7 +121,7 @@ def bump_revision(ctx: WriteContext, run_id: str) -> int:
     return int(row[0])
 
 
-def claim_row(conn: sqlite3.Connection, run_id: str) -> dict[str, Any] | None:
+def claim_row(conn: Connection, run_id: str) -> dict[str, Any] | None:
     cursor = conn.execute("SELECT * FROM run_claim WHERE run_id = ?", (run_id,))
     row = cursor.fetchone()
     return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))

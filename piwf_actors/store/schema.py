@@ -140,7 +140,7 @@ class RunCount(_Base):
 
 def _count_change(status: str, delta: int) -> str:
     return (f"INSERT INTO run_count (status, n) VALUES ({status}, {delta}) "
-            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")
+            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")  # SQLite's; PostgreSQL: store/pg_schema.py
 
 
 #: The triggers that keep `run_count` exact, by name (created by migration v5, which also counts the
@@ -263,7 +263,7 @@ class WorkerMessage(_Base):
     generation = pw.IntegerField()
     kind = pw.TextField()
     fingerprint = pw.TextField()
-    response = pw.TextField()
+    response = pw.TextField()  # holds msgpack bytes (SQLite keeps them as a BLOB value; BYTEA on PostgreSQL)
     created_at = pw.FloatField()
 
     class Meta:

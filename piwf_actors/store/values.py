@@ -10,17 +10,17 @@ and can be read in chunks (`content.read`). At most one of the pair is set.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.dialect import Connection
 
 #: Canonical JSON up to this many characters is kept inline.
 INLINE_VALUE_BYTES = 1024
 
 
-def put_value(conn: sqlite3.Connection, value: Any, now: float) -> tuple[str | None, str | None]:
+def put_value(conn: Connection, value: Any, now: float) -> tuple[str | None, str | None]:
     """(inline JSON, blob key) of `value`: one of them is None."""
     text = canonical_json(value)
     if len(text) <= INLINE_VALUE_BYTES:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import time
 
+from testsupport import both_engines
+
 from piwf_actors import HostConfig, start_host
 
 WORKFLOW = '''
@@ -10,6 +12,7 @@ quick = define_workflow(name="quick", start_at="a", nodes={"a": compute(run=lamb
 '''
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_idle_host_prunes_runs_past_retention(state_dir, tmp_path):
     (tmp_path / "quick.py").write_text(WORKFLOW)
     # Retention of ~0.2 s and a check every 0.3 s: the finished run is pruned once the host is idle.

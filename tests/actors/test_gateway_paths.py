@@ -59,7 +59,7 @@ def test_run_start_of_a_resolved_workflow_goes_from_the_gateway_straight_to_the_
         host: HostHandle, submitters, tmp_path: Path) -> None:
     flow = tmp_path / "flow.py"
     flow.write_text(FLOW.format(version=1))
-    with Client(host.paths.database.parent) as client:
+    with Client(host.paths.root) as client:
         first = client.start(f"{flow}:quick", {"n": 1})["run_id"]
         second = client.start(f"{flow}:quick", {"n": 2})["run_id"]
         threads = _start_threads(submitters, "run.start")
@@ -82,7 +82,7 @@ def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: Ho
                                                                         tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("raise ImportError('nope')\n")
-    with Client(host.paths.database.parent) as client:
+    with Client(host.paths.root) as client:
         answer = client.request("run.start", {"workflow": f"{broken}:quick"})
         assert answer.outcome == "rejected" and "nope" in (answer.error or ""), answer
         assert _start_threads(submitters, "run.start") == []  # nothing reached the writer
@@ -93,7 +93,7 @@ def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: Ho
 def test_run_restart_is_queued_by_the_executor(host: HostHandle, submitters, tmp_path: Path) -> None:
     flow = tmp_path / "flow.py"
     flow.write_text(FLOW.format(version=3))
-    with Client(host.paths.database.parent) as client:
+    with Client(host.paths.root) as client:
         run_id = client.start(f"{flow}:quick")["run_id"]
         revision = client.wait(run_id, timeout=30)["revision"]
         answer = client.request("run.restart", run_id=run_id, expected_revision=revision)

@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 
 import pykka
 import pytest
@@ -21,23 +20,24 @@ def _lease_args(**extra):
 
 
 @pytest.fixture
-def writer(state_dir):
-    open_store(state_dir / "state.db").close()
-    handle = start_writer(state_dir / "state.db")
+def writer(database):
+    """A writer on each engine (`database`), holding the lease."""
+    open_store(database).close()
+    handle = start_writer(database)
     epoch = handle.call("lease.acquire", _lease_args())["epoch"]
     yield handle.with_epoch(epoch)
     handle.ref.stop()
 
 
-def _count(state_dir: Path, sql: str) -> int:
-    db = open_store(state_dir / "state.db")
+def _count(database, sql: str) -> int:
+    db = open_store(database)
     try:
         return db.execute_sql(sql).fetchone()[0]
     finally:
         db.close()
 
 
-def test_concurrent_senders_all_get_their_own_result(writer, state_dir):
+def test_concurrent_senders_all_get_their_own_result(writer, database):
     run_id = writer.call("run.create", {"workflow": "w", "input": {}})["run_id"]
     senders, per_sender = 16, 200
     seen: dict[int, list[int]] = {}
@@ -56,14 +56,14 @@ def test_concurrent_senders_all_get_their_own_result(writer, state_dir):
     assert all_seqs == list(range(2, 2 + senders * per_sender))
     for seqs in seen.values():
         assert seqs == sorted(seqs)  # one sender's writes are applied in order
-    assert _count(state_dir, "SELECT count(*) FROM run_event") == 1 + senders * per_sender
+    assert _count(database, "SELECT count(*) FROM run_event") == 1 + senders * per_sender
     stats = writer.stats()
     assert stats.commands >= senders * per_sender
     assert stats.commits < stats.commands  # batches really held many commands
 
 
-def test_failing_command_does_not_undo_batch_mates(state_dir):
-    db = open_store(state_dir / "state.db")
+def test_failing_command_does_not_undo_batch_mates(database):
+    db = open_store(database)
     try:
         epoch = apply_batch(db, [WriteCommand("lease.acquire", _lease_args())], time.time()).results[0].value["epoch"]
         outcome = apply_batch(db, [
@@ -87,17 +87,17 @@ def test_failing_command_does_not_undo_batch_mates(state_dir):
         db.close()
 
 
-def test_stale_epoch_is_refused_and_changes_nothing(writer, state_dir):
+def test_stale_epoch_is_refused_and_changes_nothing(writer, database):
     stale = writer.host_epoch
     # Another host takes over: release and re-acquire moves the epoch on.
     writer.call("lease.release", {"epoch": stale, "host_id": "h1", "token_hash": "t" * 64,
                                   "pid": os.getpid(), "process_start_identity": "1.0"})
     new_epoch = writer.call("lease.acquire", _lease_args(host_id="h2"))["epoch"]
     assert new_epoch == stale + 1
-    before = _count(state_dir, "SELECT count(*) FROM run")
+    before = _count(database, "SELECT count(*) FROM run")
     result = writer.execute("run.create", {"workflow": "w"}, host_epoch=stale)
     assert not result.ok and result.error_code == "stale_epoch"
-    assert _count(state_dir, "SELECT count(*) FROM run") == before
+    assert _count(database, "SELECT count(*) FROM run") == before
     assert writer.execute("run.create", {"workflow": "w"}, host_epoch=new_epoch).ok
 
 
@@ -138,9 +138,9 @@ def test_change_notices_follow_commits(writer):
         collector.stop()
 
 
-def test_writer_stop_answers_queued_commands(state_dir):
-    open_store(state_dir / "state.db").close()
-    handle = start_writer(state_dir / "state.db")
+def test_writer_stop_answers_queued_commands(database):
+    open_store(database).close()
+    handle = start_writer(database)
     handle.ref.stop()
     result = handle.execute("run.create", {"workflow": "w"}, host_epoch=1)
     assert not result.ok and result.error_code == "writer_stopped"

@@ -22,6 +22,7 @@ import signal
 
 import psutil
 import pytest
+from testsupport import both_engines
 from wf import harness
 from wf.harness import (
     Oracle,
@@ -51,6 +52,7 @@ def _kinds(state_dir, run_id: str) -> list[str]:
     return [e["kind"] for e in events(state_dir, run_id)]
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_worker_sigkill_after_progress_requeues_and_completes(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
@@ -123,6 +125,7 @@ def _park_on_ambiguous_shell(guard, state_dir, host, oracle: Oracle) -> tuple[st
     return run_id, effect_id
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_worker_sigkill_in_shell_node_parks_ambiguous_then_confirm_continues(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)

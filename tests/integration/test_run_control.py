@@ -9,6 +9,7 @@ with psutil that no process of the test (worker, shell command) is left.
 from __future__ import annotations
 
 import psutil
+from testsupport import both_engines
 from wf import harness
 from wf.harness import (
     Oracle,
@@ -33,6 +34,7 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_cancel_during_long_shell_sleep_kills_worker_and_shell_tree(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
@@ -60,6 +62,7 @@ def test_cancel_during_long_shell_sleep_kills_worker_and_shell_tree(guard, state
     wait_for(lambda: host.status()["scheduler"]["active"] == [], 5, "the scheduler to retire the runner")
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_restart_of_a_finished_run_creates_a_child_run_with_the_same_input(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)

@@ -30,6 +30,7 @@ from interactions_support import (
     wait_run,
     wait_waiting,
 )
+from testsupport import both_engines
 
 from piwf_actors.client import Client
 
@@ -94,6 +95,7 @@ def test_fix_answer_routes_its_input_to_the_notify_node(ix: Harness, tmp_path: P
     assert all(m["session_id"] == "sess-fix" for m in messages)
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_two_clients_answering_at_once_one_wins_and_the_run_resumes_once(ix: Harness, tmp_path: Path) -> None:
     ix.host()
     client = ix.client()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 
+from testsupport import both_engines
+
 STATUS_ORDER = {"queued": 0, "starting": 1, "running": 2, "done": 3}
 
 
@@ -43,6 +45,7 @@ def _no_event(conn, subscription_id: str, quiet_s: float = 0.5) -> None:
     assert [e for e in conn.events if e["subscription_id"] == subscription_id] == []
 
 
+@both_engines  # its hosts on SQLite, then on PostgreSQL
 def test_run_watch_sees_the_run_in_order_and_keeps_working(host, connect, proto) -> None:
     starter, conn = connect(host), connect(host)
     run_id = starter.ok("run.start", {"workflow": proto.flow("three"), "input": {"sleep": 0.15}})["receipt"]["run_id"]

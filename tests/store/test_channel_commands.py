@@ -15,8 +15,8 @@ DECISION = {"kind": "decision", "audience": "operator", "title": "Ship?", "summa
 
 
 @pytest.fixture
-def store(state_dir):
-    s = Store(state_dir)
+def store(database):
+    s = Store(database)
     yield s
     s.db.close()
 

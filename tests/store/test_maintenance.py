@@ -22,6 +22,7 @@ import pytest
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Rejected
+from piwf_actors.paths import PostgresDatabase
 from piwf_actors.store import maintenance
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.blobs import put_blob
@@ -61,8 +62,8 @@ def _sha(value: Any) -> str:
 
 @dataclass
 class Store:
-    path: Path
-    db: pw.SqliteDatabase
+    path: Any  # the database location: a SQLite file or a PostgresDatabase (the `database` fixture)
+    db: pw.Database
     epoch: int = 0
     runner: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -72,10 +73,15 @@ class Store:
     def call(self, name: str, args: dict[str, Any], now: float) -> Any:
         return self.batch(name, args, now).results[0].unwrap()
 
-    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return self.db.execute_sql(statement, params).fetchall()
+    @property
+    def postgres(self) -> bool:
+        return isinstance(self.path, PostgresDatabase)
 
-    def count(self, table: str, where: str = "1", params: tuple[Any, ...] = ()) -> int:
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        cursor = self.db.execute_sql(statement, params)
+        return [] if cursor.description is None else cursor.fetchall()
+
+    def count(self, table: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> int:
         return self.sql(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0]
 
     # --- building runs with the real commands ---------------------------------
@@ -126,9 +132,10 @@ def _interactive_request(store: Store, run_id: str, request_id: str, now: float)
 
 
 @pytest.fixture
-def store(state_dir: Path) -> Iterator[Store]:
-    """Six runs: three old terminal ones (to prune), a recent done one, an old queued and an old parked one."""
-    path = state_dir / "state.db"
+def store(database: Any) -> Iterator[Store]:
+    """Six runs: three old terminal ones (to prune), a recent done one, an old queued and an old parked one
+    (on each engine: `database`)."""
+    path = database
     db = open_store(path, StoreOptions(synchronous="OFF"))  # no fsync per batch: nothing here tests durability
     s = Store(path, db)
     s.epoch = s.call("lease.acquire", {"host_id": "h1", "token_hash": "t" * 64, "pid": os.getpid(),
@@ -165,13 +172,17 @@ def test_state_status_numbers(store: Store) -> None:
     assert status["runs"] == {"queued": 1, "starting": 0, "running": 0, "parked": 1, "done": 2, "failed": 1,
                               "cancelled": 1}
     assert status["schema_version"] == LATEST_VERSION
-    assert status["auto_vacuum"] == "incremental"
     assert status["tables"]["run"] == 6
     assert status["tables"]["host_state"] == 1
     assert status["tables"]["run_event"] == store.count("run_event")
     assert set(status["tables"]) >= {"run", "blob", "run_event", "node_attempt", "interactive_submission"}
     assert status["blob_count"] == store.count("blob")
     assert status["blob_bytes"] == store.sql("SELECT sum(size) FROM blob")[0][0] > 200_000
+    if store.postgres:
+        assert status["engine"] == "postgresql" and status["db_bytes"] > status["blob_bytes"]
+        assert status["page_count"] is None and status["wal_bytes"] is None
+        return
+    assert status["engine"] == "sqlite" and status["auto_vacuum"] == "incremental"
     assert status["page_size"] * status["page_count"] >= status["blob_bytes"]
     assert status["db_bytes"] == os.path.getsize(store.path)
     assert status["wal_bytes"] == os.path.getsize(f"{store.path}-wal") > 0
@@ -302,7 +313,21 @@ def test_verify_reports_a_corrupt_file_instead_of_raising(state_dir: Path) -> No
 # --- backup -------------------------------------------------------------------
 
 
+def _sqlite_only(store: Store) -> None:
+    if store.postgres:
+        pytest.skip("state.backup copies SQLite files (PostgreSQL: test_backup_of_postgres_points_to_pg_dump)")
+
+
+def test_backup_of_postgres_points_to_pg_dump(store: Store, state_dir: Path) -> None:
+    if not store.postgres:
+        pytest.skip("PostgreSQL's refusal")
+    with pytest.raises(Rejected, match="pg_dump"):
+        maintenance.backup(store.path, str(state_dir / "copy.db"))
+    assert not (state_dir / "copy.db").exists()
+
+
 def test_backup_copies_verifies_and_is_private(store: Store, state_dir: Path) -> None:
+    _sqlite_only(store)
     seen: list[tuple[int, int]] = []
     target = state_dir / "copy.db"
     result = maintenance.backup(store.path, str(target), lambda done, total: seen.append((done, total)),
@@ -326,6 +351,7 @@ def test_backup_copies_verifies_and_is_private(store: Store, state_dir: Path) ->
 
 
 def test_backup_is_one_snapshot_while_the_writer_commits(store: Store, state_dir: Path) -> None:
+    _sqlite_only(store)
     created: list[str] = []
 
     def write_between_steps(done: int, total: int) -> None:
@@ -350,12 +376,14 @@ def test_backup_is_one_snapshot_while_the_writer_commits(store: Store, state_dir
     ("/nonexistent-dir-piwf/copy.db", "does not exist"),
 ])
 def test_backup_refuses_bad_destinations(store: Store, destination: str, reason: str) -> None:
+    _sqlite_only(store)
     with pytest.raises(Rejected, match=reason):
         maintenance.backup(store.path, destination)
     assert not Path("copy.db").exists()
 
 
 def test_backup_refuses_an_existing_destination(store: Store, state_dir: Path) -> None:
+    _sqlite_only(store)
     target = state_dir / "copy.db"
     target.write_bytes(b"precious")
     with pytest.raises(Rejected, match="already exists"):
@@ -368,6 +396,7 @@ def test_backup_refuses_an_existing_destination(store: Store, state_dir: Path) -
 
 
 def test_failed_backup_removes_the_partial_copy(store: Store, state_dir: Path) -> None:
+    _sqlite_only(store)
     def explode(done: int, total: int) -> None:
         raise RuntimeError("disk pulled")
 
@@ -464,7 +493,10 @@ def test_apply_removes_exactly_the_selected_runs_and_their_blobs(store: Store) -
     assert receipt["run_count"] == 3 and receipt["runs"] == list(PRUNED)
     assert receipt["event_count"] == events_pruned
     assert receipt["blob_count"] == 4
-    assert receipt["vacuumed_pages"] > 0 and receipt["bytes_returned"] > 200_000
+    if store.postgres:  # autovacuum reclaims the rows after the commit
+        assert receipt["vacuumed_pages"] == 0 and receipt["bytes_returned"] == 0
+    else:
+        assert receipt["vacuumed_pages"] > 0 and receipt["bytes_returned"] > 200_000
     assert outcome.changes.runs >= set(PRUNED)
 
     assert set(_statuses(store)) == set(SURVIVORS)
@@ -480,8 +512,9 @@ def test_apply_removes_exactly_the_selected_runs_and_their_blobs(store: Store) -
     assert store.count("node_attempt", "run_id = 'run_done_new'") == 1
 
     status_after = maintenance.state_status(store.path)
-    assert status_after["freelist_count"] == 0
-    assert status_after["page_count"] < status_before["page_count"]
+    if not store.postgres:
+        assert status_after["freelist_count"] == 0
+        assert status_after["page_count"] < status_before["page_count"]
     assert maintenance.verify(store.path, T_NEW + 10)["ok"] is True
     # The idempotency record of the pruned cancel stays until its own retention passes.
     assert store.count("host_command", "run_id = 'run_cancel_old'") == 1
@@ -532,7 +565,7 @@ def test_prune_and_its_vacuum_work_inside_a_savepoint(store: Store) -> None:
     assert outcome.committed
     assert outcome.results[0].ok, outcome.results[0]
     receipt = outcome.results[0].value["receipt"]
-    assert receipt["run_count"] == 3 and receipt["vacuumed_pages"] > 0
+    assert receipt["run_count"] == 3 and (receipt["vacuumed_pages"] > 0) is not store.postgres
     assert outcome.results[1].error_code == "conflict"
     assert set(_statuses(store)) == set(SURVIVORS)
     assert maintenance.verify(store.path, T_NEW)["ok"] is True

@@ -19,8 +19,8 @@ from piwf_actors.errors import Rejected
 
 
 @pytest.fixture
-def store(state_dir):
-    s = Store(state_dir)
+def store(database):
+    s = Store(database)
     yield s
     s.db.close()
 

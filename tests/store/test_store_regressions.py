@@ -20,8 +20,9 @@ TOKEN = "c" * 64
 
 
 class Store:
-    def __init__(self, path) -> None:
-        self.db = open_store(path / "state.db", StoreOptions(synchronous="OFF"))
+    def __init__(self, database) -> None:
+        """`database`: a location (the `database` fixture: SQLite file or PostgreSQL database)."""
+        self.db = open_store(database, StoreOptions(synchronous="OFF"))
         self.ids = itertools.count(1)
         self.claims: dict[str, tuple[int, str]] = {}
         self.epoch = None
@@ -59,8 +60,8 @@ class Store:
 
 
 @pytest.fixture
-def store(state_dir):
-    s = Store(state_dir)
+def store(database):
+    s = Store(database)
     yield s
     s.db.close()
 

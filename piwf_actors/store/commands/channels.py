@@ -55,7 +55,9 @@ def _cursor(ctx: WriteContext, profile: str) -> int:
 def _advance(ctx: WriteContext, profile: str, cursor: int) -> int:
     ctx.conn.execute(
         """INSERT INTO channel_cursor (profile, cursor, updated_at) VALUES (?, ?, ?)
-           ON CONFLICT (profile) DO UPDATE SET cursor = max(cursor, excluded.cursor), updated_at = excluded.updated_at""",
+           ON CONFLICT (profile) DO UPDATE SET updated_at = excluded.updated_at,
+               cursor = CASE WHEN excluded.cursor > channel_cursor.cursor THEN excluded.cursor
+                             ELSE channel_cursor.cursor END""",
         (profile, cursor, ctx.now))
     ctx.changes.touch("channel_cursor")
     return _cursor(ctx, profile)

@@ -17,9 +17,12 @@ def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id:
     """Record a child this host started (also used by the worker's register_child), with the
     machine it runs on (`runner.termination.machine_identity`)."""
     ctx.conn.execute(
-        """INSERT OR REPLACE INTO child_process
+        """INSERT INTO child_process
            (pid, create_time, kind, run_id, host_epoch, registered_at, released_at, machine_id)
-           VALUES (?, ?, ?, ?, ?, ?, NULL, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?)
+           ON CONFLICT (pid, create_time) DO UPDATE SET kind = excluded.kind, run_id = excluded.run_id,
+               host_epoch = excluded.host_epoch, registered_at = excluded.registered_at, released_at = NULL,
+               machine_id = excluded.machine_id""",
         (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now, machine_id),
     )
     ctx.changes.touch("child_process", run_id)

@@ -276,9 +276,9 @@ def _record_timeout(ctx: WriteContext, run_id: str, claim: dict[str, Any], timed
         attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
                                       (run_id, node_id)).fetchone()[0] + 1
         ctx.conn.execute(
-            """INSERT OR IGNORE INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, error_code,
+            """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, error_code,
                    error_message, generation, started_at, finished_at)
-               VALUES (?, ?, ?, ?, ?, 'timed_out', 'timeout', ?, ?, ?, ?)""",
+               VALUES (?, ?, ?, ?, ?, 'timed_out', 'timeout', ?, ?, ?, ?) ON CONFLICT (attempt_id) DO NOTHING""",
             (attempt_id, run_id, node_id, attempt_no, run["steps"], message, claim["generation"], ctx.now, ctx.now))
     for (effect_id,) in ctx.conn.execute("SELECT effect_id FROM effect WHERE run_id = ? AND attempt_id = ? "
                                          "AND status = 'applying'", (run_id, attempt_id)).fetchall():

@@ -9,18 +9,18 @@ command is undone.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.errors import UnknownCommand
+from piwf_actors.store.dialect import Connection
 from piwf_actors.store.requests import ChangeSet
 
 
 @dataclass(slots=True)
 class WriteContext:
-    conn: sqlite3.Connection
+    conn: Connection
     now: float
     host_epoch: int
     changes: ChangeSet

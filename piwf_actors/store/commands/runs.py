@@ -241,7 +241,8 @@ def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: st
     latest: dict[str, tuple[Any, ...]] = {}
     for row in ctx.conn.execute(
             """SELECT attempt_id, node_id, output_sha256, output_json FROM node_attempt
-               WHERE run_id = ? AND status = 'succeeded' AND (? IS NULL OR step < ?) ORDER BY step, started_at""",
+               WHERE run_id = ? AND status = 'succeeded' AND (CAST(? AS BIGINT) IS NULL OR step < ?)
+               ORDER BY step, started_at""",
             (parent_id, first, first)):
         latest[row[1]] = row
     for index, (attempt_id, node_id, output_sha, output_json) in enumerate(latest.values()):

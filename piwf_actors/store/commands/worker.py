@@ -189,7 +189,8 @@ def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], boo
     counts: dict[str, int] = {}
     timed_out = False
     for node, count, stopped in ctx.conn.execute(
-            "SELECT node_id, count(*), max(status = 'timed_out') FROM node_attempt WHERE run_id = ? GROUP BY node_id",
+            "SELECT node_id, count(*), max(CASE WHEN status = 'timed_out' THEN 1 ELSE 0 END) FROM node_attempt "
+            "WHERE run_id = ? GROUP BY node_id",
             (run_id,)):
         counts[node] = count
         timed_out = timed_out or bool(stopped)
