@@ -50,13 +50,26 @@ def substitute(word: str, run_id: str | None, request_id: str | None) -> str:
     return REQUEST_ID.sub(lambda _match: request_id or "?", word)
 
 
+#: A schedule for the `piwf schedule` forms: hourly, so it does not fire during the test by itself.
+SCHEDULE_FILE = """
+from piwf_actors.workflows import compute, define_schedule, define_workflow
+
+tock = define_workflow(name="tock", start_at="t", nodes={"t": compute(run=lambda ctx: {"tock": True})}, edges=[])
+hourly = define_schedule(name="hourly", workflow=tock, every_s=3600, catch_up="skip")
+"""
+
+
 @pytest.fixture
 def host(state_dir: Path) -> Iterator[HostHandle]:
-    handle = start_host(HostConfig(state_dir=state_dir, max_workers=2))
+    project = short_dir("psc-")
+    (project / ".piwf" / "workflows").mkdir(parents=True)
+    (project / ".piwf" / "workflows" / "hourly.py").write_text(SCHEDULE_FILE)
+    handle = start_host(HostConfig(state_dir=state_dir, max_workers=2, projects=(str(project),)))
     try:
         yield handle
     finally:
         handle.stop("test done")
+        shutil.rmtree(project, ignore_errors=True)
 
 
 def test_the_transcript_runs_as_written(host: HostHandle, state_dir: Path) -> None:
@@ -184,6 +197,22 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         run(channel, "channel", "status")
         run(channel, "channel", "reload")
         run(channel, "channel", "recover", "ops", "chf_nope-1", "confirm", code=1)
+        schedule = "piwf schedule list|pause|resume|trigger NAME"
+        listed = json.loads(run(schedule, "schedule", "list", "--json").stdout)
+        assert [item["name"] for item in listed["schedules"]] == ["hourly"]
+        run(schedule, "schedule", "pause", "hourly")
+        run(schedule, "schedule", "resume", "hourly")
+        fired = json.loads(run(schedule, "schedule", "trigger", "hourly", "--json").stdout)
+        assert wait_status(state_dir, fired["run_id"], ("done",))["output"] == {"tock": True}
+        resource = "piwf resource list|get|apply -f FILE|reconcile|delete|events"
+        sites = REPO / "examples" / "resources"
+        run(resource, "resource", "apply", "-f", str(sites / "docs-site.toml"), "--project", str(sites))
+        run(resource, "resource", "reconcile", "sites", "docs")
+        run(resource, "resource", "get", "sites", "docs")
+        assert [item["key"] for item in json.loads(run(resource, "resource", "list", "--json").stdout)["resources"]] \
+            == ["docs"]
+        run(resource, "resource", "delete", "sites", "docs")
+        run(resource, "resource", "events", "sites", "docs")
         run("piwf host stop", "host", "stop")
     finally:
         shutil.rmtree(project, ignore_errors=True)

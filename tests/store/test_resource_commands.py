@@ -15,8 +15,8 @@ REF = {"manager": "builds", "key": "repo-a"}
 
 
 @pytest.fixture
-def store(state_dir):
-    s = Store(state_dir)
+def store(database):
+    s = Store(database)
     yield s
     s.db.close()
 

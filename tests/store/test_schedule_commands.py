@@ -18,8 +18,8 @@ from piwf_actors.workflows.schedule_time import fire_key, fire_run_id
 
 
 @pytest.fixture
-def store(state_dir):
-    s = Store(state_dir)
+def store(database):
+    s = Store(database)
     yield s
     s.db.close()
 
@@ -64,7 +64,7 @@ def test_a_fire_starts_its_run_once_whatever_is_replayed(store) -> None:
     late = store.call("schedule.fire", {"name": "tick", "fires": [_fire(1015.0)], "cursor": 1020.0}, 1016.0)
     assert late["fired"] == [] and _runs(store) == [run_id]
     assert _row(store)[3] == 1
-    reader = StoreReader(store.db.database)
+    reader = StoreReader(store.location)
     try:
         assert run_view(reader, run_id)["schedule"] == {"name": "tick", "fire_time": 1010.0, "kind": "scheduled"}
         assert recent_fires(reader, "tick") == [{"fire_time": 1010.0, "kind": "scheduled", "run_id": run_id,
@@ -98,7 +98,7 @@ def test_sync_keeps_the_cursor_unless_the_timing_changed(store) -> None:
     assert _row(store)[1] == 1010.0
     _sync(store, cursor=1500.0, timing_key="every-60", digest="d3")  # another series of fire times
     assert _row(store)[1] == 1500.0
-    reader = StoreReader(store.db.database)
+    reader = StoreReader(store.location)
     try:
         row = schedule_rows(reader)["tick"]
     finally:
@@ -172,3 +172,18 @@ def test_migration_v7_adds_the_schedule_tables_to_a_v6_file(state_dir) -> None:
         assert {"schedule_fire_run_id", "schedule_fire_schedule_fire_time"} <= indexes
     finally:
         db.close()
+
+
+def test_prune_takes_a_fires_record_with_its_run_and_the_cursor_still_holds(store) -> None:
+    _sync(store)
+    store.call("schedule.fire", {"name": "tick", "fires": [_fire(1010.0)], "cursor": 1020.0}, 1010.1)
+    run_id = fire_run_id("tick", fire_key(1010.0))
+    with store.db.atomic():
+        store.db.connection().execute("UPDATE run SET status = 'done', finished_at = ? WHERE run_id = ?",
+                                      (1011.0, run_id))
+    pruned = store.call("state.prune", {"before": 2000.0, "apply": True}, 3000.0)
+    assert pruned["receipt"]["runs"] == [run_id] and _runs(store) == []
+    assert store.db.execute_sql("SELECT count(*) FROM schedule_fire").fetchone()[0] == 0
+    # The record is gone, the cursor is not: the same fire is not started again.
+    again = store.call("schedule.fire", {"name": "tick", "fires": [_fire(1010.0)], "cursor": 1020.0}, 3000.1)
+    assert again["fired"] == [] and _runs(store) == []

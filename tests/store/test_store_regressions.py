@@ -22,6 +22,7 @@ TOKEN = "c" * 64
 class Store:
     def __init__(self, database) -> None:
         """`database`: a location (the `database` fixture: SQLite file or PostgreSQL database)."""
+        self.location = database
         self.db = open_store(database, StoreOptions(synchronous="OFF"))
         self.ids = itertools.count(1)
         self.claims: dict[str, tuple[int, str]] = {}

@@ -36,8 +36,11 @@ RECEIPT_RUN_IDS = 100
 # prune removes them. Idempotency records (host_command) are kept too: a
 # client that replays a request after its run was pruned must get the first
 # receipt back (`adopted`), not a second run; they go on their own retention.
+#: Tables whose rows belong to one run and go with it. A schedule's fire record goes too: the
+#: schedule's cursor (`schedule.next_fire_at`, only ever moving forward) is what keeps a clock fire
+#: from happening twice, not the record; an `every_s=1` schedule would otherwise add 86,400 rows a day.
 _RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_worker",
-               "worker_message", "session_message")
+               "worker_message", "session_message", "schedule_fire")
 
 
 def incremental_vacuum(conn: Any) -> int:
