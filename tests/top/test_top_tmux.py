@@ -2,7 +2,8 @@
 
 Two runs: one of a workflow that sleeps (written to a temp dir) and one of
 examples/workflows/release.py:release, parked on its `approve` decision. The
-console must show every pane at exactly 80×24; select the sleeping run (with
+console must show every pane at exactly 80×24, and the schedules line with
+the next fire of the host's hourly schedule; select the sleeping run (with
 the filter), open its detail, and cancel it — `c` only shows "cancel run …?
 y/n" and changes nothing in the host, `y` sends it and the run ends
 `cancelled`. Then the decision: its number key only asks, a stray key drops
@@ -54,15 +55,28 @@ SLEEPY = textwrap.dedent('''
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
+HOURLY = textwrap.dedent('''
+    """An hourly schedule: its next fire time is on piwf-top's schedules line."""
+    from piwf_actors.workflows import compute, define_schedule, define_workflow
+
+    tock = define_workflow(name="tock", start_at="t", nodes={"t": compute(run=lambda ctx: {})}, edges=[])
+    hourly = define_schedule(name="hourly", workflow=tock, every_s=3600, catch_up="skip")
+''')
+
+
 @pytest.fixture
 def host_dir() -> Iterator[tuple[HostHandle, Path]]:
     state = Path(tempfile.mkdtemp(prefix="pt-", dir="/tmp"))  # short: the socket path must fit AF_UNIX
-    host = start_host(HostConfig(state_dir=state, max_workers=2))
+    project = Path(tempfile.mkdtemp(prefix="pt-proj-", dir="/tmp"))
+    (project / ".piwf" / "workflows").mkdir(parents=True)
+    (project / ".piwf" / "workflows" / "hourly.py").write_text(HOURLY)
+    host = start_host(HostConfig(state_dir=state, max_workers=2, projects=(str(project),)))
     try:
         yield host, state
     finally:
         host.stop("test done")
         shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(project, ignore_errors=True)
 
 
 @pytest.fixture
@@ -133,6 +147,7 @@ def test_top_at_80x24_cancels_a_run_and_answers_a_decision(host_dir: tuple[HostH
     assert size == "80x24"
     screen = _screen_until(tmux, "top", lambda s: f"epoch {epoch}" in s and "sleepy" in s and "Ship 9.9.9?" in s,
                            "epoch, runs and the decision")
+    assert re.search(r"schedules  hourly in \d+(m|s|\.\dh)", screen), f"no schedules line:\n{screen}"
     for pane in ("writer", "workers", " runs ", "1/2", " decisions ", " events ", "? help"):
         assert pane in screen, f"{pane!r} missing at 80x24:\n{screen}"
     assert "release" in screen and "parked (waiting)" in screen and "running" in screen
