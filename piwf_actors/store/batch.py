@@ -47,6 +47,8 @@ what.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +70,11 @@ class BatchOutcome:
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
-CONFLICT_RETRIES = 8
+#: (With runner hosts, SERIALIZABLE's predicate locks make false conflicts between hosts common: each
+#: retry is cheap, a batch given up answers its senders `unavailable` and they send again.)
+CONFLICT_RETRIES = 12
+#: The longest random pause before such a retry (see apply_batch).
+CONFLICT_BACKOFF_MAX_S = 0.05
 
 #: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
 _DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
@@ -155,8 +161,16 @@ class _Fences:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self.host = _current_lease(conn)
+        self._host: _Lease | None = None
         self.runners: dict[str, _RunnerLease] = {}
+
+    @property
+    def host(self) -> _Lease:
+        """The host lease, read on first use: a runner host's batches never read it (on PostgreSQL a
+        read of the row the active host renews would tie every runner transaction to those renewals)."""
+        if self._host is None:
+            self._host = _current_lease(self._conn)
+        return self._host
 
     def runner(self, runner_id: str) -> _RunnerLease:
         lease = self.runners.get(runner_id)
@@ -172,7 +186,7 @@ class _Fences:
     def moved(self, cmd: WriteCommand) -> None:
         """A lease command succeeded: read the lease it moved again before the next command."""
         if cmd.name.startswith("lease."):
-            self.host = _current_lease(self._conn)
+            self._host = None
         elif cmd.name.startswith("runner_lease."):
             self.runners.pop(str(cmd.args.get("runner_id")), None)
 
@@ -221,6 +235,10 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 attempt += 1
                 log.debug("write batch of %d conflicted with another host's transaction; retry %d",
                           len(commands), attempt)
+                # Hosts that conflicted once tend to meet again if they retry in step (the active host and
+                # runner hosts claiming from one queue): a short random pause, growing with each retry (at
+                # most CONFLICT_BACKOFF_MAX_S), lets one of them commit first.
+                time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, 0.001 * 2 ** attempt)))
                 continue
             log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
             return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False)
@@ -287,9 +305,12 @@ def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence
     # In the first pass a refusal undoes nothing (it wrote nothing, or the batch is redone), so a
     # command records its changes straight into the batch's set; with savepoints each has its own.
     own = ChangeSet() if savepoints else changes
-    lease = fences.host
-    ctx = WriteContext(conn, now, lease.epoch, own, savepoints, cmd.runner_id,
-                       cmd.runner_lease_epoch if cmd.runner_id is not None else None, lease.host_id)
+    if cmd.runner_id is not None:
+        # A runner's rows record no host epoch (0): they belong to its runner lease.
+        ctx = WriteContext(conn, now, 0, own, savepoints, cmd.runner_id, cmd.runner_lease_epoch)
+    else:
+        lease = fences.host
+        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes

@@ -149,6 +149,12 @@ def _v10_runner_hosts(db: Any) -> None:
     _add_columns(db, (("run_claim", "runner_id", "TEXT"), ("run_claim", "runner_lease_epoch", "INTEGER"),
                       ("run_worker", "runner_id", "TEXT"), ("child_process", "runner_id", "TEXT"),
                       ("child_process", "runner_lease_epoch", "INTEGER"), ("node_attempt", "executed_by", "TEXT")))
+    if not isinstance(db, pw.SqliteDatabase):
+        # Several hosts now change runs at once: PostgreSQL's run counters get a row per writer shard
+        # (pg_schema.RUN_COUNT_SHARDS). SQLite needs none: its writes take turns on the file lock.
+        from piwf_actors.store import pg_schema
+
+        pg_schema.shard_run_count(db.connection())
 
 
 def _columns(db: Any, table: str) -> set[str]:
