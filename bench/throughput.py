@@ -116,6 +116,7 @@ from common import WORKFLOW_SOURCE, pct, thread_group  # noqa: E402  (bench/ is 
 from profile_top import read_stacks, summarise  # noqa: E402
 
 from piwf_actors.client import Client, HostNotRunning  # noqa: E402
+from piwf_actors.errors import PiwfError  # noqa: E402
 
 STEPS_PER_RUN = 3
 FINAL = ("done", "failed", "cancelled")
@@ -164,7 +165,8 @@ def _stat_fields(path: str) -> list[str]:
 class HostProcess:
     """`bin/piwf-host` as a subprocess on its own state dir; stopped with SIGTERM."""
 
-    def __init__(self, state_dir: Path, max_workers: int, synchronous: str, database: str | None = None) -> None:
+    def __init__(self, state_dir: Path, max_workers: int, synchronous: str, database: str | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
         self.max_workers = max_workers
         self.socket_path = str(state_dir / "host.sock")
@@ -175,7 +177,7 @@ class HostProcess:
         self.proc = subprocess.Popen(
             [str(REPO / "bin" / "piwf-host"), "--state-dir", str(state_dir), "--max-workers", str(max_workers),
              "--synchronous", synchronous, "--log-level", "WARNING",
-             *(["--database", database] if database is not None else [])],
+             *(["--database", database] if database is not None else []), *extra],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.pid = self.proc.pid
 
@@ -482,6 +484,21 @@ def _finished(client: Client) -> int:
     return sum(int(counts.get(status, 0)) for status in FINAL)
 
 
+def _start_retrying(client: Client, spec: str, input: Any, attempts: int = 20) -> str:
+    """`run.start`, sent again with the same idempotency key while it is answered `unavailable` (on
+    PostgreSQL with several hosts writing, a batch can lose every retry against their transactions:
+    nothing was written, and the protocol says to send the request again)."""
+    key = uuid.uuid4().hex
+    for attempt in range(attempts):
+        try:
+            return str(client.start(spec, input, idempotency_key=key)["run_id"])
+        except PiwfError as exc:
+            if not str(exc).startswith("unavailable") or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def burst(host: HostProcess, spec: str, runs: int, on_start: Callable[[], None] | None = None) -> Phase:
     """All runs submitted up front by SUBMITTERS connections; done when host.status counts them finished."""
     counts = [runs // SUBMITTERS + (1 if n < runs % SUBMITTERS else 0) for n in range(SUBMITTERS)]
@@ -498,7 +515,7 @@ def burst(host: HostProcess, spec: str, runs: int, on_start: Callable[[], None] 
                 cpu0 = time.thread_time()
                 for i in range(count):
                     started = time.time()
-                    run_id = client.start(spec, {"i": i})["run_id"]
+                    run_id = _start_retrying(client, spec, {"i": i})
                     with lock:
                         submitted.append((started, run_id))
                 submit_cpu.append(time.thread_time() - cpu0)
@@ -640,6 +657,70 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
         return phases
     finally:
         host.stop()
+
+
+# --- runner hosts (docs/runners.md) -------------------------------------------------------------------
+
+
+def executed_counts(database: str) -> dict[str, int]:
+    """Node attempts per executing host (node_attempt.executed_by), read from the shared database."""
+    sql = "SELECT coalesce(executed_by, '?'), count(*) FROM node_attempt GROUP BY executed_by"
+    if database.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            return {str(k): int(n) for k, n in conn.execute(sql).fetchall()}
+    conn = sqlite3.connect(f"file:{database.removeprefix('sqlite://')}?mode=ro", uri=True, timeout=10)
+    try:
+        return {str(k): int(n) for k, n in conn.execute(sql).fetchall()}
+    finally:
+        conn.close()
+
+
+def bench_runners(base: Path, spec: str, workers: int, runners: int, args: argparse.Namespace,
+                  databases: PgDatabases | None) -> Phase:
+    """The burst with the active host and `runners` runner hosts beside it, each with `workers` workers, on
+    one database (PostgreSQL, or a SQLite file they share). Prints runs/s and, per host, the runs it
+    executed and its CPU (host process, its workers) per run it executed."""
+    database = databases.fresh() if databases is not None else f"sqlite://{base}/shared-{runners}/state.db"
+    if databases is None:
+        (base / f"shared-{runners}").mkdir()
+    active = HostProcess(base / f"active-{runners}", workers, args.synchronous, database, ("--host-id", "host-a"))
+    others: list[HostProcess] = []
+    try:
+        active.wait_ready()
+        for index in range(1, runners + 1):
+            others.append(HostProcess(base / f"runner-{runners}-{index}", workers, args.synchronous, database,
+                                      ("--role", "runner", "--host-id", f"runner-{index}")))
+        for runner in others:
+            runner.wait_ready()
+        burst(active, spec, max(4 * workers * (runners + 1), 16))  # warm-up
+        before_runs = executed_counts(database)
+        before_cpu: dict[str, HostCpu] = {}
+        phase = burst(active, spec, args.runs,
+                      on_start=lambda: before_cpu.update({f"runner-{i}": r.cpu() for i, r in enumerate(others, 1)}))
+        after_cpu = {f"runner-{i}": r.cpu() for i, r in enumerate(others, 1)}
+        after_runs = executed_counts(database)
+        executed = {host: (after_runs.get(host, 0) - before_runs.get(host, 0)) / STEPS_PER_RUN
+                    for host in ["host-a", *after_cpu]}
+        engine = "SQLite file shared" if databases is None else f"PostgreSQL ({databases.label})"
+        print(f"piwf with {runners} runner host(s) beside the active host, {workers} worker(s) each ({engine}):")
+        print_phase(phase)
+        uses = {"host-a": phase.cpu, **{name: cpu_use(before_cpu[name], after_cpu[name], {}) for name in after_cpu}}
+        for host, use in uses.items():
+            runs = executed[host]
+
+            def per(seconds: float, n: float = runs) -> float:
+                return seconds * 1000 / n if n else float("nan")
+
+            print(f"    {host:>9}: executed {runs:5.0f} runs ({runs / max(phase.elapsed_s, 1e-9):6.1f}/s); cpu ms per "
+                  f"run it executed: host process {per(use.host_s):.2f} + workers {per(use.workers_s):.2f} = "
+                  f"{per(use.host_s + use.workers_s):.2f}")
+        return phase
+    finally:
+        for runner in others:
+            runner.stop()
+        active.stop()
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------------
@@ -931,6 +1012,10 @@ def main() -> None:
                         help="record two py-spy profiles of the host during extra bursts of the largest m into DIR")
     parser.add_argument("--profile-runs", type=int, default=1000, help="runs in each profiled burst (default 1000)")
     parser.add_argument("--dir", default=None, help="directory for state dirs and databases (default: a temp dir)")
+    parser.add_argument("--runners", type=int, nargs="+", default=None, metavar="K",
+                        help="instead of the phases above: the burst with K runner hosts (docs/runners.md) beside "
+                        "the active host, for each K given (0..3), each host with the largest --workers; on "
+                        "--database, else on a SQLite file they share; prints per-host CPU per run")
     parser.add_argument("--database", default=None, metavar="URL|pg-temp",
                         help="run the hosts on PostgreSQL: a fresh database per host on the server this "
                         "postgresql:// URL reaches (its role needs CREATEDB), or `pg-temp` for a temporary "
@@ -966,6 +1051,15 @@ def main() -> None:
         piwf: dict[int, dict[str, Phase]] = {}
         dbos_figures: dict[int, DbosFigure] = {}
         databases = None if args.database is None else PgDatabases(args.database)
+        if args.runners is not None:
+            try:
+                rates = {k: bench_runners(base, spec, max(args.workers), k, args, databases).rate
+                         for k in args.runners}
+            finally:
+                if databases is not None:
+                    databases.close()
+            print("runs/s by runner hosts: " + ", ".join(f"K={k}: {rate:.1f}" for k, rate in rates.items()))
+            return
         try:
             for workers in args.workers:
                 phases = piwf[workers] = bench_piwf(base, spec, workers, args, databases)

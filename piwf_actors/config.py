@@ -43,6 +43,10 @@ class HostConfig:
     # those of $XDG_CONFIG_HOME/piwf/workflows/; `schedules=False` runs no schedule keeper at all.
     projects: tuple[str, ...] = ()
     schedules: bool = True
+    # "host": contend for the host lease (active or standby). "runner": a runner host (docs/runners.md): holds
+    # no host lease, claims runs from the shared queue (`database` must name it) under its own runner lease,
+    # named `host_id` (default runner-<random>), and executes them in its own `max_workers` workers.
+    role: str = "host"
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
@@ -58,5 +62,7 @@ class HostConfig:
         if isinstance(self.projects, (str, Path)):
             raise ValueError("projects must be a sequence of project directories, not one path")
         object.__setattr__(self, "projects", tuple(str(project) for project in self.projects))
+        if self.role not in ("host", "runner"):
+            raise ValueError(f"unknown role {self.role!r} (host or runner)")
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")

@@ -176,6 +176,18 @@ class HostError(PiwfError):
     code = "host_error"
 
 
+class RunnerLeaseLost(StoreError):
+    """A write fenced by a runner host's lease (docs/runners.md) that the lease no longer covers: the
+    row names another epoch, was released, or is gone. Nothing was written."""
+
+    code = "runner_lease_lost"
+
+    def __init__(self, runner_id: str, epoch: int, detail: str) -> None:
+        super().__init__(f"runner lease of {runner_id} (epoch {epoch}) lost: {detail}")
+        self.runner_id = runner_id
+        self.epoch = epoch
+
+
 class HostAlreadyRunning(HostError):
     code = "host_already_running"
 
@@ -205,6 +217,33 @@ class StandbyHost(HostError):
         else:
             where = f"no host holds the lease now (epoch {epoch} ended); retry after takeover"
         super().__init__(f"standby host; {where}")
+        self.active_host_id = active_host_id
+        self.epoch = epoch
+
+
+class RunnerAlreadyRunning(HostError):
+    """Another live process holds this runner id's lease."""
+
+    code = "runner_already_running"
+
+    def __init__(self, runner_id: str, pid: int | None) -> None:
+        who = f"pid {pid}" if pid else "another process"
+        super().__init__(f"runner {runner_id} is already running ({who}); its lease has not run out")
+        self.runner_id = runner_id
+        self.pid = pid
+
+
+class RunnerHostRefusal(HostError):
+    """A mutation sent to a runner host (docs/runners.md): nothing was written; the active host does it."""
+
+    code = "runner_host"
+
+    def __init__(self, active_host_id: str | None, epoch: int, live: bool) -> None:
+        if live and active_host_id:
+            where = f"send it to the active host {active_host_id} (epoch {epoch})"
+        else:
+            where = f"no host holds the lease now (epoch {epoch} ended); retry once a host is active"
+        super().__init__(f"runner host: it executes runs only; {where}")
         self.active_host_id = active_host_id
         self.epoch = epoch
 
@@ -262,6 +301,8 @@ OUTCOME_OF_CODE: dict[str, str] = {
     WriterStopped.code: "unavailable",
     StoreError.code: "unavailable",
     StandbyHost.code: "unavailable",
+    RunnerLeaseLost.code: "unavailable",
+    RunnerHostRefusal.code: "unavailable",
 }
 
 

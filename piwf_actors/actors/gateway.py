@@ -29,6 +29,12 @@ writing, so no change notice comes, and watches and `run.list` follow the
 database instead: every STANDBY_POLL_S each watch's view is built again
 (an event still goes out only when it changed). `BecomeActive` (from the
 host, once this host took the lease) ends all of that.
+
+A runner host's gateway (docs/runners.md) is a standby's for good: reads,
+and mutations answered `unavailable` with a hint naming the active host.
+An active host's gateway follows the database the same way while runner
+hosts are live (the host board's `runners` section, kept by RunnerWatch):
+runs they execute change without a change notice here.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.gateway_resources import ResourceOperations
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.errors import PiwfError, Rejected, StandbyHost, outcome_for
+from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
 from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol import views
@@ -158,11 +164,13 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
                  channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None,
-                 standby: bool = False, standby_poll_s: float = STANDBY_POLL_S) -> None:
+                 standby: bool = False, standby_poll_s: float = STANDBY_POLL_S, runner: bool = False) -> None:
         """Runs in the caller's thread: stores arguments only. `standby`: this host does not hold the
-        lease (yet); see the module docstring."""
+        lease (yet); `runner`: a runner host's gateway (with `standby`: it never holds it); see the
+        module docstring."""
         super().__init__(supervisor)
         self._standby = standby
+        self._runner = runner
         self._standby_poll_s = standby_poll_s
         self._standby_ticker: Ticker | None = None
         self._writer = writer
@@ -206,11 +214,13 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             on_alarm=lambda: safe_tell(ref, FlushWatches()),
         )
         self._views = LiveViews(self._reader, self._board, self._loop)
-        if self._standby:
-            self._views.external_writes = True
-            self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-standby").start()
+        self._views.external_writes = self._standby
+        # A standby or runner host polls the database for every view; an active host only while runner
+        # hosts are live (see _standby_poll).
+        self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-poll").start()
         self._loop.start()
-        log.info("listening on %s%s", self._socket_path, " (standby: reads only)" if self._standby else "")
+        mode = " (runner host: reads only)" if self._runner else " (standby: reads only)" if self._standby else ""
+        log.info("listening on %s%s", self._socket_path, mode)
 
     def _on_output(self, payload: dict[str, Any]) -> None:
         """Runs in a runner's reader thread: hand the output to this actor."""
@@ -289,14 +299,23 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
 
     # --- standby -------------------------------------------------------------------------------
 
-    def _standby_refusal(self) -> StandbyHost:
-        """The one-line answer to a mutation on a standby: who is active, and when to retry."""
+    def _standby_refusal(self) -> StandbyHost | RunnerHostRefusal:
+        """The one-line answer to a mutation on a standby or a runner host: who is active, and when to retry."""
         assert self._reader is not None
         lease = queries.lease_row(self._reader, time.time())
+        if self._runner:
+            return RunnerHostRefusal(lease["host_id"], lease["epoch"], lease["live"])
         return StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
 
     def _standby_poll(self, _message: StandbyPoll) -> None:
         if self._standby:
+            self._read_views_again()
+            return
+        # An active host: runner hosts write what no change notice here tells of.
+        runners_live = bool(self._board.snapshot("runners").get("live"))
+        if self._views is not None and self._views.external_writes != runners_live:
+            self._views.external_writes = runners_live
+        if runners_live:
             self._read_views_again()
 
     def _read_views_again(self) -> None:
@@ -306,10 +325,8 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             self.actor_ref.tell(FlushWatches())
 
     def _become_active(self, message: BecomeActive) -> None:
-        """This host holds the lease now: mutations go to the writer, watches follow its change notices."""
-        if self._standby_ticker is not None:
-            self._standby_ticker.stop()
-            self._standby_ticker = None
+        """This host holds the lease now: mutations go to the writer, watches follow its change notices
+        (and the database while runner hosts are live)."""
         self._standby = False
         self._epoch = message.epoch
         self._channels = message.channels

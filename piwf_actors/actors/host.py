@@ -14,6 +14,13 @@ starts as a **standby**: writer, gateway (reads only; mutations are answered
 runs out. The supervisor then starts the active parts (`_activate`, the same
 function an active start uses) on a short-lived takeover thread it owns, and
 turns the gateway active.
+
+Runner host (`config.role == "runner"`, docs/runners.md): no host lease at
+all. It takes a runner lease (`RunnerLease`), stamps its runner identity on
+the writer handle, and starts a scheduler without the host's duties and a
+gateway that serves reads (`_start_runner`). The active host watches the
+runner leases (`RunnerWatch`) and recovers the work of a runner whose lease
+is gone.
 """
 
 from __future__ import annotations
@@ -46,6 +53,14 @@ from piwf_actors.actors.lease import (
     new_host_id,
 )
 from piwf_actors.actors.run_events import RunEventsSubscription, Subscription
+from piwf_actors.actors.runner_lease import (
+    GetRunnerLease,
+    RunnerClaim,
+    RunnerLease,
+    acquire_runner_lease,
+    new_runner_id,
+)
+from piwf_actors.actors.runner_watch import RunnerWatch
 from piwf_actors.actors.scheduler import GetSchedulerStatus, Scheduler
 from piwf_actors.actors.schedules import ScheduleKeeper
 from piwf_actors.actors.standby import LeaseTaken, StandbyWatch
@@ -63,7 +78,14 @@ from piwf_actors.api import (
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
-from piwf_actors.errors import HostAlreadyRunning, HostError, NotFound, StandbyHost, StoreRefused
+from piwf_actors.errors import (
+    HostAlreadyRunning,
+    HostError,
+    NotFound,
+    RunnerHostRefusal,
+    StandbyHost,
+    StoreRefused,
+)
 from piwf_actors.operations import restart_run as _restart_run
 from piwf_actors.operations import start_run as _start_run
 from piwf_actors.paths import StatePaths, ensure_private_dir
@@ -109,6 +131,8 @@ class _Parts:
     active: threading.Event = field(default_factory=threading.Event)
     #: A standby's takeover thread (see HostSupervisor._lease_taken), joined by shut_down.
     takeover: threading.Thread | None = None
+    #: A runner host's runner lease (docs/runners.md); None on a host.
+    runner: RunnerClaim | None = None
 
     def shut_down(self, reason: str) -> None:
         """Stop every part in reverse start order; safe to call twice, from any thread but a part's own."""
@@ -252,8 +276,16 @@ class HostHandle:
 
     @property
     def role(self) -> str:
-        """`active` (it holds the lease and runs everything) or `standby` (it serves reads and waits)."""
+        """`active` (it holds the lease and runs everything), `standby` (it serves reads and waits) or
+        `runner` (a runner host: it executes runs from the shared queue and serves reads)."""
+        if self._parts.runner is not None:
+            return "runner"
         return "active" if self._parts.active.is_set() else "standby"
+
+    @property
+    def runner(self) -> RunnerClaim | None:
+        """A runner host's runner lease (token included: it stays in this process); None on a host."""
+        return self._parts.runner
 
     def wait_active(self, timeout: float | None = None) -> bool:
         """Block until this host is active (a standby: until it took over); True if it is."""
@@ -272,6 +304,8 @@ class HostHandle:
         if self._parts.active.is_set():
             return
         lease = self._read(lambda r: queries.lease_row(r, time.time()))
+        if self._parts.runner is not None:
+            raise RunnerHostRefusal(lease["host_id"], lease["epoch"], lease["live"])
         raise StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
 
     @property
@@ -310,14 +344,17 @@ class HostHandle:
         try:
             now = time.time()
             stats = self.writer.stats(timeout)
-            lease = self._parts.lease
+            lease = self._parts.lease if self._parts.runner is None else None
             scheduler = self.actor("scheduler")
+            runner_lease = self._parts.lease if self._parts.runner is not None else None
             return {
                 "state_dir": str(self.paths.root),
                 "role": self.role,
-                # The lease row (on a standby: the active host's), and this host's own view of its lease.
+                # The lease row (on a standby or a runner: the active host's), and this host's own view of its lease.
                 "lease": {**queries.lease_row(reader, now),
                           **(lease.ask(GetLease(), timeout=timeout) if lease is not None else {})},
+                "runner": runner_lease.ask(GetRunnerLease(), timeout=timeout) if runner_lease is not None else None,
+                "runners": queries.runner_hosts(reader, now),
                 "writer": {"queue_depth": stats.queue_depth, "commits": stats.commits, "commands": stats.commands,
                            "commits_per_s": round(stats.commits_per_s, 2),
                            "commands_per_s": round(stats.commands_per_s, 2)},
@@ -548,6 +585,9 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         paths = StatePaths.resolve(config.state_dir, config.database)
     except ValueError as exc:
         raise StoreRefused(str(config.database), str(exc)) from None
+    if config.role == "runner" and paths.default_database:
+        raise HostError("a runner host needs --database naming the database the active host uses "
+                        "(it shares that host's queue; see docs/runners.md)")
     ensure_private_dir(paths.root)
     parts = _Parts()
     parts.lock = HostLock.acquire(paths.lock, str(paths.root))
@@ -563,6 +603,15 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
         parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board,
                                     batch_observer=parts.metrics.observe_batch if parts.metrics else None)
         _require_started("writer", parts.writer.ref)
+        if config.role == "runner":
+            _start_runner(parts, config, paths, supervisor)
+            if parts.metrics is not None:
+                parts.metrics.start()
+            assert parts.runner is not None
+            log.info("runner host %s started at runner epoch %d (pid %d, %d worker(s), state %s, database %s)",
+                     parts.runner.runner_id, parts.runner.epoch, parts.runner.pid, config.max_workers, paths.root,
+                     paths.database)
+            return HostHandle(config, paths, parts, supervisor)
         host_id = config.host_id or new_host_id()
         reader = StoreReader(paths.database, options)
         try:
@@ -627,16 +676,12 @@ def _activate(parts: _Parts, config: HostConfig, paths: StatePaths, claim: Lease
             log.info("reconciles interrupted by an earlier host, due again: %s", ", ".join(reconciles))
     finally:
         reader.close()
-    scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
-                                supervisor=supervisor, claim_lease_s=config.claim_lease_s,
-                                warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
-                                board=parts.board, retention_days=config.retention_days,
-                                prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
-                                watchdog_grace_s=config.watchdog_grace_s,
-                                worker_ready_timeout_s=config.worker_ready_timeout_s,
-                                worker_log_level=config.log_level, worker_log_format=config.log_format)
-    parts.actors.append(("scheduler", scheduler))
-    _require_started("scheduler", scheduler)
+    _start_scheduler(parts, config, paths, supervisor, host_duties=True)
+    # Runner hosts that share the queue: their leases are watched, the work of a dead one recovered.
+    watch = RunnerWatch.start(parts.writer, paths.database, supervisor=supervisor, board=parts.board,
+                              poll_s=min(max(config.lease_s / 10, 0.05), 0.5), grace_s=config.reap_grace_s)
+    parts.actors.append(("runner-watch", watch))
+    _require_started("runner-watch", watch)
     channels = ChannelManager.start(
         parts.writer, paths.database,
         config_dir=Path(config.config_dir) if config.config_dir is not None else default_config_dir(),
@@ -655,15 +700,50 @@ def _activate(parts: _Parts, config: HostConfig, paths: StatePaths, claim: Lease
     return channels, keeper
 
 
+def _start_scheduler(parts: _Parts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any], *,
+                     host_duties: bool) -> None:
+    """The scheduler and its worker slots: the active host's (`host_duties`: also reconciles, deadlines and
+    pruning), or a runner host's (runs only; it looks at the shared queue every 0.1 s, since the runs other
+    hosts queue send it no change notice)."""
+    assert parts.writer is not None
+    scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
+                                supervisor=supervisor, claim_lease_s=config.claim_lease_s,
+                                warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
+                                board=parts.board, retention_days=config.retention_days if host_duties else 0.0,
+                                prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
+                                watchdog_grace_s=config.watchdog_grace_s,
+                                worker_ready_timeout_s=config.worker_ready_timeout_s,
+                                worker_log_level=config.log_level, worker_log_format=config.log_format,
+                                host_duties=host_duties, tick_s=0.5 if host_duties else 0.1)
+    parts.actors.append(("scheduler", scheduler))
+    _require_started("scheduler", scheduler)
+
+
+def _start_runner(parts: _Parts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any]) -> None:
+    """A runner host's parts, in order: its runner lease (taken here, renewed by `RunnerLease`), the writer
+    handle stamped with its runner identity, the scheduler (runs only), the gateway (reads only).
+    Nothing of the active host's: no host lease, recovery, reaping, channels, schedules or pruning."""
+    assert parts.writer is not None
+    claim = acquire_runner_lease(parts.writer, runner_id=config.host_id or new_runner_id(), lease_s=config.lease_s,
+                                 max_workers=config.max_workers, state_dir=str(paths.root))
+    parts.runner = claim
+    parts.writer.as_runner(claim.runner_id, claim.epoch)
+    parts.lease = RunnerLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board)
+    _require_started("runner-lease", parts.lease)
+    parts.board.publish("role", {"role": "runner", "host_id": claim.runner_id})
+    _start_scheduler(parts, config, paths, supervisor, host_duties=False)
+    _start_gateway(parts, config, paths, supervisor, channels=None, schedules=None, standby=True, runner=True)
+
+
 def _start_gateway(parts: _Parts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any], *,
                    channels: pykka.ActorRef[Any] | None, schedules: pykka.ActorRef[Any] | None,
-                   standby: bool) -> None:
+                   standby: bool, runner: bool = False) -> None:
     assert parts.writer is not None
     gateway = ClientGateway.start(
         parts.writer, paths.database, paths.socket, host_epoch=parts.claim.epoch if parts.claim else 0,
         supervisor=supervisor, board=parts.board, limits=config.limits, resolver=parts.resolver,
         channels=channels, schedules=schedules, shutdown=lambda reason: supervisor.tell(Shutdown(reason)),
-        standby=standby)
+        standby=standby, runner=runner)
     parts.actors.append(("gateway", gateway))
     _require_started("gateway", gateway)
 
@@ -716,6 +796,8 @@ def reap_orphans(reader: StoreReader, writer: WriterHandle, *, grace_s: float, e
     (the runs it served are recovered all the same) and never signalled.
     A row without a machine (registered before schema v7) is from this
     machine: the state directory's own database was the only one then.
+    A runner host's children are not an earlier host's: they are left to
+    the runner while its lease lives and to `RunnerWatch` after.
     Children registered at `epoch` or later are not an earlier host's and
     are left alone. Runs before the scheduler starts.
     """
@@ -724,6 +806,8 @@ def reap_orphans(reader: StoreReader, writer: WriterHandle, *, grace_s: float, e
     for child in queries.unreleased_children(reader):
         if epoch is not None and child["host_epoch"] >= epoch:
             continue
+        if child["runner_id"] is not None:
+            continue  # a runner host's: its own while its lease lives, then RunnerWatch's (runners.recover)
         elsewhere = child["machine_id"] not in (None, here)
         if elsewhere:
             log.info("released %s pid %d (run %s) of machine %s without signalling it: not this machine",

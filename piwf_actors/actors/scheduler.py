@@ -19,6 +19,14 @@ supervised the same way (watchdog, claim renewal, exit settlement). The
 scheduler alternates between the two kinds when both wait
 (`resources.fairness`), and renews reconcile claims on their own, slower
 beat (a 120 s lease renewed every 30 s).
+
+A runner host (docs/runners.md) runs this same scheduler with `host_duties`
+off: it claims and executes runs from the shared queue, under its runner
+lease (its writer handle stamps the runner identity on every command), and
+leaves to the active host what only the active host does: resource
+reconciles, interaction deadlines and automatic pruning. It sees no change
+notice for runs another host queues, so it looks at the queue on its tick
+(`tick_s`, shorter on a runner host).
 """
 
 from __future__ import annotations
@@ -90,9 +98,12 @@ class Scheduler(CoreActor):
                  worker_log_format: str = "text",
                  board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0,
                  idempotency_days: float = 365.0, watchdog_grace_s: float = 5.0,
-                 worker_ready_timeout_s: float = 30.0, reconcile_lease_s: float = 120.0) -> None:
-        """Runs in the caller's thread: stores arguments only."""
+                 worker_ready_timeout_s: float = 30.0, reconcile_lease_s: float = 120.0,
+                 host_duties: bool = True) -> None:
+        """Runs in the caller's thread: stores arguments only. `host_duties` False: a runner host's
+        scheduler (runs only; no reconciles, deadlines or pruning)."""
         super().__init__(supervisor)
+        self._host_duties = host_duties
         self._idempotency_s = idempotency_days * 86400.0
         self._watchdog_grace_s = watchdog_grace_s
         self._ready_timeout_s = worker_ready_timeout_s
@@ -218,7 +229,8 @@ class Scheduler(CoreActor):
         assert self._reader is not None
         plan = next_claim(len(idle), prefer_reconcile=self._prefer_reconcile,
                           runs_waiting=queries.claimable_exists(self._reader, list(self._active)),
-                          reconciles_waiting=resource_queries.reconcile_due(self._reader, time.time()))
+                          reconciles_waiting=self._host_duties
+                          and resource_queries.reconcile_due(self._reader, time.time()))
         if plan is None:
             return
         kind, count = plan
@@ -423,8 +435,9 @@ class Scheduler(CoreActor):
             self._renew_reconciles()
         if self._active:
             self._stop_cancelled(list(self._active))
-        self._expire_deadlines(now)
-        self._prune_when_idle(now)
+        if self._host_duties:
+            self._expire_deadlines(now)
+            self._prune_when_idle(now)
         self._try_claim()
 
     def _renew_claims(self) -> None:
@@ -516,4 +529,5 @@ class Scheduler(CoreActor):
             "idle_workers": [s.worker.pid for s in self._slots if s.launch is None and s.worker is not None],
             "launched": self._launched,
             "suspended": self._suspended,
+            "host_duties": self._host_duties,
         }

@@ -192,13 +192,15 @@ class _Waiter:
 class _LeaseCell:
     """The host epoch a handle stamps on commands and when the host's lease runs out, shared by
     every holder of that handle: the lease actor moves both (renewals, taking the lease again)
-    and every actor sees it at once."""
+    and every actor sees it at once. On a runner host (docs/runners.md) it holds the runner
+    identity (runner id, runner lease epoch) stamped instead, and its runner lease's expiry."""
 
-    __slots__ = ("epoch", "expires_at")
+    __slots__ = ("epoch", "expires_at", "runner")
 
     def __init__(self, epoch: int | None) -> None:
         self.epoch = epoch
         self.expires_at: float | None = None
+        self.runner: tuple[str, int] | None = None
 
 
 class WriterHandle:
@@ -232,12 +234,27 @@ class WriterHandle:
         """Stamp `epoch` from now on, for every holder of this handle (called by the lease only)."""
         self._lease.epoch = epoch
 
+    @property
+    def runner(self) -> tuple[str, int] | None:
+        """(runner id, runner lease epoch) this handle stamps on commands; None on a host."""
+        return self._lease.runner
+
+    def as_runner(self, runner_id: str, lease_epoch: int) -> None:
+        """Stamp this runner identity on every command from now on, for every holder of this handle: a
+        runner host's writes are fenced by its runner lease, never by a host epoch (called once, at
+        the runner's start, before any other actor holds the handle)."""
+        self._lease.runner = (runner_id, lease_epoch)
+
     def lease_renewed(self, expires_at: float) -> None:
         """Record the lease's new expiry (called by the lease only)."""
         self._lease.expires_at = expires_at
 
     def submit(self, command: WriteCommand, reply_to: ReplyTo = None) -> None:
-        if command.host_epoch is None and self.host_epoch is not None:
+        runner = self._lease.runner
+        if runner is not None:
+            if command.runner_id is None:
+                command = replace(command, runner_id=runner[0], runner_lease_epoch=runner[1])
+        elif command.host_epoch is None and self.host_epoch is not None:
             command = replace(command, host_epoch=self.host_epoch)
         if not self.ref.is_alive():
             deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()), command.correlation_id))

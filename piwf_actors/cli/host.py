@@ -4,7 +4,10 @@ Exit status: 0 after a clean stop (signal or `piwf host stop`), 1 when the host 
 host holds the state directory, the database was refused …) or stopped
 because of a failure (lease lost, core actor crashed), 2 for bad usage.
 With `--database` naming a database another host holds, it waits as a standby
-(docs/standby.md) unless `--no-standby`.
+(docs/standby.md) unless `--no-standby`. `--role runner` starts a runner host
+(docs/runners.md): no host lease; it executes runs from the shared database's
+queue in its own workers, under a runner lease; it exits with status 1 when
+it loses that lease.
 """
 
 from __future__ import annotations
@@ -58,15 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-standby", dest="standby", action="store_false",
                         help="with --database: refuse to start while another host holds the database's lease, "
                         "instead of waiting as a standby that takes over when that lease runs out")
+    parser.add_argument("--role", default="host", choices=["host", "runner"],
+                        help="host: contend for the host lease (active or standby; default). runner: execute runs "
+                        "from the queue of the database given with --database in this host's own workers, beside "
+                        "the active host, under a runner lease (docs/runners.md)")
     parser.add_argument("--host-id", default=None,
-                        help="this host's name in the lease and in host status (default: host-<random>)")
+                        help="this host's name in the lease and in host status (default: host-<random>); with "
+                        "--role runner, the runner id (default: runner-<random>)")
     parser.add_argument("--max-workers", type=int, default=4, help="runs executed at once (default 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="log verbosity of the host and its workers (default INFO)")
     parser.add_argument("--log-format", default="text", choices=["text", "json"],
                         help="text lines, or one JSON object per line for log shippers (default text)")
     parser.add_argument("--lease-s", type=float, default=15.0,
-                        help="host lease length in seconds; renewed every third of it (default 15)")
+                        help="host (or runner) lease length in seconds; renewed every third of it (default 15)")
     parser.add_argument("--retention-days", type=float, default=30.0,
                         help="prune finished runs older than this when the host is idle; 0 keeps them (default 30)")
     parser.add_argument("--idempotency-days", type=float, default=365.0,
@@ -88,14 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure(args.log_level, args.log_format, static={"role": "host"})
+    configure(args.log_level, args.log_format, static={"role": args.role})
     try:
         config = HostConfig(state_dir=args.state_dir, database=args.database, standby=args.standby,
                             host_id=args.host_id, max_workers=args.max_workers, lease_s=args.lease_s,
                             synchronous=args.synchronous, retention_days=args.retention_days,
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,
-                            metrics_address=args.metrics, projects=tuple(args.project))
+                            metrics_address=args.metrics, projects=tuple(args.project), role=args.role)
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

@@ -220,12 +220,18 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     table.add_column("node", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("attempts", justify="right")
+    # Which host executed each node's attempts (a runner host's id, or the active host's: docs/runners.md);
+    # shown when the view says so (hosts before schema v10 recorded none).
+    executed = any(node.get("executors") for node in nodes)
+    if executed:
+        table.add_column("executed by", overflow="fold")
     table.add_column("output / error", overflow="fold")
     for node in nodes:
         detail = error_text(node["error"]) if node.get("error") else text(compact(node.get("output")))
-        table.add_row(text(node.get("node_id")), text(node.get("status")), text(node.get("attempts")), detail)
+        by = [text(", ".join(node.get("executors") or []) or "-")] if executed else []
+        table.add_row(text(node.get("node_id")), text(node.get("status")), text(node.get("attempts")), *by, detail)
     if not nodes:
-        table.add_row(Text("no node started yet", style="dim"), "", "", "")
+        table.add_row(Text("no node started yet", style="dim"), "", "", *([""] if executed else []), "")
     return table
 
 

@@ -20,8 +20,14 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     lease = view.get("lease") or {}
     host = kv_table("host")
     role = view.get("role") or "active"
-    host.add_row("role", Text(role, style="green" if role == "active" else "yellow"))
-    if role == "standby":
+    host.add_row("role", Text(role, style="green" if role in ("active", "runner") else "yellow"))
+    if role == "runner":
+        runner = view.get("runner") or {}
+        host.add_row("runner lease", Text(
+            f"epoch {runner.get('epoch')}, heartbeat {ago(runner.get('heartbeat_at'), now)}, expires "
+            f"{ago(runner.get('expires_at'), now)}" + (" (lost)" if runner.get("lost") else ""),
+            style="red" if runner.get("lost") else ""))
+    if role in ("standby", "runner"):
         active = view.get("active") or {}
         holder = (f"{active.get('host_id')} (epoch {active.get('epoch')}), lease expires "
                   f"{ago(active.get('expires_at'), now)}" if active.get("live")
@@ -40,7 +46,7 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     workers = view.get("workers") or {}
     active = workers.get("active") or []
     host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"
-                                 if role == "active" else "none (a standby runs no workers)"))
+                                 if role in ("active", "runner") else "none (a standby runs no workers)"))
     writer = view.get("writer") or {}
     if writer:
         host.add_row("writer", text(f"queue depth {writer.get('queue_depth')}, "
@@ -57,6 +63,16 @@ def host_status(view: dict[str, Any]) -> RenderableType:
         runs.add_column(status, justify="right", header_style=STATUS_STYLES.get(status, ""))
     runs.add_row(*(text(n) for n in counts.values()))
     parts: list[RenderableType] = [host, runs]
+    runner_hosts = [r for r in view.get("runners") or [] if r.get("live")]
+    if runner_hosts:
+        table = Table(title="runner hosts", title_justify="left")
+        for column in ("runner id", "epoch", "workers", "runs", "heartbeat", "expires", "machine"):
+            table.add_column(column)
+        for item in runner_hosts:
+            table.add_row(text(item.get("runner_id")), text(item.get("epoch")), text(item.get("max_workers")),
+                          text(item.get("active_runs")), text(ago(item.get("heartbeat_at"), now)),
+                          text(ago(item.get("expires_at"), now)), text(item.get("machine_id")))
+        parts.append(table)
     if active:
         table = Table(title="active workers", title_justify="left")
         id_column(table, "run id")

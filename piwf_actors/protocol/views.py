@@ -54,7 +54,12 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
         "runs": queries.run_counts(reader) if counts is None else counts,
         "workers": {"max": scheduler.get("max_workers"), "active": scheduler.get("active", []),
                     "idle": len(scheduler.get("idle_workers", [])), "idle_pids": scheduler.get("idle_workers", [])},
+        # The runner hosts that share the queue (docs/runners.md): id, epoch, workers, heartbeat, live.
+        "runners": queries.runner_hosts(reader, now),
     }
+    if view["role"] == "runner":
+        # This runner host's own lease, as its RunnerLease actor last published it.
+        view["runner"] = board.snapshot("runner_lease")
     if include_rates:
         writer = board.snapshot("writer")
         view["writer"] = {k: writer.get(k) for k in ("queue_depth", "commits", "commands", "commits_per_s",

@@ -25,7 +25,13 @@ deadlock: `TransactionConflict`) is simply run again, up to
 `CONFLICT_RETRIES` times: nothing of it was written, and the commands decide
 anew on what the other host committed.
 
-Fencing by time: a fenced command is refused unless the host's lease is
+Fencing by lease: a fenced command carries either the host epoch (the active
+host's writes) or a runner identity (a runner host's, docs/runners.md: runner
+id + the epoch of its runner lease); it is refused unless that lease row names
+the same epoch and is unexpired. The host lease is read once per transaction,
+a runner's lease on its first command.
+
+Fencing by time: a fenced command is refused unless its lease is
 unexpired, judged by a clock read inside the transaction (after BEGIN) and
 once more just before COMMIT. A host paused past its lease (SIGSTOP, a
 stalled VM) may wake up in the middle of a batch whose `now` is stale; the
@@ -41,6 +47,8 @@ what.
 from __future__ import annotations
 
 import logging
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +70,11 @@ class BatchOutcome:
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
-CONFLICT_RETRIES = 8
+#: (With runner hosts, SERIALIZABLE's predicate locks make false conflicts between hosts common: each
+#: retry is cheap, a batch given up answers its senders `unavailable` and they send again.)
+CONFLICT_RETRIES = 12
+#: The longest random pause before such a retry (see apply_batch).
+CONFLICT_BACKOFF_MAX_S = 0.05
 
 #: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
 _DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
@@ -95,6 +107,7 @@ class _Lease:
     epoch: int
     held: bool
     expires_at: float | None
+    host_id: str | None = None
 
     def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
         """Why a fenced command may not write now, or None."""
@@ -106,8 +119,88 @@ class _Lease:
 
 
 def _current_lease(conn: Any) -> _Lease:
-    row = conn.execute("SELECT epoch, host_id IS NOT NULL, expires_at FROM host_state WHERE id = 1").fetchone()
-    return _Lease(int(row[0]), bool(row[1]), row[2]) if row else _Lease(0, False, None)
+    row = conn.execute("SELECT epoch, host_id, expires_at FROM host_state WHERE id = 1").fetchone()
+    return _Lease(int(row[0]), row[1] is not None, row[2], row[1]) if row else _Lease(0, False, None)
+
+
+@dataclass(slots=True)
+class _RunnerLease:
+    """A runner host's lease row (`runner_host`) as this transaction sees it (docs/runners.md)."""
+
+    runner_id: str
+    epoch: int | None  # None: no row
+    expires_at: float | None
+    released: bool
+
+    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
+        """Why a fenced command of this runner may not write now, or None."""
+        epoch = cmd.runner_lease_epoch if cmd.runner_lease_epoch is not None else -1
+        if self.epoch is None:
+            return errors.RunnerLeaseLost(self.runner_id, epoch, "no such runner lease")
+        if self.epoch != epoch:
+            return errors.RunnerLeaseLost(self.runner_id, epoch, f"the lease is at epoch {self.epoch} now")
+        if self.released:
+            return errors.RunnerLeaseLost(self.runner_id, epoch, "the lease was released")
+        if self.expires_at is None or self.expires_at <= fence_now:
+            return errors.LeaseExpired(epoch, self.expires_at)
+        return None
+
+
+def _runner_lease(conn: Any, runner_id: str) -> _RunnerLease:
+    row = conn.execute("SELECT epoch, expires_at, released_at FROM runner_host WHERE runner_id = ?",
+                       (runner_id,)).fetchone()
+    if row is None:
+        return _RunnerLease(runner_id, None, None, False)
+    return _RunnerLease(runner_id, int(row[0]), row[1], row[2] is not None)
+
+
+class _Fences:
+    """The leases a transaction's commands are fenced by: the host lease (read once), and the runner
+    leases of the runner hosts that sent commands (read on first use; one writer serves one host, so
+    that is at most one runner)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._host: _Lease | None = None
+        self.runners: dict[str, _RunnerLease] = {}
+
+    @property
+    def host(self) -> _Lease:
+        """The host lease, read on first use: a runner host's batches never read it (on PostgreSQL a
+        read of the row the active host renews would tie every runner transaction to those renewals)."""
+        if self._host is None:
+            self._host = _current_lease(self._conn)
+        return self._host
+
+    def runner(self, runner_id: str) -> _RunnerLease:
+        lease = self.runners.get(runner_id)
+        if lease is None:
+            lease = self.runners[runner_id] = _runner_lease(self._conn, runner_id)
+        return lease
+
+    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
+        if cmd.runner_id is not None:
+            return self.runner(cmd.runner_id).refusal(cmd, fence_now)
+        return self.host.refusal(cmd, fence_now)
+
+    def moved(self, cmd: WriteCommand) -> None:
+        """A lease command succeeded: read the lease it moved again before the next command."""
+        if cmd.name.startswith("lease."):
+            self._host = None
+        elif cmd.name.startswith("runner_lease."):
+            self.runners.pop(str(cmd.args.get("runner_id")), None)
+
+    def expired_at_commit(self, clock_now: float, fenced_by: set[str | None]) -> errors.PiwfError | None:
+        """The lease of a sender whose fenced writes this batch holds ran out meanwhile (None: still held)."""
+        for runner_id in fenced_by:
+            if runner_id is None:
+                expires_at, epoch = self.host.expires_at, self.host.epoch
+            else:
+                lease = self.runner(runner_id)
+                expires_at, epoch = lease.expires_at, lease.epoch if lease.epoch is not None else -1
+            if expires_at is not None and clock_now >= expires_at:
+                return errors.LeaseExpired(epoch, expires_at)
+        return None
 
 
 def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
@@ -142,6 +235,10 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 attempt += 1
                 log.debug("write batch of %d conflicted with another host's transaction; retry %d",
                           len(commands), attempt)
+                # Hosts that conflicted once tend to meet again if they retry in step (the active host and
+                # runner hosts claiming from one queue): a short random pause, growing with each retry (at
+                # most CONFLICT_BACKOFF_MAX_S), lets one of them commit first.
+                time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, 0.001 * 2 ** attempt)))
                 continue
             log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
             return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False)
@@ -167,21 +264,23 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
 
             clock = server_clock
             now = clock()
-        lease = _current_lease(conn)
+        fences = _Fences(conn)
         fence_now = now if clock is None else max(now, clock())
-        fenced_writes = False
+        fenced_by: set[str | None] = set()  # the senders (None: the host) whose fenced writes are in the batch
         for cmd in commands:
-            result = _apply_one(conn, dialect, cmd, now, fence_now, lease, changes, commit_seq, savepoints)
+            result = _apply_one(conn, dialect, cmd, now, fence_now, fences, changes, commit_seq, savepoints)
             results.append(result)
-            if result.ok and cmd.name.startswith("lease."):
+            if result.ok and (cmd.name.startswith("lease.") or cmd.name.startswith("runner_lease.")):
                 # The lease moved inside this transaction: fence later commands by the new state.
-                lease = _current_lease(conn)
+                fences.moved(cmd)
             elif result.ok:
-                fenced_writes = True
-        if fenced_writes and clock is not None and lease.expires_at is not None and clock() >= lease.expires_at:
-            # Paused between the fence check and here: what was decided under the
-            # lease must not become visible after it ran out.
-            raise _StorageAbort(errors.LeaseExpired(lease.epoch, lease.expires_at))
+                fenced_by.add(cmd.runner_id)
+        if fenced_by and clock is not None:
+            expired = fences.expired_at_commit(clock(), fenced_by)
+            if expired is not None:
+                # Paused between the fence check and here: what was decided under the
+                # lease must not become visible after it ran out.
+                raise _StorageAbort(expired)
         conn.execute("COMMIT")
     except BaseException:
         try:
@@ -193,20 +292,25 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
     return BatchOutcome(results, changes, True)
 
 
-def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence_now: float, lease: _Lease,
+def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence_now: float, fences: _Fences,
                changes: ChangeSet, commit_seq: int | None, savepoints: bool) -> WriteResult:
     try:
         spec = lookup(cmd.name)
     except errors.UnknownCommand as err:
         return _fail(cmd, err)
     if spec.fenced:
-        refusal = lease.refusal(cmd, fence_now)
+        refusal = fences.refusal(cmd, fence_now)
         if refusal is not None:
             return _fail(cmd, refusal)
     # In the first pass a refusal undoes nothing (it wrote nothing, or the batch is redone), so a
     # command records its changes straight into the batch's set; with savepoints each has its own.
     own = ChangeSet() if savepoints else changes
-    ctx = WriteContext(conn, now, lease.epoch, own, savepoints)
+    if cmd.runner_id is not None:
+        # A runner's rows record no host epoch (0): they belong to its runner lease.
+        ctx = WriteContext(conn, now, 0, own, savepoints, cmd.runner_id, cmd.runner_lease_epoch)
+    else:
+        lease = fences.host
+        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes

@@ -20,6 +20,10 @@ for flags. What cannot be written once is a `Dialect` attribute or method here:
   of 3.11; PostgreSQL's are SQLSTATEs, and their messages (translated, changeable) are never read.
 - `aborts_transaction`: after a failed statement PostgreSQL refuses everything until the
   transaction (or a savepoint) is rolled back; SQLite goes on.
+- `skip_locked`: the clause a queue read ends with so that hosts claiming from one queue at the same
+  time pass over each other's rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL: the rows it returns are
+  locked until the claim commits, rows another transaction locked are skipped, not waited for or
+  conflicted on). SQLite needs none: its write transaction holds the whole file, so claims take turns.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Dialect:
     begin_read: str
     json_values: str
     aborts_transaction: bool
+    skip_locked: str = ""
 
     @property
     def driver_errors(self) -> tuple[type[BaseException], ...]:
@@ -132,7 +137,7 @@ SQLITE = Dialect(name="sqlite", begin_write="BEGIN IMMEDIATE", begin_read="BEGIN
 POSTGRESQL = Dialect(name="postgresql", begin_write="BEGIN ISOLATION LEVEL SERIALIZABLE",
                      begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
                      json_values="(SELECT value FROM json_array_elements_text(CAST(? AS json)))",
-                     aborts_transaction=True)
+                     aborts_transaction=True, skip_locked=" FOR UPDATE SKIP LOCKED")
 
 
 def dialect_of(conn: Any) -> Dialect:

@@ -168,7 +168,7 @@ def _blob_totals(conn: Any) -> tuple[int, int]:
 
 def _run_counters(conn: Any) -> dict[str, int]:
     runs = dict.fromkeys(RUN_STATUSES, 0)
-    for status, count in conn.execute("SELECT status, n FROM run_count"):
+    for status, count in conn.execute("SELECT status, CAST(sum(n) AS BIGINT) FROM run_count GROUP BY status"):
         if count:
             runs[status] = int(count)
     return runs
@@ -245,7 +245,7 @@ _CHECKS: tuple[tuple[str, str], ...] = (
      """SELECT NULL, 'run_count says ' || coalesce(c.n, 0) || ' runs are ' || s.status
                || ' but the run table holds ' || coalesce(r.n, 0)
         FROM (SELECT status FROM run_count UNION SELECT status FROM run) s
-        LEFT JOIN run_count c ON c.status = s.status
+        LEFT JOIN (SELECT status, CAST(sum(n) AS BIGINT) AS n FROM run_count GROUP BY status) c ON c.status = s.status
         LEFT JOIN (SELECT status, count(*) AS n FROM run GROUP BY status) r ON r.status = s.status
         WHERE coalesce(c.n, 0) != coalesce(r.n, 0)"""),
     ("two_accepted_submissions",

@@ -140,6 +140,23 @@ def _v9_resource_managers(db: Any) -> None:
         db.create_tables(schema.RESOURCE_MODELS, safe=True)
 
 
+def _v10_runner_hosts(db: Any) -> None:
+    """Runner hosts (docs/runners.md): the `runner_host` lease table; run_claim names the runner (and its
+    lease epoch) that holds a claim, run_worker and child_process the runner whose process it is, and
+    node_attempt.executed_by the host or runner that executed an attempt."""
+    with _BIND_LOCK, db.bind_ctx(schema.V10_MODELS):
+        db.create_tables(schema.V10_MODELS, safe=True)
+    _add_columns(db, (("run_claim", "runner_id", "TEXT"), ("run_claim", "runner_lease_epoch", "INTEGER"),
+                      ("run_worker", "runner_id", "TEXT"), ("child_process", "runner_id", "TEXT"),
+                      ("child_process", "runner_lease_epoch", "INTEGER"), ("node_attempt", "executed_by", "TEXT")))
+    if not isinstance(db, pw.SqliteDatabase):
+        # Several hosts now change runs at once: PostgreSQL's run counters get a row per writer shard
+        # (pg_schema.RUN_COUNT_SHARDS). SQLite needs none: its writes take turns on the file lock.
+        from piwf_actors.store import pg_schema
+
+        pg_schema.shard_run_count(db.connection())
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -167,7 +184,7 @@ SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels
 #: The version a new PostgreSQL database is created at (with every table as of that version).
 POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
-MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers]
+MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

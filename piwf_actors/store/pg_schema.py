@@ -32,20 +32,41 @@ ROWID_TABLES = ("run", "node_attempt")
 #: made before PostgreSQL declare these TEXT), PostgreSQL needs the real type.
 COLUMN_TYPES = {("worker_message", "response"): "BYTEA"}  # the recorded answer, as msgpack
 
-_RUN_COUNT_FUNCTION = """
+#: The counters are sharded on PostgreSQL: a status has up to this many rows, one per shard, and
+#: each writer session counts into the shard of its backend process (`pg_backend_pid()`). Several
+#: hosts change runs at once there (the active host and runner hosts, docs/runners.md); with one
+#: row per status every one of their transactions would update the same rows, and under SERIALIZABLE
+#: all but the first to commit would fail and run again. Readers sum the shards (`queries.run_counts`).
+#: A shard's own count may go negative (a run queued by one host, claimed by another); the sums are exact.
+RUN_COUNT_SHARDS = 64
+
+_RUN_COUNT_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION run_count_follow() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        INSERT INTO run_count (status, n) VALUES (OLD.status, -1)
-            ON CONFLICT (status) DO UPDATE SET n = run_count.n - 1;
+        INSERT INTO run_count (status, shard, n) VALUES (OLD.status, pg_backend_pid() % {RUN_COUNT_SHARDS}, -1)
+            ON CONFLICT (status, shard) DO UPDATE SET n = run_count.n - 1;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO run_count (status, n) VALUES (NEW.status, 1)
-            ON CONFLICT (status) DO UPDATE SET n = run_count.n + 1;
+        INSERT INTO run_count (status, shard, n) VALUES (NEW.status, pg_backend_pid() % {RUN_COUNT_SHARDS}, 1)
+            ON CONFLICT (status, shard) DO UPDATE SET n = run_count.n + 1;
     END IF;
     RETURN NULL;
 END
 $body$"""
+
+
+def shard_run_count(conn: Any) -> None:
+    """Give `run_count` its shard column (the primary key becomes (status, shard)) and the trigger
+    function that counts into the writer's shard; the rows there stay in shard 0. Idempotent."""
+    present = {row[0] for row in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'run_count'").fetchall()}
+    if "shard" not in present:
+        conn.execute("ALTER TABLE run_count ADD COLUMN shard INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE run_count DROP CONSTRAINT run_count_pkey")
+        conn.execute("ALTER TABLE run_count ADD PRIMARY KEY (status, shard)")
+    conn.execute(_RUN_COUNT_FUNCTION)
 
 #: The triggers by name (the same names as SQLite's `schema.RUN_COUNT_TRIGGERS`). An update that
 #: leaves the status as it was costs nothing: the WHEN clause skips it, as on SQLite.
@@ -83,7 +104,7 @@ def create_tables(db: Any) -> None:
             for index in model._schema._create_indexes(safe=False):
                 sql, params = ctx_sql().sql(index).query()
                 conn.execute(sql, tuple(params))
-    conn.execute(_RUN_COUNT_FUNCTION)
+    shard_run_count(conn)
     for statement in RUN_COUNT_TRIGGERS.values():
         conn.execute(statement)
     conn.execute("INSERT INTO host_state (id, epoch) VALUES (1, 0)")

@@ -28,19 +28,48 @@ def lease_row(reader: StoreReader, now: float) -> dict[str, Any]:
 
 
 def unreleased_children(reader: StoreReader) -> list[dict[str, Any]]:
-    rows = reader.all("SELECT pid, create_time, kind, run_id, host_epoch, machine_id FROM child_process "
+    rows = reader.all("SELECT pid, create_time, kind, run_id, host_epoch, machine_id, runner_id FROM child_process "
                       "WHERE released_at IS NULL")
-    keys = ("pid", "create_time", "kind", "run_id", "host_epoch", "machine_id")
+    keys = ("pid", "create_time", "kind", "run_id", "host_epoch", "machine_id", "runner_id")
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def runner_hosts(reader: StoreReader, now: float) -> list[dict[str, Any]]:
+    """Every runner host's lease row (docs/runners.md), live ones first, with `live` and the number of
+    runs it holds claims on now."""
+    rows = reader.all(
+        """SELECT h.runner_id, h.epoch, h.pid, h.machine_id, h.state_dir, h.max_workers, h.started_at,
+                  h.heartbeat_at, h.expires_at, h.released_at,
+                  (SELECT count(*) FROM run_claim c WHERE c.runner_id = h.runner_id AND c.runner_lease_epoch = h.epoch)
+           FROM runner_host h ORDER BY h.runner_id""")
+    keys = ("runner_id", "epoch", "pid", "machine_id", "state_dir", "max_workers", "started_at", "heartbeat_at",
+            "expires_at", "released_at", "active_runs")
+    found = [dict(zip(keys, r, strict=True)) for r in rows]
+    for row in found:
+        row["live"] = row["released_at"] is None and (row["expires_at"] or 0) > now
+    return sorted(found, key=lambda row: (not row["live"], row["runner_id"]))
+
+
+def dead_runner_work(reader: StoreReader, now: float) -> bool:
+    """Whether a runner host whose lease is gone (expired, released, or a later epoch) left claims or
+    unreleased child processes behind: then the active host runs `runners.recover`."""
+    live = """EXISTS (SELECT 1 FROM runner_host h WHERE h.runner_id = {t}.runner_id
+              AND h.epoch = {t}.runner_lease_epoch AND h.released_at IS NULL AND h.expires_at > ?)"""
+    return reader.one(
+        f"""SELECT 1 WHERE EXISTS (SELECT 1 FROM run_claim WHERE runner_id IS NOT NULL
+                                    AND NOT {live.format(t='run_claim')})
+                        OR EXISTS (SELECT 1 FROM child_process WHERE released_at IS NULL AND runner_id IS NOT NULL
+                                    AND NOT {live.format(t='child_process')})""", (now, now)) is not None
 
 
 def run_counts(reader: StoreReader) -> dict[str, int]:
     """Runs per status: every known status (0 when none), plus any other status a row holds.
 
     Read from the `run_count` counters (schema v5, kept exact by triggers on `run`): a few rows,
-    whatever the number of runs, where a `GROUP BY status` over `run` grew with the history."""
+    whatever the number of runs, where a `GROUP BY status` over `run` grew with the history. (On
+    PostgreSQL a status has a row per shard, see `pg_schema.RUN_COUNT_SHARDS`: they are summed.)"""
     counts = dict.fromkeys(RUN_STATUSES, 0)
-    for status, count in reader.all("SELECT status, n FROM run_count"):
+    for status, count in reader.all("SELECT status, CAST(sum(n) AS BIGINT) FROM run_count GROUP BY status"):
         if count:  # a status no run holds any more keeps a row with 0
             counts[status] = count
     return counts
@@ -232,13 +261,19 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     nodes: dict[str, dict[str, Any]] = {}
     last_traceback: str | None = None
     for (node_id, status, attempt_no, output_sha, output_json, error_code, error_message, attempt_id, trace,
-         copied) in reader.all(
+         copied, executed_by) in reader.all(
             """SELECT node_id, status, attempt_no, output_sha256, output_json, error_code, error_message, attempt_id,
-                      traceback, copied_from FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""",
+                      traceback, copied_from, executed_by FROM node_attempt WHERE run_id = ? ORDER BY step, started_at""",
             (run_id,)):
         node = nodes.setdefault(node_id, {"node_id": node_id, "status": status, "attempts": 0, "output": None,
-                                          "error": None, "attempt_id": attempt_id})
+                                          "error": None, "attempt_id": attempt_id, "executed_by": None,
+                                          "executors": []})
         node["attempts"] = max(node["attempts"], attempt_no)
+        # Which host or runner host executed the latest attempt, and every one that executed an attempt
+        # of this node, in order (at most the number of hosts: the view stays bounded).
+        node["executed_by"] = executed_by
+        if executed_by is not None and executed_by not in node["executors"]:
+            node["executors"].append(executed_by)
         node["status"] = status
         node["attempt_id"] = attempt_id
         node["output"] = bounded_json(reader, output_sha, output_json)

@@ -17,25 +17,37 @@ class WriteCommand:
     """One named write: `name` selects a function in `store.commands`.
 
     `host_epoch` fences the write: a fenced command whose epoch is not the
-    lease's current epoch is refused inside the transaction.
+    lease's current epoch is refused inside the transaction. A runner host's
+    commands carry its runner identity instead (`runner_id` and the epoch of
+    its runner lease, docs/runners.md): they are fenced by that lease, and
+    `host_epoch` is then ignored.
     """
 
     name: str
     args: dict[str, Any]
     host_epoch: int | None = None
     correlation_id: str | None = None
+    runner_id: str | None = None
+    runner_lease_epoch: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": "write_command", "name": self.name, "args": self.args,
-                "host_epoch": self.host_epoch, "correlation_id": self.correlation_id}
+                "host_epoch": self.host_epoch, "correlation_id": self.correlation_id,
+                "runner_id": self.runner_id, "runner_lease_epoch": self.runner_lease_epoch}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> WriteCommand:
         try:
             if data.get("kind") != "write_command" or set(data) != {
-                "kind", "name", "args", "host_epoch", "correlation_id"}:
+                "kind", "name", "args", "host_epoch", "correlation_id", "runner_id", "runner_lease_epoch"}:
                 raise errors.DecodeError("not a write_command record")
             name, args, epoch, corr = data["name"], data["args"], data["host_epoch"], data["correlation_id"]
+            runner_id, runner_epoch = data["runner_id"], data["runner_lease_epoch"]
+            if (runner_id is None) != (runner_epoch is None):
+                raise errors.DecodeError("write_command runner_id and runner_lease_epoch go together")
+            if runner_id is not None and (not isinstance(runner_id, str) or isinstance(runner_epoch, bool)
+                                          or not isinstance(runner_epoch, int)):
+                raise errors.DecodeError("write_command runner_id must be a str and runner_lease_epoch an int")
             if not isinstance(name, str) or not isinstance(args, dict):
                 raise errors.DecodeError("write_command needs a str name and a map of args")
             if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
@@ -44,7 +56,7 @@ class WriteCommand:
                 raise errors.DecodeError("write_command correlation_id must be a str")
         except (AttributeError, TypeError) as exc:
             raise errors.DecodeError("not a write_command record") from exc
-        return cls(name, args, epoch, corr)
+        return cls(name, args, epoch, corr, runner_id, runner_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,7 @@ _CODE_TO_CLASS: dict[str, type[errors.PiwfError]] = {
         errors.DiskFull, errors.ReadOnlyDatabase, errors.StaleEpoch, errors.LeaseExpired, errors.AdapterReplaced, errors.ClaimLost,
         errors.Conflict, errors.NotFound, errors.Rejected, errors.UnknownCommand,
         errors.WriterStopped, errors.LeaseLost, errors.StoreError, errors.CommandFailed, errors.HostAlreadyRunning,
+        errors.RunnerLeaseLost, errors.RunnerAlreadyRunning, errors.RunnerHostRefusal,
     )
 }
 
@@ -136,7 +149,8 @@ def error_from_code(code: str, message: str) -> errors.PiwfError:
     err = cls.__new__(cls)
     errors.PiwfError.__init__(err, message)
     # The typed constructor arguments did not travel; leave them defined but unknown.
-    for attribute in ("pid", "epoch", "current_epoch", "run_id", "kind", "key", "name", "path", "reason"):
+    for attribute in ("pid", "epoch", "current_epoch", "run_id", "kind", "key", "name", "path", "reason",
+                      "runner_id", "active_host_id"):
         if not hasattr(err, attribute):
             setattr(err, attribute, None)
     return err

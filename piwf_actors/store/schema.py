@@ -157,6 +157,27 @@ RUN_COUNT_TRIGGERS: dict[str, str] = {
 }
 
 
+class RunnerHost(_Base):
+    """A runner host's lease (schema v10, docs/runners.md): one row per runner id, its epoch grows
+    with every start; renewed every third of its length; fences every write the runner sends."""
+
+    runner_id = pw.TextField(primary_key=True)
+    epoch = pw.IntegerField()
+    token_hash = pw.TextField()
+    pid = pw.IntegerField()
+    process_start_identity = pw.TextField(null=True)
+    machine_id = pw.TextField(null=True)
+    state_dir = pw.TextField(null=True)
+    max_workers = pw.IntegerField()
+    started_at = pw.FloatField()
+    heartbeat_at = pw.FloatField()
+    expires_at = pw.FloatField()
+    released_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "runner_host"
+
+
 class RunClaim(_Base):
     """The current claim on an active run: the scheduler's fencing record."""
 
@@ -168,6 +189,10 @@ class RunClaim(_Base):
     claimed_at = pw.FloatField()
     expires_at = pw.FloatField()
     progress_at_claim = pw.IntegerField(default=0)
+    # Schema v10: a claim taken by a runner host (docs/runners.md) names the runner and the epoch of
+    # its runner lease; it is fenced by that lease instead of the host epoch. NULL: the active host's.
+    runner_id = pw.TextField(null=True)
+    runner_lease_epoch = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "run_claim"
@@ -192,6 +217,8 @@ class NodeAttempt(_Base):
     # copied into a run restarted from a later node, the parent's attempt it stands for.
     traceback = pw.TextField(null=True)
     copied_from = pw.TextField(null=True)
+    # Schema v10: who executed the attempt: the host id of the active host, or a runner host's id.
+    executed_by = pw.TextField(null=True)
 
     class Meta:
         table_name = "node_attempt"
@@ -229,6 +256,7 @@ class RunWorker(_Base):
     diagnostic = pw.TextField(null=True)
     started_at = pw.FloatField()
     ended_at = pw.FloatField(null=True)
+    runner_id = pw.TextField(null=True)  # schema v10: the runner host whose worker this is (NULL: a host's)
 
     class Meta:
         table_name = "run_worker"
@@ -248,6 +276,9 @@ class ChildProcess(_Base):
     # Where it runs (runner.termination.machine_identity); NULL: registered before v7, on the
     # machine of the state directory's own database.
     machine_id = pw.TextField(null=True)
+    # Schema v10: a runner host's child (its runner id and lease epoch); NULL: a host's.
+    runner_id = pw.TextField(null=True)
+    runner_lease_epoch = pw.IntegerField(null=True)
 
     class Meta:
         table_name = "child_process"
@@ -563,8 +594,10 @@ ALL_MODELS: tuple[type[_Base], ...] = (
     HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
-    ChannelCursor, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
+    ChannelCursor, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS, RunnerHost,
 )
+#: The tables of schema v10 (runner hosts).
+V10_MODELS: tuple[type[_Base], ...] = (RunnerHost,)
 #: The tables of schema v7 (schedules).
 V7_MODELS: tuple[type[_Base], ...] = (ScheduleRecord, ScheduleFire)
 

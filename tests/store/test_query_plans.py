@@ -80,9 +80,9 @@ summarize = define_workflow(name="summarize", start_at="s", nodes={
 
 #: Tables whose size does not grow with the history: one lease row, the counters (a row per
 #: status), claims (one per run on a worker now: at most max_workers), a cursor and an adapter
-#: fence per channel profile.
+#: fence per channel profile, a lease row per runner host (docs/runners.md).
 SMALL_TABLES = frozenset({"host_state", "run_count", "run_claim", "channel_cursor", "channel_adapter",
-                          "sqlite_master", "sqlite_schema"})
+                          "runner_host", "sqlite_master", "sqlite_schema"})
 LARGE_TABLES = frozenset(model._meta.table_name for model in schema.ALL_MODELS) - SMALL_TABLES
 
 

@@ -9,6 +9,7 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     maintenance,
     reconciles,
     resources,
+    runner_lease,
     runs,
     schedules,
     worker,

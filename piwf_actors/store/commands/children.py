@@ -15,15 +15,18 @@ from piwf_actors.store.commands.registry import WriteContext, command
 def register(ctx: WriteContext, pid: int, create_time: float, kind: str, run_id: str | None,
              machine_id: str | None = None) -> None:
     """Record a child this host started (also used by the worker's register_child), with the
-    machine it runs on (`runner.termination.machine_identity`)."""
+    machine it runs on (`runner.termination.machine_identity`) and, for a runner host's child, the
+    runner lease it belongs to (a new active host leaves those to `runners.recover`)."""
     ctx.conn.execute(
         """INSERT INTO child_process
-           (pid, create_time, kind, run_id, host_epoch, registered_at, released_at, machine_id)
-           VALUES (?, ?, ?, ?, ?, ?, NULL, ?)
+           (pid, create_time, kind, run_id, host_epoch, registered_at, released_at, machine_id, runner_id,
+            runner_lease_epoch)
+           VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)
            ON CONFLICT (pid, create_time) DO UPDATE SET kind = excluded.kind, run_id = excluded.run_id,
                host_epoch = excluded.host_epoch, registered_at = excluded.registered_at, released_at = NULL,
-               machine_id = excluded.machine_id""",
-        (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now, machine_id),
+               machine_id = excluded.machine_id, runner_id = excluded.runner_id,
+               runner_lease_epoch = excluded.runner_lease_epoch""",
+        (pid, create_time, kind, run_id, ctx.host_epoch, ctx.now, machine_id, ctx.runner_id, ctx.runner_lease_epoch),
     )
     ctx.changes.touch("child_process", run_id)
 

@@ -3,7 +3,11 @@ and recover what a previous host left behind.
 
 A claim is the fence for everything a worker writes: a random token (only
 its sha256 is stored), a generation that grows with every claim of the run,
-a runner epoch naming one launch, the host epoch, and an expiry.
+a runner epoch naming one launch, the host epoch, and an expiry. A claim a
+runner host took (docs/runners.md) names that runner and the epoch of its
+runner lease instead: it belongs to that lease, not to any host epoch, so a
+new active host leaves it alone while the runner's lease is live and
+recovers it (`runners.recover`) once it is not.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
+from piwf_actors.store.dialect import dialect_of
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
 
@@ -25,14 +30,18 @@ def _eligible(ctx: WriteContext, exclude: list[str], limit: int) -> list[str]:
     """The next runs to start, at most `limit`: a submission waiting for validation first, then runs
     woken by an answer, a deadline or a resume, then fresh runs, each class in the order it was
     queued (the seed's order; `runstate.set_status` stamps the class). One walk of the
-    (status, queue_class, queued_at) index."""
+    (status, queue_class, queued_at) index.
+
+    Several hosts may claim from one queue at once (the active host and runner hosts): on PostgreSQL
+    the rows read are locked until the claim commits and rows another claim holds are skipped
+    (`Dialect.skip_locked`), so two hosts take different runs instead of conflicting on one."""
     placeholders = ",".join("?" * len(exclude)) or "''"
     return [str(row[0]) for row in ctx.conn.execute(
         f"""SELECT run_id FROM run
             WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
               AND run_id NOT IN ({placeholders})
               AND run_id NOT IN (SELECT run_id FROM run_claim)
-            ORDER BY queue_class, queued_at LIMIT ?""",
+            ORDER BY queue_class, queued_at LIMIT ?{dialect_of(ctx.conn).skip_locked}""",
         (*exclude, limit))]
 
 
@@ -64,19 +73,21 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
     run["claim_generation"] = generation
     ctx.conn.execute(
         """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,
-               claimed_at, expires_at, progress_at_claim) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+               claimed_at, expires_at, progress_at_claim, runner_id, runner_lease_epoch)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (run_id, slot["token_hash"], generation, slot["runner_epoch"], ctx.host_epoch, ctx.now,
-         ctx.now + claim_lease_s, run["steps"]),
+         ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch),
     )
     pid = slot.get("pid")
     ctx.conn.execute(
         """INSERT INTO run_worker (worker_id, run_id, generation, runner_epoch, host_epoch, pid, process_create_time,
-               status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (slot["runner_epoch"], run_id, generation, slot["runner_epoch"], ctx.host_epoch, pid,
-         slot.get("create_time"), "starting" if pid is None else "live", ctx.now),
+         slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id),
     )
     revision = set_status(ctx, run_id, "starting", "run_claimed",
-                          payload={"generation": generation, "runner_epoch": slot["runner_epoch"]})
+                          payload={"generation": generation, "runner_epoch": slot["runner_epoch"],
+                                   "by": ctx.executed_by})
     return {
         "run_id": run_id, "generation": generation, "runner_epoch": slot["runner_epoch"], "revision": run["progress"],
         "run_revision": revision, "token_hash": slot["token_hash"],
@@ -101,14 +112,15 @@ def _source(ctx: WriteContext, sha256: str | None) -> dict[str, Any]:
 
 @command("scheduler.renew_claims")
 def renew_claims(ctx: WriteContext, args: dict[str, Any]) -> dict[str, bool]:
-    """Extend the listed claims; the answer maps run id → still held."""
+    """Extend the listed claims; the answer maps run id → still held (by this host or runner)."""
     held: dict[str, bool] = {}
+    owner, owner_params = ctx.owner_condition()
     for item in args["claims"]:
         changed = ctx.conn.execute(
-            """UPDATE run_claim SET expires_at = ? WHERE run_id = ? AND generation = ?
-                   AND claim_token_hash = ? AND host_epoch = ? AND expires_at > ?""",
+            f"""UPDATE run_claim SET expires_at = ? WHERE run_id = ? AND generation = ?
+                   AND claim_token_hash = ? AND {owner} AND expires_at > ?""",
             (ctx.now + float(args["claim_lease_s"]), item["run_id"], item["generation"], item["token_hash"],
-             ctx.host_epoch, ctx.now),
+             *owner_params, ctx.now),
         ).rowcount
         held[item["run_id"]] = changed == 1
     return held
@@ -121,9 +133,10 @@ def settle_abandoned(ctx: WriteContext, args: dict[str, Any]) -> dict[str, str]:
     runner that went away, so no run stays `running` until the next restart."""
     active = set(args.get("active", []))
     settled: dict[str, str] = {}
+    owner, owner_params = ctx.owner_condition()
     for run_id, progress in ctx.conn.execute(
-            "SELECT run_id, progress_at_claim FROM run_claim WHERE host_epoch = ? AND expires_at <= ?",
-            (ctx.host_epoch, ctx.now)).fetchall():
+            f"SELECT run_id, progress_at_claim FROM run_claim WHERE {owner} AND expires_at <= ?",
+            (*owner_params, ctx.now)).fetchall():
         if run_id in active:
             continue
         settled[run_id] = settle_interrupted_run(ctx, run_id, outcome="abandoned",
@@ -239,7 +252,7 @@ def runner_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         (run_id,))]
     claim = claim_row(ctx.conn, run_id)
     if (claim is None or claim["generation"] != args["generation"] or claim["claim_token_hash"] != args["token_hash"]
-            or claim["host_epoch"] != ctx.host_epoch):
+            or not ctx.owns_claim(claim["host_epoch"], claim["runner_id"], claim["runner_lease_epoch"])):
         return {"status": run_row(ctx.conn, run_id)["status"], "settled": False, "children": children}
     # A host that stops cleanly interrupts runs through no fault of theirs:
     # they go back to the queue whatever their progress.
@@ -277,9 +290,10 @@ def _record_timeout(ctx: WriteContext, run_id: str, claim: dict[str, Any], timed
                                       (run_id, node_id)).fetchone()[0] + 1
         ctx.conn.execute(
             """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, error_code,
-                   error_message, generation, started_at, finished_at)
-               VALUES (?, ?, ?, ?, ?, 'timed_out', 'timeout', ?, ?, ?, ?) ON CONFLICT (attempt_id) DO NOTHING""",
-            (attempt_id, run_id, node_id, attempt_no, run["steps"], message, claim["generation"], ctx.now, ctx.now))
+                   error_message, generation, started_at, finished_at, executed_by)
+               VALUES (?, ?, ?, ?, ?, 'timed_out', 'timeout', ?, ?, ?, ?, ?) ON CONFLICT (attempt_id) DO NOTHING""",
+            (attempt_id, run_id, node_id, attempt_no, run["steps"], message, claim["generation"], ctx.now, ctx.now,
+             ctx.executed_by))
     for (effect_id,) in ctx.conn.execute("SELECT effect_id FROM effect WHERE run_id = ? AND attempt_id = ? "
                                          "AND status = 'applying'", (run_id, attempt_id)).fetchall():
         ctx.conn.execute("UPDATE effect SET status = 'failed', error = ?, settled_at = ? WHERE effect_id = ?",
@@ -307,25 +321,74 @@ def recover_host(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     runs) and their runs are settled as after a runner crash, except that a
     host crash is not the run's fault: a run without progress is re-queued
     rather than parked, so it resumes from its last committed node.
+
+    Claims of runner hosts are not an earlier host's: they belong to their
+    runner's lease, and `runners.recover` settles them once that lease is
+    gone; this leaves them (and their workers) alone.
     """
+    if ctx.runner_id is not None:
+        raise Rejected("host.recover is the active host's")
     return {"runs": _recover_earlier_epochs(ctx)}
 
 
 def _recover_earlier_epochs(ctx: WriteContext) -> dict[str, str]:
     ctx.conn.execute(
         """UPDATE run_worker SET status = 'orphaned', outcome = 'orphaned', ended_at = ?
-           WHERE host_epoch < ? AND status IN ('starting', 'live')""", (ctx.now, ctx.host_epoch))
+           WHERE host_epoch < ? AND status IN ('starting', 'live') AND runner_id IS NULL""",
+        (ctx.now, ctx.host_epoch))
     runs = [r[0] for r in ctx.conn.execute(
-        "SELECT run_id FROM run_claim WHERE host_epoch < ?", (ctx.host_epoch,)).fetchall()]
+        "SELECT run_id FROM run_claim WHERE host_epoch < ? AND runner_id IS NULL", (ctx.host_epoch,)).fetchall()]
     stray = [r[0] for r in ctx.conn.execute(
         "SELECT run_id FROM run WHERE status IN ('starting', 'running') AND run_id NOT IN "
-        "(SELECT run_id FROM run_claim WHERE host_epoch = ?)", (ctx.host_epoch,)).fetchall()]
+        "(SELECT run_id FROM run_claim WHERE host_epoch = ? OR runner_id IS NOT NULL)",
+        (ctx.host_epoch,)).fetchall()]
     settled: dict[str, str] = {}
     for run_id in dict.fromkeys(runs + stray):
         settled[run_id] = settle_interrupted_run(ctx, run_id, outcome="orphaned", diagnostic="host restarted",
                                                  progress_at_claim=None)
     ctx.changes.touch("run_worker")
     return settled
+
+
+#: A runner lease that covers its claims now (judged with the transaction's `now`).
+_LIVE_RUNNER = """EXISTS (SELECT 1 FROM runner_host h WHERE h.runner_id = {table}.runner_id
+    AND h.epoch = {table}.runner_lease_epoch AND h.released_at IS NULL AND h.expires_at > ?)"""
+
+
+@command("runners.recover")
+def recover_runners(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
+    """The active host takes over what runner hosts whose lease is gone left behind (docs/runners.md).
+
+    A runner's lease is gone when its row expired, was released, or names a later epoch (the runner
+    started again). Each of its claims is settled like a host crash's (`host.recover`): workers
+    marked orphaned, an `applying` effect made ambiguous (the run parks), otherwise the run goes back
+    to the queue and resumes elsewhere from its last committed node. The answer lists the recovered
+    runs and the dead runners' unreleased child processes (pid, create time, machine): the host
+    signals those on its own machine and releases all of them (`child.release`).
+    """
+    if ctx.runner_id is not None:
+        raise Rejected("runners.recover is the active host's")
+    dead = ctx.conn.execute(
+        f"""SELECT run_id, runner_epoch, runner_id, runner_lease_epoch FROM run_claim
+            WHERE runner_id IS NOT NULL AND NOT {_LIVE_RUNNER.format(table='run_claim')}""", (ctx.now,)).fetchall()
+    settled: dict[str, str] = {}
+    runners: set[str] = set()
+    for run_id, worker_id, runner_id, lease_epoch in dead:
+        runners.add(f"{runner_id}#{lease_epoch}")
+        ctx.conn.execute("""UPDATE run_worker SET status = 'orphaned', outcome = 'orphaned', ended_at = ?
+                            WHERE worker_id = ? AND status IN ('starting', 'live')""", (ctx.now, worker_id))
+        settled[run_id] = settle_interrupted_run(
+            ctx, run_id, outcome="orphaned", diagnostic=f"runner host {runner_id} (lease epoch {lease_epoch}) lost "
+                                                        f"its lease", progress_at_claim=None)
+    children = [{"pid": pid, "create_time": create_time, "run_id": run_id, "kind": kind, "machine_id": machine,
+                 "runner_id": runner_id}
+                for pid, create_time, run_id, kind, machine, runner_id in ctx.conn.execute(
+                    f"""SELECT pid, create_time, run_id, kind, machine_id, runner_id FROM child_process
+                        WHERE released_at IS NULL AND runner_id IS NOT NULL
+                          AND NOT {_LIVE_RUNNER.format(table='child_process')}""", (ctx.now,)).fetchall()]
+    if settled:
+        ctx.changes.touch("run_worker")
+    return {"runs": settled, "runners": sorted(runners), "children": children}
 
 
 @command("effect.resolve")

@@ -101,10 +101,12 @@ def reacquire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     ).rowcount
     if changed != 1:
         raise LeaseLost(old_epoch, "another host took the lease while this one could not write")
-    claims = ctx.conn.execute("UPDATE run_claim SET host_epoch = ?, expires_at = ? WHERE host_epoch = ?",
+    # Runner hosts' claims and workers belong to their runner leases, not to this epoch.
+    claims = ctx.conn.execute("UPDATE run_claim SET host_epoch = ?, expires_at = ? WHERE host_epoch = ? "
+                              "AND runner_id IS NULL",
                               (new_epoch, ctx.now + float(args.get("claim_lease_s", 30.0)), old_epoch)).rowcount
-    ctx.conn.execute("UPDATE run_worker SET host_epoch = ? WHERE host_epoch = ? AND status IN ('starting', 'live')",
-                     (new_epoch, old_epoch))
+    ctx.conn.execute("UPDATE run_worker SET host_epoch = ? WHERE host_epoch = ? AND status IN ('starting', 'live') "
+                     "AND runner_id IS NULL", (new_epoch, old_epoch))
     ctx.changes.touch("host_state")
     ctx.changes.touch("run_claim")
     return {"epoch": new_epoch, "expires_at": expires, "heartbeat_at": ctx.now, "claims": claims}

@@ -20,12 +20,39 @@ from piwf_actors.store.requests import ChangeSet
 
 @dataclass(slots=True)
 class WriteContext:
+    """What a command runs with. `host_epoch` is the host lease's epoch as this transaction read it.
+    A command a runner host sent (docs/runners.md) also has `runner_id` and `runner_lease_epoch`: the
+    lease that fenced it, and that owns the claims, workers and children it records."""
+
     conn: Connection
     now: float
     host_epoch: int
     changes: ChangeSet
     #: The command runs in its own savepoint (the batch's second pass, see store/batch.py).
     savepoints: bool = False
+    runner_id: str | None = None
+    runner_lease_epoch: int | None = None
+    #: The active host's id (the lease row's holder), for `executed_by` of a host's own attempts.
+    host_id: str | None = None
+
+    @property
+    def executed_by(self) -> str | None:
+        """Who executes what this command records: the runner host, else the active host."""
+        return self.runner_id if self.runner_id is not None else self.host_id
+
+    def owns_claim(self, host_epoch: Any, runner_id: Any, runner_lease_epoch: Any) -> bool:
+        """Whether a claim (its host epoch, runner id and runner lease epoch) is this sender's: a runner's
+        own claims under its current lease, or the host's claims (no runner) of its current epoch."""
+        if self.runner_id is None:
+            return runner_id is None and host_epoch == self.host_epoch
+        return runner_id == self.runner_id and runner_lease_epoch == self.runner_lease_epoch
+
+    def owner_condition(self, prefix: str = "") -> tuple[str, tuple[Any, ...]]:
+        """`owns_claim` as SQL over a run_claim row (columns under `prefix`), with its parameters."""
+        if self.runner_id is None:
+            return f"{prefix}runner_id IS NULL AND {prefix}host_epoch = ?", (self.host_epoch,)
+        return (f"{prefix}runner_id = ? AND {prefix}runner_lease_epoch = ?",
+                (self.runner_id, self.runner_lease_epoch))
 
 
 class NeedsSavepoints(Exception):

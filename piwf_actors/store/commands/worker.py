@@ -4,7 +4,9 @@ The runner supervisor forwards each worker message here unchanged. The
 command checks, in order: the message was seen before (same runner epoch
 and message id) — then the recorded answer is returned, or the message is
 rejected if its payload differs; the claim is still this launch's (token
-hash, generation, runner epoch, host epoch, expiry) — else `claimLost`; the
+hash, generation, runner epoch, and the owner: the host epoch for the
+active host's claims, the runner id and runner lease epoch for a runner
+host's (docs/runners.md); expiry) — else `claimLost`; the
 run's revision is the one the worker expects — else `conflict`. Only then
 does the operation run, and its answer is recorded in the same transaction
 as its effect.
@@ -41,12 +43,12 @@ from piwf_actors.store.values import put_value
 #: The recorded answer, the claim and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
     SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.runner_epoch, c.host_epoch,
-           c.expires_at, r.*
+           c.expires_at, c.runner_id, c.runner_lease_epoch, r.*
     FROM run r
     LEFT JOIN run_claim c ON c.run_id = r.run_id
     LEFT JOIN worker_message m ON m.runner_epoch = ? AND m.message_id = ?
     WHERE r.run_id = ?"""
-_CONTEXT_COLUMNS = 7
+_CONTEXT_COLUMNS = 9
 
 
 def message_fingerprint(args: dict[str, Any]) -> str:
@@ -71,8 +73,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     row = cursor.fetchone()
     if row is None:
         raise ClaimLost(run_id, "the run is not claimed")
-    seen_print, seen_response, token_hash, generation, claim_epoch, claim_host_epoch, expires_at = \
-        row[:_CONTEXT_COLUMNS]
+    (seen_print, seen_response, token_hash, generation, claim_epoch, claim_host_epoch, expires_at,
+     claim_runner_id, claim_runner_lease_epoch) = row[:_CONTEXT_COLUMNS]
     if seen_print is not None:
         if seen_print != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
@@ -83,8 +85,9 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ClaimLost(run_id, f"generation {args['generation']} is not the current claim")
     if claim_epoch != runner_epoch:
         raise ClaimLost(run_id, "runner epoch is stale")
-    if claim_host_epoch != ctx.host_epoch:
-        raise ClaimLost(run_id, "claim belongs to an earlier host epoch")
+    if not ctx.owns_claim(claim_host_epoch, claim_runner_id, claim_runner_lease_epoch):
+        raise ClaimLost(run_id, "claim belongs to an earlier host epoch" if claim_runner_id is None
+                        and ctx.runner_id is None else "claim belongs to another host or runner lease")
     if expires_at <= ctx.now:
         raise ClaimLost(run_id, "claim lease expired")
     op = lookup_operation(op_name)
@@ -303,8 +306,9 @@ def _effect_reserve(ctx: WriteContext, run: dict[str, Any], payload: dict[str, A
 
 
 _FINISHED_ATTEMPT = """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome,
-        output_json, output_sha256, error_code, error_message, traceback, generation, started_at, finished_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+        output_json, output_sha256, error_code, error_message, traceback, generation, started_at, finished_at,
+        executed_by)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 @operation("node_finished", moves_progress=True)
@@ -339,7 +343,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
                                           (run_id, node_id)).fetchone()[0] + 1
         ctx.conn.execute(_FINISHED_ATTEMPT, (
             attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_json, output_sha,
-            payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now))
+            payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now, ctx.executed_by))
     elif ctx.conn.execute(
             """UPDATE node_attempt SET status = ?, outcome = ?, output_json = ?, output_sha256 = ?, error_code = ?,
                    error_message = ?, traceback = ?, finished_at = ?

@@ -56,9 +56,11 @@ def start_attempt(ctx: WriteContext, run: dict[str, Any], node_id: str, attempt_
                                       (run_id, node_id)).fetchone()[0] + 1
     attempt_id = attempt_id or new_id("att", ctx.now)
     ctx.conn.execute(
-        """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, generation, started_at)
-           VALUES (?, ?, ?, ?, ?, 'running', ?, ?)""",
-        (attempt_id, run_id, node_id, attempt_no, run["steps"], claim_generation(ctx, run), ctx.now))
+        """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, generation, started_at,
+               executed_by)
+           VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?)""",
+        (attempt_id, run_id, node_id, attempt_no, run["steps"], claim_generation(ctx, run), ctx.now,
+         ctx.executed_by))
     if move_progress:
         run["progress"] = ctx.conn.execute(
             "UPDATE run SET current_node = ?, progress = progress + 1 WHERE run_id = ? RETURNING progress",

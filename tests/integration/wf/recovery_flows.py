@@ -220,3 +220,18 @@ stubborn = define_workflow(name="stubborn", start_at="stubborn", nodes={"stubbor
                            edges=[])
 
 gated = define_workflow(name="gated", start_at="gated", nodes={"gated": compute(run=gated_step)}, edges=[])
+
+# --- three compute nodes and one action (runner hosts sharing a queue) ----------------
+
+shared = define_workflow(
+    name="shared",
+    start_at="c1",
+    nodes={
+        "c1": compute(run=step),
+        "c2": compute(run=step),
+        # Not idempotent: a runner killed while it applies leaves it ambiguous, and the run parks.
+        "act": action(run=step),
+        "c3": compute(run=step),
+    },
+    edges=[edge("c1", "c2"), edge("c2", "act"), edge("act", "c3")],
+)
