@@ -128,12 +128,18 @@ def state_database_url(state_dir: Path) -> str:
     return f"sqlite://{(Path(state_dir) / 'state.db').absolute()}" if url is None else url
 
 
-@contextlib.contextmanager
-def _connect(state_dir: Path, *, read_only: bool) -> Iterator[Any]:
-    """The test's own connection to the state of `state_dir`: rows as mappings; autocommit on
-    PostgreSQL; on SQLite `mode=ro` when `read_only`, else isolation_level=None (autocommit)."""
+def _connect(state_dir: Path, *, read_only: bool) -> contextlib.AbstractContextManager[Any]:
+    """The test's own connection to the state of `state_dir` (see `connect_database`)."""
     url = _HOST_DATABASES.get(Path(state_dir).resolve())
-    if url is not None:
+    return connect_database(url or f"sqlite://{Path(state_dir).absolute() / 'state.db'}", read_only=read_only)
+
+
+@contextlib.contextmanager
+def connect_database(url: str, *, read_only: bool = True) -> Iterator[Any]:
+    """The test's own connection to the database `url` (`sqlite:///abs/path` or `postgresql://…`):
+    rows as mappings, `?` placeholders; autocommit on PostgreSQL (READ ONLY when `read_only`); on
+    SQLite `mode=ro` when `read_only`, else isolation_level=None (autocommit)."""
+    if url.startswith(("postgresql://", "postgres://")):
         import psycopg
         from psycopg.rows import dict_row
 
@@ -147,10 +153,11 @@ def _connect(state_dir: Path, *, read_only: bool) -> Iterator[Any]:
         finally:
             raw.close()
         return
+    path = url.removeprefix("sqlite://")
     if read_only:
-        conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     else:
-        conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row
         yield conn
@@ -160,6 +167,12 @@ def _connect(state_dir: Path, *, read_only: bool) -> Iterator[Any]:
 
 def _read_only(state_dir: Path) -> contextlib.AbstractContextManager[Any]:
     return _connect(state_dir, read_only=True)
+
+
+def database_rows(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """`rows` of the database `url` itself (several hosts' shared database)."""
+    with connect_database(url) as conn:
+        return [dict(row) for row in conn.execute(sql, params).fetchall()]
 
 
 def execute(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> int:
