@@ -4,7 +4,9 @@
                           [--reap-grace-s S] [--workflow SPEC --input JSON [--session ID]]
                           [--config-dir DIR --telegram-api-base URL --channel-poll-timeout-s S]
 
-Starts a host (`start_host`), prints `EPOCH <n>` and, when a workflow is
+Starts a host (`start_host`); a host that starts as a standby (its database
+names a live lease) prints `ROLE standby` and waits until it takes over. Then
+it prints `EPOCH <n>` and, when a workflow is
 given, starts one run (in session ID if given) and prints `RUN <run_id>`;
 then waits until it is stopped or killed. Stdout lines are flushed at once:
 the test polls them.
@@ -43,6 +45,14 @@ def main() -> int:
                                  warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s,
                                  config_dir=args.config_dir, telegram_api_base=args.telegram_api_base,
                                  channel_poll_timeout_s=args.channel_poll_timeout_s))
+    if host.role == "standby":
+        # Another host's lease is on record (on a shared database: a SIGKILLed predecessor's, which
+        # nothing here can prove dead): serve once it ran out and this host took over.
+        print("ROLE standby", flush=True)
+        if not host.wait_active(60):
+            print("piwf test host: still a standby after 60 s", file=sys.stderr, flush=True)
+            host.stop("never became active")
+            return 1
     print(f"EPOCH {host.epoch}", flush=True)
     if args.workflow:
         receipt = host.start_run(args.workflow, json.loads(args.input), session_id=args.session)["receipt"]

@@ -100,9 +100,12 @@ class PgCluster:
             settings += ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
         log = open(self.data_dir.parent / "server.log", "wb")  # noqa: SIM115 (the server's own, closed in stop)
         self._log = log
+        # The session's server outlives the test that happened to start it first: it must not carry
+        # that test's process tag (`testsupport.guarded`), or the test's teardown finds it "left behind".
+        env = {name: value for name, value in os.environ.items() if not name.endswith("_TEST_TAG")}
         self._server = subprocess.Popen(
             self._run_as([str(self.bin_dir / "postgres"), "-D", str(self.data_dir), *settings]),
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline = time.monotonic() + 60
         while True:
             if self._server.poll() is not None:

@@ -1,10 +1,14 @@
 """Helpers shared by the test suites (importable from any test file: tests/ is on sys.path).
 
 - `wait_for`: poll a predicate with a deadline (never a bare sleep).
-- `rows` / `events` / `host_state_row`: read the state database through the
-  test's own read-only sqlite3 connection (works while no host runs, e.g.
-  right after a SIGKILL); `lock_is_free`: check the host lock with the test's
-  own flock.
+- `rows` / `events` / `host_state_row` / `read_snapshot`: read the state
+  database of a state directory through the test's own read-only connection
+  (works while no host runs, e.g. right after a SIGKILL), whichever engine the
+  directory's hosts use (`state_database`, `state_database_url`); `execute`
+  writes to it behind the host's back (a test's intruder); `sqlite_only`
+  skips, with its reason, a test about SQLite itself under
+  $PIWF_TEST_DATABASE=postgresql; `lock_is_free`: check the host lock with the
+  test's own flock.
 - `live_children`, `alive`, `tagged_processes`, `kill_group_and_process`:
   what a test started and whether it is still running.
 - `HostScript`: a host subprocess script (by default tests/host_script.py) in
@@ -37,6 +41,7 @@ import psutil
 import pytest
 
 from piwf_actors import HostConfig, HostHandle, start_host
+from piwf_actors.paths import DatabaseLocation, PostgresDatabase
 
 POLL_S = 0.02
 #: The settings of the hosts tests start, unless a test says otherwise.
@@ -77,6 +82,17 @@ def hosts_on_postgres() -> bool:
     return os.environ.get(TEST_DATABASE_ENV, "sqlite") == "postgresql"
 
 
+def replaced_host_lease_s() -> float:
+    """The lease of a host that a test SIGKILLs and then replaces on the same state directory.
+
+    On the state directory's own `state.db` the next host takes over at once: the lock file guards
+    that database, so a lease whose holder process is dead (pid + start time) is stale. On a database
+    the lock file does not guard — every host of $PIWF_TEST_DATABASE=postgresql — nothing on this
+    machine can prove that no other host uses it, so the next host starts as a standby and takes over
+    when the dead host's lease runs out (docs/standby.md). A short lease keeps that wait short."""
+    return 2.0 if hosts_on_postgres() else 5.0
+
+
 def host_database(state_dir: Path) -> str | None:
     """The `database` a test host of `state_dir` gets: None (its state.db), or under
     $PIWF_TEST_DATABASE=postgresql a PostgreSQL database of its own, the same for every host
@@ -91,11 +107,39 @@ def host_database(state_dir: Path) -> str | None:
     return _HOST_DATABASES[key]
 
 
-@contextlib.contextmanager
-def _read_only(state_dir: Path) -> Iterator[Any]:
-    """The test's own read-only connection to the state of `state_dir` (rows as mappings)."""
+def sqlite_only(reason: str) -> pytest.MarkDecorator:
+    """Skip a test about SQLite itself (its file, WAL, pragmas, query planner, old files) when
+    $PIWF_TEST_DATABASE=postgresql puts the hosts on PostgreSQL; `reason` says why it cannot
+    carry over (and, where it has one, where the PostgreSQL counterpart is tested)."""
+    return pytest.mark.skipif(hosts_on_postgres(), reason=f"SQLite only: {reason}")
+
+
+def state_database(state_dir: Path) -> DatabaseLocation:
+    """The database the hosts of `state_dir` use in this session: its own PostgreSQL database under
+    $PIWF_TEST_DATABASE=postgresql (created on first use), else `<state_dir>/state.db`."""
+    url = host_database(state_dir)
+    return Path(state_dir) / "state.db" if url is None else PostgresDatabase(url)
+
+
+def state_database_url(state_dir: Path) -> str:
+    """`state_database` as a URL (`sqlite:///…` or `postgresql://…`), e.g. for a workflow's input
+    (a worker process has no test session to ask)."""
+    url = host_database(state_dir)
+    return f"sqlite://{(Path(state_dir) / 'state.db').absolute()}" if url is None else url
+
+
+def _connect(state_dir: Path, *, read_only: bool) -> contextlib.AbstractContextManager[Any]:
+    """The test's own connection to the state of `state_dir` (see `connect_database`)."""
     url = _HOST_DATABASES.get(Path(state_dir).resolve())
-    if url is not None:
+    return connect_database(url or f"sqlite://{Path(state_dir).absolute() / 'state.db'}", read_only=read_only)
+
+
+@contextlib.contextmanager
+def connect_database(url: str, *, read_only: bool = True) -> Iterator[Any]:
+    """The test's own connection to the database `url` (`sqlite:///abs/path` or `postgresql://…`):
+    rows as mappings, `?` placeholders; autocommit on PostgreSQL (READ ONLY when `read_only`); on
+    SQLite `mode=ro` when `read_only`, else isolation_level=None (autocommit)."""
+    if url.startswith(("postgresql://", "postgres://")):
         import psycopg
         from psycopg.rows import dict_row
 
@@ -103,16 +147,59 @@ def _read_only(state_dir: Path) -> Iterator[Any]:
 
         raw = psycopg.connect(url, autocommit=True, row_factory=dict_row)
         try:
+            if read_only:
+                raw.read_only = True
             yield PgConnection(raw)
         finally:
             raw.close()
         return
-    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True, timeout=10)
+    path = url.removeprefix("sqlite://")
+    if read_only:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    else:
+        conn = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
         conn.row_factory = sqlite3.Row
         yield conn
     finally:
         conn.close()
+
+
+def _read_only(state_dir: Path) -> contextlib.AbstractContextManager[Any]:
+    return _connect(state_dir, read_only=True)
+
+
+def database_rows(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """`rows` of the database `url` itself (several hosts' shared database)."""
+    with connect_database(url) as conn:
+        return [dict(row) for row in conn.execute(sql, params).fetchall()]
+
+
+def execute(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> int:
+    """Run one writing statement (`?` placeholders) on the state of `state_dir` in a transaction of
+    its own, behind any host's back; returns the number of rows it changed."""
+    with _connect(state_dir, read_only=False) as conn:
+        return int(conn.execute(sql, params).rowcount)
+
+
+@contextlib.contextmanager
+def read_snapshot(state_dir: Path) -> Iterator[Any]:
+    """A read-only connection inside one read transaction: every read sees the same committed state
+    (SQLite: a deferred BEGIN; PostgreSQL: READ ONLY REPEATABLE READ)."""
+    with _connect(state_dir, read_only=True) as conn:
+        raw = getattr(conn, "raw", None)
+        if raw is None:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+            return
+        import psycopg
+
+        raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with raw.transaction():
+            yield conn
 
 
 def rows(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
@@ -333,6 +420,17 @@ class ProcessGuard:
         config.setdefault("database", host_database(state_dir))
         host = start_host(HostConfig(state_dir=state_dir, **{**HOST_DEFAULTS, **config}))
         self.hosts.append(host)
+        return host
+
+    def start_successor(self, state_dir: Path, *, timeout: float = 20.0, **config: Any) -> HostHandle:
+        """`start_host` on a state directory whose host was SIGKILLed (with a lease of
+        `replaced_host_lease_s()`); returns once the new host is active. On its own `state.db` it is
+        active at once (checked); on PostgreSQL it is a standby until the dead host's lease ran out."""
+        host = self.start_host(state_dir, **config)
+        if not hosts_on_postgres():
+            assert host.role == "active", "a host on its own state.db takes over from a dead holder at once"
+        elif not host.wait_active(timeout):
+            pytest.fail(f"the host on {state_dir} did not take over within {timeout} s (role {host.role})")
         return host
 
     def start_script(self, args: Sequence[str], *, command: Sequence[str] | None = None) -> HostScript:

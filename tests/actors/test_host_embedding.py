@@ -26,7 +26,15 @@ from typing import Any
 
 import pykka
 import pytest
-from testsupport import host_state_row, live_children, lock_is_free, wait_for
+from testsupport import (
+    host_state_row,
+    hosts_on_postgres,
+    live_children,
+    lock_is_free,
+    sqlite_only,
+    state_database,
+    wait_for,
+)
 
 from piwf_actors import HostConfig, HostHandle, start_host
 from piwf_actors.actors.hostlock import process_start_identity
@@ -183,6 +191,8 @@ def test_start_on_a_held_state_dir_raises_and_leaves_nothing_running(state_dir, 
     assert (row["epoch"], row["pid"]) == (1, os.getpid())
 
 
+@sqlite_only("a state.db file whose bytes are no SQLite database; PostgreSQL's refusals (another "
+             "application's tables, a newer schema) are tested in tests/store/test_postgres.py")
 def test_start_on_a_refused_database_raises_and_leaves_nothing_running(state_dir) -> None:
     database = state_dir / "state.db"
     database.write_bytes(b"\x00" * 4096)
@@ -211,17 +221,27 @@ def test_start_stop_cycles_on_one_dir_take_successive_epochs(state_dir, hosts) -
 
 
 def test_restart_in_the_same_process_after_a_core_failure(state_dir, hosts) -> None:
-    failed = hosts(state_dir, lease_s=30)
+    shared = hosts_on_postgres()
+    lease_s = 2.0 if shared else 30.0
+    failed = hosts(state_dir, lease_s=lease_s)
     failed.writer.ref.tell(object())
     assert failed.wait(10)
     # The writer died first, so the lease could not be released and is still on record ...
     held = host_state_row(state_dir)
     assert (held["epoch"], held["pid"]) == (1, os.getpid()) and held["host_id"] is not None
-    assert held["expires_at"] > time.time() + 20
     assert lock_is_free(state_dir / "host.lock")
-    # ... but this process holds the lock file now, so no live host can own it: no 30 s wait.
-    restarted = hosts(state_dir, lease_s=30)
-    assert restarted.epoch == 2
+    restarted = hosts(state_dir, lease_s=lease_s)
+    if not shared:
+        # ... but this process holds the lock file now, so no live host can own it: no 30 s wait.
+        assert held["expires_at"] > time.time() + 20
+        assert restarted.epoch == 2
+    else:
+        # ... and on a database the lock file does not guard, the lock proves nothing about other
+        # hosts (other state directories, other machines): the new host waits as a standby until
+        # the dead holder's lease has run out, then takes over (docs/standby.md).
+        assert restarted.wait_active(lease_s + 5), restarted.role
+        assert restarted.epoch == 2
+        assert host_state_row(state_dir)["started_at"] >= held["expires_at"]
     assert _fenced_write_ok(restarted)
 
 
@@ -230,7 +250,7 @@ def test_live_lease_holder_without_the_lock_file_is_not_displaced(state_dir, hos
     # alone must not let a new host displace it (the lease row is the second fence).
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
     try:
-        db = open_store(state_dir / "state.db")
+        db = open_store(state_database(state_dir))
         try:
             taken = apply_batch(db, [WriteCommand("lease.acquire", {
                 "host_id": "elsewhere", "token_hash": "t" * 64, "pid": holder.pid,
@@ -241,8 +261,10 @@ def test_live_lease_holder_without_the_lock_file_is_not_displaced(state_dir, hos
         assert taken.ok, taken.error
         before = Snapshot()
 
+        # On PostgreSQL a host would wait as a standby by default (test_standby_roles.py); refusing
+        # is what is compared here.
         with pytest.raises(HostAlreadyRunning) as refused:
-            hosts(state_dir, lease_s=2)
+            hosts(state_dir, lease_s=2, **({"standby": False} if hosts_on_postgres() else {}))
         assert f"pid {holder.pid}" in str(refused.value)
 
         before.wait_back()  # the writer and supervisor it had started are gone again

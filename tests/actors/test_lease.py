@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import pykka
 import pytest
-from testsupport import host_state_row, wait_for
+from testsupport import execute, host_state_row, wait_for
 
 from piwf_actors.actors.lease import (
     GetLease,
@@ -300,14 +299,8 @@ def test_running_host_renews_its_lease(state_dir, host_factory) -> None:
 
 
 def _take_over_with_sql(state_dir: Path, host: Any) -> None:
-    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE host_state SET epoch = epoch + 1, host_id = 'intruder', token_hash = 'other' "
-                     "WHERE id = 1")
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    assert execute(state_dir, "UPDATE host_state SET epoch = epoch + 1, host_id = 'intruder', token_hash = 'other' "
+                              "WHERE id = 1") == 1
 
 
 def _take_over_through_the_writer(_state_dir: Path, host: Any) -> None:
@@ -356,11 +349,7 @@ def test_expired_lease_is_not_renewed(state_dir, host_factory) -> None:
     # A host paused past its expiry (SIGSTOP, a laptop lid) must not silently revive its lease.
     lease_s = 0.6
     host = host_factory(lease_s=lease_s)
-    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
-    try:
-        conn.execute("UPDATE host_state SET expires_at = ? WHERE id = 1", (time.time() - 1,))
-    finally:
-        conn.close()
+    assert execute(state_dir, "UPDATE host_state SET expires_at = ? WHERE id = 1", (time.time() - 1,)) == 1
     assert host.wait(lease_s + 5)
     assert "lease for epoch 1 lost" in (host.stop_reason or "")
     assert "expired" in (host.stop_reason or "")

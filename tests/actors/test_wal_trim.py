@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from testsupport import wait_for
+from testsupport import sqlite_only, wait_for
 
 from piwf_actors import HostConfig, start_host
 from piwf_actors.client import Client
@@ -26,6 +26,7 @@ FLOW = textwrap.dedent('''
 ''')
 
 
+@sqlite_only("the size of state.db-wal; PostgreSQL manages its own WAL")
 def test_the_wal_is_truncated_when_the_writer_is_idle(state_dir, tmp_path) -> None:
     (tmp_path / "pad.py").write_text(FLOW)
     wal = state_dir / "state.db-wal"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import tempfile
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testsupport import execute
 
 from piwf_actors import HostConfig, start_host
 from piwf_actors.cli.main import main
@@ -326,9 +326,7 @@ def test_verify_violations_then_host_stop_ends_watches_with_exit_3() -> None:
     state = _short_dir("pc-stop-")
     host = start_host(HostConfig(state_dir=state, max_workers=1))
     # Break an invariant behind the host's back: an event of a run that does not exist.
-    with sqlite3.connect(state / "state.db") as db:
-        db.execute("INSERT INTO run_event (run_id, seq, kind, created_at) VALUES ('run_ghost', 1, 'note', 0)")
-    db.close()
+    execute(state, "INSERT INTO run_event (run_id, seq, kind, created_at) VALUES ('run_ghost', 1, 'note', 0)")
     verify = piwf(state, "state", "verify")
     assert verify.returncode == 1 and "event_of_missing_run" in verify.stdout and "run_ghost" in verify.stdout
     assert json.loads(piwf(state, "state", "verify", "--json").stdout)["ok"] is False

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from cli_support import REPO, LineReader, ok_json, piwf, popen, short_dir, wait_status, wait_until
+from testsupport import hosts_on_postgres
 
 from piwf_actors import HostConfig, HostHandle, start_host
 from piwf_actors.client import Client
@@ -191,7 +192,10 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         state = "piwf state status|verify|backup DEST|prune --before DATE [--apply]"
         run(state, "state", "status")
         run(state, "state", "verify")
-        run(state, "state", "backup", str(tmp_path / "backup.db"))
+        if hosts_on_postgres():  # docs/postgresql.md: a PostgreSQL state is backed up with pg_dump
+            assert "pg_dump" in run(state, "state", "backup", str(tmp_path / "backup.db"), code=1).stderr
+        else:
+            run(state, "state", "backup", str(tmp_path / "backup.db"))
         run(state, "state", "prune", "--before", "2000-01-01", "--apply")
         channel = "piwf channel status | reload | recover PROFILE MESSAGE confirm|retry"
         run(channel, "channel", "status")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testsupport import fill_up, small_filesystem
+from testsupport import fill_up, small_filesystem, sqlite_only
 from wf import harness
 from wf.harness import Oracle, edge_flow, rows, wait_for, wait_for_status
 
@@ -79,6 +79,8 @@ def small_disk():
         yield mount
 
 
+@sqlite_only("the state database must live on the small tmpfs that fills up; a PostgreSQL server's full "
+             "disk (SQLSTATE class 53) is classified as disk_full in tests/store/test_postgres.py")
 def test_a_disk_filled_and_freed_during_runs_strands_nothing_and_the_host_keeps_running(
         guard, small_disk, tmp_path) -> None:
     oracle = Oracle(tmp_path / "oracle")

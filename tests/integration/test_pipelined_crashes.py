@@ -35,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from testsupport import state_database_url
 from wf import harness
 from wf.harness import (
     WF,
@@ -64,7 +65,7 @@ def pflow(attr: str) -> str:
 
 def _files(state_dir: Path) -> dict[str, str]:
     return {"oracle": str(state_dir / "oracle"), "seen": str(state_dir / "seen"),
-            "effects": str(state_dir / "effects"), "db": str(state_dir / "state.db")}
+            "effects": str(state_dir / "effects"), "db": state_database_url(state_dir)}
 
 
 def _lines(path: Path) -> list[str]:
@@ -224,7 +225,7 @@ def test_host_sigkill_in_the_middle_of_pipelined_chains(guard, state_dir) -> Non
             script = guard.host_script(state_dir)
             epochs.append(int(script.value("EPOCH")))
         else:  # the last host runs in this process and finishes the runs
-            host = guard.start_host(state_dir)
+            host = guard.start_successor(state_dir)
             epochs.append(host.epoch)
         assert epochs[-1] > epochs[-2]
         wait_for(lambda at_kill=at_kill: not any(alive(w) for w in at_kill["workers"]), 10,

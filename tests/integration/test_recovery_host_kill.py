@@ -7,7 +7,9 @@ hangs on its first execution, so when k lines are in the oracle the kill lands
 inside node k. The test SIGKILLs the host's process group — its worker leads
 a session of its own and survives, still executing node k — reads what was
 committed before the kill straight from the database, starts a new host on
-the same directory and waits for the run to end `done`.
+the same directory and waits for the run to end `done`. (On its own state.db
+the new host is active at once; on PostgreSQL it is a standby until the dead
+host's short lease ran out: `ProcessGuard.start_successor`.)
 
 Counted: every node ran; every node committed before the kill ran exactly
 once; only the node in flight at a kill ran twice; the new host's epoch is
@@ -99,9 +101,9 @@ def test_host_sigkill_mid_run_resumes_from_last_committed_node(guard, state_dir,
     in_flight = [w for w in old_workers if alive(w)]
     assert in_flight, "expected the hanging worker to outlive the SIGKILLed host"
 
-    host = guard.start_host(state_dir)
+    host = guard.start_successor(state_dir)
     assert host.epoch > old_epoch
-    # Reaping happens inside start_host, before the scheduler starts.
+    # Reaping happens before the scheduler starts (inside start_host, or at a standby's takeover).
     wait_for(lambda: not any(alive(w) for w in old_workers), 5,
              lambda: f"old workers {[w.pid for w in old_workers if alive(w)]} to be reaped")
     reaped = " ".join(r.getMessage() for r in caplog.records if "reaped orphan" in r.getMessage())
@@ -146,7 +148,7 @@ def test_two_host_kills_in_one_run(guard, state_dir) -> None:
     assert committed_second == {"n1", "n2", "n3"}
     seen_second = len(oracle.nodes(run_id))
 
-    host = guard.start_host(state_dir)
+    host = guard.start_successor(state_dir)
     assert host.epoch > epoch2
     wait_for(lambda: not any(alive(w) for w in workers2), 5, "the second host's workers to be reaped")
     view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))
@@ -177,7 +179,7 @@ def test_host_sigkill_during_a_shell_node_parks_ambiguous_and_reaps_the_command(
     assert sorted(p.name() for p in commands) == ["sh", "sleep"]
     assert all(alive(p) for p in commands), "the command should outlive its host"
 
-    host = guard.start_host(state_dir)
+    host = guard.start_successor(state_dir)
     assert host.epoch > old_epoch
     wait_for(lambda: not any(alive(p) for p in commands + old_workers), 5, "the orphaned worker and command to go")
     view = wait_for_status(host, run_id, ("done", "failed", "cancelled", "parked"))

@@ -23,6 +23,7 @@ from testsupport import (  # noqa: F401 (re-exported for the test modules)
     ProcessGuard,
     events,
     host_script_args,
+    replaced_host_lease_s,
     rows,
     wait_for,
 )
@@ -153,10 +154,15 @@ class Harness(ProcessGuard):
         client.connect()
         return client
 
+    def successor(self, **config: Any) -> HostHandle:
+        """The host after a SIGKILLed host script, once it is active (`ProcessGuard.start_successor`)."""
+        return self.start_successor(self.state_dir, **config)
+
     def host_script(self, *, max_workers: int = 2, workflow: str | None = None, input: Any = None) -> HostScript:
-        """tests/host_script.py on the test's state directory (see `testsupport.HostScript`)."""
+        """tests/host_script.py on the test's state directory (see `testsupport.HostScript`), with the
+        lease of a host that is there to be SIGKILLed (`testsupport.replaced_host_lease_s`)."""
         return self.start_script(host_script_args(self.state_dir, max_workers=max_workers, workflow=workflow,
-                                                  input=input))
+                                                  input=input, lease_s=replaced_host_lease_s()))
 
     def teardown(self) -> list[str]:
         for client in self.clients:

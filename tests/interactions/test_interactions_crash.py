@@ -53,7 +53,7 @@ def test_deadline_that_passed_while_no_host_ran_is_applied_at_start(ix: Harness,
     assert submissions(ix.state_dir, request["request_id"]) == []
 
     started_at = time.time()
-    ix.host()
+    ix.successor()
     client = ix.client()
     view = wait_run(client, run_id, timeout=15)
     assert view["status"] == "done", view
@@ -91,7 +91,7 @@ def test_accepted_answer_survives_a_host_sigkill_before_the_resume(ix: Harness, 
     assert [a["status"] for a in attempts(ix.state_dir, run_id, "approve")] == ["waiting"]
     assert oracle.counts(run_id) == {}
 
-    ix.host()
+    ix.successor()
     client = ix.client("answerer")
     cancelled = client.request("run.cancel", run_id=blocker_id)
     assert cancelled.outcome == "accepted", cancelled

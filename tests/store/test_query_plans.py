@@ -37,7 +37,7 @@ from typing import Any
 
 import peewee as pw
 import pytest
-from testsupport import wait_for
+from testsupport import sqlite_only, wait_for
 
 from piwf_actors.client.connection import Client
 from piwf_actors.store import schema
@@ -327,6 +327,8 @@ def exercised(statement_log: StatementLog, hosts: Any, state_dir: Path, flows: s
     yield state_dir / "state.db"
 
 
+@sqlite_only("it traces the host's SQLite connections and reads SQLite's EXPLAIN QUERY PLAN; "
+             "PostgreSQL's plans depend on its statistics and are not checked here")
 def test_no_hot_path_statement_scans_a_large_table(exercised: Path, statement_log: StatementLog) -> None:
     statements = dict(statement_log.statements)
     conn = sqlite3.connect(f"file:{exercised}?mode=ro", uri=True)

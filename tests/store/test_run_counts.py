@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testsupport import wait_for
+from testsupport import read_snapshot, state_database, wait_for
 
 from piwf_actors.store import maintenance
 from piwf_actors.store.database import open_store, schema_version
@@ -53,21 +53,20 @@ hold = define_workflow(name="hold", start_at="a", nodes={"a": compute(run=_hold)
 FINAL = ("done", "failed", "cancelled")
 
 
-def _snapshot_counts(db_path: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """(the counters, a real count) read in one read transaction; statuses with 0 runs left out."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, isolation_level=None)
-    try:
-        conn.execute("BEGIN")
-        counters = {status: n for status, n in conn.execute("SELECT status, n FROM run_count") if n}
-        real = dict(conn.execute("SELECT status, count(*) FROM run GROUP BY status").fetchall())
-        conn.execute("COMMIT")
-        return counters, real
-    finally:
-        conn.close()
+def _snapshot_counts(state_dir: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """(the counters, a real count) of the state of `state_dir` (either engine), read in one read
+    transaction; statuses with 0 runs left out."""
+    with read_snapshot(state_dir) as conn:
+        # PostgreSQL keeps each status's count in shards (pg_schema.RUN_COUNT_SHARDS): their sum is the count.
+        counters = {row["status"]: row["n"] for row in conn.execute(
+            "SELECT status, sum(n) AS n FROM run_count GROUP BY status").fetchall() if row["n"]}
+        real = {row["status"]: row["n"]
+                for row in conn.execute("SELECT status, count(*) AS n FROM run GROUP BY status").fetchall()}
+    return counters, real
 
 
-def _assert_exact(db_path: Path) -> dict[str, int]:
-    counters, real = _snapshot_counts(db_path)
+def _assert_exact(state_dir: Path) -> dict[str, int]:
+    counters, real = _snapshot_counts(state_dir)
     assert counters == real
     return real
 
@@ -76,10 +75,10 @@ def _host_counts(host) -> dict[str, int]:
     return {status: n for status, n in host.status()["runs"].items() if n}
 
 
-def _settle(host, db_path: Path, run_ids: list[str], statuses: tuple[str, ...], timeout: float = 60) -> None:
+def _settle(host, state_dir: Path, run_ids: list[str], statuses: tuple[str, ...], timeout: float = 60) -> None:
     """Poll until every run is in one of `statuses`, checking the counters at every poll."""
     def settled() -> bool:
-        _assert_exact(db_path)
+        _assert_exact(state_dir)
         return all(host.get_run(run_id).status in statuses for run_id in run_ids)
 
     wait_for(settled, timeout, lambda: f"runs to reach {statuses}: "
@@ -94,7 +93,6 @@ def flows(state_dir: Path) -> str:
 
 
 def test_counters_stay_exact_through_real_runs(hosts, state_dir, flows) -> None:
-    db_path = state_dir / "state.db"
     host = hosts(state_dir, max_workers=2)
     assert _host_counts(host) == {}
 
@@ -102,55 +100,54 @@ def test_counters_stay_exact_through_real_runs(hosts, state_dir, flows) -> None:
     quick = [host.start_run(f"{flows}:quick", {"i": i}).run_id for i in range(12)]
     boom = host.start_run(f"{flows}:boom").run_id
     gates = [host.start_run(f"{flows}:gate", {"g": g}).run_id for g in range(2)]
-    _settle(host, db_path, quick + [boom], FINAL)
-    _settle(host, db_path, gates, ("parked",))
-    assert _assert_exact(db_path) == {"done": 12, "failed": 1, "parked": 2}
+    _settle(host, state_dir, quick + [boom], FINAL)
+    _settle(host, state_dir, gates, ("parked",))
+    assert _assert_exact(state_dir) == {"done": 12, "failed": 1, "parked": 2}
     assert _host_counts(host) == {"done": 12, "failed": 1, "parked": 2}
 
     # parked → cancelled; parked → answered → queued → done.
     host.cancel_run(gates[0])
     request = next(r for r in host.pending_interactions() if r.run_id == gates[1])
     host.answer_checkpoint(request.request_id, {"go": True})
-    _settle(host, db_path, gates, FINAL)
-    assert _assert_exact(db_path) == {"done": 13, "failed": 1, "cancelled": 1}
+    _settle(host, state_dir, gates, FINAL)
+    assert _assert_exact(state_dir) == {"done": 13, "failed": 1, "cancelled": 1}
 
     # restart: a new run (queued) that fails again.
     failed = host.get_run(boom)
     child = host.restart_run(boom, expected_revision=failed.revision).run_id
-    _settle(host, db_path, [child], FINAL)
-    assert _assert_exact(db_path) == {"done": 13, "failed": 2, "cancelled": 1}
+    _settle(host, state_dir, [child], FINAL)
+    assert _assert_exact(state_dir) == {"done": 13, "failed": 2, "cancelled": 1}
     assert _host_counts(host) == {"done": 13, "failed": 2, "cancelled": 1}
 
     # prune: every finished run goes, and its count with it.
     receipt = host.writer.call("state.prune", {"before": time.time() + 1, "apply": True})
     assert receipt["receipt"]["run_count"] == 16
-    assert _assert_exact(db_path) == {}
+    assert _assert_exact(state_dir) == {}
     assert _host_counts(host) == {}
-    assert maintenance.verify(db_path, time.time())["ok"]
+    assert maintenance.verify(state_database(state_dir), time.time())["ok"]
 
 
 def test_counters_stay_exact_across_a_host_restart_that_interrupts_a_run(hosts, state_dir, flows) -> None:
-    db_path = state_dir / "state.db"
     release = state_dir / "release"
     host = hosts(state_dir, max_workers=1)
     held = host.start_run(f"{flows}:hold", {"release": str(release)}).run_id
     queued = host.start_run(f"{flows}:quick").run_id
-    _settle(host, db_path, [held], ("running",))
-    assert _assert_exact(db_path) == {"running": 1, "queued": 1}
+    _settle(host, state_dir, [held], ("running",))
+    assert _assert_exact(state_dir) == {"running": 1, "queued": 1}
     assert _host_counts(host) == {"running": 1, "queued": 1}
 
     host.stop("test: interrupt a running run")
-    assert _assert_exact(db_path) in ({"running": 1, "queued": 1}, {"queued": 2}, {"parked": 1, "queued": 1})
+    assert _assert_exact(state_dir) in ({"running": 1, "queued": 1}, {"queued": 2}, {"parked": 1, "queued": 1})
 
     release.touch()
     host = hosts(state_dir, max_workers=1)  # recovery moves the interrupted run on; both end
-    _settle(host, db_path, [held, queued], (*FINAL, "parked"))
+    _settle(host, state_dir, [held, queued], (*FINAL, "parked"))
     if host.get_run(held).status == "parked":  # parked without progress after the crash: resume it
         host.resume_run(held)
-        _settle(host, db_path, [held], FINAL)
-    assert _assert_exact(db_path) == {"done": 2}
+        _settle(host, state_dir, [held], FINAL)
+    assert _assert_exact(state_dir) == {"done": 2}
     assert _host_counts(host) == {"done": 2}
-    assert maintenance.verify(db_path, time.time())["ok"]
+    assert maintenance.verify(state_database(state_dir), time.time())["ok"]
 
 
 def _as_version_4(path: Path) -> None:
@@ -189,7 +186,7 @@ def test_a_version_4_database_with_runs_gets_exact_counters(state_dir) -> None:
     db = open_store(path)
     try:
         assert schema_version(db) == LATEST_VERSION
-        assert _assert_exact(path) == {"done": 5, "failed": 2, "queued": 3, "parked": 1}
+        assert _assert_exact(state_dir) == {"done": 5, "failed": 2, "queued": 3, "parked": 1}
         # The triggers exist and follow inserts, status changes (not other updates) and deletes.
         conn = db.connection()
         with db.atomic():
@@ -198,7 +195,7 @@ def test_a_version_4_database_with_runs_gets_exact_counters(state_dir) -> None:
             conn.execute("UPDATE run SET steps = steps + 1 WHERE status = 'running'")
             conn.execute("UPDATE run SET status = 'done' WHERE run_id = 'run_000'")  # unchanged status
             conn.execute("DELETE FROM run WHERE status = 'failed'")
-        assert _assert_exact(path) == {"done": 5, "queued": 2, "running": 2, "parked": 1}
+        assert _assert_exact(state_dir) == {"done": 5, "queued": 2, "running": 2, "parked": 1}
     finally:
         db.close()
     # Bare rows break other invariants (a done run without events, a running one without a claim).

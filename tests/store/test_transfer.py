@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from test_maintenance import BEFORE, T_NEW, T_OLD, Store, _interactive_request
+from testsupport import hosts_on_postgres
 
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.cli.main import main
@@ -107,13 +108,16 @@ def test_a_failed_copy_leaves_the_target_empty(state_dir: Path, pg_database: Pos
 def test_the_cli_copies_prints_and_refuses_while_a_host_runs(state_dir: Path, pg_database: PostgresDatabase,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     _sqlite_state(state_dir)
+    # The source is the state directory's own state.db; under $PIWF_TEST_DATABASE=postgresql a state
+    # directory without a --database means that session's PostgreSQL database, so it is named.
+    source = ["--database", f"sqlite://{state_dir}/state.db"] if hosts_on_postgres() else []
     lock = HostLock.acquire(state_dir / "host.lock", str(state_dir))
     try:
-        assert main(["--state-dir", str(state_dir), "state", "migrate", "--to", pg_database.url]) == 1
+        assert main(["--state-dir", str(state_dir), *source, "state", "migrate", "--to", pg_database.url]) == 1
         assert "stop it first" in capsys.readouterr().err
     finally:
         lock.release()
-    assert main(["--state-dir", str(state_dir), "--json", "state", "migrate", "--to", pg_database.url]) == 0
+    assert main(["--state-dir", str(state_dir), *source, "--json", "state", "migrate", "--to", pg_database.url]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["verified"] is True and printed["tables"]["run"] == 3
     # Offline reads of the copy: `piwf --database URL list` with no host running.
@@ -121,5 +125,5 @@ def test_the_cli_copies_prints_and_refuses_while_a_host_runs(state_dir: Path, pg
     listed = json.loads(capsys.readouterr().out)
     assert sorted(run["run_id"] for run in listed["runs"]) == ["run_done", "run_failed", "run_queued"]
     # A second copy into the now non-empty database is refused.
-    assert main(["--state-dir", str(state_dir), "state", "migrate", "--to", pg_database.url]) == 1
+    assert main(["--state-dir", str(state_dir), *source, "state", "migrate", "--to", pg_database.url]) == 1
     assert "not empty" in capsys.readouterr().err

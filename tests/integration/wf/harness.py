@@ -30,6 +30,7 @@ from testsupport import (  # noqa: F401 (re-exported for the test modules)
     guarded,
     host_script_args,
     kill_group_and_process,
+    replaced_host_lease_s,
     rows,
     wait_for,
 )
@@ -99,9 +100,11 @@ class Guard(ProcessGuard):
         super().__init__(TAG_VAR, tag, log_dir)
 
     def host_script(self, state_dir: Path, *, workflow: str | None = None, input: Any = None,
-                    lease_s: float = 5.0) -> HostScript:
-        """tests/host_script.py on `state_dir` (see `testsupport.HostScript`)."""
-        return self.start_script(host_script_args(state_dir, lease_s=lease_s, workflow=workflow, input=input))
+                    lease_s: float | None = None) -> HostScript:
+        """tests/host_script.py on `state_dir` (see `testsupport.HostScript`); the lease is
+        `replaced_host_lease_s()` unless given (these hosts are there to be SIGKILLed)."""
+        return self.start_script(host_script_args(state_dir, lease_s=lease_s or replaced_host_lease_s(),
+                                                  workflow=workflow, input=input))
 
     def teardown(self) -> list[str]:
         for host in self.hosts:

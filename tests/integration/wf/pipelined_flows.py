@@ -11,9 +11,9 @@ predecessor differs from a clean run's (`clean_outputs`).
 
 Input keys the nodes understand:
 - `oracle`: the oracle file (required);
-- `db`: the state database, which the action opens read-only to see which
-  nodes of its run are committed (a test's probe: workers never open the
-  database themselves);
+- `db`: the state database's URL (`sqlite:///…` or `postgresql://…`), which
+  the action opens read-only to see which nodes of its run are committed (a
+  test's probe: workers never open the database themselves);
 - `seen`: the file where the action appends `"<run_id> <node ids>"`, the
   nodes with a succeeded attempt in its run when it was about to act;
 - `effects`: the file where the action appends `"<run_id>"` when it acts
@@ -90,15 +90,29 @@ def _append(path: str, line: str) -> None:
         os.close(fd)
 
 
-def _committed(ctx) -> list[str]:
-    """The node ids of this run with a succeeded attempt, read through a read-only connection."""
-    conn = sqlite3.connect(f"file:{ctx.input['db']}?mode=ro", uri=True, timeout=10)
-    try:
-        found = conn.execute("SELECT DISTINCT node_id FROM node_attempt WHERE run_id = ? AND status = 'succeeded'",
-                             (ctx.run_id,)).fetchall()
-    finally:
-        conn.close()
+def committed_nodes(database_url: str, run_id: str) -> list[str]:
+    """The node ids of `run_id` with a succeeded attempt, read through a read-only connection of
+    its own to `database_url` (`sqlite:///abs/path` or `postgresql://…`, as
+    `testsupport.state_database_url` gives it: a worker has no test session to ask)."""
+    sql = "SELECT DISTINCT node_id FROM node_attempt WHERE run_id = ? AND status = 'succeeded'"
+    if database_url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.read_only = True
+            found = conn.execute(sql.replace("?", "%s"), (run_id,)).fetchall()
+    else:
+        path = database_url.removeprefix("sqlite://")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            found = conn.execute(sql, (run_id,)).fetchall()
+        finally:
+            conn.close()
     return sorted(node_id for (node_id,) in found)
+
+
+def _committed(ctx) -> list[str]:
+    return committed_nodes(ctx.input["db"], ctx.run_id)
 
 
 def _pure(order: list[str]):
