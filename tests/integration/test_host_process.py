@@ -3,8 +3,9 @@
 Each test starts real `piwf-host` children (each in its own session, stderr
 to a log file the test polls with a deadline); teardown SIGKILLs any child
 still running and every process left in its group (its workers). The
-database is inspected through the test's own sqlite3 connections, and the
-lock file with the test's own flock.
+database is inspected through the test's own connections (testsupport: the
+state directory's state.db, or its PostgreSQL database under `make test-pg`),
+and the lock file with the test's own flock.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from testsupport import POLL_S, host_state_row, lock_is_free
+from testsupport import POLL_S, execute, host_database, host_state_row, lock_is_free, sqlite_only
 
 REPO = Path(__file__).resolve().parents[2]
 PIWF_HOST = REPO / "bin" / "piwf-host"
@@ -108,6 +109,9 @@ def start_piwf_host(tmp_path: Path) -> Iterator[Callable[..., HostProcess]]:
     started: list[HostProcess] = []
 
     def start(state_dir: Path, *args: str) -> HostProcess:
+        database = host_database(state_dir)  # under $PIWF_TEST_DATABASE=postgresql: the directory's own
+        if database is not None and "--database" not in args:
+            args = ("--database", database, *args)
         host = HostProcess(state_dir, tmp_path / f"host-{len(started)}.log", list(args))
         started.append(host)
         return host
@@ -175,6 +179,8 @@ def test_second_host_is_refused_naming_the_live_pid(state_dir, start_piwf_host) 
     assert first.wait_exit(10) == 0, first.log()
 
 
+@sqlite_only("the lock file guards only the state directory's own state.db; on a shared database the next "
+             "host waits out the lease as a standby (docs/standby.md; test_standby_failover.py on PostgreSQL)")
 def test_takeover_after_sigkill_does_not_wait_for_lease_expiry(state_dir, start_piwf_host) -> None:
     first = start_piwf_host(state_dir, "--lease-s", "30")
     first.wait_for_log("host started at epoch 1")
@@ -207,14 +213,8 @@ def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
     host.wait_for_log("host started at epoch 1")
 
     # Another host takes over behind this one's back: new epoch, new token.
-    conn = sqlite3.connect(state_dir / "state.db", timeout=10, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE host_state SET epoch = epoch + 1, token_hash = 'other', host_id = 'intruder' "
-                     "WHERE id = 1")
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    assert execute(state_dir, "UPDATE host_state SET epoch = epoch + 1, token_hash = 'other', host_id = 'intruder' "
+                              "WHERE id = 1") == 1
     bumped_at = time.monotonic()
 
     # The next renewal (every lease_s / 3) is refused; the host stops within one lease period.
@@ -247,6 +247,7 @@ def _foreign_sqlite(path: Path) -> None:
                  id="sqlite-header-then-garbage"),
     pytest.param(_foreign_sqlite, "not a piwf state database", id="foreign-sqlite"),
 ])
+@sqlite_only("damaged or foreign state.db files; PostgreSQL's refusals are in tests/store/test_postgres.py")
 def test_refuses_a_damaged_database_and_leaves_it_untouched(state_dir, start_piwf_host, write_file,
                                                             reason) -> None:
     database = state_dir / "state.db"
