@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow"
 
-# The whole suite with every host on PostgreSQL (a database per state directory); 6 min 30 s measured.
+# The whole suite with every host on PostgreSQL (a database per state directory); 6 min 34 s measured.
 test-pg: $(STAMP)
 	PIWF_TEST_DATABASE=postgresql $(PY) -m pytest -m "not slow"
 
