@@ -94,3 +94,20 @@ class CoreActor(pykka.ThreadingActor):
 
     def release_resources(self) -> None:
         """Close connections, stop tickers. Must be safe to call twice."""
+
+
+class PollingActor(CoreActor):
+    """A core actor that reads the database through a reader of its own and wakes on a ticker of
+    its own (the standby watch, the runner watch, the schedule keeper). The subclass opens both in
+    `on_start` (as `_reader` and `_ticker`); they are released here, safely twice."""
+
+    _reader: Any = None
+    _ticker: Any = None
+
+    def release_resources(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None

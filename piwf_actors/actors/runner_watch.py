@@ -30,7 +30,7 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor
+from piwf_actors.actors.base import PollingActor
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
@@ -60,7 +60,7 @@ def plan(dead_work: bool, recovering_since: float | None, now: float) -> bool:
     return recovering_since is None or now - recovering_since >= ATTEMPT_TIMEOUT_S
 
 
-class RunnerWatch(CoreActor):
+class RunnerWatch(PollingActor):
     actor_name = "runner-watch"
 
     def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, supervisor: pykka.ActorRef[Any] | None,
@@ -84,14 +84,6 @@ class RunnerWatch(CoreActor):
         self._reader = StoreReader(self._database)
         self._poll(RunnerPoll())
         self._ticker = Ticker(self.actor_ref, RunnerPoll(), self._poll_s, "runner-watch").start()
-
-    def release_resources(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {RunnerPoll: self._poll, WriteResult: self._recovered}

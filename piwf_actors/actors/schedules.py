@@ -36,7 +36,7 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.base import PollingActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
@@ -134,7 +134,7 @@ class _Loaded:
     stamps: Any = None
 
 
-class ScheduleKeeper(CoreActor):
+class ScheduleKeeper(PollingActor):
     actor_name = "schedules"
 
     def __init__(self, writer: WriterHandle, db_path: Path, *, projects: Sequence[str] = (),
@@ -166,14 +166,6 @@ class ScheduleKeeper(CoreActor):
         self._online_since = self._clock()
         self._reload(self._online_since)
         self._ticker = Ticker(self.actor_ref, KeeperTick(), self._tick_s, "schedules").start()
-
-    def release_resources(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {KeeperTick: self._tick, WriteResult: self._written, TriggerSchedule: self._trigger}

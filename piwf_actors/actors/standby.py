@@ -31,7 +31,7 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.base import PollingActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.lease import LeaseClaim, claim_from, lease_request
 from piwf_actors.actors.ticker import Ticker
@@ -130,7 +130,7 @@ class LeaseTaken:
     previous_epoch: int
 
 
-class StandbyWatch(CoreActor):
+class StandbyWatch(PollingActor):
     actor_name = "standby"
 
     def __init__(self, writer: WriterHandle, db_path: Path, *, supervisor: pykka.ActorRef[Any] | None,
@@ -158,14 +158,6 @@ class StandbyWatch(CoreActor):
         self._reader = StoreReader(self._db_path)
         self._tick(WatchTick())
         self._ticker = Ticker(self.actor_ref, WatchTick(), self._poll_s, "standby").start()
-
-    def release_resources(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {WatchTick: self._tick, WriteResult: self._written}
