@@ -236,6 +236,11 @@ class RunEngine:
                                        attempts[node_id])
             if report is None:
                 return  # the host parked or ended the run at this boundary
+            if report.pop("interrupted", False):
+                # An effect cut off by its timeout may have happened: the host parks the run on it
+                # (`ambiguous_effect`) and only a person's retry runs the node again.
+                self.link.accepted("effect_interrupted", report)
+                return
             outcome, output, error = report["outcome"], report.get("output"), report.get("error")
             retry = outcome == "failed" and attempts[node_id] <= spec.retries
             if retry:
@@ -305,6 +310,8 @@ class RunEngine:
                 report.update(outcome=result.outcome, output=result.output)
                 if result.error:
                     report["error"] = result.error
+                if result.timed_out:
+                    report.update(error_code="timeout", interrupted=not spec.idempotent)
                 return report
             if isinstance(spec, (ComputeSpec, ActionSpec)):
                 with deadline(spec.timeout_s):
@@ -318,7 +325,9 @@ class RunEngine:
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report
         except NodeTimeout as exc:
-            report.update(outcome="failed", error=str(exc), error_code="timeout")
+            # Cut off, not finished: a side effect's outcome is unknown unless it is idempotent.
+            report.update(outcome="failed", error=str(exc), error_code="timeout",
+                          interrupted=spec.has_side_effect and not spec.idempotent)
         except OutputTooLarge as exc:
             report.update(outcome="failed", error=str(exc), error_code="output_too_large")
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker

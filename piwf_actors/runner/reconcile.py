@@ -101,8 +101,11 @@ class ReconcileContext:
             problem = json_problem(value)
             if problem is not None:
                 raise ValueError(f"the result of effect {key!r}: {problem}")
-        except BaseException as exc:  # a timeout too: the function did not finish, the effect failed
+        except BaseException as exc:
+            # A function that raised failed (the next reconcile runs it again); one cut off by the
+            # timeout may have done its work: the effect becomes ambiguous, for a person to resolve.
             self._link.accepted("effect_settle", {"effect_id": reserved["effect_id"], "ok": False,
+                                                  "interrupted": isinstance(exc, NodeTimeout),
                                                   "error": _one_line(exc)}, fenced=False)
             raise
         self._link.accepted("effect_settle", {"effect_id": reserved["effect_id"], "ok": True, "result": value},

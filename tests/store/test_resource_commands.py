@@ -142,6 +142,18 @@ def test_an_effect_settles_once_and_a_failed_one_may_run_again(store) -> None:
     assert kinds == ["effect_applying", "effect_failed", "effect_applying", "effect_applied"]
 
 
+def test_an_effect_cut_off_by_the_timeout_is_ambiguous_and_never_runs_again_by_itself(store) -> None:
+    _apply(store, {"n": 1})
+    claim = _claim(store, 1000.0)
+    effect = _msg(store, claim, "effect_reserve", {"key": "a"}, 1000.0)["value"]
+    _msg(store, claim, "effect_settle", {"effect_id": effect["effect_id"], "ok": False, "interrupted": True,
+                                         "error": "NodeTimeout: timed out after 30 s"}, 1000.0)
+    assert _msg(store, claim, "effect_reserve", {"key": "a"}, 1001.0)["value"] == {
+        "state": "ambiguous", "effect_id": effect["effect_id"]}
+    assert [kind for kind, _ in _events(store) if kind.startswith("effect_")] == ["effect_applying",
+                                                                                  "effect_ambiguous"]
+
+
 def test_delete_waits_for_the_finalizers_then_removes_the_resource_and_keeps_its_events(store) -> None:
     _apply(store, {"n": 1})
     claim = _claim(store, 1000.0)

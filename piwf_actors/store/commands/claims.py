@@ -277,10 +277,28 @@ MAX_START_FAILURES = 3
 
 
 def _record_timeout(ctx: WriteContext, run_id: str, claim: dict[str, Any], timed_out: dict[str, Any]) -> None:
-    """Mark the attempt the watchdog stopped `timed_out` (creating it for a pure node, which is
-    recorded only when it finishes) and settle its effect as failed: the node failed with `timeout`."""
+    """Record what the watchdog stopped.
+
+    A node with a non-idempotent effect under way was killed inside that effect: its outcome is
+    unknown, as after any death of its worker. Its attempt is kept `interrupted` with the timeout
+    as its error and its effect is left `applying`, so settling the run (`recover_applying_effects`)
+    makes it `ambiguous` and parks the run; `retries` does not apply. Any other node failed with
+    `timeout`: its attempt is marked `timed_out` (created for a pure node, which is recorded only
+    when it finishes), an idempotent effect is settled failed, and the next launch routes the
+    failure like any other."""
     node_id, attempt_id = str(timed_out["node_id"]), str(timed_out["attempt_id"])
     message = f"timed out after {float(timed_out.get('after_s') or 0):g} s (stopped by the host's watchdog)"
+    unknown = ctx.conn.execute("SELECT effect_id FROM effect WHERE run_id = ? AND attempt_id = ? "
+                               "AND status = 'applying' AND idempotent = ?", (run_id, attempt_id, False)).fetchone()
+    if unknown is not None:
+        ctx.conn.execute(
+            "UPDATE node_attempt SET status = 'interrupted', error_code = 'timeout', error_message = ?, "
+            "finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status = 'running'",
+            (message, ctx.now, attempt_id, run_id))
+        append_event(ctx.conn, run_id, "node_interrupted", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                     payload={"error_code": "timeout", "error": message, "effect_id": unknown[0]})
+        ctx.changes.touch("node_attempt", run_id)
+        return
     changed = ctx.conn.execute(
         "UPDATE node_attempt SET status = 'timed_out', error_code = 'timeout', error_message = ?, finished_at = ? "
         "WHERE attempt_id = ? AND run_id = ? AND status = 'running'", (message, ctx.now, attempt_id, run_id)).rowcount

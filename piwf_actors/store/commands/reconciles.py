@@ -167,9 +167,11 @@ def _effect_reserve(ctx: WriteContext, row: dict[str, Any], payload: dict[str, A
 
 
 def _effect_settle(ctx: WriteContext, row: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """The effect's function returned (`ok`, with its result) or raised (`error`)."""
+    """The effect's function returned (`ok`, with its result), raised (`error`: failed, the next
+    reconcile runs it again) or was cut off by the reconcile's timeout (`interrupted`: it may have
+    happened, so it becomes `ambiguous` and waits for a person, as after a crash)."""
     effect_id, ok = payload["effect_id"], bool(payload.get("ok"))
-    status = "applied" if ok else "failed"
+    status = "applied" if ok else "ambiguous" if payload.get("interrupted") else "failed"
     found = ctx.conn.execute("SELECT status, claim_generation, effect_key FROM resource_effect "
                              "WHERE effect_id = ? AND uid = ?", (effect_id, row["uid"])).fetchone()
     if found is None:

@@ -405,6 +405,45 @@ def _notify(ctx: WriteContext, run: dict[str, Any], node_id: str, message: Any) 
     ctx.changes.touch("session_message", run["run_id"])
 
 
+@operation("effect_interrupted")
+def _effect_interrupted(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """A non-idempotent effect was cut off by its timeout inside the worker (the action's SIGALRM, or
+    its shell command's process group killed): it may have happened, so its outcome is unknown.
+
+    The effect becomes `ambiguous` and the run parks `ambiguous_effect` on it, exactly as after a
+    worker crash (a cancel requested meanwhile wins: the run ends `cancelled`, the effect stays
+    ambiguous for the record); `retries` does not apply. The attempt is kept `interrupted` with the
+    timeout as its error (and a command's output so far). Only `effect.resolve` goes on from here.
+    """
+    run_id, node_id = run["run_id"], payload["node_id"]
+    attempt_id, effect_id = payload.get("attempt_id"), payload.get("effect_id")
+    error = str(payload.get("error") or "interrupted")[:4000]
+    code = str(payload.get("error_code") or "interrupted")
+    output_json, output_sha = put_value(ctx.conn, payload["output"], ctx.now) if payload.get("output") is not None \
+        else (None, None)
+    if ctx.conn.execute(
+            """UPDATE node_attempt SET status = 'interrupted', error_code = ?, error_message = ?, output_json = ?,
+                   output_sha256 = ?, finished_at = ? WHERE attempt_id = ? AND run_id = ? AND status = 'running'""",
+            (code, error, output_json, output_sha, ctx.now, attempt_id, run_id)).rowcount != 1:
+        raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
+    if ctx.conn.execute("UPDATE effect SET status = 'ambiguous', error = ? WHERE effect_id = ? AND run_id = ? "
+                        "AND status = 'applying'", (error, effect_id, run_id)).rowcount != 1:
+        raise Rejected(f"effect {effect_id} of run {run_id} is not applying")
+    append_event(ctx.conn, run_id, "node_interrupted", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                 payload={"error_code": code, "error": error[:1000], "effect_id": effect_id})
+    append_event(ctx.conn, run_id, "effect_ambiguous", ctx.now, node_id=node_id, attempt_id=attempt_id,
+                 payload={"effect_id": effect_id, "reason": code})
+    ctx.changes.touch("effect", run_id)
+    ctx.changes.touch("node_attempt", run_id)
+    if run["cancel_requested"]:
+        set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"after": "effect_interrupted"})
+    else:
+        set_status(ctx, run_id, "parked", "run_parked", park_reason="ambiguous_effect", park_detail=effect_id,
+                   payload={"reason": "ambiguous_effect", "effect_id": effect_id})
+    release_claim(ctx, run_id)
+    return {"directive": "stop"}
+
+
 @operation("run_failed")
 def _run_failed(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """The worker ends the run as failed (cannot load the workflow, step limit, …)."""
