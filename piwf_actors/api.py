@@ -388,8 +388,10 @@ class PendingRequest(_WireReadable):
 
     `contract` is what the request shows and accepts (title, choices, prompt,
     …); `revision` is what `answer_decision(expected_revision=…)` checks;
-    `deadline_at` is when its timeout default applies (None: never). Also
-    readable as its wire dict: `request["request_id"]`.
+    `deadline_at` is when its timeout default applies (None: never, or while
+    its run is paused: then `paused_remaining_s` is the time left, which
+    counts again from the resume). Also readable as its wire dict:
+    `request["request_id"]`.
     """
 
     request_id: str
@@ -404,11 +406,12 @@ class PendingRequest(_WireReadable):
     attempt_id: str | None = None
     session_id: str | None = None
     created_at: float | None = None
+    paused_remaining_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False, repr=False)
 
     _KEYS: ClassVar[tuple[str, ...]] = (
         "request_id", "run_id", "node_id", "attempt_id", "kind", "session_id", "audience", "revision", "status",
-        "deadline_at", "created_at", "contract")
+        "deadline_at", "paused_remaining_s", "created_at", "contract")
 
     @classmethod
     def from_wire(cls, data: Any) -> PendingRequest:
@@ -421,13 +424,15 @@ class PendingRequest(_WireReadable):
             status=_str(data, "status", what), deadline_at=_num(data, "deadline_at", what, optional=True),
             contract=data.get("contract"), attempt_id=_str(data, "attempt_id", what, optional=True),
             session_id=_str(data, "session_id", what, optional=True),
-            created_at=_num(data, "created_at", what, optional=True), extra=_extra(data, cls._KEYS))
+            created_at=_num(data, "created_at", what, optional=True),
+            paused_remaining_s=_num(data, "paused_remaining_s", what, optional=True), extra=_extra(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "run_id": self.run_id, "node_id": self.node_id,
                 "attempt_id": self.attempt_id, "kind": self.kind, "session_id": self.session_id,
                 "audience": self.audience, "revision": self.revision, "status": self.status,
-                "deadline_at": self.deadline_at, "created_at": self.created_at, "contract": self.contract,
+                "deadline_at": self.deadline_at, "paused_remaining_s": self.paused_remaining_s,
+                "created_at": self.created_at, "contract": self.contract,
                 **self.extra}
 
 

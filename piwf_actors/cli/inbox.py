@@ -62,7 +62,7 @@ def _requests_table(requests: list[dict[str, Any]]) -> Table:
                                         if contract.get("expected_output") else "")
         table.add_row(Text(short[request["request_id"]]), Text(request["kind"]),
                       Text(f"{short[request['run_id']]}\n{request['node_id']}"), Text(asks), Text(answers),
-                      Text(render.when(request.get("deadline_at")) if request.get("deadline_at") else "—"))
+                      Text(render.request_clock(request)))
     return table
 
 

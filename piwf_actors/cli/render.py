@@ -71,6 +71,17 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return f"{delta:.1f} s ago" if delta >= 0 else f"in {-delta:.1f} s"
 
 
+def request_clock(request: dict[str, Any], now: float | None = None) -> str:
+    """A pending request's deadline: when it comes, `paused (… left)` while its run is paused (the clock
+    stands still: docs/protocol.md), `—` without one."""
+    if request.get("paused_remaining_s") is not None:
+        return f"paused ({duration(request['paused_remaining_s'])} left)"
+    if request.get("deadline_at"):
+        left = request["deadline_at"] - (time.time() if now is None else now)
+        return f"{when(request['deadline_at'])} (in {duration(left)})"
+    return "—"
+
+
 def duration(seconds: float | None) -> str:
     """`45ms`, `2.4s`, `3m12s`, `2h05m`, `3d04h`."""
     if seconds is None:
@@ -208,11 +219,23 @@ def run_summary(view: dict[str, Any]) -> Table:
     if view.get("finished_at"):
         table.add_row("finished", text(f"{when(view['finished_at'])} (took {run_duration(view)})"))
     table.add_row("input", text(compact(view.get("input"), 200)))
+    for waiting in view.get("waiting") or []:
+        table.add_row("waiting on", text(f"{waiting.get('node_id')} ({waiting.get('kind')}): "
+                                         + _waiting_clock(waiting)))
     if view.get("output") is not None:
         table.add_row("output", text(compact(view.get("output"), 200)))
     if view.get("error"):
         table.add_row("error", error_text(view["error"]))
     return table
+
+
+def _waiting_clock(waiting: dict[str, Any]) -> str:
+    """run.get's `waiting` entry: what is left of its deadline, and whether the clock runs."""
+    if waiting.get("clock") == "paused":
+        return f"paused, {duration(waiting.get('remaining_s'))} left when it resumes"
+    if waiting.get("clock") == "running":
+        return f"{duration(waiting.get('remaining_s'))} left (until {when(waiting.get('deadline_at'))})"
+    return "no deadline"
 
 
 def nodes_table(nodes: list[dict[str, Any]]) -> Table:

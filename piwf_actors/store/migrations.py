@@ -157,6 +157,13 @@ def _v10_runner_hosts(db: Any) -> None:
         pg_schema.shard_run_count(db.connection())
 
 
+def _v11_request_clocks(db: Any) -> None:
+    """interactive_request.paused_remaining_s: a deadline stands still while its run is paused
+    (store/commands/request_clocks.py). Requests of runs paused before v11 keep their deadline."""
+    real = "REAL" if isinstance(db, pw.SqliteDatabase) else "DOUBLE PRECISION"
+    _add_columns(db, (("interactive_request", "paused_remaining_s", real),))
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -184,7 +191,8 @@ SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels
 #: The version a new PostgreSQL database is created at (with every table as of that version).
 POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
-MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts]
+MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
+                               _v11_request_clocks]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

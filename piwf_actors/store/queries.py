@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
@@ -300,8 +301,26 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "pause_requested": bool(run["pause_requested"]), "cancel_requested": bool(run["cancel_requested"]),
         "created_at": run["created_at"], "updated_at": run["updated_at"], "finished_at": run["finished_at"],
         "nodes": list(nodes.values()), "effects": effects,
+        "waiting": _waiting_on(reader, run_id),
         "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
     }
+
+
+def _waiting_on(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
+    """The run's open requests and their clocks: `running` (the deadline counts, `remaining_s` until
+    it), `paused` (the run is paused: `remaining_s` is what is left when it resumes) or `none` (no
+    deadline)."""
+    now = time.time()
+    waiting = []
+    for request_id, node_id, kind, status, deadline_at, paused_left in reader.all(
+            """SELECT request_id, node_id, kind, status, deadline_at, paused_remaining_s FROM interactive_request
+               WHERE run_id = ? AND status IN ('pending', 'presenting') ORDER BY created_at""", (run_id,)):
+        paused = paused_left is not None
+        remaining = paused_left if paused else None if deadline_at is None else max(0.0, deadline_at - now)
+        clock = "paused" if paused else "none" if deadline_at is None else "running"
+        waiting.append({"request_id": request_id, "node_id": node_id, "kind": kind, "status": status,
+                        "deadline_at": deadline_at, "clock": clock, "remaining_s": remaining})
+    return waiting
 
 
 def run_events(reader: StoreReader, run_id: str, after: int = 0, limit: int = 500) -> list[dict[str, Any]]:
@@ -327,10 +346,11 @@ def pending_interactions(reader: StoreReader, session_id: str | None = None) -> 
     requests = []
     for row in reader.all(
             f"""SELECT r.request_id, r.run_id, r.node_id, r.attempt_id, r.kind, r.target_session_id, r.audience,
-                       r.revision, r.status, r.deadline_at, r.contract_sha256, r.created_at
+                       r.revision, r.status, r.deadline_at, r.paused_remaining_s, r.contract_sha256, r.created_at
                 FROM interactive_request r WHERE {where} ORDER BY r.created_at""", params):
+        # A paused run's request has no deadline_at: its clock stands still with paused_remaining_s left.
         keys = ("request_id", "run_id", "node_id", "attempt_id", "kind", "session_id", "audience", "revision",
-                "status", "deadline_at", "contract_sha256", "created_at")
+                "status", "deadline_at", "paused_remaining_s", "contract_sha256", "created_at")
         item = dict(zip(keys, row, strict=True))
         item["contract"] = _blob_json(reader, item.pop("contract_sha256"))
         requests.append(item)

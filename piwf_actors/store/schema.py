@@ -334,7 +334,8 @@ class InteractiveRequest(_Base):
     revision = pw.IntegerField(default=1)
     status = pw.TextField()  # pending | presenting | settled | cancelled
     accepted_submission_id = pw.TextField(null=True)
-    deadline_at = pw.FloatField(null=True)
+    deadline_at = pw.FloatField(null=True)  # NULL while the run is paused (store/commands/request_clocks.py)
+    paused_remaining_s = pw.FloatField(null=True)  # the time left when the run was paused
     default_response = pw.TextField(null=True)
     rejected_count = pw.IntegerField(default=0)
     created_at = pw.FloatField()

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES
+from piwf_actors.cli.render import duration as seconds_text
 from piwf_actors.top.cells import (
     NARROW,
     SHORT_ID,
@@ -143,7 +144,10 @@ def decisions_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -
         if contract.get("summary"):
             entry.append(" — ")
             entry.append(clean(contract.get("summary")), style="dim")
-        if request.get("deadline_at"):
+        if request.get("paused_remaining_s") is not None:
+            # The run is paused: its deadline stands still (nobody can answer a paused run).
+            entry.append(f" (paused, {seconds_text(request['paused_remaining_s'])} left)", style="dim")
+        elif request.get("deadline_at"):
             entry.append(f" (timeout {ago(request.get('deadline_at'), snapshot.taken_at)})", style="yellow")
         if index == selected:
             entry.stylize("bold")

@@ -112,3 +112,13 @@ def test_host_status_shows_the_role_and_for_a_standby_the_active_host() -> None:
     console = Console(record=True, width=120, color_system=None)
     console.print(render_state.host_status({**view, "role": "active", "host_id": "host-a"}))
     assert "active" in console.export_text() and "active host" not in console.export_text()
+
+
+def test_a_waiting_run_shows_its_clock_running_or_paused() -> None:
+    view = {"run_id": "run_1", "workflow": "wf", "status": "parked", "park_reason": "waiting", "nodes": [],
+            "waiting": [{"request_id": "req_1", "node_id": "ask", "kind": "checkpoint", "clock": "paused",
+                         "remaining_s": 95.0, "deadline_at": None}]}
+    assert "waiting on  ask (checkpoint): paused, 1m35s left when it resumes" in rendered(render.run_view(view), 120)
+    assert render.request_clock({"paused_remaining_s": 95.0, "deadline_at": None}) == "paused (1m35s left)"
+    assert render.request_clock({"deadline_at": 1000.0}, now=940.0).endswith("(in 1m00s)")
+    assert render.request_clock({}) == "—"

@@ -175,6 +175,13 @@ def test_decisions_focus_and_many_decisions_fit() -> None:
     has_all(text, "(6)", "▶ run_01m8m…d5yc88bm3j  approve  Ship 4?", "1 ship (Ship it)", "enter or 1-9 answer")
 
 
+def test_a_paused_decision_shows_its_clock_stopped_not_its_old_deadline() -> None:
+    paused = dict(DECISION, deadline_at=None, paused_remaining_s=754.0)
+    text = screen(snapshot(decisions=(paused,)), UiState(focus="decisions"))
+    has_all(text, "approve  Ship 1.2.0?", "(paused, 12m34s left)")
+    assert "timeout" not in text.split("approve", 1)[1].split("\n", 1)[0]
+
+
 def test_channel_health_and_ambiguous_deliveries() -> None:
     channels = {"configured": True, "profiles": [{"profile": "ops", "running": True},
                                                  {"profile": "night", "running": False,

@@ -20,6 +20,7 @@ from piwf_actors.ids import new_id
 from piwf_actors.store.blobs import get_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.request_clocks import stop_request_clocks
 from piwf_actors.store.commands.worker_ops import operation, start_attempt
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import release_claim, run_row, set_status
@@ -117,6 +118,8 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
         (request_id, run_id, node_id, attempt_id, kind, run["session_id"], contract.get("audience"),
          put_json_blob(ctx.conn, contract, ctx.now), digest, None if after_s is None else ctx.now + float(after_s),
          None if default is None else canonical_json(default), ctx.now, ctx.now))
+    if run["pause_requested"]:
+        stop_request_clocks(ctx, run_id)  # paused before it got here: the clock starts when it resumes
     append_event(ctx.conn, run_id, "interaction_requested", ctx.now, node_id=node_id, attempt_id=attempt_id,
                  payload={"request_id": request_id, "kind": kind})
     ctx.changes.touch("interactive_request", run_id)

@@ -17,6 +17,7 @@ from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.idempotency import Adopted, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.request_clocks import restart_request_clocks, stop_request_clocks
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import (
     QUEUE_FRESH,
@@ -102,7 +103,8 @@ def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 @command("run.pause")
 def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Pause a run: a queued one parks at once; an active one parks at its next
-    node boundary; a parked one stays parked and will not be resumed until `run.resume`."""
+    node boundary; a parked one stays parked and will not be resumed until `run.resume`.
+    Its open requests' deadlines stop counting until then (request_clocks.py)."""
 
     def apply() -> dict[str, Any]:
         run = run_row(ctx.conn, args["run_id"])
@@ -112,6 +114,7 @@ def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             raise Rejected(f"run {run_id} is already {run['status']}")
         if run["status"] == "parked" and run["park_reason"] == "paused" or run["pause_requested"]:
             raise Rejected(f"run {run_id} is already paused")
+        stop_request_clocks(ctx, run_id)
         if run["status"] == "queued":
             revision = set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
                                   payload={"reason": "paused"})
@@ -128,7 +131,8 @@ def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 @command("run.resume")
 def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Resume a paused run, or retry one parked `no_progress`."""
+    """Resume a paused run (its open requests' deadlines go on from what was left), or retry one
+    parked `no_progress`."""
 
     def apply() -> dict[str, Any]:
         run = run_row(ctx.conn, args["run_id"])
@@ -138,11 +142,13 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             raise Rejected(f"run {run_id} is already {run['status']}")
         if run["pause_requested"]:
             ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+            restart_request_clocks(ctx, run_id)
             append_event(ctx.conn, run_id, "pause_cancelled", ctx.now)
             revision = bump_revision(ctx, run_id)
             return {"run_id": run_id, "status": run["status"], "revision": revision}
         if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):
             ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
+            restart_request_clocks(ctx, run_id)
             revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"from": run["park_reason"]})
             return {"run_id": run_id, "status": "queued", "revision": revision}
         if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect":

@@ -77,6 +77,7 @@ def make_decide(name: str, after_s: float):
 decide = make_decide("decide", 3600)
 decide_quick = make_decide("decide-quick", 1)  # the default applies while a host runs
 decide_crash = make_decide("decide-crash", 4)  # the default applies while no host runs
+decide_paused = make_decide("decide-paused", 2)  # paused before the default applies
 
 
 def _block(ctx):
@@ -97,6 +98,13 @@ checkpointed = define_workflow(
         "ask": checkpoint(prompt=lambda ctx: f"What should {ctx.input['version']} contain?"),
         "tell": notify(message=lambda ctx: f"got {len(ctx.outputs['ask']['items'])} item(s)"),
     },
+    edges=[edge("ask", "tell")],
+)
+
+checkpoint_quick = define_workflow(
+    name="checkpoint-quick",
+    start_at="ask",
+    nodes={"ask": checkpoint(prompt="Anything to add?", timeout_s=2), "tell": notify(message="thanks")},
     edges=[edge("ask", "tell")],
 )
 
@@ -136,3 +144,4 @@ def _agent_flow(name: str, *, max_submissions: int = 3, timeout_s: float | None 
 summarizer = _agent_flow("summarizer")
 summarizer_two = _agent_flow("summarizer-two", max_submissions=2)
 summarizer_timeout = _agent_flow("summarizer-timeout", max_submissions=1, timeout_s=1)
+summarizer_paused = _agent_flow("summarizer-paused", max_submissions=1, timeout_s=2)
