@@ -531,11 +531,16 @@ def check_prune_args(before: Any, limit: Any) -> tuple[float, int]:
 # and its planner weighs both indexes by their statistics). The parents are
 # looked up among the live runs (status index), never among all runs.
 def _eligible(conn: Any) -> str:
+    """Terminal runs finished before `?`, except those something still needs: a claim, a live child
+    (a restart's parent), or a resource that owns it (`resource_run`): its manager's `ensure` finds
+    the run by an id derived from the resource and its key, so a pruned run would be started again,
+    effects and all. A resource's runs are pruned once it is deleted (its resource_run rows go with it)."""
     unindexed = "+" if dialect_of(conn).name == "sqlite" else ""
     return f"""
     FROM run r
     WHERE r.finished_at < ? AND {unindexed}r.status IN {TERMINAL_SQL}
       AND NOT EXISTS (SELECT 1 FROM run_claim c WHERE c.run_id = r.run_id)
+      AND NOT EXISTS (SELECT 1 FROM resource_run o WHERE o.run_id = r.run_id)
       AND r.run_id NOT IN (SELECT parent_run_id FROM run
                            WHERE status IN {LIVE_SQL} AND parent_run_id IS NOT NULL)"""
 

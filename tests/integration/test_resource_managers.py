@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import time
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,70 @@ def test_runs_and_reconciles_take_turns_on_one_worker_slot(guard, state_dir, pro
                                                                        "WHERE kind = 'reconcile_started'")])
     # After the gate (a run) the slot goes to a reconcile, then a run, and so on.
     assert [kind for _, kind in launches] == ["reconcile", "run"] * 3
+
+
+MAILER = '''
+from piwf_actors.workflows import define_resource_manager
+
+def reconcile(ctx):
+    run = ctx.workflows.ensure("mail", {{"to": ctx.key, "oracle": {oracle!r}}}, key="welcome")
+    if run["status"] != "done":
+        return {{"result": "requeue_after", "after_s": 60, "status_patch": {{"phase": run["status"]}}}}
+    return {{"result": "done", "status_patch": {{"phase": "sent", "run_id": run["run_id"]}}}}
+
+mailer = define_resource_manager("mailer", reconcile=reconcile, timeout_s=30)
+'''
+
+MAIL_FLOW = '''
+from piwf_actors.workflows import action, define_workflow
+
+def _send(ctx):
+    with open(ctx.input["oracle"], "a") as handle:
+        handle.write("mail " + ctx.input["to"] + "\\n")
+    return {"sent_to": ctx.input["to"]}
+
+mail = define_workflow(name="mail", start_at="send", nodes={"send": action(run=_send)}, edges=[])
+'''
+
+
+def test_prune_spares_the_runs_a_resource_owns_so_a_later_reconcile_does_not_start_them_again(
+        guard, state_dir, project) -> None:
+    """A resource's `ensure` finds its run by a derived id: pruning a finished run its resource still
+    owns would make the next reconcile start the workflow, and its effects, again. Prune keeps such
+    runs while the resource exists and takes them like any other once it is deleted."""
+    (project / ".piwf" / "resource-managers" / "mailer.py").write_text(
+        textwrap.dedent(MAILER.format(oracle=str(project.parent / "oracle.txt"))))
+    (project / ".piwf" / "workflows" / "mail.py").write_text(MAIL_FLOW)
+    digest = hashlib.sha256((project / ".piwf" / "resource-managers" / "mailer.py").read_bytes()).hexdigest()
+    guard.start_host(state_dir)
+    ref = {"manager": "mailer", "key": "ada"}
+    with Client(state_dir) as client:
+        _call(client, "resource.apply", {**ref, "spec": {}, "project_path": str(project), "digest": digest})
+
+        def sent() -> dict | None:
+            answer = client.request("resource.get", ref)
+            resource = answer.receipt if answer.ok else {}
+            return resource if resource.get("status", {}).get("phase") == "sent" and not resource["reconciling"] \
+                else None
+
+        run_id = wait_for(sent, 30, "the welcome mail to be sent")["status"]["run_id"]
+        assert _oracle(project) == ["mail ada"]
+        pruned = _call(client, "state.prune", {"before": time.time() + 60, "apply": True})
+        assert run_id not in pruned["runs"], pruned
+        assert rows(state_dir, "SELECT status FROM run WHERE run_id = ?", (run_id,)) == [{"status": "done"}]
+        # The next reconcile finds the run it owns, done, and sends nothing again.
+        reconciles = _kinds_of(client, ref).count("reconcile_finished")
+        _call(client, "resource.reconcile", ref)
+        wait_for(lambda: _kinds_of(client, ref).count("reconcile_finished") > reconciles, 30, "another reconcile")
+        assert sent()["status"]["run_id"] == run_id
+        assert _oracle(project) == ["mail ada"]
+        # Once the resource is gone its runs are pruned like any other.
+        _call(client, "resource.delete", ref)
+        wait_for(lambda: not client.request("resource.get", ref).ok, 30, "the resource to be deleted")
+        pruned = _call(client, "state.prune", {"before": time.time() + 60, "apply": True})
+        assert run_id in pruned["runs"], pruned
+    assert _oracle(project) == ["mail ada"]
+
+
+def _kinds_of(client: Client, ref: dict[str, str]) -> list[str]:
+    return [event["kind"] for event in _call(client, "resource.events", ref)["events"]]
