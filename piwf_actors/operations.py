@@ -13,9 +13,10 @@ import os
 from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.errors import NotFound, Rejected, WorkflowError
+from piwf_actors.errors import NotFound, PiwfError, Rejected, WorkflowError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
+from piwf_actors.store.command_records import recordable
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import json_problem, load_snapshot
@@ -32,22 +33,40 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
                       project_path: str | None = None, session_id: str | None = None, run_id: str | None = None,
                       client_id: str | None = None, idempotency_key: str | None = None,
                       request_id: str | None = None) -> WriteCommand:
-    """The `run.start` command for a workflow spec (resolving it reads the workflow file)."""
+    """The `run.start` command for a workflow spec (resolving it reads the workflow file).
+
+    A workflow the host cannot resolve still becomes the command when the request is recorded (a
+    client id and key): it carries the refusal, so the writer records it under the key — a replay
+    meets the same refusal even once the file exists, and the replay of an accepted start is
+    `adopted` even if its file no longer loads. Without a key the refusal is raised at once, as is
+    an input that is not JSON (it could not even be fingerprinted; a replay is refused alike).
+    """
     problem = json_problem(input)
     if problem is not None:
         raise Rejected(f"run input: {problem.replace('output is', 'it is')}")
     if project_path is not None:
         project_path = os.path.abspath(project_path)
-    resolved = resolver.resolve(workflow, project_path)
-    spec = {
+    fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
+                           "session_id": session_id, "run_id": run_id}
+    args: dict[str, Any] = {"client_id": client_id, "idempotency_key": idempotency_key,
+                            "client_request_id": request_id, "payload": fingerprint_payload}
+    try:
+        resolved = resolver.resolve(workflow, project_path)
+    except PiwfError as err:
+        return _refused("run.start", args, err)
+    args["spec"] = {
         "workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
         "definition_digest": resolved.workflow.digest, "source": resolved.source, "input": input,
         "project_path": project_path, "session_id": session_id, "run_id": run_id,
     }
-    fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
-                           "session_id": session_id, "run_id": run_id}
-    return WriteCommand("run.start", {"spec": spec, "client_id": client_id, "idempotency_key": idempotency_key,
-                                      "client_request_id": request_id, "payload": fingerprint_payload})
+    return WriteCommand("run.start", args)
+
+
+def _refused(name: str, args: dict[str, Any], err: PiwfError) -> WriteCommand:
+    """The command that records `err` as the outcome of a recorded request; `err` itself otherwise."""
+    if not (args.get("client_id") and args.get("idempotency_key")) or not recordable(err.code):
+        raise err
+    return WriteCommand(name, {**args, "refusal": {"code": err.code, "message": err.one_line()}})
 
 
 def restart_run(writer: WriterHandle, resolver: WorkflowResolver, database: DatabaseLocation, **kwargs: Any) -> dict[str, Any]:
@@ -67,6 +86,23 @@ def restart_run_command(resolver: WorkflowResolver, database: DatabaseLocation, 
     run; its node ids travel with the command so the writer can check it. Resolving executes
     the workflow file, here, in the calling thread (never the writer's).
     """
+    args: dict[str, Any] = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
+                            "idempotency_key": idempotency_key, "client_request_id": request_id,
+                            "payload": {"from_node": from_node, "same_code": same_code}}
+    if from_node is not None:
+        args["from_node"] = from_node
+    try:
+        return WriteCommand("run.restart", _resolve_restart(resolver, database, args, same_code))
+    except PiwfError as err:
+        return _refused("run.restart", args, err)  # recorded like a refusal of the writer's (see start)
+
+
+def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, base: dict[str, Any],
+                     same_code: bool) -> dict[str, Any]:
+    """The restart's args: `base` with the parent's node ids and, unless `same_code`, its workflow
+    resolved again (which runs the file). Raises the refusal when the parent or its code cannot be read."""
+    args = dict(base)
+    run_id, from_node = args["run_id"], args.get("from_node")
     reader = StoreReader(database)
     try:
         parent = queries.run_source(reader, run_id)
@@ -74,11 +110,6 @@ def restart_run_command(resolver: WorkflowResolver, database: DatabaseLocation, 
         reader.close()
     if parent is None:
         raise NotFound("run", run_id)
-    args: dict[str, Any] = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
-                            "idempotency_key": idempotency_key, "client_request_id": request_id,
-                            "payload": {"from_node": from_node, "same_code": same_code}}
-    if from_node is not None:
-        args["from_node"] = from_node
     if same_code:
         if from_node is not None:
             try:
@@ -101,4 +132,4 @@ def restart_run_command(resolver: WorkflowResolver, database: DatabaseLocation, 
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
                         "source": resolved.source}
         args["node_ids"] = list(resolved.workflow.nodes)
-    return WriteCommand("run.restart", args)
+    return args

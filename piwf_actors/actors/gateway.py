@@ -71,6 +71,7 @@ from piwf_actors.protocol.socket_loop import Limits, SocketLoop
 from piwf_actors.protocol.watches import WatchRefused
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import channel_queries, queries
+from piwf_actors.store.command_records import lookup_recorded, recordable
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 from piwf_actors.workflows.discovery import ResolvedWorkflow
@@ -515,13 +516,27 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             conn_id, request, "accepted", receipt=maintenance.verify(self._db_path, time.time())))
 
     def _state_backup(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
+        """A recorded command whose effect is a file: the executor looks for the request's record, makes
+        the copy only if there is none, and sends the receipt (or the refusal) to be recorded; the
+        writer answers a replay from the record (`adopted` with the first receipt)."""
         from piwf_actors.store import maintenance
 
         destination = payload["destination"]
         if not os.path.isabs(destination):
             raise BadRequest("state.backup: destination must be an absolute path", request.request_id)
-        self._in_executor(conn_id, request, lambda: self._reply(
-            conn_id, request, "accepted", receipt=maintenance.backup(self._db_path, destination)))
+        args = self._client_args(request)
+
+        def build() -> WriteCommand:
+            if lookup_recorded(self._db_path, "state.backup", args) is None:
+                try:
+                    args["receipt"] = maintenance.backup(self._db_path, destination)
+                except PiwfError as err:
+                    if not recordable(err.code):
+                        raise
+                    args["refusal"] = {"code": err.code, "message": err.one_line()}
+            return WriteCommand("state.backup", args)
+
+        self._write_from_executor(conn_id, request, build)
 
     def _state_prune(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         # A dry run changes nothing, so it is not recorded (the catalog's recorded_if="apply").

@@ -85,7 +85,7 @@ OPERATIONS: dict[str, Operation] = _table(
     Operation("unwatch", "_unwatch", {"subscription_id": ("str", True)}, read_only=True),
     Operation("state.status", "_state_status", read_only=True),
     Operation("state.verify", "_state_verify", read_only=True),
-    Operation("state.backup", "_state_backup", {"destination": ("str", True)}, read_only=True),
+    Operation("state.backup", "_state_backup", {"destination": ("str", True)}, recorded=True),
     Operation("state.prune", "_state_prune", {
         "before": ("num", True), "apply": ("bool", False), "idempotency_before": ("num", False)},
         recorded=True, recorded_if="apply"),

@@ -2,7 +2,9 @@
 
 `apply_batch` is the writer actor's whole job, kept out of the actor so it can
 be called from a test with a chosen `now`. One refused command is undone
-alone and answered with its error; its batch-mates commit. A failure of the
+alone and answered with its error; its batch-mates commit. (A client
+command's refusal that is recorded under its idempotency key comes back as
+a `RecordedRefusal`: the record commits, the sender gets the error.) A failure of the
 storage itself (disk full, read-only file, lock timeout) aborts the whole
 transaction and every command in it gets that error: nothing of the batch
 is on disk, so the senders may retry.
@@ -54,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors import errors
+from piwf_actors.store.command_records import RecordedRefusal
 from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
 from piwf_actors.store.dialect import SQLITE, Dialect, dialect_of
@@ -339,6 +342,10 @@ def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence
     if savepoints:
         conn.execute("RELEASE cmd")
         changes.merge(own)
+    if isinstance(value, RecordedRefusal):
+        # A client command refused, with the refusal recorded under its idempotency key: the record
+        # commits with the batch, and the sender is answered with the refusal.
+        return WriteResult(False, None, value.code, value.message, cmd.correlation_id, commit_seq)
     return WriteResult(True, value, None, None, cmd.correlation_id, commit_seq)
 
 

@@ -83,9 +83,15 @@ def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: Ho
     broken = tmp_path / "broken.py"
     broken.write_text("raise ImportError('nope')\n")
     with Client(host.paths.root) as client:
-        answer = client.request("run.start", {"workflow": f"{broken}:quick"})
+        answer = client.request("run.start", {"workflow": f"{broken}:quick"}, idempotency_key="broken-1")
         assert answer.outcome == "rejected" and "nope" in (answer.error or ""), answer
-        assert _start_threads(submitters, "run.start") == []  # nothing reached the writer
+        # The refusal goes from the executor to the writer to be recorded under the key (a replay meets
+        # it again), and nothing else is written.
+        threads = _start_threads(submitters, "run.start")
+        assert len(threads) == 1 and threads[0].startswith("piwf-gateway_"), threads
+        assert host.list_runs() == []
+        replay = client.request("run.start", {"workflow": f"{broken}:quick"}, idempotency_key="broken-1")
+        assert (replay.outcome, replay.error) == (answer.outcome, answer.error)
         # The gateway is unharmed and answers the next request.
         assert client.request("run.list").outcome == "accepted"
 

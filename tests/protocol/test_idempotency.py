@@ -286,3 +286,72 @@ def test_a_replay_after_its_run_was_pruned_is_adopted_not_run_again(host, connec
     assert replay["outcome"] == "adopted", replay
     assert replay["receipt"] == first["receipt"]
     assert _runs(conn) == []
+
+
+# --- refusals are recorded too ------------------------------------------------------------------
+
+
+def test_a_refused_request_is_recorded_and_its_replay_is_refused_the_same_way(host, connect, proto) -> None:
+    """A client that lost the answer to a refusal and resends with the same key must not get another
+    outcome because the state moved on meanwhile: the refusal is recorded like an acceptance."""
+    conn = connect(host)
+    run_id = conn.ok("run.start", {"workflow": proto.flow("three"), "input": {"sleep": 5}})["receipt"]["run_id"]
+    early = conn.request("run.resume", idempotency_key="resume-early", run_id=run_id)
+    assert early["outcome"] == "rejected" and "not paused" in early["error"], early
+    assert conn.request("run.pause", run_id=run_id)["outcome"] == "accepted"
+    proto.wait_for(lambda: conn.ok("run.get", run_id=run_id)["receipt"]["park_reason"] == "paused", 20,
+                   "the run to park paused")
+    # The run is paused now, but the replay of the refused resume is refused as it was, and changes nothing.
+    late = conn.request("run.resume", idempotency_key="resume-early", run_id=run_id)
+    assert (late["outcome"], late["error"]) == ("rejected", early["error"]), late
+    assert conn.ok("run.get", run_id=run_id)["receipt"]["status"] == "parked"
+    # The same key with another request is still a conflict; a fresh key resumes the run.
+    assert conn.request("run.resume", idempotency_key="resume-early", run_id=run_id,
+                        expected_revision=1)["outcome"] == "conflict"
+    assert conn.request("run.resume", idempotency_key="resume-now", run_id=run_id)["outcome"] == "accepted"
+    assert conn.request("run.cancel", run_id=run_id)["outcome"] == "accepted"
+
+
+def test_a_refused_start_is_recorded_even_when_its_workflow_appears_later(host, connect, tmp_path) -> None:
+    conn = connect(host)
+    path = tmp_path / "later.py"
+    payload = {"workflow": f"{path}:later", "input": {"n": 1}}
+    first = conn.request("run.start", payload, idempotency_key="start-later")
+    assert first["outcome"] == "rejected", first
+    path.write_text("from piwf_actors.workflows import compute, define_workflow\n"
+                    "later = define_workflow(name='later', start_at='a', nodes={'a': compute(run=lambda ctx: 1)},"
+                    " edges=[])\n")
+    replay = conn.request("run.start", payload, idempotency_key="start-later")
+    assert (replay["outcome"], replay["error"]) == ("rejected", first["error"]), replay
+    assert conn.ok("run.list")["receipt"]["runs"] == []
+    assert conn.request("run.start", payload, idempotency_key="start-now")["outcome"] == "accepted"
+
+
+def test_an_accepted_start_replayed_after_its_workflow_file_broke_is_adopted(host, connect, proto,
+                                                                             tmp_path) -> None:
+    conn = connect(host)
+    path = tmp_path / "fragile.py"
+    path.write_text("from piwf_actors.workflows import compute, define_workflow\n"
+                    "fragile = define_workflow(name='fragile', start_at='a', nodes={'a': compute(run=lambda ctx: 1)},"
+                    " edges=[])\n")
+    payload = {"workflow": f"{path}:fragile"}
+    first = conn.request("run.start", payload, idempotency_key="start-fragile")
+    assert first["outcome"] == "accepted", first
+    path.write_text("this is not python (\n")
+    replay = conn.request("run.start", payload, idempotency_key="start-fragile")
+    assert replay["outcome"] == "adopted" and replay["receipt"] == first["receipt"], replay
+
+
+def test_a_backup_replay_is_adopted_with_the_first_receipt(host, connect, proto, tmp_path) -> None:
+    conn = connect(host)
+    run_id = conn.ok("run.start", {"workflow": proto.flow("quick")})["receipt"]["run_id"]
+    proto.wait_run(conn, run_id)
+    destination = str(tmp_path / "copy.db")
+    first, _ = _replay(conn, "state.backup", {"destination": destination}, key="backup-1")
+    assert first["receipt"]["destination"] == destination and first["receipt"]["verified"] is True
+    # Another key is another backup: the file is there already.
+    again = conn.request("state.backup", {"destination": destination}, idempotency_key="backup-2")
+    assert again["outcome"] == "rejected" and "already exists" in again["error"], again
+    # … and that refusal is recorded too.
+    assert conn.request("state.backup", {"destination": destination},
+                        idempotency_key="backup-2")["error"] == again["error"]

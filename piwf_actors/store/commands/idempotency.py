@@ -1,10 +1,15 @@
 """Client command idempotency: (client id, idempotency key) → one recorded outcome.
 
 A mutating client command carries `client_id`, `idempotency_key` and
-`client_request_id` (the protocol's request id). The first time, it runs
-and its receipt is stored in the same transaction as its effect. A replay with the same fingerprint returns the
-stored receipt with outcome `adopted`; the same key — or the same request
-id — with another fingerprint is a `conflict`.
+`client_request_id` (the protocol's request id). The first time, it runs and
+its outcome is stored in the same transaction as its effect — a receipt, or
+a refusal (`rejected`, `conflict`, `notFound`: see
+`command_records.RECORDED_REFUSALS`). A replay with the same fingerprint
+returns the stored outcome: `adopted` with the receipt, or the same refusal;
+the same key — or the same request id — with another fingerprint is a
+`conflict`. So a client that resends after a lost answer meets the answer it
+lost, whatever happened since. Refusals that decide nothing (`unavailable`:
+a stopping host, a full disk; `claimLost`) are never recorded.
 """
 
 from __future__ import annotations
@@ -13,9 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from piwf_actors.canonical import canonical_json, fingerprint, loads
-from piwf_actors.errors import Conflict
-from piwf_actors.store.commands.registry import WriteContext
+from piwf_actors.canonical import canonical_json
+from piwf_actors.errors import PiwfError
+from piwf_actors.store.command_records import (
+    RecordedRefusal,
+    args_fingerprint,
+    find_recorded,
+    recordable,
+    request_fingerprint,
+)
+from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
+from piwf_actors.store.requests import error_from_code
+
+__all__ = ["Adopted", "recorded", "refusal_in", "request_fingerprint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,51 +41,75 @@ class Adopted:
     receipt: dict[str, Any]
 
 
-def request_fingerprint(operation: str, run_id: str | None, expected_revision: int | None, payload: Any) -> str:
-    return fingerprint({"operation": operation, "run_id": run_id, "expected_revision": expected_revision,
-                        "payload": payload})
-
-
 def _outcome(result: dict[str, Any] | Adopted) -> tuple[str, dict[str, Any]]:
     return ("adopted", result.receipt) if isinstance(result, Adopted) else ("accepted", result)
 
 
-def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
-             apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any]:
-    """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision?}.
+def refusal_in(args: dict[str, Any]) -> None:
+    """Raise the refusal the host decided before the command reached the writer (`args.refusal`:
+    {code, message}, e.g. a workflow that did not resolve), so that it is recorded like any other."""
+    refusal = args.get("refusal")
+    if refusal:
+        raise error_from_code(str(refusal.get("code") or "rejected"), str(refusal.get("message") or "refused"))
 
-    Without a client id and key the command simply runs (embedding callers
-    that do not need replay safety). `apply` may return `Adopted(receipt)`
-    when its effect happened before under another key.
+
+def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
+             apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any] | RecordedRefusal:
+    """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision}, or the
+    `RecordedRefusal` the writer answers with (after committing its record).
+
+    Without a client id and key the command simply runs (embedding callers that do not need replay
+    safety) and a refusal is raised as it is. `apply` may return `Adopted(receipt)` when its effect
+    happened before under another key.
     """
     client_id, key = args.get("client_id"), args.get("idempotency_key")
     if not client_id or not key:
         outcome, receipt = _outcome(apply())
         return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
-    print_ = request_fingerprint(operation, args.get("run_id"), args.get("expected_revision"),
-                                 args.get("payload_for_fingerprint", args.get("payload")))
+    print_ = args_fingerprint(operation, args)
     request_id = args.get("client_request_id") or key
-    # One read for both ways a request can have been seen: by its key, or by its request id.
-    by_key = clash = None
-    for idempotency_key, *row in ctx.conn.execute(
-            "SELECT idempotency_key, fingerprint, receipt, revision FROM host_command "
-            "WHERE client_id = ? AND (idempotency_key = ? OR request_id = ?)", (client_id, key, request_id)):
-        if idempotency_key == key:
-            by_key = row
-        else:
-            clash = row
-    if by_key is not None:
-        if by_key[0] != print_:
-            raise Conflict(f"idempotency key {key} was already used for a different request")
-        return {"outcome": "adopted", "receipt": loads(by_key[1]), "revision": by_key[2]}
-    if clash is not None:
-        if clash[0] == print_:  # the same request resent under a new key: still the same request
-            return {"outcome": "adopted", "receipt": loads(clash[1]), "revision": clash[2]}
-        raise Conflict(f"request id {request_id} was already used for a different request")
-    outcome, receipt = _outcome(apply())
+    seen = find_recorded(ctx.conn, client_id, key, request_id, print_)
+    if seen is not None:
+        return seen
+    try:
+        result = _undone_on_refusal(ctx, apply)
+    except PiwfError as err:
+        if not recordable(err.code):
+            raise
+        refusal = RecordedRefusal(err.code, err.one_line())
+        _record(ctx, args, operation, client_id, key, request_id, print_, refusal.outcome, refusal.receipt(), None)
+        return refusal
+    outcome, receipt = _outcome(result)
+    _record(ctx, args, operation, client_id, key, request_id, print_, outcome, receipt, receipt.get("revision"))
+    return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
+
+
+def _undone_on_refusal(ctx: WriteContext, apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any] | Adopted:
+    """`apply()`, with whatever it wrote undone if it refuses (the record of the refusal stays)."""
+    if ctx.savepoints:
+        ctx.conn.execute("SAVEPOINT recorded")
+        try:
+            result = apply()
+        except PiwfError:
+            ctx.conn.execute("ROLLBACK TO recorded")
+            ctx.conn.execute("RELEASE recorded")
+            raise
+        ctx.conn.execute("RELEASE recorded")
+        return result
+    before = ctx.conn.total_changes
+    try:
+        return apply()
+    except PiwfError as err:
+        if ctx.conn.total_changes != before:
+            # It wrote before refusing: the batch runs again with savepoints, where this is undone.
+            raise NeedsSavepoints() from err
+        raise
+
+
+def _record(ctx: WriteContext, args: dict[str, Any], operation: str, client_id: str, key: str, request_id: str,
+            print_: str, outcome: str, receipt: dict[str, Any], revision: Any) -> None:
     ctx.conn.execute(
         """INSERT INTO host_command (client_id, idempotency_key, request_id, operation, run_id, fingerprint,
                outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_, outcome,
-         receipt.get("revision"), canonical_json(receipt), ctx.host_epoch, ctx.now))
-    return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
+         revision, canonical_json(receipt), ctx.host_epoch, ctx.now))

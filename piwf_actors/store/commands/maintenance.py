@@ -1,4 +1,5 @@
-"""`state.prune`: delete old terminal runs with everything that belongs to them.
+"""`state.prune`: delete old terminal runs with everything that belongs to them; `state.backup`: the
+record of a backup the host made.
 
 The plan is computed inside the writer's transaction with the same
 `plan_prune` the read side uses, so the runs deleted are exactly the runs
@@ -20,7 +21,7 @@ from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.dialect import dialect_of
 from piwf_actors.store.maintenance import PrunePlan, check_prune_args, plan_prune
@@ -161,3 +162,25 @@ def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     fingerprinted = {**args, "payload_for_fingerprint": args.get(
         "payload", {"before": before, "apply": True, "max_runs": max_runs, "idempotency_before": idempotency_before})}
     return recorded(ctx, fingerprinted, "state.prune", lambda: _apply(ctx, before, max_runs, idempotency_before))
+
+
+@command("state.backup")
+def record_backup(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Record a backup under the client's idempotency key: its receipt (`args.receipt`, from
+    `store.maintenance.backup`, done by the host before this command because it writes a file, not
+    the database) or its refusal (`args.refusal`: the destination exists, …).
+
+    The host looks for the record first and makes no second copy for a replay; a replay that
+    reaches this command anyway (two at once) is answered from the record like any other — `adopted`
+    with the first receipt. Between a finished copy and this commit a host crash leaves the copy
+    unrecorded: a replay then finds the file there and is refused "already exists".
+    """
+
+    def apply() -> dict[str, Any]:
+        refusal_in(args)
+        receipt = args.get("receipt")
+        if not isinstance(receipt, dict):
+            raise Rejected("state.backup records a backup the host made; this one has no receipt")
+        return receipt
+
+    return recorded(ctx, args, "state.backup", apply)

@@ -15,7 +15,7 @@ from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
-from piwf_actors.store.commands.idempotency import Adopted, recorded
+from piwf_actors.store.commands.idempotency import Adopted, recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import restart_request_clocks, stop_request_clocks
 from piwf_actors.store.events import append_event
@@ -62,8 +62,14 @@ def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[
 @command("run.start")
 def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Insert a queued run (`args["spec"]`: workflow, input, snapshot…), recorded under the client's
-    idempotency key when it gives one."""
-    return recorded(ctx, args, "run.start", lambda: _insert_run(ctx, args["spec"]))
+    idempotency key when it gives one. `args.refusal` is the host's refusal of the request before it
+    came here (its workflow did not resolve): recorded as the request's outcome, like any other."""
+
+    def apply() -> dict[str, Any]:
+        refusal_in(args)
+        return _insert_run(ctx, args["spec"])
+
+    return recorded(ctx, args, "run.start", apply)
 
 
 def _check_revision(run: dict[str, Any], args: dict[str, Any]) -> None:
@@ -190,6 +196,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """
 
     def apply() -> dict[str, Any] | Adopted:
+        refusal_in(args)  # the host could not read the parent or resolve its workflow again
         run = run_row(ctx.conn, args["run_id"])
         run_id = run["run_id"]
         if args.get("expected_revision") is None:
