@@ -506,8 +506,13 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
     def _state_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         from piwf_actors.store import maintenance
 
-        self._in_executor(conn_id, request, lambda: self._reply(
-            conn_id, request, "accepted", receipt=maintenance.state_status(self._db_path)))
+        def status() -> None:
+            receipt = maintenance.state_status(self._db_path)
+            # Whether writes stand still for a full disk (the writer's own word, on the board).
+            receipt["disk_full"] = (self._board.snapshot("writer") or {}).get("disk_full")
+            self._reply(conn_id, request, "accepted", receipt=receipt)
+
+        self._in_executor(conn_id, request, status)
 
     def _state_verify(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         from piwf_actors.store import maintenance

@@ -11,11 +11,25 @@ own loop in charge of when work happens.
 Replies go out only after COMMIT (or after the refusal): to a pykka future
 for callers at the edge (CLI, tests, embedding), or as a `WriteResult`
 told to an actor, so actors never block on each other.
+
+A full disk: once a batch fails with `disk_full`, the writer says so (one
+log line, the board's `writer.disk_full`, shown by `state.status` and
+`host.status`) and, before it writes again, checkpoints and truncates the
+SQLite WAL. Until that truncation succeeds it refuses batches without
+trying them (`disk_full`: the senders resend), so space freed on the disk
+goes to the runs instead of back into the log — a WAL that grew into the
+freed space filled a small disk again for good. The truncation is tried
+before each batch and on every idle tick. And while the disk holding the
+database has less than LOW_SPACE_BYTES free (checked at start, every idle
+tick and after a full disk), SQLite checkpoints every few pages
+(`set_wal_autocheckpoint`), so the WAL never takes the last free bytes: the
+checkpoint that gives its space back needs room to grow the database file.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -29,10 +43,18 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
-from piwf_actors.errors import WriterStopped
-from piwf_actors.paths import DatabaseLocation
+from piwf_actors.errors import DiskFull, WriterStopped
+from piwf_actors.paths import DatabaseLocation, PostgresDatabase
 from piwf_actors.store.batch import apply_batch
-from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
+from piwf_actors.store.database import (
+    WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES,
+    WAL_AUTOCHECKPOINT_PAGES,
+    StoreOptions,
+    connect,
+    idle_checkpoint,
+    set_wal_autocheckpoint,
+    truncate_wal,
+)
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
@@ -281,6 +303,26 @@ class WriterHandle:
         return self.ref.ask(GetWriterStats(), timeout=timeout)
 
 
+@dataclass(slots=True)
+class DiskFullState:
+    """Writes fail because the disk is full: since when, why, and how many batches were refused."""
+
+    since: float
+    detail: str
+    refused_batches: int = 0
+
+    def to_dict(self, wal_bytes: int | None) -> dict[str, Any]:
+        return {"since": self.since, "detail": self.detail, "refused_batches": self.refused_batches,
+                "wal_bytes": wal_bytes}
+
+
+#: How long a truncation tried while the disk is full waits for readers to leave the WAL (writes are
+#: stalled anyway; readers hold it for milliseconds).
+DISK_FULL_CHECKPOINT_WAIT_MS = 250
+#: Below this much free space on the database's disk the WAL is checkpointed every few pages (twice
+#: what it can reach between two checkpoints otherwise: 1000 pages of 4 KiB).
+LOW_SPACE_BYTES = 8 * 1024 * 1024
+
 #: How long the writer waits for late senders before a batch (see DatabaseWriter._gather): until
 #: none arrived for GATHER_QUIET_S, and never longer than GATHER_MAX_S.
 GATHER_QUIET_S = 0.00005
@@ -321,11 +363,14 @@ class DatabaseWriter(CoreActor):
         self._ticker: Ticker | None = None
         self._wal_dirty = False
         self._last_commit_at = 0.0
+        self._disk_full: DiskFullState | None = None
+        self._low_space = False
 
     def on_start(self) -> None:
         """Runs in the writer's thread: opens the only read-write connection, starts the idle ticker."""
         self._db = connect(self._database, self._options)
         self._db.connect(reuse_if_open=True)
+        self._check_space()
         self._ticker = Ticker(self.actor_ref, IdleTick(), self._idle_s, "writer").start()
 
     def release_resources(self) -> None:
@@ -353,6 +398,11 @@ class DatabaseWriter(CoreActor):
         it would keep its largest size for good (and on a disk that was full
         and then freed, take the freed space back); see `idle_checkpoint`.
         """
+        if self._db is not None:
+            self._check_space()
+        if self._disk_full is not None and self._db is not None:
+            self._make_room(self._clock())  # the disk may have room again: truncate before the next write
+            return
         if not self._wal_dirty or self._clock() - self._last_commit_at < self._idle_s or self._db is None:
             return
         if idle_checkpoint(self._db, self._options):
@@ -410,6 +460,9 @@ class DatabaseWriter(CoreActor):
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()
+        if self._disk_full is not None and not self._make_room(now):
+            self._refuse_disk_full(batch, now)
+            return
         observer = self._batch_observer
         started = time.perf_counter() if observer is not None else 0.0
         outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1,
@@ -424,9 +477,15 @@ class DatabaseWriter(CoreActor):
             self._recent.append((now, len(batch)))
         else:
             self._failed_batches += 1
+            full = next((r.error for r in outcome.results if r.error_code == DiskFull.code), None)
+            if full is not None and self._disk_full is None:
+                self._disk_full = DiskFullState(now, full)
+                self._check_space(full=True)
+                log.warning("writes refused: %s; nothing moves until the disk has room (the write-ahead log "
+                            "is truncated first, %s bytes now)", full, self._wal_bytes())
+                self._published_at = 0.0  # say so on the board at once
         if self._board is not None and now - self._published_at >= 0.2:
-            self._published_at = now
-            self._board.publish("writer", self._stats_dict(now))
+            self._publish(now)
         seq = self._commits
         _deliver_batch(batch, outcome.results)
         if outcome.committed and outcome.changes.finished:
@@ -443,11 +502,74 @@ class DatabaseWriter(CoreActor):
             except Exception:  # an observer's bug must not stop the writer
                 log.exception("the writer's batch observer failed")
 
+    # --- a full disk ---------------------------------------------------------------------------
+
+    def _check_space(self, *, full: bool = False) -> None:
+        """Checkpoint every few pages while the database's disk is short of room (module docstring)."""
+        if isinstance(self._database, PostgresDatabase):
+            return
+        try:
+            stat = os.statvfs(os.path.dirname(os.path.abspath(self._database)) or ".")
+        except OSError:
+            return
+        low = full or stat.f_bavail * stat.f_frsize < LOW_SPACE_BYTES
+        if low != self._low_space:
+            self._low_space = low
+            set_wal_autocheckpoint(self._db, WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES if low else WAL_AUTOCHECKPOINT_PAGES)
+            log.log(logging.WARNING if low else logging.INFO,
+                    "the database's disk has %s %d KiB free: the write-ahead log is checkpointed every %d pages",
+                    "only" if low else "again", stat.f_bavail * stat.f_frsize // 1024,
+                    WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES if low else WAL_AUTOCHECKPOINT_PAGES)
+
+    def _wal_bytes(self) -> int | None:
+        if isinstance(self._database, PostgresDatabase):
+            return None
+        try:
+            return os.stat(f"{self._database}-wal").st_size
+        except OSError:
+            return 0
+
+    def _make_room(self, now: float) -> bool:
+        """While the disk is full: truncate the WAL before anything is written. True when writing may
+        go on (truncated; or readers held the WAL, which a batch cannot wait out); False while the
+        database file has no room for the WAL's pages (the batch would fail, or eat the freed space)."""
+        assert self._disk_full is not None
+        before = self._wal_bytes()
+        result = truncate_wal(self._db, self._options, busy_timeout_ms=DISK_FULL_CHECKPOINT_WAIT_MS)
+        if result == "full":
+            return False
+        if result == "done":
+            log.info("the disk has room again: write-ahead log truncated (%s bytes given back); writing resumes "
+                     "after %.1f s (%d batches refused meanwhile)", before, now - self._disk_full.since,
+                     self._disk_full.refused_batches)
+            self._disk_full = None
+            self._wal_dirty = False
+            self._publish(now)
+        return True
+
+    def _refuse_disk_full(self, batch: list[tuple[WriteCommand, ReplyTo]], now: float) -> None:
+        assert self._disk_full is not None
+        self._disk_full.refused_batches += 1
+        self._failed_batches += 1
+        self._last_batch = len(batch)
+        error = DiskFull(f"{self._disk_full.detail} (since {now - self._disk_full.since:.0f} s; nothing is "
+                         "written until the write-ahead log can be truncated)")
+        _deliver_batch(batch, [WriteResult(False, None, error.code, error.one_line(), command.correlation_id)
+                               for command, _ in batch])
+        if self._board is not None and now - self._published_at >= 0.2:
+            self._publish(now)
+
+    def _publish(self, now: float) -> None:
+        if self._board is not None:
+            self._published_at = now
+            self._board.publish("writer", self._stats_dict(now))
+
     def _stats_dict(self, now: float) -> dict[str, Any]:
         stats = self._stats_at(now)
         return {"commits": stats.commits, "commands": stats.commands, "failed_batches": stats.failed_batches,
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
+                "disk_full": None if self._disk_full is None else self._disk_full.to_dict(self._wal_bytes()),
                 "at": now}
 
     def _stats(self, _message: GetWriterStats) -> WriterStats:

@@ -53,6 +53,8 @@ def host_status(view: dict[str, Any]) -> RenderableType:
                                     f"{_rate(writer.get('commits_per_s'))} commits/s, "
                                     f"{_rate(writer.get('commands_per_s'))} commands/s, "
                                     f"{writer.get('commits')} commits total"))
+        if writer.get("disk_full"):
+            host.add_row("writes", disk_full_text(writer["disk_full"]))
     gateway = view.get("gateway") or {}
     if gateway:
         host.add_row("clients", text(f"{gateway.get('connections')} connections, {gateway.get('watches')} watches, "
@@ -86,6 +88,16 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     return Group(*parts)
 
 
+def disk_full_text(disk_full: dict[str, Any]) -> Text:
+    """Why nothing moves: the writer refuses writes until the disk has room (docs: Running a host)."""
+    since = disk_full.get("since")
+    age = f" for {time.time() - since:.0f} s" if isinstance(since, (int, float)) else ""
+    wal = f"; WAL {_size(disk_full['wal_bytes'])}" if disk_full.get("wal_bytes") is not None else ""
+    return Text(f"STOPPED: the disk is full{age} ({disk_full.get('refused_batches')} batches refused{wal}): "
+                f"{disk_full.get('detail')} — free some space; the WAL is truncated before writing resumes",
+                style="bold red")
+
+
 def _rate(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
 
@@ -112,6 +124,8 @@ def state_status(view: dict[str, Any]) -> RenderableType:
         info.add_row("pages", text(f"{view.get('page_count')} × {view.get('page_size')} B, "
                                    f"{view.get('freelist_count')} free, auto_vacuum {view.get('auto_vacuum')}"))
     info.add_row("schema", text(view.get("schema_version")))
+    if view.get("disk_full"):
+        info.add_row("writes", disk_full_text(view["disk_full"]))
     info.add_row("blobs", text(f"{view.get('blob_count')} ({_size(view.get('blob_bytes'))})"))
     runs = view.get("runs") or {}
     info.add_row("runs", text("  ".join(f"{k} {v}" for k, v in runs.items())))

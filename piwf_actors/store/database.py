@@ -276,16 +276,44 @@ def idle_checkpoint(db: Any, options: StoreOptions) -> bool:
     once instead of stalling the writer behind a long read (a backup), and the caller tries again
     on its next idle tick.
     """
+    return truncate_wal(db, options) == "done"
+
+
+#: SQLite's automatic checkpoint threshold (pages of WAL), its default, and the one used while the
+#: disk is short of room (see `set_wal_autocheckpoint`).
+WAL_AUTOCHECKPOINT_PAGES = 1000
+WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES = 64
+
+
+def set_wal_autocheckpoint(db: Any, pages: int) -> None:
+    """How many WAL pages a commit may leave before SQLite checkpoints them into the database file.
+
+    While the disk is short of room the writer lowers it: pages then move into the database file
+    a few at a time, while that file can still grow, and the WAL is recycled instead of growing
+    into the last free bytes — a WAL that fills the disk leaves no room for the checkpoint that
+    would give its space back."""
+    if dialect_of_db(db).name == "sqlite":
+        db.connection().execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
+
+def truncate_wal(db: Any, options: StoreOptions, *, busy_timeout_ms: int = 0) -> str:
+    """A TRUNCATE checkpoint: copy the WAL's pages into the database file and cut the WAL to zero.
+
+    Returns `done` (also on PostgreSQL, which manages its own WAL), `busy` (a reader still uses part
+    of the WAL: waited at most `busy_timeout_ms`), `full` (no room to grow the database file for the
+    pages; the WAL keeps them, nothing is lost) or `failed`.
+    """
     if dialect_of_db(db).name != "sqlite":
-        return True
+        return "done"
     conn = db.connection()
     try:
-        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
     except sqlite3.Error as exc:
-        log.debug("idle checkpoint failed: %s", exc)
-        return False
+        full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc)
+        log.debug("WAL checkpoint failed: %s", exc)
+        return "full" if full else "failed"
     finally:
         with contextlib.suppress(sqlite3.Error):
             conn.execute(f"PRAGMA busy_timeout = {int(options.busy_timeout_ms)}")
-    return not busy
+    return "busy" if busy else "done"
