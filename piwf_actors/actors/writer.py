@@ -12,24 +12,13 @@ Replies go out only after COMMIT (or after the refusal): to a pykka future
 for callers at the edge (CLI, tests, embedding), or as a `WriteResult`
 told to an actor, so actors never block on each other.
 
-A full disk: once a batch fails with `disk_full`, the writer says so (one
-log line, the board's `writer.disk_full`, shown by `state.status` and
-`host.status`) and, before it writes again, checkpoints and truncates the
-SQLite WAL. Until that truncation succeeds it refuses batches without
-trying them (`disk_full`: the senders resend), so space freed on the disk
-goes to the runs instead of back into the log — a WAL that grew into the
-freed space filled a small disk again for good. The truncation is tried
-before each batch and on every idle tick. And while the disk holding the
-database has less than LOW_SPACE_BYTES free (checked at start, every idle
-tick and after a full disk), SQLite checkpoints every few pages
-(`set_wal_autocheckpoint`), so the WAL never takes the last free bytes: the
-checkpoint that gives its space back needs room to grow the database file.
+A full disk stops writes, not the writer: its `DiskRoom` (disk_room.py)
+says so, and has the WAL truncated before writing resumes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -42,19 +31,12 @@ import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
+from piwf_actors.actors.disk_room import DiskRoom
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.errors import DiskFull, WriterStopped
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import apply_batch
-from piwf_actors.store.database import (
-    WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES,
-    WAL_AUTOCHECKPOINT_PAGES,
-    StoreOptions,
-    connect,
-    idle_checkpoint,
-    set_wal_autocheckpoint,
-    truncate_wal,
-)
+from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
@@ -303,26 +285,6 @@ class WriterHandle:
         return self.ref.ask(GetWriterStats(), timeout=timeout)
 
 
-@dataclass(slots=True)
-class DiskFullState:
-    """Writes fail because the disk is full: since when, why, and how many batches were refused."""
-
-    since: float
-    detail: str
-    refused_batches: int = 0
-
-    def to_dict(self, wal_bytes: int | None) -> dict[str, Any]:
-        return {"since": self.since, "detail": self.detail, "refused_batches": self.refused_batches,
-                "wal_bytes": wal_bytes}
-
-
-#: How long a truncation tried while the disk is full waits for readers to leave the WAL (writes are
-#: stalled anyway; readers hold it for milliseconds).
-DISK_FULL_CHECKPOINT_WAIT_MS = 250
-#: Below this much free space on the database's disk the WAL is checkpointed every few pages (twice
-#: what it can reach between two checkpoints otherwise: 1000 pages of 4 KiB).
-LOW_SPACE_BYTES = 8 * 1024 * 1024
-
 #: How long the writer waits for late senders before a batch (see DatabaseWriter._gather): until
 #: none arrived for GATHER_QUIET_S, and never longer than GATHER_MAX_S.
 GATHER_QUIET_S = 0.00005
@@ -363,14 +325,13 @@ class DatabaseWriter(CoreActor):
         self._ticker: Ticker | None = None
         self._wal_dirty = False
         self._last_commit_at = 0.0
-        self._disk_full: DiskFullState | None = None
-        self._low_space = False
+        self._room = DiskRoom(database, options, lambda: self._db)
 
     def on_start(self) -> None:
         """Runs in the writer's thread: opens the only read-write connection, starts the idle ticker."""
         self._db = connect(self._database, self._options)
         self._db.connect(reuse_if_open=True)
-        self._check_space()
+        self._room.check_space()
         self._ticker = Ticker(self.actor_ref, IdleTick(), self._idle_s, "writer").start()
 
     def release_resources(self) -> None:
@@ -398,12 +359,13 @@ class DatabaseWriter(CoreActor):
         it would keep its largest size for good (and on a disk that was full
         and then freed, take the freed space back); see `idle_checkpoint`.
         """
-        if self._db is not None:
-            self._check_space()
-        if self._disk_full is not None and self._db is not None:
-            self._make_room(self._clock())  # the disk may have room again: truncate before the next write
+        if self._db is None:
             return
-        if not self._wal_dirty or self._clock() - self._last_commit_at < self._idle_s or self._db is None:
+        self._room.check_space()
+        if self._room.full is not None:
+            self._room_made(self._clock())  # the disk may have room again: truncate before the next write
+            return
+        if not self._wal_dirty or self._clock() - self._last_commit_at < self._idle_s:
             return
         if idle_checkpoint(self._db, self._options):
             self._wal_dirty = False
@@ -460,7 +422,7 @@ class DatabaseWriter(CoreActor):
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()
-        if self._disk_full is not None and not self._make_room(now):
+        if self._room.full is not None and not self._room_made(now):
             self._refuse_disk_full(batch, now)
             return
         observer = self._batch_observer
@@ -478,11 +440,8 @@ class DatabaseWriter(CoreActor):
         else:
             self._failed_batches += 1
             full = next((r.error for r in outcome.results if r.error_code == DiskFull.code), None)
-            if full is not None and self._disk_full is None:
-                self._disk_full = DiskFullState(now, full)
-                self._check_space(full=True)
-                log.warning("writes refused: %s; nothing moves until the disk has room (the write-ahead log "
-                            "is truncated first, %s bytes now)", full, self._wal_bytes())
+            if full is not None and self._room.full is None:
+                self._room.failed(full, now)
                 self._published_at = 0.0  # say so on the board at once
         if self._board is not None and now - self._published_at >= 0.2:
             self._publish(now)
@@ -504,57 +463,20 @@ class DatabaseWriter(CoreActor):
 
     # --- a full disk ---------------------------------------------------------------------------
 
-    def _check_space(self, *, full: bool = False) -> None:
-        """Checkpoint every few pages while the database's disk is short of room (module docstring)."""
-        if isinstance(self._database, PostgresDatabase):
-            return
-        try:
-            stat = os.statvfs(os.path.dirname(os.path.abspath(self._database)) or ".")
-        except OSError:
-            return
-        low = full or stat.f_bavail * stat.f_frsize < LOW_SPACE_BYTES
-        if low != self._low_space:
-            self._low_space = low
-            set_wal_autocheckpoint(self._db, WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES if low else WAL_AUTOCHECKPOINT_PAGES)
-            log.log(logging.WARNING if low else logging.INFO,
-                    "the database's disk has %s %d KiB free: the write-ahead log is checkpointed every %d pages",
-                    "only" if low else "again", stat.f_bavail * stat.f_frsize // 1024,
-                    WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES if low else WAL_AUTOCHECKPOINT_PAGES)
-
-    def _wal_bytes(self) -> int | None:
-        if isinstance(self._database, PostgresDatabase):
-            return None
-        try:
-            return os.stat(f"{self._database}-wal").st_size
-        except OSError:
-            return 0
-
-    def _make_room(self, now: float) -> bool:
-        """While the disk is full: truncate the WAL before anything is written. True when writing may
-        go on (truncated; or readers held the WAL, which a batch cannot wait out); False while the
-        database file has no room for the WAL's pages (the batch would fail, or eat the freed space)."""
-        assert self._disk_full is not None
-        before = self._wal_bytes()
-        result = truncate_wal(self._db, self._options, busy_timeout_ms=DISK_FULL_CHECKPOINT_WAIT_MS)
-        if result == "full":
-            return False
-        if result == "done":
-            log.info("the disk has room again: write-ahead log truncated (%s bytes given back); writing resumes "
-                     "after %.1f s (%d batches refused meanwhile)", before, now - self._disk_full.since,
-                     self._disk_full.refused_batches)
-            self._disk_full = None
+    def _room_made(self, now: float) -> bool:
+        """The WAL truncated since the disk was full (or writing may go on anyway): see disk_room.py."""
+        made = self._room.make_room(now)
+        if made and self._room.full is None:
             self._wal_dirty = False
             self._publish(now)
-        return True
+        return made
 
     def _refuse_disk_full(self, batch: list[tuple[WriteCommand, ReplyTo]], now: float) -> None:
-        assert self._disk_full is not None
-        self._disk_full.refused_batches += 1
+        """Answer a batch without trying it: the disk is full and the WAL could not be truncated yet."""
         self._failed_batches += 1
         self._last_batch = len(batch)
-        error = DiskFull(f"{self._disk_full.detail} (since {now - self._disk_full.since:.0f} s; nothing is "
-                         "written until the write-ahead log can be truncated)")
-        _deliver_batch(batch, [WriteResult(False, None, error.code, error.one_line(), command.correlation_id)
+        error = self._room.refusal(now)
+        _deliver_batch(batch, [WriteResult(False, None, DiskFull.code, error, command.correlation_id)
                                for command, _ in batch])
         if self._board is not None and now - self._published_at >= 0.2:
             self._publish(now)
@@ -569,7 +491,7 @@ class DatabaseWriter(CoreActor):
         return {"commits": stats.commits, "commands": stats.commands, "failed_batches": stats.failed_batches,
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
-                "disk_full": None if self._disk_full is None else self._disk_full.to_dict(self._wal_bytes()),
+                "disk_full": self._room.state(),
                 "at": now}
 
     def _stats(self, _message: GetWriterStats) -> WriterStats:
