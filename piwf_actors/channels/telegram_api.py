@@ -222,7 +222,10 @@ class BotApi:
         except (UnicodeDecodeError, ValueError):
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
-            snippet = self.redact(raw[:200].decode("utf-8", "replace"))
+            # Redact before cutting (a cut through the token would leave a piece no redaction finds),
+            # in a window that holds any token that reaches into the first 200 bytes.
+            window = raw[:200 + 3 * len(self._secrets[0])].decode("utf-8", "replace")
+            snippet = self.redact(window)[:200]
             if status >= 400 and status not in _GATEWAY_UNKNOWN_STATUSES:
                 log.debug("telegram %s: HTTP %s without a Bot API answer", method, status)
                 raise NotSent(method, f"HTTP {status}: {snippet!r}", error_code=status)

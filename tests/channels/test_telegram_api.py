@@ -379,3 +379,37 @@ def test_token_never_appears_in_errors_repr_or_logs(fake: FakeBotApi, caplog: py
     for text in texts:
         assert SECRET_PART not in text
         assert "918273:" not in text
+
+
+def test_a_token_cut_by_the_error_snippet_leaves_no_part_of_it(caplog: pytest.LogCaptureFixture) -> None:
+    """An error page that quotes the request URL across the 200-byte snippet: the token is redacted
+    before the cut, so not even a piece of it reaches the error (and the logs, the database)."""
+    caplog.set_level(logging.DEBUG, logger="piwf_actors.channels.telegram_api")
+    body = (b"x" * 170 + f"GET /bot{TOKEN}/sendMessage failed".encode())
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(502)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        api = BotApi(TOKEN, f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
+        with pytest.raises(OutcomeUnknown) as caught:
+            api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    secret = TOKEN.partition(":")[2]
+    pieces = {secret[i:i + 8] for i in range(len(secret) - 7)}
+    for text in (str(caught.value), caught.value.one_line(), caplog.text):
+        assert not [piece for piece in pieces if piece in text], text
