@@ -40,6 +40,7 @@ runs they execute change without a change notice here.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import logging
 import os
@@ -67,7 +68,7 @@ from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_requ
 from piwf_actors.protocol.live_views import LiveViews
 from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.protocol.schedule_ops import ScheduleOperations
-from piwf_actors.protocol.socket_loop import Limits, SocketLoop
+from piwf_actors.protocol.socket_loop import Limits, Peer, SocketLoop
 from piwf_actors.protocol.watches import WatchRefused
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import channel_queries, queries
@@ -86,6 +87,7 @@ Handler = Callable[[int, Request, dict[str, Any]], None]
 class ClientRequest:
     conn_id: int
     frame: dict[str, Any]
+    peer: Peer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         self._loop = SocketLoop(
             self._socket_path,
             on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._writer.host_epoch or self._epoch),
-            on_frame=lambda conn_id, frame: safe_tell(ref, ClientRequest(conn_id, frame)),
+            on_frame=lambda conn_id, frame, peer: safe_tell(ref, ClientRequest(conn_id, frame, peer)),
             on_closed=lambda conn_id: safe_tell(ref, ConnectionClosed(conn_id)),
             limits=self._limits,
             on_alarm=lambda: safe_tell(ref, FlushWatches()),
@@ -282,6 +284,8 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         except BadRequest as bad:
             self._post(conn_id, response(bad.request_id, "rejected", error=str(bad)))
             return
+        if message.peer is not None:
+            request = dataclasses.replace(request, peer=message.peer.to_wire())
         self._stats.requests += 1
         self._stats.by_operation[request.operation] = self._stats.by_operation.get(request.operation, 0) + 1
         operation = OPERATIONS.get(request.operation)
@@ -590,6 +594,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
     def _answer(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
         args = {**self._client_args(request), **payload}
         args["payload"] = request.payload
+        args["peer"] = request.peer  # who answered, kept with the submission (not in the fingerprint)
         if request.operation == "interaction.submit":
             # The submitter waits for the worker's verdict on its submission.
             def after_write(value: dict[str, Any]) -> bool:

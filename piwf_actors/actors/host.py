@@ -241,6 +241,11 @@ class HostSupervisor(CoreActor):
         threading.Thread(target=run, name="piwf-host-stop", daemon=False).start()
 
 
+
+def _embedded_peer() -> dict[str, Any]:
+    """Who answers through the embedding API: this process (recorded with the answer)."""
+    return {"via": "embedded", "pid": os.getpid(), "uid": os.getuid()}
+
 class HostHandle:
     """What `start_host` returns: the embedding API, the host's actor refs and its controls.
 
@@ -497,7 +502,7 @@ class HostHandle:
         return AnswerReceipt.from_wire(self.writer.call("decision.answer", {
             "request_id": request_id, "response": response, "expected_revision": expected_revision,
             "session_id": session_id, "client_id": client_id, "idempotency_key": idempotency_key,
-            "payload": {"request_id": request_id, "response": response}}))
+            "payload": {"request_id": request_id, "response": response}, "peer": _embedded_peer()}))
 
     def answer_checkpoint(self, request_id: str, value: Any, *, session_id: str | None = None,
                           client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
@@ -506,7 +511,8 @@ class HostHandle:
         self._require_active()
         return AnswerReceipt.from_wire(self.writer.call("checkpoint.answer", {
             "request_id": request_id, "input": value, "session_id": session_id, "client_id": client_id,
-            "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value}}))
+            "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value},
+            "peer": _embedded_peer()}))
 
     # --- following runs ---
 

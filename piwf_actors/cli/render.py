@@ -258,6 +258,40 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
+def answered_by(provenance: Any) -> str:
+    """Who gave an accepted answer, in words (run.get's `answer.by`)."""
+    if not isinstance(provenance, dict):
+        return "unknown"
+    kind = provenance.get("kind")
+    if kind == "timeout":
+        return "its timeout (the default response)"
+    if kind == "channel":
+        return (f"{provenance.get('channel', 'channel')} user {provenance.get('user_id')} in chat "
+                f"{provenance.get('chat_id')} (profile {provenance.get('profile')})")
+    parts = [str(kind or "someone")]
+    if provenance.get("client_id"):
+        parts.append(f"client {provenance['client_id']}")
+    if provenance.get("session_id"):
+        parts.append(f"session {provenance['session_id']}")
+    process = ", ".join(f"{key} {provenance[key]}" for key in ("pid", "uid") if provenance.get(key) is not None)
+    if process:
+        parts.append(f"({provenance.get('via') or 'socket'}: {process})")
+    return " ".join(parts)
+
+
+def answers_table(nodes: list[dict[str, Any]]) -> Table | None:
+    answered = [node for node in nodes if node.get("answer")]
+    if not answered:
+        return None
+    table = Table(title="answers", title_justify="left")
+    for column in ("node", "answered by", "at"):
+        table.add_column(column, overflow="fold")
+    for node in answered:
+        table.add_row(text(node.get("node_id")), text(answered_by(node["answer"].get("by"))),
+                      text(when(node["answer"].get("at"))))
+    return table
+
+
 def effects_table(effects: list[dict[str, Any]]) -> Table:
     table = Table(title="effects", title_justify="left")
     id_column(table, "effect id")
@@ -314,6 +348,9 @@ def run_view(view: dict[str, Any] | None) -> RenderableType:
     if view is None:
         return Text("the run no longer exists", style="red")
     parts: list[RenderableType] = [run_summary(view), nodes_table(view.get("nodes") or [])]
+    answers = answers_table(view.get("nodes") or [])
+    if answers is not None:
+        parts.append(answers)
     if view.get("effects"):
         parts.append(effects_table(view["effects"]))
     parts.extend(failure_details(view))

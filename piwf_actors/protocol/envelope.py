@@ -38,6 +38,9 @@ class Request:
     payload: dict[str, Any]
     run_id: str | None = None
     expected_revision: int | None = None
+    #: The sending process as the kernel names it ({pid, uid} at connect), set by the gateway, not
+    #: by the client: recorded with answers and submissions (docs/security.md).
+    peer: dict[str, int] | None = None
 
 
 def _id(value: Any, name: str, request_id: str | None) -> str:

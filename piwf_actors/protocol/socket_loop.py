@@ -56,11 +56,24 @@ class Limits:
     retry_after_s: float = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Who is at the other end of a connection, by the kernel's word (SO_PEERCRED at connect):
+    recorded with every answer it gives (docs/security.md)."""
+
+    pid: int
+    uid: int
+
+    def to_wire(self) -> dict[str, int]:
+        return {"pid": self.pid, "uid": self.uid}
+
+
 @dataclass
 class _Conn:
     conn_id: int
     sock: socket.socket
     decoder: FrameDecoder
+    peer: Peer
     outbox: collections.deque[bytes] = field(default_factory=collections.deque)
     outbox_bytes: int = 0
     inflight: int = 0
@@ -71,10 +84,10 @@ class _Conn:
     writing: bool = False  # registered for EVENT_WRITE too (a modify is a syscall: only when it changes)
 
 
-def _peer_uid(sock: socket.socket) -> int:
+def _peer(sock: socket.socket) -> Peer:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return Peer(pid, uid)
 
 
 def prepare_socket_path(path: Path) -> None:
@@ -107,7 +120,7 @@ def prepare_socket_path(path: Path) -> None:
 
 class SocketLoop:
     def __init__(self, path: Path, *, on_open: Callable[[int], dict[str, Any]],
-                 on_frame: Callable[[int, dict[str, Any]], None], on_closed: Callable[[int], None],
+                 on_frame: Callable[[int, dict[str, Any], Peer], None], on_closed: Callable[[int], None],
                  limits: Limits = Limits(), on_alarm: Callable[[], None] | None = None) -> None:
         self._path = path
         self._on_alarm = on_alarm
@@ -275,17 +288,17 @@ class SocketLoop:
                 log.warning("accept failed: %s", exc)
                 return
             try:
-                uid = _peer_uid(sock)
+                peer = _peer(sock)
             except OSError:
                 sock.close()
                 continue
-            if uid != os.getuid():
-                log.warning("refused a connection from uid %d", uid)
+            if peer.uid != os.getuid():
+                log.warning("refused a connection from uid %d (pid %d)", peer.uid, peer.pid)
                 sock.close()
                 continue
             sock.setblocking(False)
             self._next_id += 1
-            conn = _Conn(self._next_id, sock, FrameDecoder(self._limits.max_frame_bytes))
+            conn = _Conn(self._next_id, sock, FrameDecoder(self._limits.max_frame_bytes), peer)
             self._conns[conn.conn_id] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
             if len(self._conns) > self._limits.max_connections:
@@ -335,7 +348,7 @@ class SocketLoop:
                     "error": f"too many requests in flight; retry in {self._limits.retry_after_s:g} s"}))
                 continue
             conn.inflight += 1
-            self._on_frame(conn.conn_id, frame)
+            self._on_frame(conn.conn_id, frame, conn.peer)
 
     def _apply_posts(self) -> None:
         while True:

@@ -286,6 +286,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
             last_traceback = trace
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
+    _answers_of(reader, run_id, nodes)
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
@@ -304,6 +305,20 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "waiting": _waiting_on(reader, run_id),
         "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
     }
+
+
+def _answers_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
+    """Who answered each waiting node's latest attempt, and when: `answer: {by, at}` with the accepted
+    submission's provenance (`human` with client id, session, pid and uid; `channel` with the
+    Telegram user; `timeout`; `agent`)."""
+    latest = {node["attempt_id"]: node for node in nodes.values()}
+    for attempt_id, provenance, submitted_at in reader.all(
+            """SELECT r.attempt_id, s.provenance, s.submitted_at FROM interactive_request r
+               JOIN interactive_submission s ON s.submission_id = r.accepted_submission_id
+               WHERE r.run_id = ?""", (run_id,)):
+        node = latest.get(attempt_id)
+        if node is not None:
+            node["answer"] = {"by": _json(provenance), "at": submitted_at}
 
 
 def _waiting_on(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:

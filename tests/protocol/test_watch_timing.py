@@ -81,6 +81,8 @@ def test_only_the_views_a_notice_can_change_are_marked() -> None:
 
 
 def test_the_socket_loop_alarm_rings_at_its_deadline_in_the_loop_thread(tmp_path: Path) -> None:
+    """Orderings only (how late an alarm rings is a figure of bench/latency.py): an alarm never rings
+    before its deadline; an earlier one replaces a later one; a later one does not stand beside it."""
     rang: list[tuple[float, str]] = []
     ring = threading.Event()
 
@@ -88,20 +90,35 @@ def test_the_socket_loop_alarm_rings_at_its_deadline_in_the_loop_thread(tmp_path
         rang.append((time.monotonic(), threading.current_thread().name))
         ring.set()
 
-    loop = SocketLoop(tmp_path / "s.sock", on_open=lambda conn_id: {}, on_frame=lambda c, f: None,
+    loop = SocketLoop(tmp_path / "s.sock", on_open=lambda conn_id: {}, on_frame=lambda c, f, p: None,
                       on_closed=lambda c: None, on_alarm=on_alarm)
     loop.start()
     try:
         set_at = time.monotonic()
-        loop.alarm_at(set_at + 5.0)
+        loop.alarm_at(set_at + 3600.0)
         loop.alarm_at(set_at + 0.05)  # earlier: replaces it
-        loop.alarm_at(set_at + 3.0)  # later: the earlier one stands
-        assert ring.wait(2.0), "the alarm did not ring"
+        loop.alarm_at(set_at + 1800.0)  # later: the earlier one stands
+        # Only the 0.05 s alarm can ring within the wait (the others are half an hour and more away).
+        assert ring.wait(60), "the alarm set 0.05 s ahead (replacing one set an hour ahead) to ring"
         at, thread = rang[0]
-        assert set_at + 0.05 <= at < set_at + 2.0 and thread == "piwf-gateway-io"
-        # One alarm at a time: the later ones were not kept (the gateway asks again when it needs one).
+        assert at >= set_at + 0.05, f"the alarm rang {set_at + 0.05 - at:.3f} s before its deadline"
+        assert thread == "piwf-gateway-io"
+
+        # One alarm at a time: after `first` replaced `replaced`, the loop kept no alarm at `replaced`
+        # (the gateway asks again when it needs one). Had it kept it, it would ring at `replaced`,
+        # before `last`; so the next ring must be `last`'s.
         ring.clear()
-        loop.alarm_at(time.monotonic() + 0.05)
-        assert ring.wait(2.0) and len(rang) == 2
+        now = time.monotonic()
+        first, replaced, last = now + 0.05, now + 0.3, now + 0.6
+        loop.alarm_at(replaced)
+        loop.alarm_at(first)
+        assert ring.wait(60), "the alarm set 0.05 s ahead (replacing one set 0.3 s ahead) to ring"
+        assert len(rang) == 2 and rang[1][0] >= first
+        ring.clear()
+        loop.alarm_at(last)
+        assert ring.wait(60), "the alarm set 0.6 s ahead to ring"
+        assert rang[2][0] >= last, (f"an alarm rang {last - rang[2][0]:.3f} s before the one set for 0.6 s: "
+                                    "the replaced 0.3 s alarm was kept")
+        assert len(rang) == 3, rang
     finally:
         loop.stop()

@@ -242,8 +242,19 @@ def _insert_submission(ctx: WriteContext, request: dict[str, Any], args: dict[st
     return submission_id
 
 
+def _who(args: dict[str, Any], kind: str) -> dict[str, Any]:
+    """An answer's provenance: the client id and session the request named, and the process that sent
+    it as the host saw it (`peer`: pid and uid from the socket's peer credentials, or the embedding
+    process) — kept with the submission, shown by `run.get` (docs/security.md)."""
+    provenance: dict[str, Any] = {"kind": kind, "client_id": args.get("client_id"), "session_id": args.get("session_id")}
+    peer = args.get("peer")
+    if isinstance(peer, dict):
+        provenance.update(via=peer.get("via", "socket"), pid=peer.get("pid"), uid=peer.get("uid"))
+    return provenance
+
+
 def _human(args: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "human", "client_id": args.get("client_id"), "session_id": args.get("session_id")}
+    return _who(args, "human")
 
 
 # --- client commands ---------------------------------------------------------------------
@@ -305,9 +316,7 @@ def interaction_submit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
                                 "AND outcome = 'validating'", (request["request_id"],)).fetchone()
         if busy is not None:
             raise Conflict(f"submission {busy[0]} is still being validated")
-        submission_id = _insert_submission(ctx, request, args, args.get("value"), "validating",
-                                           {"kind": "agent", "client_id": args.get("client_id"),
-                                            "session_id": args.get("session_id")})
+        submission_id = _insert_submission(ctx, request, args, args.get("value"), "validating", _who(args, "agent"))
         _wake_run(ctx, request["run_id"], "interaction.submit")
         return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
                 "outcome": "validating"}
