@@ -17,6 +17,7 @@ import signal
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from testsupport import fill_up, small_filesystem, sqlite_only
 from wf import harness
@@ -44,6 +45,26 @@ def _written_after(state_dir: Path, run_id: str, moment: float) -> dict[str, int
     return found
 
 
+def _reading_its_socket(process: psutil.Process) -> bool:
+    """Every thread of `process` sleeps in a read of a Unix stream socket (Linux: its wchan), or
+    the process is gone (it starts nothing either)."""
+    if not harness.alive(process):
+        return True
+    pid = process.pid
+    waits = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan") as wchan:
+                waits.append(wchan.read().strip())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return bool(waits) and all(wait in ("unix_stream_read_generic", "unix_stream_data_wait") for wait in waits)
+
+
 def test_a_host_paused_past_its_lease_commits_nothing_and_starts_no_node(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     script = guard.host_script(state_dir, workflow=edge_flow("chain"), input={"oracle": str(oracle.path)},
@@ -52,11 +73,20 @@ def test_a_host_paused_past_its_lease_commits_nothing_and_starts_no_node(guard, 
     wait_for(lambda: len(oracle.entries()) >= 10, 20, "ten nodes to run")
     for process in script.descendants():
         guard.track(process.pid)
+    workers = [p for p in script.descendants() if "piwf_actors.runner.worker" in " ".join(p.cmdline())]
+    assert workers, "the host has no worker"
     os.kill(script.pid, signal.SIGSTOP)
     stopped_at = time.time()
     try:
-        # Let whatever the worker was doing settle: it finishes its node and waits for the host.
-        time.sleep(0.5)
+        # Whatever the worker was doing settles: it finishes its node (and the few more it may
+        # pipeline) and then waits for the host's answer, blocked reading its socket. Blocked there
+        # while the host sleeps, it can start no node; the oracle holds still from then on.
+        def settled() -> bool:
+            seen = len(oracle.entries())
+            return (all(_reading_its_socket(worker) for worker in workers)
+                    and len(oracle.entries()) == seen)
+
+        wait_for(settled, 30, "the worker to block reading its socket, waiting for the paused host")
         before_oracle = len(oracle.entries())
         lease = rows(state_dir, "SELECT epoch, expires_at FROM host_state WHERE id = 1")[0]
         # Stay stopped until well past the lease's expiry.

@@ -61,11 +61,12 @@ class HostProcess:
                 pytest.fail(f"piwf-host did not log {text!r} within {timeout} s:\n{log}")
             time.sleep(POLL_S)
 
-    def wait_exit(self, timeout: float) -> int:
+    def wait_exit(self, timeout: float, waiting_for: str = "it to exit") -> int:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"piwf-host (pid {self.pid}) still running after {timeout} s:\n{self.log()}")
+            pytest.fail(f"piwf-host (pid {self.pid}) still running after {timeout} s waiting for {waiting_for}:\n"
+                        f"{self.log()}")
 
     def send(self, signum: int) -> None:
         os.kill(self.proc.pid, signum)
@@ -215,17 +216,15 @@ def test_host_that_loses_its_lease_exits_1(state_dir, start_piwf_host) -> None:
     # Another host takes over behind this one's back: new epoch, new token.
     assert execute(state_dir, "UPDATE host_state SET epoch = epoch + 1, token_hash = 'other', host_id = 'intruder' "
                               "WHERE id = 1") == 1
-    bumped_at = time.monotonic()
 
-    # The next renewal (every lease_s / 3) is refused; the host stops within one lease period.
-    assert host.wait_exit(lease_s + 5) == 1, host.log()
-    elapsed = time.monotonic() - bumped_at
+    # The next renewal (every lease_s / 3) is refused and the host stops. How soon: bench/latency.py;
+    # here only a generous bound.
+    assert host.wait_exit(60, "the host to stop on losing its lease") == 1, host.log()
     host.wait_group_gone(10)
     log = host.log()
     assert "lease for epoch 1 lost" in log
     assert "piwf-host: stopped: lease for epoch 1 lost" in log
     assert "lease for epoch 1 released" not in log  # it must not release a lease that is not its own
-    assert elapsed < lease_s + 5
     row = host_state_row(state_dir)
     assert (row["epoch"], row["host_id"], row["token_hash"]) == (2, "intruder", "other")
     assert lock_is_free(state_dir / "host.lock")

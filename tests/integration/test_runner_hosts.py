@@ -5,8 +5,8 @@
   action, each counted in an oracle file outside the database). One runner is SIGKILLed while it
   holds runs: every run ends `done`, or `parked` on an ambiguous effect (only a run the killed
   runner held); no node committed before the kill ran again; the killed runner's claims were
-  recovered by the active host once its lease ran out and its workers reaped; `run.get` names
-  attempts executed by each of the three hosts.
+  recovered by the active host once its lease ran out (how soon: bench/latency.py) and its
+  workers reaped; `run.get` names attempts executed by each of the three hosts.
 - PostgreSQL: a runner host paused (SIGSTOP) past its lease loses its run to the active host;
   woken (SIGCONT) it writes nothing (every row of every table is as it was) and exits with 1.
 - SQLite: the active host and two runner hosts on one shared SQLite file (no SKIP LOCKED: the
@@ -19,7 +19,6 @@ import contextlib
 import os
 import signal
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,7 +181,6 @@ def test_two_runner_hosts_and_the_active_host_share_200_runs_and_survive_a_runne
     wait_for(holding, 60, "runner-1 to hold runs after 40 runs are done", poll=0.01)
     workers = [w for w in runner_1.descendants() if alive(w)]
     assert runner_1.sigkill() < 0
-    killed_at = time.monotonic()
     # What the dead runner held and had committed: nobody else may touch those runs before recovery.
     held = [r for (r,) in _rows(pg_url, "SELECT run_id FROM run_claim WHERE runner_id = 'runner-1'")]
     assert held, "runner-1 held no run when it was killed"
@@ -191,9 +189,9 @@ def test_two_runner_hosts_and_the_active_host_share_200_runs_and_survive_a_runne
     def recovered() -> bool:
         return not _rows(pg_url, "SELECT run_id FROM run_claim WHERE runner_id = 'runner-1'")
 
-    wait_for(recovered, LEASE_S + 10, lambda: f"the active host to recover runner-1's claims:\n{active.log()}")
-    took = time.monotonic() - killed_at
-    assert took <= LEASE_S + 3, f"runner-1's claims were recovered {took:.2f} s after the kill"
+    # How soon after the kill (the runner lease, then a sweep): bench/latency.py; here a generous bound.
+    wait_for(recovered, LEASE_S + 60,
+             lambda: f"the active host to recover the SIGKILLed runner-1's claims:\n{active.log()}")
     assert "of runner host(s) runner-1#1 whose lease is gone" in active.log()
     wait_for(lambda: not any(alive(w) for w in workers), 10, "the dead runner's workers to be reaped")
 
@@ -230,6 +228,33 @@ def _idle_in_transaction(database: str) -> int:
                            "AND state LIKE 'idle in transaction%'")[0][0]
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (a SIGSTOP has landed on all of them)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state == "T" for state in states)
+
+
+def _pause_outside_a_transaction(pid: int, database: str) -> None:
+    """SIGSTOP `pid` at a moment none of its sessions is inside a transaction (a paused open one
+    would hold its row locks until it woke)."""
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: _stopped(pid), 30, f"every thread of runner {pid} to be stopped by SIGSTOP")
+        if not _idle_in_transaction(database):
+            return
+        os.kill(pid, signal.SIGCONT)
+        # Running again: let it end the transaction it was paused in before trying the next pause.
+        wait_for(lambda: not _idle_in_transaction(database), 30,
+                 f"runner {pid}, continued, to end its transaction")
+    pytest.fail("could not pause the runner outside a transaction")
+
+
 def test_a_runner_paused_past_its_lease_writes_nothing_and_exits(
         guard, state_dir: Path, other_state_dir: Path, pg_url: str) -> None:
     # The active host with one worker, kept busy by a run of its own; then the runner takes the next.
@@ -245,13 +270,7 @@ def test_a_runner_paused_past_its_lease_writes_nothing_and_exits(
     harness.wait_for_oracle(oracle, "c2")
     assert _rows(pg_url, "SELECT runner_id FROM run_claim WHERE run_id = ?", (run_id,)) == [("runner-1",)]
 
-    for _ in range(50):  # pause it outside a transaction (a paused open one would hold its row locks)
-        os.kill(runner.pid, signal.SIGSTOP)
-        time.sleep(0.05)
-        if not _idle_in_transaction(pg_url):
-            break
-        os.kill(runner.pid, signal.SIGCONT)
-        time.sleep(0.05)
+    _pause_outside_a_transaction(runner.pid, pg_url)
     try:
         wait_for(lambda: not _rows(pg_url, "SELECT 1 FROM run_claim WHERE run_id = ? AND runner_id = 'runner-1'",
                                    (run_id,)), LEASE_S + 10, "the active host to recover the paused runner's run")

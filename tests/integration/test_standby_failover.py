@@ -8,10 +8,11 @@ test session's cluster (`--database postgresql://…`), both in `make test`
 time fence and the lease times use the database server's clock.
 
 - SIGKILL the active host in the middle of a six-node run (node n3 hangs on
-  its first execution): the standby serves as active within lease + 2 s,
-  reaps the dead host's worker (same machine: pid + create time + machine
-  id), recovers the run and finishes it; the oracle file (outside the
-  database) shows no node committed before the kill ran again.
+  its first execution): the standby serves as active once the lease has
+  run out (how soon: bench/latency.py), reaps the dead host's worker (same
+  machine: pid + create time + machine id), recovers the run and finishes
+  it; the oracle file (outside the database) shows no node committed before
+  the kill ran again.
 - SIGSTOP the active host past its lease: the standby takes over and
   finishes the run; SIGCONT the old host: it exits with status 1 and a
   "lease … lost" line, and the database is exactly what it was before it
@@ -43,6 +44,8 @@ from piwf_actors.client.connection import HostNotRunning
 guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 
 LEASE_S = 2.0
+#: A generous bound on a takeover (the lease, a poll, the start of the active parts; see bench/latency.py).
+TAKEOVER_WAIT_S = LEASE_S + 60
 NODES = ["n1", "n2", "n3", "n4", "n5", "n6"]
 
 
@@ -90,14 +93,16 @@ def _status(state_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _wait_role(state_dir: Path, role: str, script, timeout: float = 20) -> dict[str, Any]:
+def _wait_role(state_dir: Path, role: str, script, timeout: float = 20, waiting_for: str | None = None
+               ) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         if script.proc.poll() is not None:
             pytest.fail(f"host exited with {script.proc.returncode}:\n{script.log()}")
         status = _status(state_dir)
         return status if status is not None and status["role"] == role else None
 
-    return wait_for(check, timeout, lambda: f"{state_dir} to serve as {role}; log:\n{script.log()}", poll=0.05)
+    what = waiting_for or f"{state_dir} to serve as {role}"
+    return wait_for(check, timeout, lambda: f"{what}; log:\n{script.log()}", poll=0.05)
 
 
 def _wait_run(state_dir: Path, run_id: str, timeout: float = 30) -> dict[str, Any]:
@@ -134,10 +139,9 @@ def test_sigkill_of_the_active_host_mid_run_the_standby_takes_over_and_finishes(
     old_epoch = rows(shared, "SELECT epoch FROM host_state")[0]["epoch"]
 
     assert a.sigkill() < 0
-    killed_at = time.monotonic()
-    status = _wait_role(state_dir / "b", "active", b, timeout=LEASE_S + 10)
-    took = time.monotonic() - killed_at
-    assert took <= LEASE_S + 2, f"the standby served as active {took:.2f} s after the kill (lease {LEASE_S} s)"
+    # How soon after the kill (lease + a poll): bench/latency.py; here only a generous bound.
+    status = _wait_role(state_dir / "b", "active", b, timeout=TAKEOVER_WAIT_S,
+                        waiting_for="the standby to take over after the active host's SIGKILL")
     assert status["epoch"] == old_epoch + 1 and status["active"]["host_id"] == "host-b"
     # The dead host's worker (own session, same machine) was reaped by the new active host.
     wait_for(lambda: not any(alive(w) for w in old_workers), 5, "the dead host's workers to be reaped")
@@ -207,17 +211,30 @@ def _writes_locked(shared: Shared) -> bool:
         conn.close()
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (a SIGSTOP has landed on all of them)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(state == "T" for state in states)
+
+
 def _pause_outside_a_transaction(pid: int, shared: Shared) -> None:
     """SIGSTOP `pid` at a moment it holds no write transaction. (A host paused inside one blocks every
     other writer of a SQLite file — on PostgreSQL, of the rows it locked — until it wakes or dies;
     docs/standby.md says so. That case is not this test's.)"""
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
-        time.sleep(0.05)  # let the stop land
+        wait_for(lambda: _stopped(pid), 30, f"every thread of host {pid} to be stopped by SIGSTOP")
         if not _writes_locked(shared):
             return
         os.kill(pid, signal.SIGCONT)
-        time.sleep(0.05)
+        # Running again: let it end the transaction it was paused in before trying the next pause.
+        wait_for(lambda: not _writes_locked(shared), 30, f"host {pid}, continued, to end its write transaction")
     pytest.fail("could not pause the host outside a write transaction")
 
 

@@ -3,7 +3,7 @@
 What a standby serves (host.status with its role and the active host, reads,
 watches that follow the other host's writes) and refuses (mutations:
 `unavailable` with a hint, on the socket and through the embedding API);
-a clean stop of the active host hands over at once (the lease is released),
+a clean stop of the active host hands over without waiting out the lease (it is released),
 and the standby then serves as active: its gateway takes mutations and its
 scheduler runs what was queued.
 """
@@ -22,6 +22,9 @@ from piwf_actors.errors import StandbyHost
 from piwf_actors.protocol.catalog import OPERATIONS
 
 FLOW = Path(__file__).resolve().parent / "wf" / "recovery_flows.py"
+#: A lease no wait of these tests comes near, and the wait for a takeover on release.
+LONG_LEASE_S = 300.0
+TAKEOVER_WAIT_S = 60.0
 
 
 @pytest.fixture
@@ -30,8 +33,9 @@ def two_hosts(state_dir: Path, other_state_dir: Path):
     started = []
 
     def start(name: str, **config):
+        settings = {"lease_s": 2.0, "max_workers": 1, "warm_workers": 0, "reap_grace_s": 0.5, **config}
         host = start_host(HostConfig(state_dir=state_dir / name, database=shared, host_id=f"host-{name}",
-                                     lease_s=2.0, max_workers=1, warm_workers=0, reap_grace_s=0.5, **config))
+                                     **settings))
         started.append(host)
         return host
 
@@ -43,8 +47,9 @@ def two_hosts(state_dir: Path, other_state_dir: Path):
 
 
 def test_a_standby_serves_reads_refuses_mutations_and_takes_over_on_release(two_hosts, tmp_path) -> None:
-    active = two_hosts("a")
-    standby = two_hosts("b")
+    # A lease far longer than any wait here: a takeover seen within a wait came from the release.
+    active = two_hosts("a", lease_s=LONG_LEASE_S)
+    standby = two_hosts("b", lease_s=LONG_LEASE_S)
     assert (active.role, standby.role) == ("active", "standby")
     assert standby.epoch is None and standby.claim is None
     oracle = tmp_path / "oracle"
@@ -93,12 +98,13 @@ def test_a_standby_serves_reads_refuses_mutations_and_takes_over_on_release(two_
         assert seen
         active.wait_for_run(second_run, timeout=20)
 
-    # A clean stop releases the lease: the standby takes over within a poll or two, not a lease.
+    # A clean stop releases the lease: the standby takes over on the release, not when the lease
+    # (LONG_LEASE_S) would run out. How soon after the stop: bench/latency.py.
     old_epoch = active.epoch
-    stopped_at = time.monotonic()
     active.stop("handing over")
-    assert standby.wait_active(5), "the standby did not take over after the active host released the lease"
-    assert time.monotonic() - stopped_at < 2.0
+    assert standby.wait_active(TAKEOVER_WAIT_S), (
+        f"the standby to take over within {TAKEOVER_WAIT_S} s of the active host releasing its lease "
+        f"(the lease itself runs {LONG_LEASE_S} s)")
     assert standby.role == "active" and standby.epoch == old_epoch + 1
     with Client(standby.paths.root) as client:
         status = client.status()

@@ -120,7 +120,9 @@ def shared(proto):
     """One host (64 KiB frames) and one bystander for the whole catalogue of bad frames and
     requests: the bystander stays connected through all of them."""
     state_dir = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    host = start_host(proto.host_config(state_dir, Limits(max_frame_bytes=64 * 1024)))
+    # A frame deadline of an hour: a connection closed within a test's wait was closed for what it
+    # sent, never for being slow (the deadline itself: test_slowloris_writer_is_closed_after_frame_deadline).
+    host = start_host(proto.host_config(state_dir, Limits(max_frame_bytes=64 * 1024, frame_deadline_s=3600.0)))
     bystander = proto.Bystander(host.paths.socket, client_id="bystander")
     try:
         yield host, bystander
@@ -138,14 +140,13 @@ def test_malformed_frame_closes_only_that_connection(case, shared, connect) -> N
     data, shutdown = MALFORMED[case]
 
     bad = connect(host)
-    started = time.monotonic()
     bad.send_bytes(data)
     if shutdown:
         bad.sock.shutdown(socket.SHUT_WR)
-    frames = bad.assert_closed(timeout=5)
+    # Closed for the malformed frame, not at the frame deadline (an hour on this host): the wait
+    # below is only a generous bound. How soon it closes: bench/latency.py.
+    frames = bad.assert_closed(timeout=60)
     assert frames == [], f"a malformed frame is not answered, got {frames}"
-    # Closed at once, not after the (default 10 s) frame deadline.
-    assert time.monotonic() - started < 3
 
     bystander.wait_connections(1)
     bystander.assert_serving()
@@ -393,15 +394,19 @@ def test_slowloris_writer_is_closed_after_frame_deadline(partial, make_host, con
 
     slow = connect(host)
     body = request_body()
+    before_send = time.monotonic()  # the host starts the frame's clock when it reads these bytes: later
     slow.send_bytes(struct.pack(">I", len(body)) + body[:5] if partial == "body" else b"\x00\x00")
-    sent = time.monotonic()
     bystander.assert_serving()  # served while the slow one hangs
-    frames = slow.assert_closed(timeout=5)
-    elapsed = time.monotonic() - sent
+    frames = slow.assert_closed(timeout=60)
+    closed_after = time.monotonic() - before_send
     assert frames == []
-    assert 0.9 <= elapsed <= 3.0, elapsed
+    # Never before the deadline (an ordering, which no load can break: the clock started after
+    # before_send and the close was seen after it happened). How late after it: bench/latency.py.
+    assert closed_after >= 1.0, f"closed {closed_after:.3f} s after the partial frame, before the 1 s deadline"
 
-    time.sleep(0.5)  # the idle connection has now been idle longer than the deadline
+    # The idle connection, open since before the partial frame, has been idle longer than the
+    # deadline: a deadline that (wrongly) ran from connect would have closed it by now, in the same
+    # check that closed the slow one or an earlier one.
     assert idle.request("host.status")["outcome"] == "accepted"
     bystander.assert_serving()
     bystander.wait_connections(2)

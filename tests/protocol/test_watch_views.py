@@ -7,8 +7,8 @@ more of them than the view shows, then a prune — and each time things
 settle, a watcher's last `runs` and `host` events must equal what a fresh
 read-only connection reads, and what a new watch gets first; `run.list` must
 answer what the query answers. Also: `run.list` sees a run as soon as
-`run.start` was answered, and a burst of changes reaches a `runs` watcher as
-fewer events than changes, the last one current.
+`run.start` was answered, and a burst of changes reaches a `runs` watcher,
+its last event current (how many events a burst makes: bench/latency.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from piwf_actors.protocol import views, watches
+from piwf_actors.protocol import views
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 
@@ -146,13 +146,14 @@ def test_run_list_shows_a_run_as_soon_as_run_start_is_answered(host, connect, pr
         assert run_id in listed, (index, run_id, listed)
 
 
-def test_a_burst_of_changes_reaches_a_runs_watcher_coalesced(host, connect, proto) -> None:
-    """Forty runs started back to back change the `runs` view a few hundred times; the watcher gets
-    at most one event per LIST_INTERVAL_S, and the last one is the view as it ends."""
+def test_a_burst_of_changes_reaches_a_runs_watcher_and_its_last_event_is_current(host, connect, proto) -> None:
+    """Forty runs started back to back change the `runs` view a few hundred times; the watcher's
+    events end with the view as it is when they are over. (At most one event per LIST_INTERVAL_S is
+    the rule of test_watch_timing.py, with a chosen clock; how many events a live burst makes is a
+    figure of bench/latency.py.)"""
     watcher, actor = connect(host), connect(host)
     _watch(watcher, "all", "runs")
     watcher.event("all")
-    began = time.monotonic()
     for batch in range(2):  # within the in-flight cap of 32
         sent = [actor.send_request("run.start", {"workflow": proto.flow("quick"), "input": {"i": batch * 20 + i}})
                 for i in range(20)]
@@ -167,9 +168,6 @@ def test_a_burst_of_changes_reaches_a_runs_watcher_coalesced(host, connect, prot
             except TimeoutError:
                 return bool(events) and events[-1]["counts"]["done"] == 40
 
-    proto.wait_for(all_done, 30, lambda: f"the watcher to see 40 runs done ({len(events)} events)")
-    elapsed = time.monotonic() - began
+    proto.wait_for(all_done, 60, lambda: f"the watcher to see 40 runs done ({len(events)} events)")
     assert events[-1] == _fresh(host)[0]
-    # Each of the 40 runs changed the view at least three times (queued, running, done).
-    # At most one event per interval (and the first at once): fewer than the changes of a burst.
-    assert len(events) <= 2 + elapsed / watches.LIST_INTERVAL_S, (len(events), elapsed)
+    assert [run["status"] for run in events[-1]["runs"]] == ["done"] * 40

@@ -138,21 +138,36 @@ def test_a_conflict_with_another_hosts_transaction_is_retried(pg_database: Postg
     try:
         store.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
         other = psycopg.connect(pg_database.url, autocommit=True)
+        monitor = psycopg.connect(pg_database.url, autocommit=True)
         holding = threading.Event()
+        blocked: list[bool] = []
+
+        def waiting_on_other() -> bool:
+            """Some session (the first host's batch) waits for a lock `other` holds."""
+            pid = other.info.backend_pid
+            return monitor.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                                   (pid,)).fetchone()[0] > 0
 
         def other_host() -> None:
             other.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
             other.execute("UPDATE run SET revision = revision + 1 WHERE run_id = 'r1'")
             holding.set()
-            time.sleep(0.5)  # the first host's batch waits for this row's lock meanwhile
+            # Commit once the first host's batch is waiting for this row's lock (or give up waiting,
+            # and the test fails below).
+            deadline = time.monotonic() + 30
+            while not (seen := waiting_on_other()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            blocked.append(seen)
             other.execute("COMMIT")
 
         thread = threading.Thread(target=other_host)
         thread.start()
         assert holding.wait(10)
         paused = store.raw("run.pause", {"run_id": "r1"})
-        thread.join(10)
+        thread.join(40)
         other.close()
+        monitor.close()
+        assert blocked == [True], "the first host's batch to wait for the row lock of the other host's transaction"
         assert paused.ok, paused
         assert store.db.execute_sql("SELECT revision, status FROM run WHERE run_id = 'r1'").fetchone() == \
             (3, "parked")
