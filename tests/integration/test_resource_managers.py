@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import time
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
