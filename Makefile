@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test test-pg test-slow bench lint clean
+.PHONY: demo test test-pg test-slow bench soak lint clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,14 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/spawn.py
 	$(PY) bench/throughput.py
 	$(PY) bench/protocol.py
+	$(PY) bench/latency.py
 	$(PY) bench/growth.py
+
+# Random SIGKILLs of hosts, workers and runner hosts on SQLite and PostgreSQL, checked against an
+# oracle file (bench/README.md); ~9 minutes with the defaults, exit 1 on any loss or repeat.
+# Pass options with SOAK_ARGS, e.g. `make soak SOAK_ARGS="--duration 1200 --seed 7"`.
+soak: $(STAMP)
+	$(PY) bench/soak.py $(SOAK_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff
