@@ -20,6 +20,7 @@ import socket
 import time
 
 import pytest
+from testsupport import hosts_on_postgres
 
 from piwf_actors.client import connection as client_module
 from piwf_actors.client.connection import Client
@@ -347,6 +348,13 @@ def test_a_backup_replay_is_adopted_with_the_first_receipt(host, connect, proto,
     run_id = conn.ok("run.start", {"workflow": proto.flow("quick")})["receipt"]["run_id"]
     proto.wait_run(conn, run_id)
     destination = str(tmp_path / "copy.db")
+    if hosts_on_postgres():
+        # PostgreSQL backups are pg_dump's (docs/postgresql.md): the refusal is recorded like any other.
+        refused = conn.request("state.backup", {"destination": destination}, idempotency_key="backup-1")
+        assert refused["outcome"] == "rejected" and "pg_dump" in refused["error"], refused
+        replay = conn.request("state.backup", {"destination": destination}, idempotency_key="backup-1")
+        assert (replay["outcome"], replay["error"]) == ("rejected", refused["error"]), replay
+        return
     first, _ = _replay(conn, "state.backup", {"destination": destination}, key="backup-1")
     assert first["receipt"]["destination"] == destination and first["receipt"]["verified"] is True
     # Another key is another backup: the file is there already.
