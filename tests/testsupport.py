@@ -277,6 +277,29 @@ def fill_up(path: Path) -> None:
 # --- processes ------------------------------------------------------------------------------
 
 
+def per_thread(pid: int, name: str) -> list[str]:
+    """`/proc/<pid>/task/<tid>/<name>` of every thread of `pid` that is still there ([] when the
+    process is gone): a thread's state (`stat`), what it sleeps in (`wchan`) …"""
+    found = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{name}") as file:
+                found.append(file.read())
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return found
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (a SIGSTOP has landed on all of them)."""
+    states = [stat.rsplit(")", 1)[1].split()[0] for stat in per_thread(pid, "stat")]
+    return bool(states) and all(state == "T" for state in states)
+
+
 def live_children() -> set[int]:
     """Pids of this process's live (non-zombie) descendants."""
     found = set()

@@ -3,7 +3,7 @@
 A record holds the request's fingerprint and its outcome: `accepted` or `adopted` with a receipt,
 or a refusal (`rejected`, `conflict`, `notFound`) with its error code and one-line message. The
 writer's `recorded` (store/commands/idempotency.py) reads and writes them inside a command's
-transaction; `recorded_answer` reads them from a snapshot, for work done outside the writer before
+transaction; `lookup_recorded` reads them from a snapshot, for work done outside the writer before
 its command is sent (a backup file: `state.backup`).
 """
 
@@ -89,22 +89,18 @@ def args_fingerprint(operation: str, args: dict[str, Any]) -> str:
                                args.get("payload_for_fingerprint", args.get("payload")))
 
 
-def recorded_answer(conn: Connection, operation: str, args: dict[str, Any]) -> dict[str, Any] | RecordedRefusal | None:
-    """`find_recorded` for a command's args, as `recorded` computes them; None for a request that is
-    not recorded (no client id and key) or was never seen."""
+def lookup_recorded(database: DatabaseLocation, operation: str,
+                    args: dict[str, Any]) -> dict[str, Any] | RecordedRefusal | None:
+    """The recorded answer to a command's request (as `find_recorded`), read through a read-only
+    connection of its own (for the host's executor threads, which hold no reader); None for a
+    request that is not recorded (no client id and key) or was never seen."""
     client_id, key = args.get("client_id"), args.get("idempotency_key")
     if not client_id or not key:
         return None
-    return find_recorded(conn, client_id, key, args.get("client_request_id") or key, args_fingerprint(operation, args))
-
-
-def lookup_recorded(database: DatabaseLocation, operation: str,
-                    args: dict[str, Any]) -> dict[str, Any] | RecordedRefusal | None:
-    """`recorded_answer` read through a read-only connection of its own (for the host's executor
-    threads, which hold no reader)."""
     reader = StoreReader(database)
     try:
         with reader.snapshot():
-            return recorded_answer(reader.conn, operation, args)
+            return find_recorded(reader.conn, client_id, key, args.get("client_request_id") or key,
+                                 args_fingerprint(operation, args))
     finally:
         reader.close()

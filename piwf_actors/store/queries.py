@@ -286,7 +286,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
             last_traceback = trace
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
-    _answers_of(reader, run_id, nodes)
+    waiting = _requests_of(reader, run_id, nodes)
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
@@ -302,34 +302,32 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "pause_requested": bool(run["pause_requested"]), "cancel_requested": bool(run["cancel_requested"]),
         "created_at": run["created_at"], "updated_at": run["updated_at"], "finished_at": run["finished_at"],
         "nodes": list(nodes.values()), "effects": effects,
-        "waiting": _waiting_on(reader, run_id),
+        "waiting": waiting,
         "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
     }
 
 
-def _answers_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, Any]]) -> None:
-    """Who answered each waiting node's latest attempt, and when: `answer: {by, at}` with the accepted
-    submission's provenance (`human` with client id, session, pid and uid; `channel` with the
-    Telegram user; `timeout`; `agent`)."""
+def _requests_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's interactive requests, read once: who answered each waiting node's latest attempt, and
+    when (`answer: {by, at}` on the node, the accepted submission's provenance: `human` with client id,
+    session, pid and uid; `channel` with the Telegram user; `timeout`; `agent`), and the open requests
+    with their clocks (returned, run.get's `waiting`): `running` (the deadline counts, `remaining_s`
+    until it), `paused` (the run is paused: `remaining_s` is what is left when it resumes) or `none`
+    (no deadline)."""
     latest = {node["attempt_id"]: node for node in nodes.values()}
-    for attempt_id, provenance, submitted_at in reader.all(
-            """SELECT r.attempt_id, s.provenance, s.submitted_at FROM interactive_request r
-               JOIN interactive_submission s ON s.submission_id = r.accepted_submission_id
-               WHERE r.run_id = ?""", (run_id,)):
-        node = latest.get(attempt_id)
-        if node is not None:
-            node["answer"] = {"by": _json(provenance), "at": submitted_at}
-
-
-def _waiting_on(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
-    """The run's open requests and their clocks: `running` (the deadline counts, `remaining_s` until
-    it), `paused` (the run is paused: `remaining_s` is what is left when it resumes) or `none` (no
-    deadline)."""
     now = time.time()
     waiting = []
-    for request_id, node_id, kind, status, deadline_at, paused_left in reader.all(
-            """SELECT request_id, node_id, kind, status, deadline_at, paused_remaining_s FROM interactive_request
-               WHERE run_id = ? AND status IN ('pending', 'presenting') ORDER BY created_at""", (run_id,)):
+    for request_id, node_id, attempt_id, kind, status, deadline_at, paused_left, provenance, submitted_at in reader.all(
+            """SELECT r.request_id, r.node_id, r.attempt_id, r.kind, r.status, r.deadline_at, r.paused_remaining_s,
+                      s.provenance, s.submitted_at
+               FROM interactive_request r LEFT JOIN interactive_submission s
+                    ON s.submission_id = r.accepted_submission_id
+               WHERE r.run_id = ? ORDER BY r.created_at""", (run_id,)):
+        node = latest.get(attempt_id)
+        if provenance is not None and node is not None:
+            node["answer"] = {"by": _json(provenance), "at": submitted_at}
+        if status not in ("pending", "presenting"):
+            continue
         paused = paused_left is not None
         remaining = paused_left if paused else None if deadline_at is None else max(0.0, deadline_at - now)
         clock = "paused" if paused else "none" if deadline_at is None else "running"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -316,6 +317,17 @@ def test_limits_are_enforced(fake: FakeBotApi, api: BotApi) -> None:
     ],
 )
 def test_answers_that_are_not_plain_bot_api_answers(status: int, body: bytes, expected: type[TelegramError]) -> None:
+    with _answering(status, body) as url:
+        api = BotApi(TOKEN, url, timeout_s=5)
+        with pytest.raises(expected) as caught:
+            api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
+        assert type(caught.value) is expected
+
+
+@contextlib.contextmanager
+def _answering(status: int, body: bytes) -> Iterator[str]:
+    """A server on 127.0.0.1 that answers every POST with `status` and `body`; yields its URL."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
@@ -331,10 +343,7 @@ def test_answers_that_are_not_plain_bot_api_answers(status: int, body: bytes, ex
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        api = BotApi(TOKEN, f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
-        with pytest.raises(expected) as caught:
-            api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
-        assert type(caught.value) is expected
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -386,29 +395,8 @@ def test_a_token_cut_by_the_error_snippet_leaves_no_part_of_it(caplog: pytest.Lo
     before the cut, so not even a piece of it reaches the error (and the logs, the database)."""
     caplog.set_level(logging.DEBUG, logger="piwf_actors.channels.telegram_api")
     body = (b"x" * 170 + f"GET /bot{TOKEN}/sendMessage failed".encode())
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(502)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        api = BotApi(TOKEN, f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
-        with pytest.raises(OutcomeUnknown) as caught:
-            api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _answering(502, body) as url, pytest.raises(OutcomeUnknown) as caught:
+        BotApi(TOKEN, url, timeout_s=5).call("sendMessage", {"chat_id": CHAT, "text": "x"})
     secret = TOKEN.partition(":")[2]
     pieces = {secret[i:i + 8] for i in range(len(secret) - 7)}
     for text in (str(caught.value), caught.value.one_line(), caplog.text):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from testsupport import fill_up, small_filesystem, sqlite_only
+from testsupport import fill_up, per_thread, small_filesystem, sqlite_only
 from wf import harness
 from wf.harness import Oracle, edge_flow, rows, wait_for, wait_for_status
 
@@ -50,19 +50,8 @@ def _reading_its_socket(process: psutil.Process) -> bool:
     the process is gone (it starts nothing either)."""
     if not harness.alive(process):
         return True
-    pid = process.pid
-    waits = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return True
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/wchan") as wchan:
-                waits.append(wchan.read().strip())
-        except FileNotFoundError:  # a thread that ended meanwhile
-            continue
-    return bool(waits) and all(wait in ("unix_stream_read_generic", "unix_stream_data_wait") for wait in waits)
+    waits = [wchan.strip() for wchan in per_thread(process.pid, "wchan")]
+    return not waits or all(wait in ("unix_stream_read_generic", "unix_stream_data_wait") for wait in waits)
 
 
 def test_a_host_paused_past_its_lease_commits_nothing_and_starts_no_node(guard, state_dir) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import BIN_PIWF_HOST
+from testsupport import BIN_PIWF_HOST, all_threads_stopped
 from wf import harness
 from wf.harness import Oracle, alive, flow, wait_for
 
@@ -228,24 +228,12 @@ def _idle_in_transaction(database: str) -> int:
                            "AND state LIKE 'idle in transaction%'")[0][0]
 
 
-def _stopped(pid: int) -> bool:
-    """Every thread of `pid` is in the stopped state (a SIGSTOP has landed on all of them)."""
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                states.append(stat.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:  # a thread that ended meanwhile
-            continue
-    return bool(states) and all(state == "T" for state in states)
-
-
 def _pause_outside_a_transaction(pid: int, database: str) -> None:
     """SIGSTOP `pid` at a moment none of its sessions is inside a transaction (a paused open one
     would hold its row locks until it woke)."""
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: _stopped(pid), 30, f"every thread of runner {pid} to be stopped by SIGSTOP")
+        wait_for(lambda: all_threads_stopped(pid), 30, f"every thread of runner {pid} to be stopped by SIGSTOP")
         if not _idle_in_transaction(database):
             return
         os.kill(pid, signal.SIGCONT)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import BIN_PIWF_HOST, connect_database, database_rows
+from testsupport import BIN_PIWF_HOST, all_threads_stopped, connect_database, database_rows
 from wf import harness
 from wf.harness import Oracle, alive, flow, wait_for, wait_for_oracle
 
@@ -211,25 +211,13 @@ def _writes_locked(shared: Shared) -> bool:
         conn.close()
 
 
-def _stopped(pid: int) -> bool:
-    """Every thread of `pid` is in the stopped state (a SIGSTOP has landed on all of them)."""
-    states = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                states.append(stat.read().rsplit(")", 1)[1].split()[0])
-        except FileNotFoundError:  # a thread that ended meanwhile
-            continue
-    return bool(states) and all(state == "T" for state in states)
-
-
 def _pause_outside_a_transaction(pid: int, shared: Shared) -> None:
     """SIGSTOP `pid` at a moment it holds no write transaction. (A host paused inside one blocks every
     other writer of a SQLite file — on PostgreSQL, of the rows it locked — until it wakes or dies;
     docs/standby.md says so. That case is not this test's.)"""
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: _stopped(pid), 30, f"every thread of host {pid} to be stopped by SIGSTOP")
+        wait_for(lambda: all_threads_stopped(pid), 30, f"every thread of host {pid} to be stopped by SIGSTOP")
         if not _writes_locked(shared):
             return
         os.kill(pid, signal.SIGCONT)

@@ -25,12 +25,9 @@ from piwf_actors.store.command_records import (
     args_fingerprint,
     find_recorded,
     recordable,
-    request_fingerprint,
 )
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
 from piwf_actors.store.requests import error_from_code
-
-__all__ = ["Adopted", "recorded", "refusal_in", "request_fingerprint"]
 
 
 @dataclass(frozen=True, slots=True)

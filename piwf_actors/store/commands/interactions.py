@@ -197,8 +197,9 @@ def _wake_run(ctx: WriteContext, run_id: str, reason: str) -> None:
             set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"after": reason})
             return
         if run["pause_requested"]:
-            # Paused while it waited (a deadline can still settle it): it stays
-            # parked, now as paused, and `run.resume` lets it consume the answer.
+            # Paused while it waited (answers are refused and deadlines stand still meanwhile, so
+            # this is an answer settled before the pause, e.g. a deadline of a run paused before
+            # schema v11): it stays parked, now as paused, and `run.resume` lets it consume it.
             ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
             set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
                        payload={"reason": "paused", "after": reason})
