@@ -12,27 +12,42 @@ The decision channel delivers at most once: before a send it records the
 send as ``applying``; afterwards it settles it from what this module says:
 
 * a returned result -> ``applied``;
-* `NotSent` -> ``failed``: the request surely did not take effect, either
-  because no connection could be made (nothing was sent) or because
-  Telegram answered with an error (HTTP status >= 400 or ``{"ok": false}``).
-  Safe to retry; a 429 carries `NotSent.retry_after`;
-* `OutcomeUnknown` -> ``ambiguous``: the request bytes started going out
-  but no valid answer came back (send error, read timeout, reset, EOF,
-  unparseable body, a gateway 502/504 without a Telegram answer). The
-  message may or may not have reached the chat; it is never re-sent
-  automatically, because a re-send could show a person the same question
-  twice and their tap could be applied to the wrong copy.
+* `NotSent` -> ``failed``: the request surely did not take effect. Only two
+  things prove that: no connection could be made (nothing was written), or
+  Telegram refused the request with a Bot API error answer (``{"ok":
+  false}``) whose ``error_code`` (lacking one, the HTTP status) is below
+  500. Safe to retry; a 429 carries `NotSent.retry_after`, a group that
+  became a supergroup `NotSent.migrate_to_chat_id`;
+* `OutcomeUnknown` -> ``ambiguous``: everything else once the request
+  bytes started going out: a send error, read timeout, reset or EOF; an
+  answer larger than `MAX_ANSWER_BYTES` (never parsed) or shorter than its
+  Content-Length; an answer that is not a Bot API answer (not a JSON object
+  with a boolean ``"ok"``) whatever its HTTP status, since a proxy's 500,
+  503, 404 or 401 page may come after it forwarded the request; a Bot API
+  error answer with an ``error_code`` >= 500 (Telegram's own frontend
+  failed after receiving the request); ``{"ok": true}`` with an HTTP status
+  >= 400, or without a result. The message may or may not have reached the
+  chat; it is never re-sent automatically, because a re-send could show a
+  person the same question twice and their tap could be applied to the
+  wrong copy.
 
 The boundary is `HTTPConnection.connect()`: it is called explicitly, so an
 `OSError` there (refused, unreachable, DNS failure, connect timeout, TLS
 handshake) is known to have sent nothing.
 
+Answers are read up to `MAX_ANSWER_BYTES`: far above the largest possible
+getUpdates batch (100 updates of 4096-character messages replying to as
+long ones stay below 8 MiB), because a batch too large to read would come
+back on every poll and stop the poller for good.
+
 Token secrecy
 -------------
 The bot token is a password. It appears only in the request path. Every
-exception message and log line built here passes through `BotApi.redact`,
-exceptions are raised ``from None`` so no chained exception text is shown
-with them, and ``repr(BotApi)`` omits the token.
+exception message and log line built here passes through `BotApi.redact`
+(the raw and percent-encoded token and its secret part) before any text is
+cut to length, since a cut through the token leaves a piece no redaction
+finds; exceptions are raised ``from None`` so no chained exception text is
+shown with them, and ``repr(BotApi)`` omits the token.
 """
 
 from __future__ import annotations
@@ -53,10 +68,12 @@ log = logging.getLogger(__name__)
 #: Added to a long poll's server-side timeout to get the HTTP read timeout.
 LONG_POLL_MARGIN_S = 10.0
 
+#: The largest answer body read; a larger one is an unknown outcome, never parsed.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
 _METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-# A gateway answering for an upstream that may have acted (bad answer / no answer in time).
-_GATEWAY_UNKNOWN_STATUSES = frozenset({502, 504})
 _MAX_DETAIL_CHARS = 300
+_SNIPPET_CHARS = 200  # of an answer that is not a Bot API answer
 
 
 class TelegramError(PiwfError):
@@ -130,11 +147,13 @@ class BotApi:
             raise ValueError("timeout_s must be positive")
         self._token = token
         self._quoted_token = urllib.parse.quote(token, safe=":")
-        # The part after the colon is the secret; redact it alone too, in case something splits the token.
+        # The part after the colon is the secret; redact it alone too, in case something splits the token
+        # (or encodes its colon). Longest first, so a form is replaced before any form inside it.
         secret = token.partition(":")[2]
-        self._secrets = sorted(
-            {token, self._quoted_token} | ({secret} if len(secret) >= 8 else set()), key=len, reverse=True
-        )
+        forms = {token, self._quoted_token, urllib.parse.quote(token, safe="")}
+        if len(secret) >= 8:
+            forms |= {secret, urllib.parse.quote(secret, safe="")}
+        self._secrets = sorted(forms, key=len, reverse=True)
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port
@@ -148,7 +167,9 @@ class BotApi:
         return f"BotApi(base_url={self._base_url!r}, token=<token>, timeout_s={self._timeout_s})"
 
     def redact(self, text: str) -> str:
-        """`text` with every occurrence of the bot token (raw or percent-encoded) replaced by ``<token>``."""
+        """`text` with every occurrence of the bot token (raw or percent-encoded) replaced by ``<token>``.
+
+        Redact before cutting a text to length, never after."""
         for secret in self._secrets:
             text = text.replace(secret, "<token>")
         return text
@@ -191,8 +212,13 @@ class BotApi:
                     headers={"Content-Type": "application/json", "Connection": "close"},
                 )
                 response = connection.getresponse()
-                status = response.status
-                raw = response.read()
+                try:
+                    status = response.status
+                    raw = _read_answer(response)
+                finally:
+                    # The response owns the socket now (Connection: close): an answer not read to its
+                    # end must not hold it open, and the server writing it, until the garbage collector.
+                    response.close()
             except (OSError, http.client.HTTPException) as exc:
                 log.debug("telegram %s: no answer: %s", method, self.redact(f"{type(exc).__name__}: {exc}"))
                 raise OutcomeUnknown(method, self._detail("no valid answer", exc)) from None
@@ -200,6 +226,9 @@ class BotApi:
             with self._active_lock:
                 self._active.discard(connection)
             connection.close()
+        if raw is None:
+            log.debug("telegram %s: HTTP %s with an answer larger than %s bytes", method, status, MAX_ANSWER_BYTES)
+            raise OutcomeUnknown(method, f"HTTP {status}: answer larger than {MAX_ANSWER_BYTES} bytes")
         return self._settle(method, status, raw)
 
     def abort(self) -> None:
@@ -216,22 +245,19 @@ class BotApi:
                     pass
 
     def _settle(self, method: str, status: int, raw: bytes) -> Any:
-        """Classify one complete HTTP answer: the result, `NotSent` or `OutcomeUnknown`."""
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            payload = None
-        if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
-            # Redact before cutting (a cut through the token would leave a piece no redaction finds),
-            # in a window that holds any token that reaches into the first 200 bytes.
-            window = raw[:200 + 3 * len(self._secrets[0])].decode("utf-8", "replace")
-            snippet = self.redact(window)[:200]
-            if status >= 400 and status not in _GATEWAY_UNKNOWN_STATUSES:
-                log.debug("telegram %s: HTTP %s without a Bot API answer", method, status)
-                raise NotSent(method, f"HTTP {status}: {snippet!r}", error_code=status)
-            log.debug("telegram %s: HTTP %s with an unparseable answer", method, status)
-            raise OutcomeUnknown(method, f"HTTP {status} with an unparseable answer: {snippet!r}")
-        if payload["ok"] is True and status < 400:
+        """Classify one complete HTTP answer (see the module docstring): the result, `NotSent` or `OutcomeUnknown`."""
+        payload = _bot_api_answer(raw)
+        if payload is None:
+            # Not Telegram's answer: whoever sent it (a proxy, a gateway) may have forwarded the request.
+            # The whole body is redacted before the cut; redacting a window would not do, as redacting
+            # shortens the text and can pull a cut piece of a later token into it.
+            snippet = self.redact(raw.decode("utf-8", "replace"))[:_SNIPPET_CHARS]
+            log.debug("telegram %s: HTTP %s without a Bot API answer", method, status)
+            raise OutcomeUnknown(method, f"HTTP {status} without a Bot API answer: {snippet!r}")
+        if payload["ok"] is True:
+            if status >= 400:
+                log.debug("telegram %s: HTTP %s with an ok answer", method, status)
+                raise OutcomeUnknown(method, f"HTTP {status} with an ok answer")
             if "result" not in payload:
                 raise OutcomeUnknown(method, f"HTTP {status}: ok without a result")
             log.debug("telegram %s: ok", method)
@@ -243,6 +269,10 @@ class BotApi:
         description = (
             self.redact(str(description))[:_MAX_DETAIL_CHARS] if description is not None else "(no description)"
         )
+        if error_code >= 500:
+            # Telegram's frontend failed after it received the request: it may have been carried out.
+            log.debug("telegram %s: failed inside Telegram: %s %s", method, error_code, description)
+            raise OutcomeUnknown(method, f"HTTP {status}: error {error_code}: {description}")
         parameters = payload.get("parameters") if isinstance(payload.get("parameters"), dict) else {}
         retry_after = parameters.get("retry_after")
         retry_after = float(retry_after) if _is_number(retry_after) else None
@@ -326,6 +356,29 @@ class BotApi:
 
     def close(self) -> None:
         """Nothing to release: no connection outlives a call. Kept so callers can treat this like a resource."""
+
+
+def _read_answer(response: http.client.HTTPResponse) -> bytes | None:
+    """The whole answer body, or None if it is larger than `MAX_ANSWER_BYTES` (then it is not read on).
+
+    A body shorter than its Content-Length raises `http.client.IncompleteRead` (``read(amt)`` would
+    quietly return the short body, so a known length is read whole).
+    """
+    if response.length is not None:
+        return response.read() if response.length <= MAX_ANSWER_BYTES else None
+    raw = response.read(MAX_ANSWER_BYTES + 1)  # chunked (a cut raises IncompleteRead) or until close
+    return raw if len(raw) <= MAX_ANSWER_BYTES else None
+
+
+def _bot_api_answer(raw: bytes) -> dict[str, Any] | None:
+    """`raw` as a Bot API answer (a JSON object with a boolean "ok"), or None if it is not one."""
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
+        return None
+    return payload
 
 
 def _is_number(value: object) -> bool:

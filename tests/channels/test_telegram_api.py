@@ -12,11 +12,12 @@ import time
 import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
 
+from piwf_actors.channels import telegram_api
 from piwf_actors.channels.fake_telegram import FakeBotApi
 from piwf_actors.channels.telegram_api import BotApi, NotSent, OutcomeUnknown, TelegramError
 from piwf_actors.errors import PiwfError
@@ -307,47 +308,185 @@ def test_limits_are_enforced(fake: FakeBotApi, api: BotApi) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "body", "expected"),
+    ("status", "body", "expected", "attributes"),
     [
-        (200, b"<html>oops</html>", OutcomeUnknown),
-        (200, b'{"ok": true}', OutcomeUnknown),
-        (502, b"<html>Bad Gateway</html>", OutcomeUnknown),
-        (500, b"<html>Internal Server Error</html>", NotSent),
-        (200, b'{"ok": false, "error_code": 400, "description": "Bad Request: nope"}', NotSent),
+        (200, b"<html>oops</html>", OutcomeUnknown, {}),
+        (200, b'{"ok": true}', OutcomeUnknown, {}),
+        (502, b"<html>Bad Gateway</html>", OutcomeUnknown, {}),
+        # A proxy's page after forwarding the request: Telegram may have acted on it.
+        (500, b"<html>Internal Server Error</html>", OutcomeUnknown, {}),
+        (503, b"<html>Service Unavailable</html>", OutcomeUnknown, {}),
+        (404, b"<html>Not Found</html>", OutcomeUnknown, {}),
+        (401, b"<html>Authorization Required</html>", OutcomeUnknown, {}),
+        (400, b'{"description": "JSON, but no ok"}', OutcomeUnknown, {}),
+        (400, b'{"ok": "false", "error_code": 400}', OutcomeUnknown, {}),
+        (400, b"[false]", OutcomeUnknown, {}),
+        # Telegram's own frontend failing after it received the request.
+        (500, b'{"ok": false, "error_code": 500, "description": "Internal Server Error"}', OutcomeUnknown, {}),
+        (200, b'{"ok": false, "error_code": 502, "description": "Bad Gateway"}', OutcomeUnknown, {}),
+        (503, b'{"ok": false, "description": "no error_code: the HTTP status counts"}', OutcomeUnknown, {}),
+        (500, b'{"ok": true, "result": 1}', OutcomeUnknown, {}),
+        (404, b'{"ok": true, "result": 1}', OutcomeUnknown, {}),
+        # Bot API error answers below 500: refused, nothing done.
+        (200, b'{"ok": false, "error_code": 400, "description": "Bad Request: nope"}', NotSent, {"error_code": 400}),
+        (404, b'{"ok": false, "error_code": 404, "description": "Not Found"}', NotSent, {"error_code": 404}),
+        (400, b'{"ok": false, "description": "no error_code"}', NotSent, {"error_code": 400}),
+        (
+            429,
+            b'{"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 7",'
+            b' "parameters": {"retry_after": 7}}',
+            NotSent,
+            {"error_code": 429, "retry_after": 7.0, "migrate_to_chat_id": None},
+        ),
+        (
+            400,
+            b'{"ok": false, "error_code": 400, "description": "Bad Request: group chat was upgraded to a supergroup'
+            b' chat", "parameters": {"migrate_to_chat_id": -1001234567890}}',
+            NotSent,
+            {"error_code": 400, "retry_after": None, "migrate_to_chat_id": -1001234567890},
+        ),
     ],
 )
-def test_answers_that_are_not_plain_bot_api_answers(status: int, body: bytes, expected: type[TelegramError]) -> None:
+def test_answers_that_are_not_plain_bot_api_answers(
+    status: int, body: bytes, expected: type[TelegramError], attributes: dict[str, Any]
+) -> None:
     with _answering(status, body) as url:
         api = BotApi(TOKEN, url, timeout_s=5)
         with pytest.raises(expected) as caught:
             api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
         assert type(caught.value) is expected
+        assert {name: getattr(caught.value, name) for name in attributes} == attributes
+
+
+def test_a_bot_api_server_error_keeps_its_redacted_description() -> None:
+    body = json.dumps({"ok": False, "error_code": 500, "description": f"Internal error at /bot{TOKEN}/sendMessage"})
+    with _answering(500, body.encode()) as url, pytest.raises(OutcomeUnknown) as caught:
+        BotApi(TOKEN, url, timeout_s=5).send_message(CHAT, "x")
+    assert "error 500: Internal error at /bot<token>/sendMessage" in caught.value.detail
+    assert SECRET_PART not in str(caught.value)
+
+
+def test_a_body_shorter_than_its_content_length_is_outcome_unknown() -> None:
+    """A connection cut inside the body must not pass for a complete answer, even one that parses."""
+    with _serving() as server:
+        api = BotApi(TOKEN, server.url, timeout_s=5)
+        for status, body in ((200, b'{"ok": true, "result": 1}'), (400, b'{"ok": false, "error_code": 400}')):
+            server.answer(status, body, content_length=len(body) + 10)
+            with pytest.raises(OutcomeUnknown, match="IncompleteRead"):
+                api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
+
+
+# --- bounded reads ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_length", [True, False], ids=["content-length", "until-close"])
+def test_an_answer_larger_than_the_bound_is_outcome_unknown_and_never_parsed(with_length: bool) -> None:
+    limit = telegram_api.MAX_ANSWER_BYTES
+    padding = b" " * (limit + 2 * 1024 * 1024)
+    refused = b'{"ok": false, "error_code": 400, "description": "Bad Request: nope"}' + padding
+    with _serving() as server:
+        api = BotApi(TOKEN, server.url, timeout_s=5)
+        for status, body in ((200, b'{"ok": true, "result": 1}' + padding), (400, refused), (502, padding)):
+            server.answer(status, body, content_length=len(body) if with_length else None)
+            with pytest.raises(OutcomeUnknown, match=f"answer larger than {limit} bytes") as caught:
+                api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
+            assert type(caught.value) is OutcomeUnknown
+            # The connection is closed at once, although the error (and its traceback) is still held.
+            assert server.finished.wait(2), "the server is still writing the answer"
+        # Exactly at the bound is still an answer.
+        body = b'{"ok": true, "result": 1}'
+        body += b" " * (limit - len(body))
+        server.answer(200, body, content_length=len(body) if with_length else None)
+        assert api.call("sendMessage", {"chat_id": CHAT, "text": "x"}) == 1
+
+
+def test_a_full_batch_of_the_largest_updates_fits_the_bound() -> None:
+    """100 updates, each a 4096-character reply (non-BMP emoji, JSON-escaped: 12 bytes per character
+    pair) to a message as long: far above any real batch, and still well inside the bound, so a
+    poller is never stuck on a batch it cannot read."""
+    text = "\U0001f600" * 2048  # 4096 UTF-16 code units, Telegram's limit
+    chat = {"id": CHAT, "type": "private", "first_name": "Person"}
+    keyboard = {"inline_keyboard": [[{"text": "x" * 64, "callback_data": "d" * 64}] * 8] * 12}
+    updates = [
+        {
+            "update_id": 1000 + n,
+            "message": {
+                "message_id": 2 * n + 2,
+                "date": 1700000000,
+                "chat": chat,
+                "from": {"id": USER, "is_bot": False, "first_name": "Person"},
+                "text": text,
+                "entities": [{"type": "bold", "offset": i * 40, "length": 20} for i in range(100)],
+                "reply_to_message": {
+                    "message_id": 2 * n + 1, "date": 1700000000, "chat": chat, "text": text, "reply_markup": keyboard
+                },
+            },
+        }
+        for n in range(100)
+    ]
+    body = json.dumps({"ok": True, "result": updates}).encode()  # ensure_ascii, as Telegram escapes
+    assert 6 * 1024 * 1024 < len(body) < telegram_api.MAX_ANSWER_BYTES / 2
+    with _answering(200, body) as url:
+        assert len(BotApi(TOKEN, url, timeout_s=5).get_updates(0, timeout_s=0)) == 100
+
+
+class _Server:
+    """A server on 127.0.0.1 answering every POST with its current `answer` (settable between requests)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.answer(200, b"")
+
+    def answer(self, status: int, body: bytes, *, content_length: int | None = -1) -> None:
+        """Answer with `status` and `body`; `content_length` -1 sends the body's length, None sends no
+        Content-Length (the body ends when the connection closes), another number sends that number."""
+        self.status, self.body = status, body
+        self.content_length = len(body) if content_length == -1 else content_length
+        self.finished = threading.Event()  # set once the answer is written, or its client went away
+
+
+@contextlib.contextmanager
+def _serving() -> Iterator[_Server]:
+    """One server on 127.0.0.1 for a test's many answers (set each with `answer`); yields its `_Server`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = 5  # a client that neither reads nor closes fails its test instead of hanging it
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status, body, length, finished = answers.status, answers.body, answers.content_length, answers.finished
+            self.send_response(status)
+            if length is not None:
+                self.send_header("Content-Length", str(length))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:  # a client that stopped reading a too-large body
+                self.close_connection = True
+            finally:
+                finished.set()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)  # one request at a time: 2x faster than threading
+    answers = _Server(f"http://127.0.0.1:{server.server_address[1]}")
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield answers
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 @contextlib.contextmanager
 def _answering(status: int, body: bytes) -> Iterator[str]:
     """A server on 127.0.0.1 that answers every POST with `status` and `body`; yields its URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _serving() as server:
+        server.answer(status, body)
+        yield server.url
 
 
 # --- token secrecy ------------------------------------------------------------------------------
@@ -390,14 +529,58 @@ def test_token_never_appears_in_errors_repr_or_logs(fake: FakeBotApi, caplog: py
         assert "918273:" not in text
 
 
-def test_a_token_cut_by_the_error_snippet_leaves_no_part_of_it(caplog: pytest.LogCaptureFixture) -> None:
-    """An error page that quotes the request URL across the 200-byte snippet: the token is redacted
-    before the cut, so not even a piece of it reaches the error (and the logs, the database)."""
+# A token whose percent-encoding differs from it (real tokens are [0-9]+:[A-Za-z0-9_-]+, for which it does not).
+ODD_TOKEN = "5150:SECRET/odd token+PLUGH~é"
+
+
+def _pieces(token: str) -> set[str]:
+    """Every 8-character piece of the token's secret part, raw and percent-encoded."""
+    secret = token.partition(":")[2]
+    return {form[i:i + 8] for form in (secret, urllib.parse.quote(secret, safe="")) for i in range(len(form) - 7)}
+
+
+def test_no_piece_of_the_token_survives_any_cut(caplog: pytest.LogCaptureFixture) -> None:
+    """The token quoted in an error page or a Bot API description at every offset across every cut
+    (the 200-character snippet of a page, the 300-character cut of a description, one_line's cut): it
+    is redacted before any cut, so not even a piece of it reaches an error, a log line or a traceback."""
     caplog.set_level(logging.DEBUG, logger="piwf_actors.channels.telegram_api")
-    body = (b"x" * 170 + f"GET /bot{TOKEN}/sendMessage failed".encode())
-    with _answering(502, body) as url, pytest.raises(OutcomeUnknown) as caught:
-        BotApi(TOKEN, url, timeout_s=5).call("sendMessage", {"chat_id": CHAT, "text": "x"})
-    secret = TOKEN.partition(":")[2]
-    pieces = {secret[i:i + 8] for i in range(len(secret) - 7)}
-    for text in (str(caught.value), caught.value.one_line(), caplog.text):
-        assert not [piece for piece in pieces if piece in text], text
+    with _serving() as server:
+
+        def check(api: BotApi, pieces: set[str], status: int, body: bytes, expected: type[TelegramError]) -> None:
+            server.answer(status, body)
+            with pytest.raises(TelegramError) as caught:
+                api.call("sendMessage", {"chat_id": CHAT, "text": "x"})
+            error = caught.value
+            assert type(error) is expected, error
+            texts = (str(error), error.one_line(), error.one_line(500), error.one_line(120), repr(error),
+                     "".join(traceback.format_exception(error)))
+            for text in texts:
+                assert not [piece for piece in pieces if piece in text], text
+
+        for token, statuses in ((TOKEN, (502, 200)), (ODD_TOKEN, (502,))):
+            api, pieces = BotApi(token, server.url, timeout_s=5), _pieces(token)
+            # The token as a proxy or Telegram might quote it back: raw, as sent in the path (the same for
+            # real tokens), fully percent-encoded, and its secret part split off, raw and encoded. Each
+            # form is redacted on its own, so one text quotes them all, each sweeping the cuts in turn.
+            secret = token.partition(":")[2]
+            forms = (token, urllib.parse.quote(token, safe=":"), urllib.parse.quote(token, safe=""))
+            quote = " ".join(f"/bot{form}/sendMessage" for form in dict.fromkeys(forms))
+            quote += " secret=" + " ".join(dict.fromkeys((secret, urllib.parse.quote(secret, safe=""))))
+            for offset in range(261):  # an error page (not a Bot API answer, whatever its status)
+                page = ("x" * offset + f"POST {quote} failed " + "z" * 300).encode()
+                for status in statuses:
+                    check(api, pieces, status, page, OutcomeUnknown)
+            # Many quotes: redacting them shortens the text, so cutting a window before redacting it would
+            # pull a cut piece of a later quote into the snippet.
+            path = f"/bot{urllib.parse.quote(token, safe=':')}/sendMessage"
+            for offset in range(len(path)):
+                check(api, pieces, 404, ("x" * offset + path * 40).encode(), OutcomeUnknown)
+            # A Bot API error answer whose description quotes the token. The description is cut in one
+            # place whatever the answer means; the offsets alternate between a refusal and a failure.
+            for offset in range(321):
+                description = "y" * offset + f"Bad Request: bad path {quote} " + "z" * 300
+                code, expected = (400, NotSent) if offset % 2 else (500, OutcomeUnknown)
+                body = json.dumps({"ok": False, "error_code": code, "description": description}).encode()
+                check(api, pieces, code, body, expected)
+    assert "refused" in caplog.text and "without a Bot API answer" in caplog.text
+    assert not [piece for piece in _pieces(TOKEN) | _pieces(ODD_TOKEN) if piece in caplog.text]
