@@ -22,17 +22,28 @@ is a regular file (not a symlink, which could point anywhere), owned by the
 host's uid and not accessible to group or others (mode 600), the same demands
 ssh makes of a private key. `channels.toml` decides who may answer decisions,
 so it must belong to the host's uid (or root) and must not be writable by
-group or others.
+group or others. The same goes for the config directory itself, as ssh's
+StrictModes demands of ``~/.ssh``: whoever can write the directory can rename
+either file away and put their own in its place, whatever the file's own mode
+(the sticky bit does not make a group- or other-writable directory
+acceptable). The directory is checked through one open descriptor and both
+files are opened relative to it, so the directory checked is the directory
+read from, even if the path is renamed meanwhile; a symlink to the directory
+is followed and its target is what is checked. The directory is judged only
+when it holds `channels.toml`, so an unrelated lax `~/.config/piwf` without
+channels stays quiet.
 
-Refusals never stop the host: channels are optional. A missing
-`channels.toml` means no channels. A broken `channels.toml` (unreadable,
-invalid TOML, an unknown channel type, unsafe ownership or mode) is
-`file_error` and no profile starts. A broken profile or credential is that
-profile's entry in `errors`; the other profiles still start. Every reason is a
-single line naming the file and the key, and never contains a token: the TOML
-parser's message for `credentials.toml` is cut down to its line and column
-(it can quote the text it choked on), values are never echoed, and anything
-token-shaped in text taken from `channels.toml` is masked.
+Refusals never stop the host: channels are optional. A missing config
+directory or a missing `channels.toml` means no channels. An unsafe config
+directory (not a directory, unsafe ownership or mode) or a broken
+`channels.toml` (unreadable, invalid TOML, an unknown channel type, unsafe
+ownership or mode) is `file_error` and no profile starts. A broken profile
+or credential is that profile's entry in `errors`; the other profiles still
+start. Every reason is a single line naming the file and the key, and never
+contains a token: the TOML parser's message for `credentials.toml` is cut
+down to its line and column (it can quote the text it choked on), values are
+never echoed, and anything token-shaped in text taken from `channels.toml` is
+masked.
 
 `load_channels` is a pure function of the files: call it again to reload, and
 compare `fingerprint(profile)` of old and new to tell which profiles changed.
@@ -40,22 +51,21 @@ compare `fingerprint(profile)` of old and new to tell which profiles changed.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import hmac
 import json
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from piwf_actors.channels.private_files import Refused, check_directory, read_private
+
 CHANNELS_FILE = "channels.toml"
 CREDENTIALS_FILE = "credentials.toml"
-MAX_FILE_BYTES = 1 << 20  # both files are a few lines; a bigger one is a mistake, not config
 
 PROFILE_KEYS = ("credential", "allowed_user_ids", "allowed_chat_ids", "audiences")
 _PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -199,18 +209,39 @@ def default_config_dir(env: Mapping[str, str] = os.environ) -> Path:
 def load_channels(directory: Path | None = None, *, uid: int | None = None) -> ChannelsConfig:
     """Read and check both files in `directory`; never raises for their content.
 
-    `uid` is the uid that must own the files (default: this process's).
+    `uid` is the uid that must own the files and the directory (default: this
+    process's). The directory is opened once and both files are opened
+    relative to it; it is judged (owner `uid` or root, mode & 0o022 == 0)
+    only if it holds `channels.toml`.
     """
     directory = default_config_dir() if directory is None else Path(directory)
     uid = os.getuid() if uid is None else uid
-    channels_path = directory / CHANNELS_FILE
-
     try:
-        raw = _read_private(channels_path, CHANNELS_FILE, uid=uid, follow_symlinks=True, secret=False)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return ChannelsConfig(directory, False, {}, {}, {}, None)
-    except _Refused as refused:
-        return ChannelsConfig(directory, True, {}, {}, {}, str(refused))
+    except NotADirectoryError:
+        return ChannelsConfig(directory, True, {}, {}, {}, f"config directory {directory} is not a directory")
+    except OSError as exc:
+        reason = f"config directory {directory} cannot be opened: {exc.strerror or exc.__class__.__name__}"
+        return ChannelsConfig(directory, True, {}, {}, {}, reason)
+    try:
+        return _load(directory, dir_fd, uid)
+    finally:
+        os.close(dir_fd)
+
+
+def _load(directory: Path, dir_fd: int, uid: int) -> ChannelsConfig:
+    """`load_channels` once the directory is open as `dir_fd`; every file is opened relative to it."""
+    directory_problem = check_directory(directory, dir_fd, uid)
+    try:
+        raw = read_private(dir_fd, CHANNELS_FILE, uid=uid, follow_symlinks=True, secret=False)
+    except FileNotFoundError:
+        return ChannelsConfig(directory, False, {}, {}, {}, None)  # even in a lax directory: nothing configured
+    except Refused as refused:
+        return ChannelsConfig(directory, True, {}, {}, {}, directory_problem or str(refused))
+    if directory_problem is not None:
+        return ChannelsConfig(directory, True, {}, {}, {}, directory_problem)
     try:
         document = tomllib.loads(raw)
     except tomllib.TOMLDecodeError as exc:
@@ -237,7 +268,7 @@ def load_channels(directory: Path | None = None, *, uid: int | None = None) -> C
 
     tokens: dict[str, Secret] = {}
     if profiles:
-        _resolve_tokens(directory / CREDENTIALS_FILE, uid, profiles, tokens, errors)
+        _resolve_tokens(directory, dir_fd, uid, profiles, tokens, errors)
     return ChannelsConfig(directory, True, profiles, tokens, errors, None)
 
 
@@ -337,19 +368,24 @@ def _is_int_list(value: object, *, allow_negative: bool) -> bool:
 
 
 def _resolve_tokens(
-    path: Path, uid: int, profiles: dict[str, ChannelProfile], tokens: dict[str, Secret], errors: dict[str, str]
+    directory: Path,
+    dir_fd: int,
+    uid: int,
+    profiles: dict[str, ChannelProfile],
+    tokens: dict[str, Secret],
+    errors: dict[str, str],
 ) -> None:
     """Fill `tokens` for the profiles whose credential checks out, `errors` for the rest.
 
     A refusal of the file itself becomes the error of every profile that needs it.
     """
     try:
-        raw = _read_private(path, CREDENTIALS_FILE, uid=uid, follow_symlinks=False, secret=True)
+        raw = read_private(dir_fd, CREDENTIALS_FILE, uid=uid, follow_symlinks=False, secret=True)
         credentials = _parse_credentials(raw)
     except FileNotFoundError:
-        reason = f"{CREDENTIALS_FILE} does not exist in {path.parent}"
+        reason = f"{CREDENTIALS_FILE} does not exist in {directory}"
         credentials = None
-    except _Refused as refused:
+    except Refused as refused:
         reason = str(refused)
         credentials = None
     if credentials is None:
@@ -393,76 +429,7 @@ def _parse_credentials(raw: str) -> dict[str, Any]:
         # token: keep only the position.
         match = _TOML_POSITION.search(str(exc))
         position = f" at {match.group(1)}" if match else ""
-        raise _Refused(f"{CREDENTIALS_FILE}: invalid TOML{position}") from None
-
-
-# --- reading a file we must own ---------------------------------------------------
-
-
-class _Refused(Exception):
-    """A file exists but is not used; the message is the one-line reason."""
-
-
-def _read_private(path: Path, name: str, *, uid: int, follow_symlinks: bool, secret: bool) -> str:
-    """Open, check and read `path`. FileNotFoundError when absent, `_Refused` otherwise.
-
-    The checks run on the open descriptor (fstat), so the file checked is the
-    file read. O_NONBLOCK keeps a FIFO planted under the name from blocking the
-    open; it does not change reads of a regular file. `secret` files must be
-    private (mode & 0o077 == 0) and owned by `uid`; settings files must not be
-    writable by group or others and be owned by `uid` or root.
-    """
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-    if not follow_symlinks:
-        flags |= os.O_NOFOLLOW
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if not follow_symlinks and exc.errno in (errno.ELOOP, errno.EMLINK) and path.is_symlink():
-            raise _Refused(f"{name} is a symbolic link; replace it with the file itself (mode 600)") from None
-        raise _Refused(f"{name} cannot be opened: {exc.strerror or exc.__class__.__name__}") from None
-    try:
-        info = os.fstat(fd)
-        mode = stat.S_IMODE(info.st_mode)
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused(f"{name} is not a regular file")
-        if secret:
-            if info.st_uid != uid:
-                raise _Refused(f"{name} is owned by uid {info.st_uid}, not the host's uid {uid}")
-            if mode & 0o077:
-                kind = "readable" if mode & 0o044 else "accessible"
-                raise _Refused(f"{name} is {kind} by group or others (mode {mode:04o}); run chmod 600 on it")
-        else:
-            if info.st_uid not in (uid, 0):
-                raise _Refused(f"{name} is owned by uid {info.st_uid}, not the host's uid {uid} or root")
-            if mode & 0o022:
-                raise _Refused(
-                    f"{name} is writable by group or others (mode {mode:04o}) and decides who may answer; "
-                    f"run chmod go-w on it"
-                )
-        if info.st_size > MAX_FILE_BYTES:
-            raise _Refused(f"{name} is larger than {MAX_FILE_BYTES} bytes")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= MAX_FILE_BYTES:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > MAX_FILE_BYTES:
-            raise _Refused(f"{name} is larger than {MAX_FILE_BYTES} bytes")
-    except OSError as exc:
-        raise _Refused(f"{name} cannot be read: {exc.strerror or exc.__class__.__name__}") from None
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        # The decode error's message quotes bytes of the file; say only that it is not UTF-8.
-        raise _Refused(f"{name} is not valid UTF-8") from None
+        raise Refused(f"{CREDENTIALS_FILE}: invalid TOML{position}") from None
 
 
 def _mask(text: str) -> str:

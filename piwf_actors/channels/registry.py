@@ -15,7 +15,8 @@ from types import ModuleType
 import piwf_actors.channels as _package
 
 # Modules of the package that are not adapters (skipped without importing them).
-_NOT_ADAPTERS = frozenset({"base", "config", "registry", "text", "telegram_api", "fake_telegram"})
+_NOT_ADAPTERS = frozenset({"base", "config", "private_files", "registry", "text", "telegram_api", "fake_telegram",
+                           "fake_telegram_wire"})
 
 
 def known_channel_types() -> tuple[str, ...]:

@@ -246,6 +246,108 @@ def test_two_profiles_on_one_bot_are_both_refused(tmp_path: Path) -> None:
     assert_one_line_without_token(config)
 
 
+# --- the config directory ------------------------------------------------------------
+
+
+def config_dir(tmp_path: Path, mode: int) -> Path:
+    directory = tmp_path / "piwf"
+    directory.mkdir()
+    write(directory, credentials=creds())
+    os.chmod(directory, mode)
+    return directory
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777], ids=oct)  # the sticky bit does not make it safe
+def test_config_directory_writable_by_group_or_others_is_a_file_error(tmp_path: Path, mode: int) -> None:
+    # Whoever can write the directory can rename channels.toml away and put their own in its place.
+    directory = config_dir(tmp_path, mode)
+    config = load_channels(directory)
+    assert config.configured and config.profiles == {} and config.tokens == {} and config.errors == {}
+    assert config.startable() == []
+    assert config.file_error == (
+        f"config directory {directory} is writable by group or others (mode {mode:04o}); run chmod go-w {directory}"
+    )
+    assert_one_line_without_token(config)
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o700, 0o750, 0o500], ids=oct)
+def test_config_directory_not_writable_by_group_or_others_is_fine(tmp_path: Path, mode: int) -> None:
+    directory = config_dir(tmp_path, mode)
+    config = load_channels(directory)
+    assert config.file_error is None and config.errors == {}
+    assert config.startable() == ["ops"]
+
+
+@running_as_root
+def test_config_directory_owned_by_a_stranger_is_a_file_error(tmp_path: Path) -> None:
+    directory = config_dir(tmp_path, 0o755)
+    for path in (directory / "channels.toml", directory / "credentials.toml"):
+        os.chown(path, 1000, -1)  # the files themselves would pass for uid 1000
+    os.chown(directory, 4242, -1)
+    config = load_channels(directory, uid=1000)
+    assert config.configured and config.profiles == {} and config.tokens == {} and config.startable() == []
+    assert config.file_error == f"config directory {directory} is owned by uid 4242, not the host's uid 1000 or root"
+    assert_one_line_without_token(config)
+
+
+@running_as_root
+@pytest.mark.parametrize("mode", [0o755, 0o700], ids=oct)
+def test_config_directory_owned_by_the_host_uid_is_fine(tmp_path: Path, mode: int) -> None:
+    directory = config_dir(tmp_path, mode)
+    for path in (directory, directory / "channels.toml", directory / "credentials.toml"):
+        os.chown(path, 1000, -1)
+    config = load_channels(directory, uid=1000)
+    assert config.file_error is None and config.startable() == ["ops"]
+
+
+def test_missing_config_directory_means_unconfigured(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "piwf"
+    assert load_channels(missing) == ChannelsConfig(missing, False, {}, {}, {}, None)
+
+
+def test_lax_config_directory_without_channels_file_means_unconfigured(tmp_path: Path) -> None:
+    # An unrelated ~/.config/piwf with a lax mode stays quiet until it holds channels.toml.
+    directory = tmp_path / "piwf"
+    directory.mkdir()
+    write(directory, channels=None, credentials=creds())
+    os.chmod(directory, 0o777)
+    assert load_channels(directory) == ChannelsConfig(directory, False, {}, {}, {}, None)
+
+
+def test_config_directory_that_is_a_file_is_a_file_error(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "piwf"
+    not_a_dir.write_text(OPS)
+    config = load_channels(not_a_dir)
+    assert config.configured and config.profiles == {}
+    assert config.file_error == f"config directory {not_a_dir} is not a directory"
+
+
+def test_files_are_read_from_the_directory_that_was_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Swap a lax directory with other files in under the name right after the good one is opened:
+    # the files must still come from the directory that was checked, not from whatever the name points to now.
+    directory = config_dir(tmp_path, 0o700)
+    real_open = os.open
+    swapped: list[Path] = []
+
+    def open_then_swap(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+        if not swapped and Path(os.fsdecode(path)) == directory:  # type: ignore[arg-type]
+            directory.rename(tmp_path / "checked")
+            directory.mkdir()
+            write(directory, OPS.replace("[1001]", "[6666]"), creds(OTHER_TOKEN))
+            os.chmod(directory, 0o777)
+            swapped.append(directory)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_swap)
+    config = load_channels(directory)
+    monkeypatch.undo()
+    assert swapped, "load_channels did not open the directory itself"
+    assert config.file_error is None and config.startable() == ["ops"]
+    assert config.profiles["ops"].allowed_user_ids == frozenset({1001})
+    assert config.tokens["ops"].reveal() == TOKEN
+
+
 # --- channels.toml refusals ----------------------------------------------------------
 
 
