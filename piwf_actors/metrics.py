@@ -244,6 +244,7 @@ class StoreCollector(Collector):
                     decisions = mq.pending_decisions(reader)
                     effects = mq.ambiguous_effects(reader)
                     deliveries = mq.ambiguous_channel_deliveries(reader)
+                    undelivered = mq.undelivered_channel_messages(reader)
             finally:
                 reader.close()
         except Exception:  # a scrape must never take the exporter down
@@ -265,6 +266,9 @@ class StoreCollector(Collector):
                               value=effects),
             GaugeMetricFamily("piwf_channel_deliveries_ambiguous",
                               "Channel messages that may or may not have been sent (need a person)", value=deliveries),
+            GaugeMetricFamily("piwf_channel_messages_undelivered",
+                              "Channel messages that surely were not sent yet and are being tried again",
+                              value=undelivered),
         ]
 
     def _counters(self) -> list[Metric]:

@@ -261,8 +261,9 @@ def small_filesystem(size: str) -> Iterator[Path]:
 
 
 def fill_up(path: Path) -> None:
-    """Write `path` until its filesystem has no byte left."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    """Write `path` until its filesystem has no byte left (appending: call it again to take what
+    was freed since)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         for size in (1 << 20, 65536, 4096, 512, 1):
             try:

@@ -14,6 +14,7 @@ before the writer); publishes its status on the host board ("channels").
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
@@ -26,10 +27,10 @@ import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
 from piwf_actors.actors.board import HostBoard
-from piwf_actors.actors.channel import ChannelAdapter
+from piwf_actors.actors.channel import ChannelAdapter, ChannelHealth, ChannelRefused
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.channels.config import ChannelsConfig, load_channels
+from piwf_actors.channels.config import ChannelsConfig, Secret, load_channels
 from piwf_actors.channels.registry import channel_module
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
@@ -37,6 +38,14 @@ from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
 log = logging.getLogger(__name__)
 
 RESTART_AFTER_S = 1.0
+
+
+def stream_key(channel_type: str, token: Secret) -> str:
+    """The update stream a profile reads: the bot, by a fingerprint of its token (not the token:
+    a digest of a high-entropy secret gives nothing away). Another bot under the same profile name
+    has update ids of its own, so it gets a cursor of its own."""
+    digest = hashlib.sha256(b"piwf-channel-stream-v1\0" + token.reveal().encode()).hexdigest()[:20]
+    return f"{channel_type}:{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,8 @@ class ChannelManager(CoreActor):
         self._running: dict[str, _Running] = {}
         self._restart_due: dict[str, float] = {}
         self._failures: dict[str, str] = {}
+        self._problems: dict[str, str] = {}  # what a running adapter says is wrong
+        self._refused: dict[str, str] = {}  # profiles that must not start again until a reload
         self._started_once: set[str] = set()
         self._ticker: Ticker | None = None
         self._stopping = False
@@ -104,7 +115,8 @@ class ChannelManager(CoreActor):
             self._stop_adapter(profile)
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {ActorFailed: self._adapter_failed, ReloadChannels: self._reload, ManagerTick: self._tick}
+        return {ActorFailed: self._adapter_failed, ReloadChannels: self._reload, ManagerTick: self._tick,
+                ChannelHealth: self._health, ChannelRefused: self._refused_profile}
 
     # --- configuration ----------------------------------------------------------------------
 
@@ -127,6 +139,7 @@ class ChannelManager(CoreActor):
         for profile in list(self._restart_due):
             if profile not in wanted:
                 del self._restart_due[profile]
+        self._refused.clear()  # a reload is the person's word that the cause is gone
         for profile in sorted(wanted - set(self._running)):
             self._start_adapter(profile)
         if old is not None:
@@ -144,10 +157,12 @@ class ChannelManager(CoreActor):
         ref = ChannelAdapter.start(
             self._writer, self._database, profile=settings,
             open_io=lambda: module.open_channel(settings, token, options),
-            adapter_epoch=epoch, start_reason=reason, manager=self.actor_ref, poll_timeout_s=self._poll_timeout_s,
+            adapter_epoch=epoch, start_reason=reason, manager=self.actor_ref,
+            stream=stream_key(settings.channel_type, token), poll_timeout_s=self._poll_timeout_s,
             text_limit=getattr(module, "TEXT_LIMIT", 4096))
         self._started_once.add(profile)
         self._failures.pop(profile, None)
+        self._problems.pop(profile, None)
         self._running[profile] = _Running(ref, self._config.fingerprint(profile), epoch)
 
     def _stop_adapter(self, profile: str) -> None:
@@ -160,6 +175,24 @@ class ChannelManager(CoreActor):
             pass
 
     # --- supervision (one-for-one) -------------------------------------------------------------
+
+    def _health(self, message: ChannelHealth) -> None:
+        if message.profile not in self._running:
+            return
+        if message.problem is None:
+            self._problems.pop(message.profile, None)
+        else:
+            self._problems[message.profile] = message.problem
+        self._publish()
+
+    def _refused_profile(self, message: ChannelRefused) -> None:
+        """The adapter stops itself; it is not started again until `channel.reload`."""
+        self._refused[message.profile] = message.reason
+        self._failures[message.profile] = message.reason
+        self._problems.pop(message.profile, None)
+        self._restart_due.pop(message.profile, None)
+        self._running.pop(message.profile, None)
+        self._publish()
 
     def _adapter_failed(self, message: ActorFailed) -> None:
         for profile in list(self._running):
@@ -178,7 +211,8 @@ class ChannelManager(CoreActor):
         for profile, due in list(self._restart_due.items()):
             if due <= now and not self._stopping:
                 del self._restart_due[profile]
-                if self._config is not None and profile in self._config.startable() and profile not in self._running:
+                if (self._config is not None and profile in self._config.startable() and profile not in self._running
+                        and profile not in self._refused):
                     self._start_adapter(profile)
                     self._publish()
 
@@ -196,8 +230,10 @@ class ChannelManager(CoreActor):
         for profile in names:
             entry: dict[str, Any] = {"profile": profile, "running": profile in self._running}
             reason = (config.errors.get(profile) if config is not None else None) or self._failures.get(profile)
-            if reason:
+            if reason and not entry["running"]:
                 entry["error"] = reason
+            if entry["running"] and profile in self._problems:
+                entry["problem"] = self._problems[profile]
             profiles.append(entry)
         status: dict[str, Any] = {"configured": bool(config and config.configured), "config_dir": str(self._config_dir),
                                   "profiles": profiles}

@@ -560,7 +560,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
     def _channel_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         assert self._reader is not None
         status = dict(self._board.snapshot("channels") or {"configured": False, "profiles": []})
-        status["ambiguous"] = channel_queries.ambiguous(self._reader)
+        status.update(channel_queries.deliveries_status(self._reader))
         self._reply(conn_id, request, "accepted", receipt=status)
 
     def _channel_reload(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
@@ -575,7 +575,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         waiting = self._reloads.pop(message.token, None)
         if waiting is not None:
             assert self._reader is not None
-            status = {**message.status, "ambiguous": channel_queries.ambiguous(self._reader)}
+            status = {**message.status, **channel_queries.deliveries_status(self._reader)}
             self._reply(waiting[0], waiting[1], "accepted", receipt=status)
 
     def _channel_recover(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:

@@ -32,19 +32,30 @@ class ChannelError(PiwfError):
 
 
 class NotDelivered(ChannelError):
-    """The attempt surely had no effect; `retry_after` says how long the service wants us to wait."""
+    """The attempt surely had no effect; `retry_after` says how long the service wants us to wait,
+    `moved_to` the chat's new id when the service says the chat moved (a Telegram group that
+    became a supergroup)."""
 
     code = "channel_not_delivered"
 
-    def __init__(self, detail: str, retry_after: float | None = None) -> None:
+    def __init__(self, detail: str, retry_after: float | None = None, moved_to: int | None = None) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
+        self.moved_to = moved_to
 
 
 class DeliveryUnknown(ChannelError):
     """The attempt may have had an effect; it must not be repeated without a person's word."""
 
     code = "channel_delivery_unknown"
+
+
+class StreamTaken(ChannelError):
+    """`poll` was refused because another program reads this bot's updates (Telegram's 409
+    Conflict). Brief after a restart (the previous host's long poll is still open); lasting,
+    it means a second host or program uses the same bot."""
+
+    code = "channel_stream_taken"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +88,9 @@ class MessageRef:
 
 @dataclass(frozen=True, slots=True)
 class Tap:
-    """Someone pressed a button: `data` is the pressed choice's `Choice.data`."""
+    """Someone pressed a button: `data` is the pressed choice's `Choice.data`. A button of a
+    message the channel cannot place (Telegram's inline-mode messages) has chat_id and
+    message_id 0: never allowed to answer, but still acknowledged."""
 
     update_id: int
     user_id: int
@@ -96,6 +109,7 @@ class Reply:
     chat_id: int
     text: str
     reply_to: int | None = None
+    message_id: int = 0  # the person's message (a notice replies to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +141,13 @@ class ChannelIO(Protocol):
     def settle(self, ref: MessageRef, text: str) -> None:
         """Replace a delivered decision's text with `text` and remove its buttons."""
 
-    def notice(self, event: Tap, text: str) -> None:
-        """Short feedback to the person who tapped (best effort, not an effect)."""
+    def notice(self, event: Tap | Reply, text: str) -> None:
+        """Short feedback to the person who tapped or replied (best effort, not an effect)."""
 
     def poll(self, cursor: int, timeout_s: float) -> PollResult:
-        """Events with update ids >= `cursor`, waiting up to `timeout_s` for one."""
+        """Events with update ids >= `cursor`, waiting up to `timeout_s` for one (a service whose ids
+        restarted may return lower ones: the actor re-bases). Raises `StreamTaken` when another
+        program holds the bot's update stream."""
 
     def abort(self) -> None:
         """Make a blocked `poll` return soon (the actor is stopping)."""

@@ -5,8 +5,10 @@ and it only ever binds 127.0.0.1. It speaks the subset of the Bot API the
 decision channel uses (sendMessage, editMessageText, answerCallbackQuery,
 getUpdates, getMe), enforces the limits that bite in production (text
 1-4096 characters, callback_data 1-64 bytes, one getUpdates poller at a
-time), simulates people (`tap`, `reply`) and injects failures
-(`fail_next`, `pause_before_response`).
+time), simulates people (`tap`, `tap_inline`, `reply`), injects failures
+(`fail_next`, `pause_before_response`) and plays Telegram's rarer moves: a
+restart of its update ids (`reset_update_ids`) and a group that became a
+supergroup (`migrate_chat`).
 
 Threads: `start` runs a `ThreadingHTTPServer` in one daemon thread, which
 handles each request in its own thread; every piece of state sits behind
@@ -19,34 +21,32 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import threading
 import time
-import urllib.parse
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-FAILURE_KINDS = ("error", "retry_after", "drop", "hang", "conflict")
-MAX_TEXT_CHARS = 4096
-MAX_CALLBACK_DATA_BYTES = 64
+from piwf_actors.channels.fake_telegram_wire import (
+    Handler,
+    Refusal,
+    Server,
+    bad_request,
+    chat_of,
+    error_body,
+    json_param,
+    param_chat_id,
+    param_int,
+    param_reply_markup,
+    param_text,
+    person,
+)
+
+FAILURE_KINDS = ("error", "retry_after", "drop", "hang", "conflict", "page")
+FUTURE_OFFSETS = ("drop", "head")
 FIRST_UPDATE_ID = 1000
 _CONFLICT = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
 _QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
-
-
-class _Refusal(Exception):
-    """An error answer from a method handler: HTTP `status` with a Bot API error body."""
-
-    def __init__(self, status: int, description: str, parameters: dict[str, Any] | None = None) -> None:
-        super().__init__(description)
-        self.status = status
-        self.description = description
-        self.parameters = parameters
-
-
-def _bad_request(description: str) -> _Refusal:
-    return _Refusal(400, f"Bad Request: {description}")
 
 
 class FakeBotApi:
@@ -66,6 +66,9 @@ class FakeBotApi:
         self._last_message_id: dict[int, int] = {}
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(FIRST_UPDATE_ID)
+        self._last_update_id = FIRST_UPDATE_ID - 1
+        self._future_offset = "drop"
+        self._moved: dict[int, int] = {}
         self._query_ids = itertools.count(4_000_000_000_000_000_001)
         self._open_queries: set[str] = set()
         self._answered: list[dict[str, Any]] = []
@@ -82,7 +85,7 @@ class FakeBotApi:
         if self._server is not None:
             raise RuntimeError("FakeBotApi already started")
         self._stopping.clear()
-        server = _Server(("127.0.0.1", self._port), _Handler)
+        server = Server(("127.0.0.1", self._port), Handler)
         server.fake = self
         self._server = server
         self._thread = threading.Thread(
@@ -175,20 +178,48 @@ class FakeBotApi:
             self._open_queries.add(query_id)
             query = {
                 "id": query_id,
-                "from": _person(user_id),
+                "from": person(user_id),
                 "message": copy.deepcopy(record["message"]),
                 "chat_instance": str(-abs(chat_id) * 7919 - 1),
                 "data": data,
             }
             return self._queue_update("callback_query", query)
 
+    def tap_inline(self, *, user_id: int, data: str, inline_message_id: str = "AAAAAQ-inline") -> int:
+        """Queue a callback_query from a button of an inline-mode message (no `message` in it);
+        returns its update_id. answerCallbackQuery accepts its id like any other."""
+        with self._state:
+            query_id = str(next(self._query_ids))
+            self._open_queries.add(query_id)
+            query = {"id": query_id, "from": person(user_id), "inline_message_id": inline_message_id,
+                     "chat_instance": "-7919", "data": data}
+            return self._queue_update("callback_query", query)
+
+    def reset_update_ids(self, next_id: int, *, future_offset: str = "drop") -> None:
+        """Start update ids again at `next_id`, as Telegram does after a week without updates or a
+        local Bot API server after a restart. `future_offset` is what a getUpdates with an offset
+        beyond every id given out does from then on: "drop" confirms (forgets) every update below
+        it, like an ordinary offset; "head" answers from the head of the queue instead."""
+        if future_offset not in FUTURE_OFFSETS:
+            raise ValueError(f"future_offset must be one of {FUTURE_OFFSETS}")
+        with self._state:
+            self._update_ids = itertools.count(next_id)
+            self._last_update_id = next_id - 1
+            self._future_offset = future_offset
+
+    def migrate_chat(self, chat_id: int, new_chat_id: int) -> None:
+        """The group `chat_id` became the supergroup `new_chat_id`: from now on a message sent to the
+        old id is refused with 400 and `parameters.migrate_to_chat_id`, as Telegram does."""
+        with self._state:
+            self._moved[chat_id] = new_chat_id
+
     def reply(self, *, chat_id: int, user_id: int, text: str, reply_to_message_id: int | None = None) -> int:
         """Queue a "message" update from a person (a reply to a bot message if given); returns its update_id."""
         with self._state:
             message: dict[str, Any] = {
                 "message_id": self._next_message_id(chat_id),
-                "from": _person(user_id),
-                "chat": _chat(chat_id),
+                "from": person(user_id),
+                "chat": chat_of(chat_id),
                 "date": int(time.time()),
                 "text": text,
             }
@@ -205,11 +236,15 @@ class FakeBotApi:
     def fail_next(self, method: str, kind: str, **options: Any) -> None:
         """Make the next call of `method` fail as `kind` (queued per method, first in first out).
 
-        error: HTTP 400 with ``options.get("description", "Bad Request")``, no effect.
+        error: HTTP ``options.get("status", 400)`` with ``options.get("description", "Bad Request")``,
+            no effect.
         retry_after: HTTP 429 with ``parameters.retry_after = options["seconds"]``, no effect.
         drop: record and apply the call, then close the connection without answering.
         hang: apply the call, then answer only after ``options.get("seconds", 30)`` or at `stop`.
         conflict: HTTP 409 as when another getUpdates poller runs, no effect.
+        page: apply the call, then answer HTTP ``options.get("status", 502)`` with a non-JSON page,
+            ``options.get("body")`` with ``{path}`` replaced by the request path (which holds the
+            token, as a proxy's error page may quote it).
         """
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}; expected one of {FAILURE_KINDS}")
@@ -248,17 +283,20 @@ class FakeBotApi:
             reached = self._reached.setdefault(method, threading.Event())
         reached.set()
         if kind == "error":
-            return kind, 400, _error_body(400, str(options.get("description", "Bad Request")))
+            status = int(options.get("status", 400))
+            return kind, status, error_body(status, str(options.get("description", "Bad Request")))
         if kind == "retry_after":
             seconds = options["seconds"]
-            body = _error_body(429, f"Too Many Requests: retry after {seconds}", {"retry_after": seconds})
+            body = error_body(429, f"Too Many Requests: retry after {seconds}", {"retry_after": seconds})
             return kind, 429, body
         if kind == "conflict":
-            return kind, 409, _error_body(409, _CONFLICT)
+            return kind, 409, error_body(409, _CONFLICT)
         try:
             status, body = 200, {"ok": True, "result": self._apply(method, params)}
-        except _Refusal as refusal:
-            status, body = refusal.status, _error_body(refusal.status, refusal.description, refusal.parameters)
+        except Refusal as refusal:
+            status, body = refusal.status, error_body(refusal.status, refusal.description, refusal.parameters)
+        if kind == "page":
+            return kind, int(options.get("status", 502)), {"page": str(options.get("body", "<html>{path}</html>"))}
         if kind == "hang":
             self._stopping.wait(float(options.get("seconds", 30)))
         if gate is not None:
@@ -270,29 +308,34 @@ class FakeBotApi:
     def _apply(self, method: str, params: dict[str, Any]) -> Any:
         handler = _METHODS.get(method.lower())
         if handler is None:
-            raise _Refusal(404, "Not Found")
+            raise Refusal(404, "Not Found")
         return handler(self, params)
 
     def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
-        chat_id = _chat_id(params)
-        text = _text(params)
-        markup = _reply_markup(params.get("reply_markup"))
+        chat_id = param_chat_id(params)
+        with self._state:
+            moved_to = self._moved.get(chat_id)
+        if moved_to is not None:
+            raise Refusal(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                           {"migrate_to_chat_id": moved_to})
+        text = param_text(params)
+        markup = param_reply_markup(params.get("reply_markup"))
         reply_to = params.get("reply_to_message_id")
         allow_without = bool(params.get("allow_sending_without_reply", False))
-        reply_parameters = _json_param(params.get("reply_parameters"))
+        reply_parameters = json_param(params.get("reply_parameters"))
         if isinstance(reply_parameters, dict):
             reply_to = reply_parameters.get("message_id")
             allow_without = bool(reply_parameters.get("allow_sending_without_reply", False))
         with self._state:
             replied = None
             if reply_to is not None:
-                replied = self._chats.get(chat_id, {}).get(_int(reply_to, "message_id"))
+                replied = self._chats.get(chat_id, {}).get(param_int(reply_to, "message_id"))
                 if replied is None and not allow_without:
-                    raise _bad_request("message to be replied not found")
+                    raise bad_request("message to be replied not found")
             message: dict[str, Any] = {
                 "message_id": self._next_message_id(chat_id),
                 "from": {"id": self.bot_id, "is_bot": True, "first_name": "Fake Bot", "username": "fake_bot"},
-                "chat": _chat(chat_id),
+                "chat": chat_of(chat_id),
                 "date": int(time.time()),
                 "text": text,
             }
@@ -306,20 +349,20 @@ class FakeBotApi:
 
     def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any]:
         if "inline_message_id" in params:
-            raise _bad_request("inline messages are not supported by the fake")
-        chat_id = _chat_id(params)
-        message_id = _int(params.get("message_id"), "message_id")
-        text = _text(params)
-        markup = _reply_markup(params.get("reply_markup"))
+            raise bad_request("inline messages are not supported by the fake")
+        chat_id = param_chat_id(params)
+        message_id = param_int(params.get("message_id"), "message_id")
+        text = param_text(params)
+        markup = param_reply_markup(params.get("reply_markup"))
         if markup is not None and "inline_keyboard" not in markup:
-            raise _bad_request("can't parse inline keyboard markup: an inline keyboard is expected")
+            raise bad_request("can't parse inline keyboard markup: an inline keyboard is expected")
         with self._state:
             record = self._chats.get(chat_id, {}).get(message_id)
             if record is None or not record["from_bot"]:
-                raise _bad_request("message to edit not found")
+                raise bad_request("message to edit not found")
             message = record["message"]
             if message["text"] == text and message.get("reply_markup") == markup:
-                raise _bad_request(
+                raise bad_request(
                     "message is not modified: specified new message content and reply markup are exactly "
                     "the same as a current content and reply markup of the message"
                 )
@@ -337,7 +380,7 @@ class FakeBotApi:
         query_id = params.get("callback_query_id")
         with self._state:
             if not isinstance(query_id, str) or query_id not in self._open_queries:
-                raise _Refusal(400, _QUERY_INVALID)
+                raise Refusal(400, _QUERY_INVALID)
             self._open_queries.discard(query_id)
             self._answered.append(copy.deepcopy(params))
         return True
@@ -346,19 +389,21 @@ class FakeBotApi:
         return {"id": self.bot_id, "is_bot": True, "first_name": "Fake Bot", "username": "fake_bot"}
 
     def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
-        offset = _int(params.get("offset", 0), "offset")
-        limit = min(max(_int(params.get("limit", 100), "limit"), 1), 100)
-        timeout = max(_int(params.get("timeout", 0), "timeout"), 0)
-        allowed = _json_param(params.get("allowed_updates"))
+        offset = param_int(params.get("offset", 0), "offset")
+        limit = min(max(param_int(params.get("limit", 100), "limit"), 1), 100)
+        timeout = max(param_int(params.get("timeout", 0), "timeout"), 0)
+        allowed = json_param(params.get("allowed_updates"))
         deadline = time.monotonic() + timeout
         with self._state:
             if self._pollers:
-                raise _Refusal(409, _CONFLICT)
+                raise Refusal(409, _CONFLICT)
             self._pollers += 1
             try:
                 if isinstance(allowed, list):
                     # Like Telegram, the setting persists for later calls that omit it.
                     self._allowed_updates = [str(kind) for kind in allowed] or None
+                if self._future_offset == "head" and offset > self._last_update_id + 1:
+                    offset = 0  # a future offset: answered from the head of the queue, nothing confirmed
                 self._confirm(offset)
                 while True:
                     found = [update for update in self._updates if self._is_allowed(update)][:limit]
@@ -385,6 +430,7 @@ class FakeBotApi:
 
     def _queue_update(self, kind: str, payload: dict[str, Any]) -> int:
         update_id = next(self._update_ids)
+        self._last_update_id = update_id
         self._updates.append({"update_id": update_id, kind: payload})
         self._state.notify_all()
         return update_id
@@ -412,186 +458,3 @@ _METHODS = {
 }
 
 
-# --- parameter parsing ------------------------------------------------------------------
-
-
-def _json_param(value: Any) -> Any:
-    """Telegram accepts JSON-serialized objects as strings (form-encoded and query parameters)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _int(value: Any, name: str) -> int:
-    if isinstance(value, bool):
-        raise _bad_request(f"invalid {name}")
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value))
-    except ValueError:
-        raise _bad_request(f"invalid {name}") from None
-
-
-def _chat_id(params: dict[str, Any]) -> int:
-    if "chat_id" not in params:
-        raise _bad_request("chat_id is empty")
-    try:
-        return _int(params["chat_id"], "chat_id")
-    except _Refusal:
-        raise _bad_request("chat not found") from None
-
-
-def _text(params: dict[str, Any]) -> str:
-    text = params.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise _bad_request("message text is empty")
-    if len(text) > MAX_TEXT_CHARS:
-        raise _bad_request("message is too long")
-    return text
-
-
-def _reply_markup(value: Any) -> dict[str, Any] | None:
-    """Validate a reply_markup the way Telegram does for the parts the channel uses."""
-    markup = _json_param(value)
-    if markup is None:
-        return None
-    if not isinstance(markup, dict):
-        raise _bad_request("can't parse reply keyboard markup JSON object")
-    if "inline_keyboard" in markup:
-        rows = markup["inline_keyboard"]
-        if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
-            raise _bad_request('can\'t parse inline keyboard markup: field "inline_keyboard" must be an Array')
-        for button in itertools.chain.from_iterable(rows):
-            if not isinstance(button, dict) or not isinstance(button.get("text"), str) or not button["text"]:
-                raise _bad_request(
-                    "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
-                )
-            if "callback_data" in button:
-                data = button["callback_data"]
-                if not isinstance(data, str) or not 1 <= len(data.encode("utf-8")) <= MAX_CALLBACK_DATA_BYTES:
-                    raise _bad_request("BUTTON_DATA_INVALID")
-            elif "url" not in button:
-                raise _bad_request(
-                    "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
-                )
-        return markup
-    if "force_reply" in markup:
-        if markup["force_reply"] is not True:
-            raise _bad_request("can't parse reply keyboard markup JSON object")
-        return markup
-    if "keyboard" in markup or "remove_keyboard" in markup:
-        return markup
-    raise _bad_request("can't parse reply keyboard markup JSON object")
-
-
-def _error_body(code: int, description: str, parameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
-    if parameters:
-        body["parameters"] = parameters
-    return body
-
-
-def _person(user_id: int) -> dict[str, Any]:
-    return {"id": user_id, "is_bot": False, "first_name": f"User{user_id}", "language_code": "en"}
-
-
-def _chat(chat_id: int) -> dict[str, Any]:
-    if chat_id > 0:
-        return {"id": chat_id, "type": "private", "first_name": f"User{chat_id}"}
-    kind = "supergroup" if str(chat_id).startswith("-100") else "group"
-    return {"id": chat_id, "type": kind, "title": f"Chat {chat_id}"}
-
-
-# --- HTTP plumbing ------------------------------------------------------------------------
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    fake: FakeBotApi
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Dropped and timed-out connections are part of the tests: no tracebacks on stderr."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: tests read `FakeBotApi.calls` instead."""
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        fake = self.server.fake
-        url = urllib.parse.urlsplit(self.path)
-        try:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        except ValueError:
-            self._answer(400, _error_body(400, "Bad Request: invalid Content-Length"))
-            return
-        token, method = _split_path(url.path)
-        if token is None or method is None:
-            self._answer(404, _error_body(404, "Not Found"))
-            return
-        if token != fake.token:
-            self._answer(401, _error_body(401, "Unauthorized"))
-            return
-        try:
-            params = _parse_params(url.query, self.headers.get("Content-Type", ""), body)
-        except _Refusal as refusal:
-            self._answer(refusal.status, _error_body(refusal.status, refusal.description))
-            return
-        kind, status, answer = fake._handle(method, params)
-        if kind == "drop":
-            self.close_connection = True
-            return
-        self._answer(status, answer)
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-def _split_path(path: str) -> tuple[str | None, str | None]:
-    """``/bot<token>/<method>`` (with any prefix before it) -> (token, method)."""
-    segments = path.split("/")
-    if len(segments) < 3:
-        return None, None
-    token_part, method = urllib.parse.unquote(segments[-2]), urllib.parse.unquote(segments[-1])
-    if not token_part.startswith("bot") or not method:
-        return None, None
-    return token_part[3:], method
-
-
-def _parse_params(query: str, content_type: str, body: bytes) -> dict[str, Any]:
-    params: dict[str, Any] = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    media_type = content_type.split(";")[0].strip().lower()
-    if not body:
-        return params
-    if media_type == "application/json":
-        try:
-            decoded = json.loads(body.decode("utf-8"))
-        except ValueError:
-            raise _bad_request("can't parse JSON body") from None
-        if not isinstance(decoded, dict):
-            raise _bad_request("the JSON body must be an object")
-        params.update(decoded)
-    elif media_type == "application/x-www-form-urlencoded":
-        params.update(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
-    else:
-        raise _bad_request(f"unsupported Content-Type {media_type!r}")
-    return params

@@ -5,7 +5,9 @@ one inline button per choice); a choice that needs text is asked for with a
 `force_reply` message; answers come in by long polling `getUpdates`
 (`callback_query` for taps, `message` for replies); a settled decision's
 messages are edited to show the outcome without buttons. Every tap is
-acknowledged with `answerCallbackQuery`, or the person's app keeps spinning.
+acknowledged with `answerCallbackQuery`, or the person's app keeps spinning
+(also a tap on an inline-mode message, which never answers a decision); a
+text reply to a prompt is answered with a reply message.
 
 The Bot API base is `https://api.telegram.org` unless `PIWF_TELEGRAM_API_BASE`
 (or the host's `telegram_api_base`) names another, e.g. a fake on 127.0.0.1.
@@ -16,6 +18,7 @@ when it may have (a timeout after sending, a lost answer).
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +33,13 @@ from piwf_actors.channels.base import (
     PollResult,
     Presented,
     Reply,
+    StreamTaken,
     Tap,
 )
 from piwf_actors.channels.config import Secret, TelegramProfile
 from piwf_actors.channels.telegram_api import BotApi, NotSent, OutcomeUnknown
+
+log = logging.getLogger(__name__)
 
 CHANNEL_TYPE = "telegram"
 DEFAULT_API_BASE = "https://api.telegram.org"
@@ -74,9 +80,13 @@ class TelegramIO:
         except NotSent as exc:
             if exc.error_code == 400 and "message is not modified" in exc.description:
                 return None  # an edit that is already in place did what it was for
-            raise NotDelivered(str(exc), exc.retry_after) from None
+            raise NotDelivered(str(exc), exc.retry_after, exc.migrate_to_chat_id) from None
         except OutcomeUnknown as exc:
             raise DeliveryUnknown(str(exc)) from None
+        except Exception as exc:  # a bug or an unforeseen failure: we cannot know what happened
+            detail = self._api.redact(f"{type(exc).__name__}: {exc}")[:300]
+            log.warning("telegram %s raised %s", method, detail)
+            raise DeliveryUnknown(f"telegram {method}: outcome unknown: {detail}") from None
 
     def present(self, chat_id: int, presented: Presented) -> MessageRef:
         message = self._do("sendMessage", lambda: self._api.send_message(
@@ -97,14 +107,21 @@ class TelegramIO:
         self._do("editMessageText", lambda: self._api.edit_message_text(ref.chat_id, ref.message_id,
                                                                         text[:TEXT_LIMIT]))
 
-    def notice(self, event: Tap, text: str) -> None:
-        if event.callback_id:
-            self._do("answerCallbackQuery", lambda: self._api.answer_callback_query(event.callback_id, text[:200]))
+    def notice(self, event: Tap | Reply, text: str) -> None:
+        if isinstance(event, Tap):
+            if event.callback_id:
+                self._do("answerCallbackQuery",
+                         lambda: self._api.answer_callback_query(event.callback_id, text[:200]))
+        elif event.chat_id:
+            self._do("sendMessage", lambda: self._api.send_message(
+                event.chat_id, text[:TEXT_LIMIT], reply_to_message_id=event.message_id or None))
 
     def poll(self, cursor: int, timeout_s: float) -> PollResult:
         try:
             updates = self._api.get_updates(cursor, timeout_s=max(0, int(timeout_s)))
         except NotSent as exc:
+            if exc.error_code == 409:
+                raise StreamTaken(str(exc)) from None
             raise NotDelivered(str(exc), exc.retry_after) from None
         except OutcomeUnknown as exc:  # harmless for a poll: unconfirmed updates come again
             raise DeliveryUnknown(str(exc)) from None
@@ -117,22 +134,31 @@ class TelegramIO:
         self._api.close()
 
 
+def _int_at(value: Any, *keys: str) -> int:
+    """`value[keys[0]][keys[1]]…` as an int, 0 when any step is missing or not an int."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _event(update: dict[str, Any]) -> Event:
+    """One update as the actor sees it. Whatever its shape, a callback query becomes a Tap, so
+    that it is acknowledged: one the channel cannot place (an inline-mode message, a malformed
+    query) has chat and message 0, which no allow-list admits."""
     update_id = int(update["update_id"])
     callback = update.get("callback_query")
     if isinstance(callback, dict):
-        message = callback.get("message") if isinstance(callback.get("message"), dict) else {}
-        try:
-            return Tap(update_id, int(callback["from"]["id"]), int(message["chat"]["id"]),
-                       int(message["message_id"]), str(callback.get("data") or ""), str(callback.get("id") or ""))
-        except (KeyError, TypeError, ValueError):
-            return Other(update_id)
+        data = callback.get("data")
+        return Tap(update_id, _int_at(callback, "from", "id"), _int_at(callback, "message", "chat", "id"),
+                   _int_at(callback, "message", "message_id"), data if isinstance(data, str) else "",
+                   str(callback.get("id") or ""))
     message = update.get("message")
     if isinstance(message, dict) and isinstance(message.get("text"), str):
         replied = message.get("reply_to_message")
-        try:
-            return Reply(update_id, int(message["from"]["id"]), int(message["chat"]["id"]), message["text"],
-                         int(replied["message_id"]) if isinstance(replied, dict) else None)
-        except (KeyError, TypeError, ValueError):
+        user_id, chat_id = _int_at(message, "from", "id"), _int_at(message, "chat", "id")
+        if not user_id or not chat_id:
             return Other(update_id)
+        return Reply(update_id, user_id, chat_id, message["text"],
+                     _int_at(replied, "message_id") or None if isinstance(replied, dict) else None,
+                     _int_at(message, "message_id"))
     return Other(update_id)

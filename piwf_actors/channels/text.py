@@ -11,22 +11,30 @@ mis-applied).
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from typing import Any
 
 from piwf_actors.channels.base import Choice, Presented
 
+# Exactly what `choices` writes: 16 lower-case hex digits, a colon, a decimal index (ASCII only:
+# str.isdigit would take "²", which int() refuses).
+_BUTTON = re.compile(r"([0-9a-f]{16}):(0|[1-9][0-9]{0,3})")
 
-def button_token(request_id: str, revision: int) -> str:
-    return hashlib.sha256(f"{request_id}\0{revision}".encode()).hexdigest()[:16]
+
+def button_token(request_id: str, revision: int, copy: int = 0) -> str:
+    """The token of a decision's buttons at `revision`, in its `copy`-th delivered copy (a copy
+    sent again at a person's word has buttons of its own; the first keeps the original token)."""
+    key = f"{request_id}\0{revision}" + (f"\0{copy}" if copy else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def parse_button(data: str) -> tuple[str, int] | None:
+def parse_button(data: object) -> tuple[str, int] | None:
     """(token, choice index) of a button's data, or None when it is not ours."""
-    token, _, index = data.partition(":")
-    if len(token) != 16 or not index.isdigit():
+    match = _BUTTON.fullmatch(data) if isinstance(data, str) else None
+    if match is None:
         return None
-    return token, int(index)
+    return match.group(1), int(match.group(2))
 
 
 def choices(contract: dict[str, Any], token: str) -> tuple[Choice, ...]:
@@ -64,6 +72,12 @@ def decision_text(contract: dict[str, Any], deadline_at: float | None, *, limit:
     return _cut("\n\n".join(part for part in parts if part), limit)
 
 
+def replaced_text(contract: dict[str, Any], *, limit: int) -> str:
+    """What a copy that was sent again says instead of its buttons."""
+    title = str(contract.get("title") or "Decision")
+    return _cut(f"{title}\n\n↻ Sent again below: answer the newer message.", limit)
+
+
 def outcome_text(contract: dict[str, Any], status: str, answer: Any, provenance: Any, *, limit: int) -> str:
     """What a settled decision's message says instead of its buttons."""
     title = str(contract.get("title") or "Decision")
@@ -90,6 +104,8 @@ def _cut(text: str, limit: int) -> str:
 
 
 def presented(request_id: str, revision: int, contract: dict[str, Any], deadline_at: float | None, *,
-              limit: int) -> Presented:
-    return Presented(request_id, decision_text(contract, deadline_at, limit=limit),
-                     choices(contract, button_token(request_id, revision)))
+              limit: int, copy: int = 0) -> Presented:
+    text = decision_text(contract, deadline_at, limit=limit)
+    if copy:
+        text = _cut(f"(sent again: an earlier copy of this question no longer answers)\n\n{text}", limit)
+    return Presented(request_id, text, choices(contract, button_token(request_id, revision, copy)))

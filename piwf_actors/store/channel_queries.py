@@ -1,5 +1,5 @@
 """Reads for the decision channels: what an adapter has to deliver, settle or listen for,
-and what `channel.status` lists."""
+and what `channel.status` lists for a person."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 from piwf_actors.store.reader import StoreReader
+
+_OPEN = "('pending', 'presenting')"
 
 
 def _json(text: str | None) -> Any:
@@ -18,44 +20,78 @@ def _contract(reader: StoreReader, sha256: str) -> dict[str, Any]:
     return {} if row is None else json.loads(bytes(row[0]).decode())
 
 
+def _copy(detail: Any) -> int:
+    return int((detail or {}).get("copy") or 0) if isinstance(detail, dict) else 0
+
+
 def open_decisions(reader: StoreReader) -> list[dict[str, Any]]:
     """Decisions waiting for an answer, oldest first: {request_id, run_id, node_id, revision,
     audience, deadline_at, contract}."""
     rows = reader.all(
-        """SELECT request_id, run_id, node_id, revision, audience, deadline_at, contract_sha256 FROM interactive_request
-           WHERE kind = 'decision' AND status IN ('pending', 'presenting') ORDER BY created_at""")
+        f"""SELECT request_id, run_id, node_id, revision, audience, deadline_at, contract_sha256
+            FROM interactive_request WHERE kind = 'decision' AND status IN {_OPEN} ORDER BY created_at""")
     keys = ("request_id", "run_id", "node_id", "revision", "audience", "deadline_at")
     return [{**dict(zip(keys, row[:6], strict=True)), "contract": _contract(reader, row[6])} for row in rows]
 
 
 def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, int], dict[str, Any]]:
-    """The profile's effects of one purpose by (request id, chat id) (prompts: the latest per pair)."""
+    """The profile's effects of one purpose by (request id, chat id): the latest per pair (a
+    delivery's latest copy, a prompt's latest asking). {effect_id, attempt, status, retry_at,
+    result, detail, copy}."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
-    for effect_id, request_id, chat_id, attempt, status, manual, result, detail in reader.all(
-            """SELECT effect_id, request_id, chat_id, attempt, status, manual_retries, result, detail
+    for effect_id, request_id, chat_id, attempt, status, retry_at, result, detail in reader.all(
+            """SELECT effect_id, request_id, chat_id, attempt, status, retry_at, result, detail
                FROM channel_effect WHERE profile = ? AND purpose = ? ORDER BY created_at""", (profile, purpose)):
+        detail = _json(detail)
         found[(request_id, chat_id)] = {"effect_id": effect_id, "attempt": attempt, "status": status,
-                                        "manual_retries": manual, "result": _json(result), "detail": _json(detail)}
+                                        "retry_at": retry_at, "result": _json(result), "detail": detail,
+                                        "copy": _copy(detail)}
     return found
 
 
-def decisions_to_settle(reader: StoreReader, profile: str) -> list[dict[str, Any]]:
-    """Delivered decisions that were answered, timed out or cancelled while a message of this
-    profile still shows their buttons: {request_id, chat_id, message, status, contract,
-    answer, provenance} per delivered message without a settlement."""
+def tappable_copies(reader: StoreReader, profile: str) -> list[dict[str, Any]]:
+    """Every delivered copy a tap may come from and that still matters: copies of open decisions,
+    and copies whose message is not known yet (a tap on them shows where they are).
+    {effect_id, request_id, chat_id, copy, status, known, revision (of its buttons), open}."""
     rows = reader.all(
-        """SELECT d.request_id, d.chat_id, d.result, r.status, r.contract_sha256, s.payload, s.provenance
-           FROM channel_effect d JOIN interactive_request r ON r.request_id = d.request_id
-           LEFT JOIN interactive_submission s ON s.submission_id = r.accepted_submission_id
-           WHERE d.profile = ? AND d.purpose = 'delivery' AND d.status = 'applied' AND d.result IS NOT NULL
-             AND r.status IN ('settled', 'cancelled')
-             AND NOT EXISTS (SELECT 1 FROM channel_effect x WHERE x.profile = d.profile AND x.purpose = 'settlement'
-                             AND x.request_id = d.request_id AND x.chat_id = d.chat_id
-                             AND x.status IN ('applied', 'ambiguous', 'applying'))
-           ORDER BY d.created_at""", (profile,))
-    return [{"request_id": request_id, "chat_id": chat_id, "message": _json(result), "status": status,
-             "contract": _contract(reader, contract_sha), "answer": _json(payload), "provenance": _json(provenance)}
-            for request_id, chat_id, result, status, contract_sha, payload, provenance in rows]
+        f"""SELECT d.effect_id, d.request_id, d.chat_id, d.detail, d.status, d.result IS NOT NULL, r.revision,
+                   r.status IN {_OPEN}
+            FROM channel_effect d JOIN interactive_request r ON r.request_id = d.request_id
+            WHERE d.profile = ? AND d.purpose = 'delivery' AND (r.status IN {_OPEN} OR d.result IS NULL)
+              AND d.status IN ('applied', 'ambiguous', 'replaced', 'applying')
+            ORDER BY d.created_at""", (profile,))
+    copies = []
+    for effect_id, request_id, chat_id, detail, status, known, revision, open_ in rows:
+        detail = _json(detail) or {}
+        # The revision its buttons were made for (settling a decision moves the request's revision on).
+        copies.append({"effect_id": effect_id, "request_id": request_id, "chat_id": chat_id, "copy": _copy(detail),
+                       "status": status, "known": bool(known), "revision": detail.get("revision", revision),
+                       "open": bool(open_)})
+    return copies
+
+
+def decisions_to_settle(reader: StoreReader, profile: str) -> list[dict[str, Any]]:
+    """Delivered copies whose buttons no longer answer — the decision was answered, timed out or
+    cancelled, or the copy was replaced by a newer one — and whose message is known but not edited
+    yet: {request_id, chat_id, delivery_effect_id, copy, message, status, replaced, contract, answer,
+    provenance, settlement}, `settlement` the earlier failed edit's {status, retry_at} if any."""
+    rows = reader.all(
+        f"""SELECT d.effect_id, d.request_id, d.chat_id, d.detail, d.status, d.result, r.status, r.contract_sha256,
+                   s.payload, s.provenance, x.status, x.retry_at
+            FROM channel_effect d JOIN interactive_request r ON r.request_id = d.request_id
+            LEFT JOIN interactive_submission s ON s.submission_id = r.accepted_submission_id
+            LEFT JOIN channel_effect x ON x.effect_key = REPLACE(d.effect_key, '|delivery|', '|settlement|')
+            WHERE d.profile = ? AND d.purpose = 'delivery' AND d.status IN ('applied', 'replaced')
+              AND d.result IS NOT NULL AND (r.status NOT IN {_OPEN} OR d.status = 'replaced')
+              AND (x.status IS NULL OR x.status = 'failed')
+            ORDER BY d.created_at""", (profile,))
+    return [{"request_id": request_id, "chat_id": chat_id, "delivery_effect_id": effect_id,
+             "copy": _copy(_json(detail)), "message": _json(result), "status": request_status,
+             "replaced": status == "replaced", "contract": _contract(reader, contract_sha),
+             "answer": _json(payload), "provenance": _json(provenance),
+             "settlement": None if edit_status is None else {"status": edit_status, "retry_at": edit_retry_at}}
+            for (effect_id, request_id, chat_id, detail, status, result, request_status, contract_sha, payload,
+                 provenance, edit_status, edit_retry_at) in rows]
 
 
 def prompt_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id: int) -> dict[str, Any] | None:
@@ -69,16 +105,65 @@ def prompt_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id
     return None
 
 
-def cursor(reader: StoreReader, profile: str) -> int:
-    row = reader.one("SELECT cursor FROM channel_cursor WHERE profile = ?", (profile,))
+def stream_cursor(reader: StoreReader, stream: str) -> int:
+    row = reader.one("SELECT cursor FROM channel_stream WHERE stream = ?", (stream,))
     return 0 if row is None else int(row[0])
 
 
+# --- what channel.status shows a person ------------------------------------------------------------
+
 def ambiguous(reader: StoreReader) -> list[dict[str, Any]]:
-    """Deliveries waiting for a person (`channel.recover`): {profile, message_id, purpose, request_id,
-    chat_id, error}, oldest first."""
+    """Messages of unknown outcome for decisions still open, waiting for a person (`channel.recover
+    confirm|retry`): {profile, message_id, purpose, request_id, chat_id, error}, oldest first."""
     return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
              "request_id": request_id, "chat_id": chat_id, "error": error}
             for profile, effect_id, attempt, purpose, request_id, chat_id, error in reader.all(
-                """SELECT profile, effect_id, attempt, purpose, request_id, chat_id, error FROM channel_effect
-                   WHERE status = 'ambiguous' ORDER BY created_at""")]
+                f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error
+                    FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
+                    WHERE e.status = 'ambiguous' AND r.status IN {_OPEN} ORDER BY e.created_at""")]
+
+
+def undelivered(reader: StoreReader) -> list[dict[str, Any]]:
+    """Messages that surely failed and are being tried again (`channel.recover retry` tries now):
+    deliveries and prompts of open decisions, and edits. {profile, message_id, purpose, request_id,
+    chat_id, attempts, error, retry_at}, oldest first."""
+    return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
+             "request_id": request_id, "chat_id": chat_id, "attempts": attempt, "error": error,
+             "retry_at": retry_at}
+            for profile, effect_id, attempt, purpose, request_id, chat_id, error, retry_at in reader.all(
+                f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error, e.retry_at
+                    FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
+                    WHERE e.status = 'failed' AND (e.purpose = 'settlement' OR r.status IN {_OPEN})
+                    ORDER BY e.created_at""")]
+
+
+def unsettled(reader: StoreReader) -> list[dict[str, Any]]:
+    """Copies that may still show buttons which no longer answer (the decision closed, or the copy
+    was replaced), whose message is not known, so it cannot be edited until someone taps it:
+    {profile, message_id, request_id, chat_id, status, why}."""
+    rows = reader.all(
+        f"""SELECT e.profile, e.effect_id, e.attempt, e.request_id, e.chat_id, e.status, e.error
+            FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
+            WHERE e.purpose = 'delivery' AND e.result IS NULL AND e.status IN ('applied', 'ambiguous', 'replaced')
+              AND (r.status NOT IN {_OPEN} OR e.status = 'replaced')
+            ORDER BY e.created_at""")
+    why = {"applied": "confirmed by a person, so where the message is is not known",
+           "ambiguous": "the send's outcome was never known",
+           "replaced": "sent again at a person's word; this copy's buttons no longer answer"}
+    return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "request_id": request_id,
+             "chat_id": chat_id, "status": status,
+             "why": f"{why[status]}; it is edited as soon as anyone taps it"}
+            for profile, effect_id, attempt, request_id, chat_id, status, _error in rows]
+
+
+def chat_moves(reader: StoreReader) -> list[dict[str, Any]]:
+    """Chats the service moved: {profile, chat_id, moved_to, moved_at}."""
+    return [{"profile": profile, "chat_id": chat_id, "moved_to": moved_to, "moved_at": moved_at}
+            for profile, chat_id, moved_to, moved_at in reader.all(
+                "SELECT profile, chat_id, moved_to, moved_at FROM channel_chat_move ORDER BY moved_at")]
+
+
+def deliveries_status(reader: StoreReader) -> dict[str, list[dict[str, Any]]]:
+    """Everything `channel.status` lists about messages, in one place."""
+    return {"ambiguous": ambiguous(reader), "undelivered": undelivered(reader), "unsettled": unsettled(reader),
+            "moved_chats": chat_moves(reader)}

@@ -164,6 +164,21 @@ def _v11_request_clocks(db: Any) -> None:
     _add_columns(db, (("interactive_request", "paused_remaining_s", real),))
 
 
+def _v12_channel_streams(db: Any) -> None:
+    """Decision channels that never lose a delivery or an answer (docs/channels.md): a failed
+    channel effect waits until `retry_at`; the update cursor is kept per bot (`channel_stream`)
+    instead of per profile name, and moved chats are remembered (`channel_chat_move`). The old
+    per-profile cursors are dropped: a bot asked from 0 answers from its earliest unconfirmed
+    update, and an update applied before is refused by its settled decision, never applied twice."""
+    real = "REAL" if isinstance(db, pw.SqliteDatabase) else "DOUBLE PRECISION"
+    _add_columns(db, (("channel_effect", "retry_at", real),))
+    with _BIND_LOCK, db.bind_ctx(schema.V12_MODELS + (schema.ChannelEffect,)):
+        db.create_tables(schema.V12_MODELS, safe=True)
+        for model, index in schema.V12_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+    db.execute_sql("DROP TABLE IF EXISTS channel_cursor")
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -192,7 +207,7 @@ SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels
 POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
-                               _v11_request_clocks]
+                               _v11_request_clocks, _v12_channel_streams]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

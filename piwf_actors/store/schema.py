@@ -308,7 +308,7 @@ class Effect(_Base):
     run_id = pw.TextField()
     node_id = pw.TextField()
     attempt_id = pw.TextField()
-    status = pw.TextField()  # applying | applied | failed | ambiguous
+    status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
     idempotent = pw.BooleanField()
     output_sha256 = pw.TextField(null=True)
     error = pw.TextField(null=True)
@@ -399,7 +399,7 @@ class ChannelEffect(_Base):
     chat_id = pw.IntegerField()
     effect_key = pw.TextField(unique=True)  # profile, purpose, request, chat (and the asking user for a prompt)
     attempt = pw.IntegerField()
-    status = pw.TextField()  # applying | applied | failed | ambiguous
+    status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
     manual_retries = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
     adapter_epoch = pw.TextField()
     detail = pw.TextField(null=True)  # JSON: what the effect is about (a prompt's choice and user)
@@ -408,6 +408,7 @@ class ChannelEffect(_Base):
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
     settled_at = pw.FloatField(null=True)
+    retry_at = pw.FloatField(null=True)  # failed: the earliest next attempt (schema v12)
 
     class Meta:
         table_name = "channel_effect"
@@ -415,7 +416,7 @@ class ChannelEffect(_Base):
 
 
 class ChannelCursor(_Base):
-    """Where a profile's update stream stands: the next update id to ask for (only grows)."""
+    """Before schema v12: a cursor per profile name (replaced by `ChannelStream`, per bot)."""
 
     profile = pw.TextField(primary_key=True)
     cursor = pw.IntegerField()
@@ -423,6 +424,39 @@ class ChannelCursor(_Base):
 
     class Meta:
         table_name = "channel_cursor"
+
+
+class ChannelStream(_Base):
+    """Where one bot's update stream stands (schema v12): the next update id to ask for.
+
+    Keyed by the stream (`<channel type>:<fingerprint of the bot token>`), not the profile:
+    another bot under the same profile name has update ids of its own. `generation` counts
+    the times the service's ids restarted below the cursor (the cursor was re-based); an
+    answer's idempotency key carries it, so a reused update id is a new update.
+    """
+
+    stream = pw.TextField(primary_key=True)
+    profile = pw.TextField()
+    cursor = pw.IntegerField()
+    generation = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    updated_at = pw.FloatField()
+
+    class Meta:
+        table_name = "channel_stream"
+
+
+class ChannelChatMove(_Base):
+    """A chat the service moved (schema v12): a Telegram group that became a supergroup has a
+    new id; the profile's deliveries and answers follow it until channels.toml names the new id."""
+
+    profile = pw.TextField()
+    chat_id = pw.IntegerField()
+    moved_to = pw.IntegerField()
+    moved_at = pw.FloatField()
+
+    class Meta:
+        table_name = "channel_chat_move"
+        primary_key = pw.CompositeKey("profile", "chat_id")
 
 
 class ChannelAdapterEpoch(_Base):
@@ -557,7 +591,7 @@ class ResourceEffect(_Base):
     manager = pw.TextField()
     resource_key = pw.TextField()
     effect_key = pw.TextField()
-    status = pw.TextField()  # applying | applied | failed | ambiguous
+    status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
     result_json = pw.TextField(null=True)
     error = pw.TextField(null=True)
     resolution = pw.TextField(null=True)  # confirmed | retry, when a person settled it
@@ -595,8 +629,11 @@ ALL_MODELS: tuple[type[_Base], ...] = (
     HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
-    ChannelCursor, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS, RunnerHost,
+    ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
+    RunnerHost,
 )
+#: The tables of schema v12 (a cursor per bot, chats that moved).
+V12_MODELS: tuple[type[_Base], ...] = (ChannelStream, ChannelChatMove)
 #: The tables of schema v10 (runner hosts).
 V10_MODELS: tuple[type[_Base], ...] = (RunnerHost,)
 #: The tables of schema v7 (schedules).
@@ -656,4 +693,13 @@ V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
                                             "interactive_request_contract_sha256_prefix")),
 )
 for _model, _index in V5_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v12: the channel messages surely not sent, being tried again (channel.status,
+#: the `piwf_channel_messages_undelivered` gauge), found without walking the channel's history.
+V12_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+    (ChannelEffect, ChannelEffect.index(ChannelEffect.status, name="channel_effect_failed",
+                                        where=ChannelEffect.status == "failed")),
+)
+for _model, _index in V12_INDEXES:
     _model.add_index(_index)

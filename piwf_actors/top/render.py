@@ -192,6 +192,12 @@ def _channels_line(status: dict[str, Any]) -> Text | None:
         result.append(clean(entry.get("profile")), style="green" if entry.get("running") else "red")
         if not entry.get("running"):
             result.append(" (down" + (f": {clean(entry.get('error'))}" if entry.get("error") else "") + ")")
+        elif entry.get("problem"):
+            result.append(f" ({clean(entry['problem'])})", style="yellow")
+    undelivered = status.get("undelivered") or []
+    if undelivered:
+        result.append(f"  {len(undelivered)} not sent yet ", style="yellow")
+        result.append("(retried; piwf channel status)", style="dim")
     ambiguous = status.get("ambiguous") or []
     if ambiguous:
         result.append(f"  {len(ambiguous)} ambiguous deliver{'y' if len(ambiguous) == 1 else 'ies'} ", style="yellow")

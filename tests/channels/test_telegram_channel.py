@@ -10,107 +10,24 @@ settles. Nothing here talks to anything but loopback.
 from __future__ import annotations
 
 import logging
-import os
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-from testsupport import HostScript, ProcessGuard, guarded, host_script_args, rows, wait_for
+from telegram_host import (
+    CHAT,
+    SECRET_PART,
+    STRANGER,
+    USER,
+    buttons,
+    delivered,
+    sent,
+    start,
+    status,
+    write_config,
+)
+from testsupport import HostScript, host_script_args, rows, wait_for
 
 from piwf_actors.channels.fake_telegram import FakeBotApi
 from piwf_actors.client import Client
-
-TOKEN = "424242:SECRET-token-do-not-log-xyzzy"
-SECRET_PART = "SECRET-token-do-not-log-xyzzy"
-TAG_VAR = "PIWF_CHANNEL_TEST_TAG"
-USER, CHAT, STRANGER = 1001, 2002, 9999
-
-FLOWS = textwrap.dedent('''
-    from piwf_actors.workflows import (
-        choice, compute, decision_switch, define_workflow, human_decision, text_input,
-    )
-
-    def _release(audience):
-        return define_workflow(
-            name=f"release-{audience}", start_at="approve",
-            nodes={
-                "approve": human_decision(
-                    audience=audience,
-                    choices={"ship": choice(label="Ship it"), "stop": choice(label="Stop"),
-                             "fix": choice(label="Needs changes",
-                                           input=text_input(name="instructions", prompt="What should change?"))},
-                    request=lambda ctx: {"title": f"Ship {ctx.input['version']}?", "summary": "Tests passed.",
-                                         "blocks": [{"kind": "bullets", "items": ["changelog updated"]}]}),
-                "ship": compute(run=lambda ctx: {"shipped": ctx.input["version"]}),
-                "stopped": compute(run=lambda ctx: {"stopped": True}),
-                "fix": compute(run=lambda ctx: {"fix": ctx.outputs["approve"]["input"]["instructions"]}),
-            },
-            edges=[decision_switch("approve", cases={"ship": "ship", "stop": "stopped", "fix": "fix"})],
-        )
-
-    release = _release("operator")
-    security = _release("security")
-''')
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeBotApi]:
-    with FakeBotApi(token=TOKEN) as api:
-        yield api
-
-
-@pytest.fixture
-def guard(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ProcessGuard]:
-    yield from guarded(monkeypatch, TAG_VAR, lambda tag: ProcessGuard(TAG_VAR, tag, tmp_path))
-
-
-def write_config(directory: Path, *, credentials_mode: int = 0o600, chats: tuple[int, ...] = (CHAT,),
-                 audiences: tuple[str, ...] = ("operator",)) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "channels.toml").write_text(textwrap.dedent(f'''
-        [telegram.ops]
-        credential = "ops_bot"
-        allowed_user_ids = [{USER}]
-        allowed_chat_ids = [{", ".join(map(str, chats))}]
-        audiences = [{", ".join(f'"{a}"' for a in audiences)}]
-    '''))
-    credentials = directory / "credentials.toml"
-    credentials.write_text(f'ops_bot = "{TOKEN}"\n')
-    os.chmod(credentials, credentials_mode)
-    return directory
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> dict[str, Path]:
-    flows = tmp_path / "flows.py"
-    flows.write_text(FLOWS)
-    return {"config": write_config(tmp_path / "config"), "flows": flows}
-
-
-def start(guard: ProcessGuard, state_dir: Path, setup: dict[str, Path], fake: FakeBotApi, **config: Any):
-    return guard.start_host(state_dir, config_dir=setup["config"], telegram_api_base=fake.url,
-                            channel_poll_timeout_s=1, max_workers=1, **config)
-
-
-def sent(fake: FakeBotApi) -> list[dict[str, Any]]:
-    return fake.calls_of("sendMessage")
-
-
-def delivered(fake: FakeBotApi, count: int = 1, timeout: float = 15) -> list[dict[str, Any]]:
-    """The bot's messages in the allowed chat once `count` are there."""
-    return wait_for(lambda: len(fake.messages(CHAT)) >= count and fake.messages(CHAT), timeout,
-                    lambda: f"{count} message(s) in chat {CHAT}; calls {[c['method'] for c in fake.calls]}")
-
-
-def buttons(message: dict[str, Any]) -> dict[str, str]:
-    """Button text → callback data."""
-    return {row[0]["text"]: row[0]["callback_data"] for row in message["reply_markup"]["inline_keyboard"]}
-
-
-def status(host, run_id: str) -> str:
-    return host.get_run(run_id)["status"]
 
 
 def test_a_decision_is_delivered_with_buttons_and_answered_once_by_an_allowed_tap(guard, state_dir, setup, fake,
@@ -160,7 +77,7 @@ def test_a_choice_that_needs_text_asks_for_it_and_takes_the_reply(guard, state_d
     # A stranger's reply, and a message that replies to nothing, change nothing.
     fake.reply(chat_id=CHAT, user_id=STRANGER, text="ship it anyway", reply_to_message_id=prompt["message_id"])
     fake.reply(chat_id=CHAT, user_id=USER, text="just chatting")
-    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_cursor")[0]["cursor"] > 0
+    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] > 0
              and not fake.pending_updates(), 10, "the two messages to be read")
     assert status(host, run_id) == "parked"
     fake.reply(chat_id=CHAT, user_id=USER, text="bump the changelog", reply_to_message_id=prompt["message_id"])
@@ -191,7 +108,7 @@ def test_a_clean_restart_neither_resends_nor_resettles_and_polls_from_the_stored
     wait_for(lambda: fake.calls_of("editMessageText"), 10, "the settlement")
     waiting = host.start_run(f"{setup['flows']}:release", {"version": "2"})["receipt"]["run_id"]
     delivered(fake, 2)
-    cursor = wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_cursor")[0]["cursor"], 10, "a cursor")
+    cursor = wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"], 10, "a cursor")
     host.stop("restart")
     calls_before = len(fake.calls)
 
@@ -240,9 +157,10 @@ def test_a_host_killed_while_send_message_is_in_flight_leaves_one_send_and_an_am
         retried = client.request("channel.recover", {"profile": "ops", "message_id": item["message_id"],
                                                      "action": "retry"})
         assert retried.outcome == "accepted", retried
-        assert retried.receipt["next_message_id"].endswith("-2")
+        assert retried.receipt["next_message_id"] is None  # a new copy, with buttons of its own
     wait_for(lambda: len(sent(fake)) == 2, 15, "the retried delivery")
     message = fake.messages(CHAT)[-1]
+    assert message["text"].startswith("(sent again")
     fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "7"}
     assert SECRET_PART not in script.log()

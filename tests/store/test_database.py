@@ -150,13 +150,13 @@ def test_a_version_1_database_is_migrated_to_queue_order_columns(state_dir):
 
 def test_a_version_2_database_gets_the_channel_tables(state_dir):
     """v3 recreates channel_effect and channel_cursor in their real shape (v1 declared them; nothing wrote
-    them) and adds channel_adapter."""
+    them) and adds channel_adapter; v12 replaces channel_cursor with channel_stream."""
     path = state_dir / "state.db"
     open_store(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     try:  # what schema v1/v2 had
         for table in ("channel_effect", "channel_cursor", "channel_adapter"):
-            conn.execute(f"DROP TABLE {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute("CREATE TABLE channel_effect (channel TEXT, effect_key TEXT, request_id TEXT, status TEXT, "
                      "external_id TEXT, revision INTEGER, created_at REAL, updated_at REAL, "
                      "PRIMARY KEY (channel, effect_key))")
@@ -170,7 +170,9 @@ def test_a_version_2_database_gets_the_channel_tables(state_dir):
         assert schema_version(db) == LATEST_VERSION
         columns = {row[1] for row in db.execute_sql("PRAGMA table_info(channel_effect)").fetchall()}
         assert {"effect_id", "profile", "purpose", "attempt", "status", "adapter_epoch"} <= columns
-        assert "profile" in {row[1] for row in db.execute_sql("PRAGMA table_info(channel_cursor)").fetchall()}
+        # v12 keeps the update cursor per bot (channel_stream) and drops the per-profile one.
+        assert "stream" in {row[1] for row in db.execute_sql("PRAGMA table_info(channel_stream)").fetchall()}
+        assert not db.execute_sql("SELECT name FROM sqlite_master WHERE name = 'channel_cursor'").fetchall()
         assert db.execute_sql("SELECT count(*) FROM channel_adapter").fetchone()[0] == 0
     finally:
         db.close()

@@ -194,6 +194,15 @@ def test_channel_health_and_ambiguous_deliveries() -> None:
     assert "channels" not in screen(snapshot())  # nothing configured: no line
 
 
+def test_channel_problems_and_messages_not_sent_yet() -> None:
+    channels = {"configured": True,
+                "profiles": [{"profile": "ops", "running": True,
+                              "problem": "cannot read updates: error 401: Unauthorized"}],
+                "undelivered": [{"profile": "ops", "message_id": "chf_2-3", "purpose": "delivery"}] * 2}
+    text = screen(snapshot(channels=channels), width=160, height=None)
+    has_all(text, "ops (cannot read updates: error 401: Unauthorized)", "2 not sent yet")
+
+
 def test_a_standby_host_says_so_and_names_the_active_one() -> None:
     base = snapshot()
     host = {**base.host, "role": "standby", "active": {"host_id": "host-a", "epoch": 7, "live": True}}

@@ -1,6 +1,7 @@
 """Named write commands. Importing this package registers all of them."""
 
 from piwf_actors.store.commands import (  # noqa: F401  (registration)
+    channel_answers,
     channels,
     children,
     claims,

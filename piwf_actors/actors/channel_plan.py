@@ -1,0 +1,128 @@
+"""What a channel adapter does next, decided from the store: pure reads, no I/O, no actor.
+
+`next_work` picks the one message an adapter should attempt now (deliveries
+before edits, each only when it is due); `place_tap` says what a tapped
+button belongs to. The adapter (`actors/channel.py`) reserves, attempts and
+settles what these return.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from piwf_actors.channels import text as channel_text
+from piwf_actors.channels.base import MessageRef, Presented
+from piwf_actors.channels.config import ChannelProfile
+from piwf_actors.store import channel_queries
+from piwf_actors.store.reader import StoreReader
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One message to attempt: `reserve` are the arguments of channel.effect_reserve."""
+
+    kind: str  # present | settle
+    chat_id: int  # where it goes (a moved chat's new id)
+    reserve: dict[str, Any]
+    presented: Presented | None = None
+    ref: MessageRef | None = None
+    text: str = ""
+
+
+def resolve_chat(moves: dict[int, int], chat_id: int) -> int:
+    """Where a chat is now, following moves (a chain of them too, never in a circle)."""
+    seen = {chat_id}
+    while chat_id in moves and moves[chat_id] not in seen:
+        chat_id = moves[chat_id]
+        seen.add(chat_id)
+    return chat_id
+
+
+def _due(effect: dict[str, Any] | None, now: float) -> bool:
+    if effect is None:
+        return True
+    if effect["status"] == "replaced":
+        return True  # a person asked for a new copy
+    return effect["status"] == "failed" and (effect["retry_at"] is None or effect["retry_at"] <= now)
+
+
+def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], *, text_limit: int,
+              now: float | None = None) -> Work | None:
+    """The next delivery or edit that is due, or None."""
+    now = time.time() if now is None else now
+    return _next_delivery(reader, profile, moves, text_limit, now) or _next_settlement(reader, profile, moves,
+                                                                                         text_limit, now)
+
+
+def _next_delivery(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+                   now: float) -> Work | None:
+    decisions = [d for d in channel_queries.open_decisions(reader) if profile.routes(d["audience"])]
+    if not decisions:
+        return None
+    delivered = channel_queries.effects(reader, profile.profile, "delivery")
+    for decision in decisions:
+        for chat_id in profile.allowed_chat_ids:
+            latest = delivered.get((decision["request_id"], chat_id))
+            if not _due(latest, now):
+                continue
+            copy = 0 if latest is None else latest["copy"] + (1 if latest["status"] == "replaced" else 0)
+            presented = channel_text.presented(decision["request_id"], decision["revision"], decision["contract"],
+                                               decision["deadline_at"], limit=text_limit, copy=copy)
+            reserve = {"purpose": "delivery", "request_id": decision["request_id"], "chat_id": chat_id,
+                       "copy": copy, "detail": {"revision": decision["revision"]}}
+            return Work("present", resolve_chat(moves, chat_id), reserve, presented=presented)
+    return None
+
+
+def _next_settlement(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+                     now: float) -> Work | None:
+    for item in channel_queries.decisions_to_settle(reader, profile.profile):
+        if not _due(item["settlement"], now):
+            continue
+        message = item["message"] or {}
+        ref = MessageRef(resolve_chat(moves, int(message["chat_id"])), int(message["message_id"]))
+        if item["status"] in ("pending", "presenting"):  # a replaced copy of a decision still open
+            text = channel_text.replaced_text(item["contract"], limit=text_limit)
+        else:
+            text = channel_text.outcome_text(item["contract"], item["status"], item["answer"], item["provenance"],
+                                             limit=text_limit)
+        reserve = {"purpose": "settlement", "request_id": item["request_id"], "chat_id": item["chat_id"],
+                   "copy": item["copy"], "delivery_effect_id": item["delivery_effect_id"]}
+        return Work("settle", ref.chat_id, reserve, ref=ref, text=text)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TapTarget:
+    """What a tapped button belongs to. `decision` is set when the tap may answer it (the current
+    copy of an open decision); `found` names a delivery whose message the tap just located."""
+
+    decision: dict[str, Any] | None
+    notice: str | None  # why the tap answers nothing, told to the person
+    found: dict[str, Any] | None
+
+
+def place_tap(reader: StoreReader, profile: ChannelProfile, token: str, chat_id: int,
+              message_id: int) -> TapTarget:
+    """Match a button's token against the decisions and copies the profile delivered."""
+    decisions = {d["request_id"]: d for d in channel_queries.open_decisions(reader)
+                 if profile.routes(d["audience"])}
+    current = {key: effect["copy"] for key, effect in channel_queries.effects(reader, profile.profile,
+                                                                               "delivery").items()}
+    for copy in channel_queries.tappable_copies(reader, profile.profile):
+        if channel_text.button_token(copy["request_id"], copy["revision"], copy["copy"]) != token:
+            continue
+        found = None if copy["known"] else {"effect_id": copy["effect_id"], "chat_id": chat_id,
+                                            "message_id": message_id}
+        decision = decisions.get(copy["request_id"])
+        if decision is None or not copy["open"] or decision["revision"] != copy["revision"]:
+            return TapTarget(None, "This decision is no longer open.", found)
+        if copy["status"] == "replaced" or copy["copy"] != current.get((copy["request_id"], copy["chat_id"]), 0):
+            return TapTarget(None, "This copy was sent again below: answer the newer message.", found)
+        return TapTarget(decision, None, found)
+    for decision in decisions.values():  # a first copy with no record of its own (sent before copies existed)
+        if channel_text.button_token(decision["request_id"], decision["revision"]) == token:
+            return TapTarget(decision, None, None)
+    return TapTarget(None, "This decision is no longer open.", None)

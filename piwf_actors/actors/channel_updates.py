@@ -1,0 +1,121 @@
+"""What one update from a channel means for a channel adapter: pure reads, no I/O, no actor.
+
+`read_update` turns a tap or a reply into an `Outcome`: a notice for the
+person who sent it, and the write that applies it, if any (an answer, a
+located message, a prompt for text). The adapter (`actors/channel.py`)
+sends the notice, submits the write, and moves the cursor past the update
+once it is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from piwf_actors.actors.channel_plan import place_tap, resolve_chat
+from piwf_actors.channels import text as channel_text
+from piwf_actors.channels.base import Choice, Event, Presented, Reply, Tap
+from piwf_actors.channels.config import ChannelProfile
+from piwf_actors.store import channel_queries
+from piwf_actors.store.reader import StoreReader
+
+log = logging.getLogger("piwf_actors.actors.channel")
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A choice needs text: ask `user_id` for it in `chat_id` (a message, so an effect)."""
+
+    chat_id: int
+    presented: Presented
+    choice: Choice
+    user_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to do about one update. `command` (name, args, correlation) is the write that applies
+    it; without one the update needs nothing written. `notice` is told to its sender (for a
+    prompt, once its reservation is written); `label` names the choice for "Recorded: …"."""
+
+    notice: str | None = None
+    command: tuple[str, dict[str, Any], str] | None = None
+    label: str = ""
+    prompt: Prompt | None = None
+
+
+NOTHING = Outcome()
+
+
+def allows(profile: ChannelProfile, moves: dict[int, int], user_id: int, chat_id: int) -> bool:
+    """The allow-lists, with a moved chat standing for the chat it was."""
+    if profile.allows(user_id, chat_id):
+        return True
+    return any(resolve_chat(moves, allowed) == chat_id and profile.allows(user_id, allowed)
+               for allowed in profile.allowed_chat_ids)
+
+
+def read_update(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], event: Event, *,
+                text_limit: int) -> Outcome:
+    if isinstance(event, Tap):
+        return _tap(reader, profile, moves, event, text_limit)
+    if isinstance(event, Reply) and event.reply_to is not None:
+        return _reply(reader, profile, moves, event)
+    return NOTHING
+
+
+def _answer(profile: ChannelProfile, update_id: int, decision: dict[str, Any], response: dict[str, Any],
+            user_id: int, chat_id: int, found: dict[str, Any] | None) -> tuple[str, dict[str, Any], str]:
+    return ("channel.answer", {"channel": profile.channel_type, "update_id": update_id,
+                               "request_id": decision["request_id"], "expected_revision": decision["revision"],
+                               "response": response, "user_id": user_id, "chat_id": chat_id, "found": found},
+            "answer")
+
+
+def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], tap: Tap, text_limit: int) -> Outcome:
+    if not allows(profile, moves, tap.user_id, tap.chat_id):
+        log.info("channel %s: ignored a tap by user %d in chat %d (not allowed)", profile.profile, tap.user_id,
+                 tap.chat_id)
+        return Outcome("You may not answer decisions here.")
+    parsed = channel_text.parse_button(tap.data)
+    if parsed is None:
+        return Outcome("This button is not one of this bot's decisions.")
+    target = place_tap(reader, profile, parsed[0], tap.chat_id, tap.message_id)
+    decision = target.decision
+    if decision is None:
+        notice = target.notice or "This decision is no longer open."
+        if target.found is None:
+            return Outcome(notice)
+        # It answers nothing, but it shows where a message is: recorded, so the message can be edited.
+        return Outcome(notice, ("channel.effect_found", {"update_id": tap.update_id, "found": target.found},
+                                "found"))
+    options = channel_text.choices(decision["contract"], parsed[0])
+    if parsed[1] >= len(options):
+        return Outcome("Unknown choice.")
+    choice = options[parsed[1]]
+    if choice.input is not None:
+        presented = channel_text.presented(decision["request_id"], decision["revision"], decision["contract"],
+                                           decision["deadline_at"], limit=text_limit)
+        reserve = {"purpose": "input_prompt", "request_id": decision["request_id"], "chat_id": tap.chat_id,
+                   "key_extra": f"{tap.user_id}:{choice.key}:{decision['revision']}",
+                   "detail": {"choice": choice.key, "input_name": choice.input.get("name"), "user_id": tap.user_id,
+                              "revision": decision["revision"], "label": choice.label}}
+        return Outcome(None, ("channel.effect_reserve", reserve, "prompt"), choice.label,
+                       Prompt(tap.chat_id, presented, choice, tap.user_id))
+    return Outcome(None, _answer(profile, tap.update_id, decision, {"choice": choice.key}, tap.user_id, tap.chat_id,
+                                 target.found), choice.label)
+
+
+def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
+    assert reply.reply_to is not None
+    prompt = channel_queries.prompt_for_reply(reader, profile.profile, reply.chat_id, reply.reply_to)
+    if prompt is None:
+        return NOTHING  # a reply to something else in the chat: not ours to answer
+    detail = prompt["detail"]
+    if detail.get("user_id") != reply.user_id or not allows(profile, moves, reply.user_id, reply.chat_id):
+        return Outcome("Not recorded: this question was asked of someone else.")
+    decision = {"request_id": prompt["request_id"], "revision": detail.get("revision")}
+    response = {"choice": detail["choice"], "input": {detail["input_name"]: reply.text}}
+    return Outcome(None, _answer(profile, reply.update_id, decision, response, reply.user_id, reply.chat_id, None),
+                   str(detail.get("label") or detail["choice"]))

@@ -1,0 +1,115 @@
+"""What a decision channel adapter writes about the updates it reads: answers, and where the
+bot's update stream stands. Fenced by the profile's adapter epoch like its effects.
+
+Answers arrive as updates with increasing ids, per bot (a *stream*:
+`<channel type>:<fingerprint of the token>`, so another bot under the same
+profile name starts its own count). Each update is applied in the same
+transaction that moves the stream's cursor past it, and an update below the
+cursor was applied already: a crash between the two makes the channel
+deliver the update again, and it is then skipped.
+
+A service's ids can restart below the cursor (Telegram picks a new random
+start after a week without updates; a local Bot API server starts again).
+The adapter notices — the service returned updates below the offset it was
+asked for, which it never does otherwise — and re-bases the cursor
+(`channel.cursor_rebase`), which counts a new `generation`. The generation is
+part of every answer's idempotency key, so an update id used again after a
+reset is a new update, not a replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.errors import PiwfError
+from piwf_actors.store.commands.channels import record_found, require_adapter, stream_position
+from piwf_actors.store.commands.interactions import answer_decision
+from piwf_actors.store.commands.registry import WriteContext, command
+
+
+def _advance(ctx: WriteContext, profile: str, stream: str, cursor: int) -> int:
+    """Move the stream's cursor forward to `cursor` (never back). Returns where it stands."""
+    ctx.conn.execute(
+        """INSERT INTO channel_stream (stream, profile, cursor, generation, updated_at) VALUES (?, ?, ?, 0, ?)
+           ON CONFLICT (stream) DO UPDATE SET updated_at = excluded.updated_at, profile = excluded.profile,
+               cursor = CASE WHEN excluded.cursor > channel_stream.cursor THEN excluded.cursor
+                             ELSE channel_stream.cursor END""",
+        (stream, profile, cursor, ctx.now))
+    ctx.changes.touch("channel_stream")
+    return stream_position(ctx, stream)[0]
+
+
+def _stream_of(args: dict[str, Any]) -> str:
+    return str(args.get("stream") or f"profile:{args['profile']}")
+
+
+@command("channel.answer")
+def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """An answer taken from a channel update, applied once per update id.
+
+    args: {profile, adapter_epoch, stream, channel, update_id, request_id, expected_revision,
+    response, user_id, chat_id, found?}. The adapter checked the user and chat against its
+    allow-lists. `found` ({effect_id, chat_id, message_id}) is the delivery the tapped message
+    belongs to, when its reference was not known. The cursor moves past the update whatever the
+    answer's fate, in the same transaction. Returns {status: accepted | refused | seen, error?, choice?}.
+    """
+    profile, update_id, stream = args["profile"], int(args["update_id"]), _stream_of(args)
+    require_adapter(ctx, profile, args["adapter_epoch"])
+    cursor, generation = stream_position(ctx, stream)
+    if update_id < cursor:
+        return {"status": "seen"}
+    if args.get("found"):
+        record_found(ctx, profile, args["found"])
+    provenance = {"kind": "channel", "channel": args.get("channel", "telegram"), "profile": profile,
+                  "user_id": args["user_id"], "chat_id": args["chat_id"], "update_id": update_id}
+    answer = {"request_id": args["request_id"], "expected_revision": args.get("expected_revision"),
+              "response": args["response"], "idempotency_key": f"channel:{stream}:{generation}:{update_id}"}
+    ctx.conn.execute("SAVEPOINT channel_answer")
+    try:
+        receipt = answer_decision(ctx, answer, provenance, f"channel.answer ({profile})")
+    except PiwfError as err:
+        ctx.conn.execute("ROLLBACK TO channel_answer")
+        ctx.conn.execute("RELEASE channel_answer")
+        result: dict[str, Any] = {"status": "refused", "error": err.one_line(200)}
+    else:
+        ctx.conn.execute("RELEASE channel_answer")
+        result = {"status": "accepted", "choice": receipt["choice"], "run_id": receipt["run_id"]}
+    _advance(ctx, profile, stream, update_id + 1)
+    return result
+
+
+@command("channel.effect_found")
+def effect_found(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A tap that answers nothing (an old copy, a closed decision) still shows where a delivery's
+    message is: {profile, adapter_epoch, stream, update_id, found: {effect_id, chat_id, message_id}}.
+    Recorded, and the cursor moves past the update, in one transaction. Returns {found: bool}."""
+    profile, update_id, stream = args["profile"], int(args["update_id"]), _stream_of(args)
+    require_adapter(ctx, profile, args["adapter_epoch"])
+    if update_id < stream_position(ctx, stream)[0]:
+        return {"found": False, "status": "seen"}
+    changed = record_found(ctx, profile, args["found"])
+    _advance(ctx, profile, stream, update_id + 1)
+    return {"found": changed}
+
+
+@command("channel.cursor")
+def channel_cursor(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Move the stream's cursor past updates that needed nothing written: {profile, adapter_epoch, stream, cursor}."""
+    require_adapter(ctx, args["profile"], args["adapter_epoch"])
+    return {"cursor": _advance(ctx, args["profile"], _stream_of(args), int(args["cursor"]))}
+
+
+@command("channel.cursor_rebase")
+def channel_cursor_rebase(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The service's update ids restarted below the cursor: {profile, adapter_epoch, stream, cursor,
+    expected}. Sets the cursor back to `cursor` and starts a new generation, only while the stored
+    cursor is still `expected` (a stale re-base changes nothing). Returns {cursor, generation, rebased}."""
+    profile, stream = args["profile"], _stream_of(args)
+    require_adapter(ctx, profile, args["adapter_epoch"])
+    cursor, generation = stream_position(ctx, stream)
+    if cursor != int(args["expected"]) or int(args["cursor"]) >= cursor:
+        return {"cursor": cursor, "generation": generation, "rebased": False}
+    ctx.conn.execute("UPDATE channel_stream SET cursor = ?, generation = generation + 1, updated_at = ? "
+                     "WHERE stream = ?", (int(args["cursor"]), ctx.now, stream))
+    ctx.changes.touch("channel_stream")
+    return {"cursor": int(args["cursor"]), "generation": generation + 1, "rebased": True}

@@ -1,0 +1,369 @@
+"""Decisions in Telegram when things go wrong (issue 18), end to end against the fake Bot API on
+127.0.0.1: a send that surely failed is retried until delivered or listed for a person; the token
+never leaks; a reset of update ids loses nothing and never spins; a crafted button cannot stop the
+channel; every tap and reply is answered; an unknown outcome still ends with the message settled;
+one bot serves one host."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telegram_host import CHAT, SECRET_PART, STRANGER, TOKEN, USER, buttons, sent, start, write_config
+from testsupport import rows, wait_for
+
+from piwf_actors.channels.fake_telegram import FakeBotApi
+from piwf_actors.client import Client
+
+PIWF = Path(__file__).resolve().parents[2] / "bin" / "piwf"
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sure failures are tried again every second (the host runs in this process)."""
+    from piwf_actors.store.commands import channels
+
+    monkeypatch.setattr(channels, "MAX_RETRY_S", 1.0, raising=False)  # (raising: run on old code too)
+
+
+def channel_status(state_dir: Path) -> dict[str, Any]:
+    with Client(state_dir) as client:
+        return client.request("channel.status").receipt
+
+
+def messages_in(fake: FakeBotApi, chat_id: int, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+    return wait_for(lambda: len(fake.messages(chat_id)) >= count and fake.messages(chat_id), timeout,
+                    lambda: f"{count} message(s) in chat {chat_id}; calls {[c['method'] for c in fake.calls]}")
+
+
+def answered(fake: FakeBotApi, count: int = 1, timeout: float = 15) -> list[dict[str, Any]]:
+    return wait_for(lambda: len(fake.answered_callbacks()) >= count and fake.answered_callbacks(), timeout,
+                    f"{count} answered callback(s)")
+
+
+def release_run(host, setup, version: str) -> str:
+    return host.start_run(f"{setup['flows']}:release", {"version": version})["receipt"]["run_id"]
+
+
+# --- 1. a send that surely failed is tried again until it is delivered ---------------------------------
+
+def test_a_decision_sent_while_telegram_is_unreachable_is_delivered_once_it_is_back(guard, state_dir, setup, fake,
+                                                                                   quick_retries) -> None:
+    """On main: after three refused connections the delivery was failed for good, listed nowhere,
+    and `recover` refused it."""
+    host = start(guard, state_dir, setup, fake)
+    port = fake.port
+    fake.stop()
+    run_id = release_run(host, setup, "1")
+    listed = wait_for(lambda: [d for d in channel_status(state_dir)["undelivered"] if d["attempts"] >= 4], 30,
+                      "four refused attempts, listed for a person")
+    assert listed[0]["purpose"] == "delivery" and "cannot connect" in listed[0]["error"]
+    assert listed[0]["retry_at"] is not None
+    back = FakeBotApi(token=TOKEN, port=port).start()
+    try:
+        [message] = messages_in(back, CHAT, 1)
+        assert message["text"].startswith("Ship 1?")
+        assert channel_status(state_dir)["undelivered"] == []
+        back.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+        assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "1"}
+        assert len(sent(back)) == 1
+    finally:
+        back.stop()
+
+
+def test_429s_and_chat_not_found_only_delay_a_delivery(guard, state_dir, setup, fake, quick_retries) -> None:
+    for _ in range(3):
+        fake.fail_next("sendMessage", "retry_after", seconds=1)
+    fake.fail_next("sendMessage", "error", description="Bad Request: chat not found")
+    fake.fail_next("sendMessage", "error", status=403, description="Forbidden: bot is not a member of the chat")
+    host = start(guard, state_dir, setup, fake)
+    release_run(host, setup, "2")
+    [message] = messages_in(fake, CHAT, 1, timeout=40)
+    assert message["text"].startswith("Ship 2?")
+    assert [call["injected"] for call in fake.calls if call["method"] == "sendMessage"] == [
+        "retry_after", "retry_after", "retry_after", "error", "error", None]
+
+
+def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake) -> None:
+    """The automatic retries wait longer and longer; a person can have the next one now."""
+    for _ in range(5):
+        fake.fail_next("sendMessage", "error", description="Bad Request: chat not found")
+    host = start(guard, state_dir, setup, fake)
+    release_run(host, setup, "3")
+    item = wait_for(lambda: [d for d in channel_status(state_dir)["undelivered"] if d["attempts"] >= 3], 30,
+                    "three failed attempts")[0]
+    for _ in range(len(fake._failures.get("sendMessage") or ())):
+        fake._failures["sendMessage"].popleft()  # the chat is found now
+    shown = subprocess.run([str(PIWF), "channel", "status", "--state-dir", str(state_dir)], capture_output=True,
+                           text=True, timeout=30, stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "250"})
+    assert "not sent yet" in shown.stdout and "chat not found" in shown.stdout, shown.stdout
+    done = subprocess.run([str(PIWF), "channel", "recover", "ops", item["message_id"], "retry", "--state-dir",
+                           str(state_dir)], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and "tried now" in done.stdout, done.stderr
+    messages_in(fake, CHAT, 1, timeout=10)
+
+
+def test_a_group_that_became_a_supergroup_is_followed(guard, state_dir, setup, fake, tmp_path) -> None:
+    """On main: the migrate_to_chat_id of the refusal was read and never used; the delivery was lost."""
+    group, supergroup = -2002, -1002002
+    config = write_config(tmp_path / "moved", chats=(group,))
+    fake.migrate_chat(group, supergroup)
+    host = start(guard, state_dir, {**setup, "config": config}, fake)
+    run_id = release_run(host, setup, "4")
+    [message] = messages_in(fake, supergroup, 1)
+    assert fake.messages(group) == []
+    fake.tap(chat_id=supergroup, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "4"}
+    moved = channel_status(state_dir)["moved_chats"]
+    assert [(m["chat_id"], m["moved_to"]) for m in moved] == [(group, supergroup)]
+    edited = wait_for(lambda: (m := fake.messages(supergroup)[0]).get("edited") and m, 15, "the edit")
+    assert "✔ Ship it" in edited["text"]
+
+
+# --- 2. the token never leaks ----------------------------------------------------------------------
+
+def test_no_part_of_the_token_reaches_the_logs_the_database_or_the_status(guard, state_dir, setup, fake,
+                                                                          caplog) -> None:
+    """Error pages that quote the request URL (and so the token) at offsets around every cut."""
+    caplog.set_level(logging.DEBUG)
+    offsets = (0, 150, 170, 185, 195, 199, 200, 201, 230, 290, 299, 480, 495)
+    for offset in offsets:
+        fake.fail_next("sendMessage", "page", status=502 if offset % 2 else 500,
+                       body="x" * offset + "proxy could not reach POST {path}")
+    host = start(guard, state_dir, setup, fake)
+    for index in range(len(offsets)):
+        release_run(host, setup, f"t{index}")
+    wait_for(lambda: len(channel_status(state_dir)["ambiguous"]) == len(offsets), 40,
+             "every page-answered send to be of unknown outcome")
+    json_status = subprocess.run([str(PIWF), "channel", "status", "--json", "--state-dir", str(state_dir)],
+                                 capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL).stdout
+    effects = json.dumps(rows(state_dir, "SELECT * FROM channel_effect"))
+    secret = TOKEN.partition(":")[2]
+    pieces = {secret[i:i + 6] for i in range(len(secret) - 5)}
+    for where, text in (("logs", caplog.text), ("database", effects), ("status", json_status)):
+        leaked = [piece for piece in pieces if piece in text]
+        assert not leaked, f"{where} holds pieces of the token: {leaked}"
+    assert "<token>" in effects  # the pages were quoted, redacted
+
+
+# --- 3. a reset of update ids ----------------------------------------------------------------------
+
+def _deliver_and_move_the_cursor(host, setup, fake, state_dir: Path, chatter: int) -> tuple[str, dict[str, Any]]:
+    run_id = release_run(host, setup, "5")
+    [message] = messages_in(fake, CHAT, 1)
+    for index in range(chatter):
+        fake.reply(chat_id=CHAT, user_id=USER, text=f"chatter {index}")
+    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")
+             and rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] == 1000 + chatter, 15,
+             "the cursor past the chatter")
+    return run_id, message
+
+
+def test_update_ids_that_restart_below_the_cursor_are_applied_without_a_hot_loop(guard, state_dir, setup,
+                                                                                 fake) -> None:
+    """On main, with a server that answers a future offset from its queue head: over a thousand
+    getUpdates calls in 5 s, a cursor write per loop, and the tap never applied."""
+    host = start(guard, state_dir, setup, fake)
+    run_id, message = _deliver_and_move_the_cursor(host, setup, fake, state_dir, chatter=6)
+    fake.reset_update_ids(5, future_offset="head")
+    polls_before = len(fake.calls_of("getUpdates"))
+    assert fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"],
+                    data=buttons(message)["Ship it"]) == 5
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "5"}
+    time.sleep(3)  # let a loop show itself, if there is one
+    assert len(fake.calls_of("getUpdates")) - polls_before < 30
+    [stream] = rows(state_dir, "SELECT cursor, generation FROM channel_stream")
+    assert (stream["cursor"], stream["generation"]) == (6, 1)
+    [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
+    assert json.loads(submission["provenance"])["update_id"] == 5
+
+
+def test_another_bot_under_the_same_profile_reads_its_own_updates(guard, state_dir, setup, fake) -> None:
+    """On main the cursor belonged to the profile name: the new bot's ids, below it, were confirmed
+    away unread and the tap was lost."""
+    host = start(guard, state_dir, setup, fake)
+    run_id, message = _deliver_and_move_the_cursor(host, setup, fake, state_dir, chatter=6)
+    new_token = "515151:ANOTHER-bot-token-for-ops"
+    (setup["config"] / "credentials.toml").write_text(f'ops_bot = "{new_token}"\n')
+    fake.token = new_token  # another bot in the same chat: its update ids are its own
+    fake.reset_update_ids(1000)
+    with Client(state_dir) as client:
+        assert client.request("channel.reload").outcome == "accepted"
+    wait_for(lambda: len(rows(state_dir, "SELECT stream FROM channel_stream")) == 2 or
+             [c for c in fake.calls[-3:] if c["method"] == "getUpdates" and c["params"].get("offset") == 0], 20,
+             "the new bot to be polled from its own start")
+    assert fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"],
+                    data=buttons(message)["Ship it"]) == 1000
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "5"}
+    streams = {r["stream"]: r["cursor"] for r in rows(state_dir, "SELECT stream, cursor FROM channel_stream")}
+    assert sorted(streams.values()) == [1001, 1006] and all(s.startswith("telegram:") for s in streams)
+    assert not any(SECRET_PART in s or "ANOTHER" in s for s in streams)
+
+
+# --- 4. a crafted button cannot stop the channel ---------------------------------------------------
+
+def test_a_crafted_button_is_answered_and_passed_over_and_the_channel_keeps_running(guard, state_dir, setup,
+                                                                                    fake) -> None:
+    """On main: `…:²` passed str.isdigit, int() raised inside the actor, the update was never
+    confirmed, and the adapter restarted over and over; a good tap afterwards never applied."""
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "6")
+    [message] = messages_in(fake, CHAT, 1)
+    token = buttons(message)["Ship it"].partition(":")[0]
+    [epoch] = [r["adapter_epoch"] for r in rows(state_dir, "SELECT adapter_epoch FROM channel_adapter")]
+    for data in (f"{token}:²", f"{token}:9999999999", f"{token}:-1", "x" * 64, f"{token.upper()}:0"):
+        fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=data)
+    notices = answered(fake, 5)
+    assert all(not n.get("text", "").startswith("Recorded") for n in notices)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "6"}
+    assert rows(state_dir, "SELECT adapter_epoch FROM channel_adapter")[0]["adapter_epoch"] == epoch
+    assert not fake.pending_updates()
+
+
+# --- 5. every tap and reply is answered -----------------------------------------------------------
+
+def test_a_tap_on_an_inline_message_is_answered(guard, state_dir, setup, fake) -> None:
+    start(guard, state_dir, setup, fake)
+    fake.tap_inline(user_id=USER, data="anything")
+    [notice] = answered(fake)
+    assert notice["text"] == "You may not answer decisions here."
+
+
+def test_an_acknowledgement_never_waits_behind_a_send_that_backs_off(guard, state_dir, setup, fake) -> None:
+    """On main the answerCallbackQuery queued behind the sender's 429 pause (here 60 s)."""
+    host = start(guard, state_dir, setup, fake)
+    first = release_run(host, setup, "7")
+    [message] = messages_in(fake, CHAT, 1)
+    fake.fail_next("sendMessage", "retry_after", seconds=60)
+    release_run(host, setup, "8")
+    wait_for(lambda: [c for c in fake.calls if c["injected"] == "retry_after"], 15, "the 429")
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Stop"])
+    host.wait_for_run(first, timeout=20)
+    [notice] = answered(fake, timeout=20)  # long before the 60 s are over
+    assert notice["text"] == "Recorded: Stop"
+    assert len(sent(fake)) == 2  # the held send has not been tried again yet
+
+
+def test_text_replies_are_answered_whether_recorded_or_refused(guard, state_dir, setup, fake) -> None:
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "9")
+    [message] = messages_in(fake, CHAT, 1)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Needs changes ✎"])
+    prompt = messages_in(fake, CHAT, 2)[1]
+    stranger = fake.reply(chat_id=CHAT, user_id=STRANGER, text="ship it", reply_to_message_id=prompt["message_id"])
+    assert stranger
+    refusal = wait_for(lambda: [m for m in fake.messages(CHAT) if m["text"].startswith("Not recorded")], 15,
+                       "the refusal")[0]
+    assert refusal["reply_to_message"]["text"] == "ship it"
+    fake.reply(chat_id=CHAT, user_id=USER, text="bump it", reply_to_message_id=prompt["message_id"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"fix": "bump it"}
+    wait_for(lambda: [m for m in fake.messages(CHAT) if m["text"].startswith("Recorded: Needs changes")], 15,
+             "the confirmation")
+
+
+# --- 6. an unknown outcome still ends with the message settled ----------------------------------------
+
+def test_a_confirmed_delivery_is_found_by_a_tap_and_edited_when_the_decision_settles(guard, state_dir, setup,
+                                                                                      fake) -> None:
+    """On main the confirmed message kept its buttons for ever (no reference was recorded)."""
+    fake.fail_next("sendMessage", "drop")  # sent, but the answer is lost: unknown outcome
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "10")
+    [item] = wait_for(lambda: channel_status(state_dir)["ambiguous"], 15, "the unknown outcome")
+    with Client(state_dir) as client:
+        assert client.request("channel.recover", {"profile": "ops", "message_id": item["message_id"],
+                                                  "action": "confirm"}).outcome == "accepted"
+    [message] = fake.messages(CHAT)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "10"}
+    edited = wait_for(lambda: (m := fake.messages(CHAT)[0]).get("edited") and m, 15, "the edit")
+    assert "✔ Ship it" in edited["text"] and edited["reply_markup"] is None
+    status = channel_status(state_dir)
+    assert status["ambiguous"] == [] and status["unsettled"] == []
+
+
+def test_an_unknown_delivery_of_a_decision_settled_elsewhere_leaves_the_ambiguous_list(guard, state_dir, setup,
+                                                                                        fake) -> None:
+    fake.fail_next("sendMessage", "drop")
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "11")
+    wait_for(lambda: channel_status(state_dir)["ambiguous"], 15, "the unknown outcome")
+    request_id = host.get_run(run_id)["park_detail"]
+    with Client(state_dir) as client:
+        assert client.request("decision.answer", {"request_id": request_id,
+                                                  "response": {"choice": "stop"}}).outcome == "accepted"
+    status = wait_for(lambda: (s := channel_status(state_dir))["unsettled"] and s, 15, "the unsettled copy")
+    assert status["ambiguous"] == []
+    assert "tap" in status["unsettled"][0]["why"]
+    # A tap on it (it did arrive) finds it, and it is edited.
+    [message] = fake.messages(CHAT)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    [notice] = answered(fake)
+    assert notice["text"] == "This decision is no longer open."
+    edited = wait_for(lambda: (m := fake.messages(CHAT)[0]).get("edited") and m, 15, "the edit")
+    assert "✔ Stop" in edited["text"]
+    assert channel_status(state_dir)["unsettled"] == []
+
+
+def test_a_retried_delivery_replaces_the_first_copy_instead_of_adding_a_second_working_one(guard, state_dir, setup,
+                                                                                           fake) -> None:
+    """On main both copies answered the decision, and only the second was ever edited."""
+    fake.fail_next("sendMessage", "drop")
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "12")
+    [item] = wait_for(lambda: channel_status(state_dir)["ambiguous"], 15, "the unknown outcome")
+    with Client(state_dir) as client:
+        assert client.request("channel.recover", {"profile": "ops", "message_id": item["message_id"],
+                                                  "action": "retry"}).outcome == "accepted"
+    first, second = messages_in(fake, CHAT, 2)
+    assert buttons(first)["Ship it"] != buttons(second)["Ship it"]
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=first["message_id"], data=buttons(first)["Ship it"])
+    [notice] = answered(fake)
+    assert notice["text"] == "This copy was sent again below: answer the newer message."
+    replaced = wait_for(lambda: (m := fake.messages(CHAT)[0]).get("edited") and m, 15, "the first copy's edit")
+    assert "Sent again below" in replaced["text"] and replaced["reply_markup"] is None
+    assert host.get_run(run_id)["status"] == "parked"
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=second["message_id"], data=buttons(second)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "12"}
+    edited = wait_for(lambda: (m := fake.messages(CHAT)[1]).get("edited") and m, 15, "the second copy's edit")
+    assert "✔ Ship it" in edited["text"]
+
+
+# --- 7. one bot serves one host ---------------------------------------------------------------------
+
+def test_a_bot_token_used_by_two_hosts_is_refused_with_a_clear_error(guard, tmp_path, setup, fake) -> None:
+    """On main two hosts with one bot took each other's taps (409s, "no longer open")."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    start(guard, first, setup, fake)
+    start(guard, second, setup, fake)
+
+    def refused() -> list[tuple[Path, str]]:
+        found = []
+        for state_dir in (first, second):
+            for entry in channel_status(state_dir)["profiles"]:
+                if not entry["running"] and "another program reads this bot's updates" in entry.get("error", ""):
+                    found.append((state_dir, entry["error"]))
+        return found
+
+    [(_state_dir, error)] = wait_for(refused, 40, "one of the two hosts to refuse the shared bot")
+    assert "one bot serves one host" in error and "piwf channel reload" in error
+    assert len(error.splitlines()) == 1 and SECRET_PART not in error
+
+
+def test_a_config_directory_anyone_may_write_to_is_refused(tmp_path) -> None:
+    """The config directory is checked like the credentials file (see test_channel_config.py for
+    every case): a directory anyone may write to is refused, with a reason that names no token."""
+    from piwf_actors.channels.config import load_channels
+
+    directory = write_config(tmp_path / "open")
+    os.chmod(directory, 0o777)
+    config = load_channels(directory)
+    assert config.startable() == [] and config.file_error and "chmod go-w" in config.file_error
+    assert SECRET_PART not in config.file_error
