@@ -62,6 +62,13 @@ log = logging.getLogger(__name__)
 _WATCHED = frozenset({"interactive_request", "interactive_submission", "channel_effect"})
 #: Sure failures of one message logged as WARNING (the rest at INFO): the first, then every tenth.
 _WARN_EVERY = 10
+#: Refusals of a receipt that make it final: the attempt is stale (another adapter owns the profile).
+_FINAL_REFUSALS = frozenset({"rejected", "adapter_replaced"})
+#: Refusals of an update's write that pass with time (the update is read again until written).
+_TRANSIENT_REFUSALS = frozenset({"disk_full", "read_only", "store_error", "store_refused", "writer_stopped",
+                                 "stale_epoch", "lease_expired", "lease_lost"})
+#: Writes of one update refused this many times in a row for anything else: it is passed over.
+_PASS_OVER_AFTER = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,10 @@ class ChannelAdapter(CoreActor):
         self._ticker: Ticker | None = None
         self._ready = False
         self._in_flight = 0  # reservations and attempts under way (a new one starts only at 0)
+        self._receipts: dict[str, dict[str, Any]] = {}  # effect id -> settle args not written yet
+        self._receipts_due: set[str] = set()  # of those, the ones to submit again on the next tick
+        self._deferred: dict[tuple[Any, ...], float] = {}  # work the store said was not due, until (monotonic)
+        self._update_failures: tuple[int, int] = (-1, 0)  # (update id, writes of it refused in a row)
         self._prompts_in_flight: set[str] = set()  # effect ids of text prompts sent, receipt not yet written
         self._reply_waits = False  # a reply waits for a prompt's receipt (it may answer that prompt)
         self._hold_until = 0.0  # the service asked us to slow down (429)
@@ -201,6 +212,9 @@ class ChannelAdapter(CoreActor):
             self._evaluate()
 
     def _tick(self, _message: ChannelTick) -> None:
+        for effect_id in sorted(self._receipts_due):
+            self._receipts_due.discard(effect_id)
+            self._command("channel.effect_settle", self._receipts[effect_id], f"settle {effect_id}")
         self._evaluate()
 
     def _evaluate(self) -> None:
@@ -208,7 +222,10 @@ class ChannelAdapter(CoreActor):
         if not self._ready or self._in_flight or time.monotonic() < self._hold_until:
             return
         assert self._reader is not None
-        work = next_work(self._reader, self._profile, self._moves, text_limit=self._text_limit)
+        now = time.monotonic()
+        self._deferred = {key: until for key, until in self._deferred.items() if until > now}
+        work = next_work(self._reader, self._profile, self._moves, text_limit=self._text_limit,
+                         deferred=set(self._deferred))
         if work is None:
             return
         self._in_flight += 1
@@ -223,6 +240,11 @@ class ChannelAdapter(CoreActor):
             if not result.ok:
                 log.warning("channel %s: cannot record a delivery: %s", self._profile.profile, result.error)
                 self._hold_until = time.monotonic() + 1.0
+            else:
+                # Pass over it for a while (the store's clock may run behind ours): the work behind it
+                # must not wait.
+                wait = max(float(result.value.get("wait_s") or 0.0), 1.0)
+                self._deferred[work.key] = time.monotonic() + wait
             return
         self._threads.send(Job(work.kind, work.chat_id, dict(result.value), presented=work.presented, ref=work.ref,
                                text=work.text))
@@ -247,13 +269,23 @@ class ChannelAdapter(CoreActor):
                         "put %d in allowed_chat_ids of channels.toml", self._profile.profile, done.job.chat_id,
                         done.moved_to, done.moved_to)
             self._moves[done.job.chat_id] = done.moved_to
+        self._receipts[effect["effect_id"]] = args
         self._command("channel.effect_settle", args, f"settle {effect['effect_id']}")
 
     def _settled(self, result: WriteResult) -> None:
+        effect_id = (result.correlation_id or "").partition(" ")[2]
+        if not result.ok and result.error_code not in _FINAL_REFUSALS:
+            # Not written (the database is unreachable or full …): the receipt is what we know about
+            # a message that was or was not sent; keep it and write it on the next tick. Nothing new
+            # is attempted meanwhile (it stays in flight).
+            log.warning("channel %s: cannot record a delivery's outcome (tried again): %s", self._profile.profile,
+                        result.error)
+            self._receipts_due.add(effect_id)
+            return
         if not result.ok:
-            log.warning("channel %s: cannot record a delivery's outcome: %s", self._profile.profile, result.error)
+            log.warning("channel %s: a delivery's outcome was refused: %s", self._profile.profile, result.error)
+        self._receipts.pop(effect_id, None)
         self._in_flight -= 1
-        effect_id = result.correlation_id.partition(" ")[2]
         if effect_id in self._prompts_in_flight:
             self._prompts_in_flight.discard(effect_id)
             if self._reply_waits:
@@ -324,7 +356,7 @@ class ChannelAdapter(CoreActor):
                 # answered, logged and passed over.
                 log.exception("channel %s: update %d could not be handled; passing over it", self._profile.profile,
                               event.update_id)
-                if isinstance(event, Tap):
+                if isinstance(event, Tap | Reply):
                     self._notice(event, "This could not be handled (see the host's log).")
                 waits = False
             if waits:
@@ -376,13 +408,26 @@ class ChannelAdapter(CoreActor):
         self._pending_event = None
         self._applying_event = False
         if not result.ok:
-            # Not written (disk full, adapter replaced …): the update stays unapplied; the poller
-            # will see it again from the stored cursor after a pause.
-            log.warning("channel %s: cannot apply update %d: %s", self._profile.profile, event.update_id,
-                        result.error)
-            self._events.clear()
-            assert self._threads is not None
-            self._threads.poll_from(self._cursor, 1.0)
+            update_id, refusals = self._update_failures
+            refusals = refusals + 1 if update_id == event.update_id else 1
+            self._update_failures = (event.update_id, refusals)
+            if refusals < _PASS_OVER_AFTER or result.error_code in _TRANSIENT_REFUSALS:
+                # Not written (disk full, the database unreachable …): the update stays unapplied; the
+                # poller will see it again from the stored cursor after a pause.
+                log.warning("channel %s: cannot apply update %d: %s", self._profile.profile, event.update_id,
+                            result.error)
+                self._events.clear()
+                assert self._threads is not None
+                self._threads.poll_from(self._stored_cursor, 1.0)
+                return
+            # Refused again and again for what it is: passed over, so that one update cannot stop the
+            # channel; the person is told.
+            log.error("channel %s: update %d refused %d times (%s); passing over it", self._profile.profile,
+                      event.update_id, refusals, result.error)
+            if isinstance(event, Tap | Reply):
+                self._notice(event, "This could not be recorded (see the host's log).")
+            self._move_cursor(event.update_id + 1)
+            self._next_event()
             return
         value = result.value
         if result.correlation_id == "prompt":

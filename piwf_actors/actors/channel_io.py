@@ -192,11 +192,13 @@ class ChannelThreads:
                 return
             try:
                 result = self._io.poll(self._poll_cursor, self._poll_timeout_s)
-            except ChannelError as exc:
+            except Exception as exc:  # a channel module's bug must not end the poller in silence
                 if self._halt.is_set():
                     return
                 taken = isinstance(exc, StreamTaken)
-                safe_tell(self._owner, PollFailed(exc.one_line(300), taken))
+                # A ChannelError's text is the module's own, made safe; anything else: its type only.
+                error = exc.one_line(300) if isinstance(exc, ChannelError) else f"poll raised {type(exc).__name__}"
+                safe_tell(self._owner, PollFailed(error, taken))
                 if self._halt.wait(max(min(pause, 5.0) if taken else pause, getattr(exc, "retry_after", None) or 0.0)):
                     return
                 pause = min(pause * 2, POLL_PAUSE_MAX_S)

@@ -9,6 +9,7 @@ settles what these return.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,15 @@ class Work:
     ref: MessageRef | None = None
     text: str = ""
 
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Which effect this is (what `deferred` names)."""
+        return work_key(self.reserve)
+
+
+def work_key(reserve: dict[str, Any]) -> tuple[Any, ...]:
+    return (reserve["purpose"], reserve["request_id"], reserve["chat_id"], reserve.get("copy", 0))
+
 
 def resolve_chat(moves: dict[int, int], chat_id: int) -> int:
     """Where a chat is now, following moves (a chain of them too, never in a circle)."""
@@ -49,22 +59,41 @@ def _due(effect: dict[str, Any] | None, now: float) -> bool:
 
 
 def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], *, text_limit: int,
-              now: float | None = None) -> Work | None:
-    """The next delivery or edit that is due, or None."""
+              now: float | None = None, deferred: set[tuple[Any, ...]] | frozenset[tuple[Any, ...]] = frozenset(),
+              ) -> Work | None:
+    """The next delivery or edit that is due and not `deferred` (keys of `Work.key`), or None."""
     now = time.time() if now is None else now
-    return _next_delivery(reader, profile, moves, text_limit, now) or _next_settlement(reader, profile, moves,
-                                                                                         text_limit, now)
+    for work in _deliveries(reader, profile, moves, text_limit, now):
+        if work.key not in deferred:
+            return work
+    for work in _settlements(reader, profile, moves, text_limit, now):
+        if work.key not in deferred:
+            return work
+    return None
 
 
-def _next_delivery(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
-                   now: float) -> Work | None:
+def _targets(profile: ChannelProfile, moves: dict[int, int]) -> dict[int, int]:
+    """Where each configured chat's decisions go: target chat -> the configured chat that stands
+    for it (two configured ids of one chat, the old one and the one it moved to, are one chat)."""
+    targets: dict[int, int] = {}
+    for chat_id in profile.allowed_chat_ids:
+        targets.setdefault(resolve_chat(moves, chat_id), chat_id)
+    return targets
+
+
+def _deliveries(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+                now: float) -> Iterator[Work]:
     decisions = [d for d in channel_queries.open_decisions(reader) if profile.routes(d["audience"])]
     if not decisions:
-        return None
+        return
     delivered = channel_queries.effects(reader, profile.profile, "delivery")
+    by_target: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
+    for (request_id, chat_id), effect in delivered.items():
+        # A delivery made under any id of the chat counts for the chat (also one no longer configured).
+        by_target.setdefault((request_id, resolve_chat(moves, chat_id)), (chat_id, effect))
     for decision in decisions:
-        for chat_id in profile.allowed_chat_ids:
-            latest = delivered.get((decision["request_id"], chat_id))
+        for target, configured in _targets(profile, moves).items():
+            chat_id, latest = by_target.get((decision["request_id"], target), (configured, None))
             if not _due(latest, now):
                 continue
             copy = 0 if latest is None else latest["copy"] + (1 if latest["status"] == "replaced" else 0)
@@ -72,12 +101,11 @@ def _next_delivery(reader: StoreReader, profile: ChannelProfile, moves: dict[int
                                                decision["deadline_at"], limit=text_limit, copy=copy)
             reserve = {"purpose": "delivery", "request_id": decision["request_id"], "chat_id": chat_id,
                        "copy": copy, "detail": {"revision": decision["revision"]}}
-            return Work("present", resolve_chat(moves, chat_id), reserve, presented=presented)
-    return None
+            yield Work("present", target, reserve, presented=presented)
 
 
-def _next_settlement(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
-                     now: float) -> Work | None:
+def _settlements(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+                 now: float) -> Iterator[Work]:
     for item in channel_queries.decisions_to_settle(reader, profile.profile):
         if not _due(item["settlement"], now):
             continue
@@ -90,8 +118,7 @@ def _next_settlement(reader: StoreReader, profile: ChannelProfile, moves: dict[i
                                              limit=text_limit)
         reserve = {"purpose": "settlement", "request_id": item["request_id"], "chat_id": item["chat_id"],
                    "copy": item["copy"], "delivery_effect_id": item["delivery_effect_id"]}
-        return Work("settle", ref.chat_id, reserve, ref=ref, text=text)
-    return None
+        yield Work("settle", ref.chat_id, reserve, ref=ref, text=text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,11 @@ def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, 
             """SELECT effect_id, request_id, chat_id, attempt, status, retry_at, result, detail
                FROM channel_effect WHERE profile = ? AND purpose = ? ORDER BY created_at""", (profile, purpose)):
         detail = _json(detail)
-        found[(request_id, chat_id)] = {"effect_id": effect_id, "attempt": attempt, "status": status,
-                                        "retry_at": retry_at, "result": _json(result), "detail": detail,
-                                        "copy": _copy(detail)}
+        effect = {"effect_id": effect_id, "attempt": attempt, "status": status, "retry_at": retry_at,
+                  "result": _json(result), "detail": detail, "copy": _copy(detail)}
+        earlier = found.get((request_id, chat_id))
+        if earlier is None or effect["copy"] >= earlier["copy"]:  # by copy, whatever the clock did
+            found[(request_id, chat_id)] = effect
     return found
 
 
@@ -113,19 +115,21 @@ def stream_cursor(reader: StoreReader, stream: str) -> int:
 # --- what channel.status shows a person ------------------------------------------------------------
 
 def ambiguous(reader: StoreReader) -> list[dict[str, Any]]:
-    """Messages of unknown outcome for decisions still open, waiting for a person (`channel.recover
-    confirm|retry`): {profile, message_id, purpose, request_id, chat_id, error}, oldest first."""
+    """Deliveries of unknown outcome for decisions still open, waiting for a person (`channel.recover
+    confirm|retry`): {profile, message_id, purpose, request_id, chat_id, error}, oldest first. (A
+    prompt for text is asked again when its person taps again: it waits for no one else.)"""
     return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
              "request_id": request_id, "chat_id": chat_id, "error": error}
             for profile, effect_id, attempt, purpose, request_id, chat_id, error in reader.all(
                 f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error
                     FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
-                    WHERE e.status = 'ambiguous' AND r.status IN {_OPEN} ORDER BY e.created_at""")]
+                    WHERE e.status = 'ambiguous' AND r.status IN {_OPEN} AND e.purpose <> 'input_prompt'
+                    ORDER BY e.created_at""")]
 
 
 def undelivered(reader: StoreReader) -> list[dict[str, Any]]:
     """Messages that surely failed and are being tried again (`channel.recover retry` tries now):
-    deliveries and prompts of open decisions, and edits. {profile, message_id, purpose, request_id,
+    deliveries of open decisions, and edits. {profile, message_id, purpose, request_id,
     chat_id, attempts, error, retry_at}, oldest first."""
     return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
              "request_id": request_id, "chat_id": chat_id, "attempts": attempt, "error": error,
@@ -133,7 +137,8 @@ def undelivered(reader: StoreReader) -> list[dict[str, Any]]:
             for profile, effect_id, attempt, purpose, request_id, chat_id, error, retry_at in reader.all(
                 f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error, e.retry_at
                     FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
-                    WHERE e.status = 'failed' AND (e.purpose = 'settlement' OR r.status IN {_OPEN})
+                    WHERE e.status = 'failed' AND e.purpose <> 'input_prompt'
+                      AND (e.purpose = 'settlement' OR r.status IN {_OPEN})
                     ORDER BY e.created_at""")]
 
 

@@ -164,13 +164,13 @@ def ambiguous_channel_deliveries(reader: StoreReader) -> int:
     `channel_effect_ambiguous` (schema v5), like `ambiguous_effects`."""
     return _count(reader, "SELECT count(*) FROM channel_effect e JOIN interactive_request r "
                           "ON r.request_id = e.request_id WHERE e.status = 'ambiguous' "
-                          "AND r.status IN ('pending', 'presenting')")
+                          "AND r.status IN ('pending', 'presenting') AND e.purpose <> 'input_prompt'")
 
 
 def undelivered_channel_messages(reader: StoreReader) -> int:
-    """Channel messages that surely were not sent and are being tried again (deliveries and prompts of
-    open decisions, and edits), as `channel.status` lists them under `undelivered`; found through the
+    """Channel messages that surely were not sent and are being tried again (deliveries of open
+    decisions, and edits), as `channel.status` lists them under `undelivered`; found through the
     partial index `channel_effect_failed` (schema v12)."""
     return _count(reader, "SELECT count(*) FROM channel_effect e JOIN interactive_request r "
-                          "ON r.request_id = e.request_id WHERE e.status = 'failed' "
+                          "ON r.request_id = e.request_id WHERE e.status = 'failed' AND e.purpose <> 'input_prompt' "
                           "AND (e.purpose = 'settlement' OR r.status IN ('pending', 'presenting'))")

@@ -122,6 +122,19 @@ def test_a_group_that_became_a_supergroup_is_followed(guard, state_dir, setup, f
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "4"}
     moved = channel_status(state_dir)["moved_chats"]
     assert [(m["chat_id"], m["moved_to"]) for m in moved] == [(group, supergroup)]
+    # The person does as told: the new id joins allowed_chat_ids (beside the old one, or in its
+    # place). Either way the chat gets the next decision once, and the old ones are not sent again.
+    for chats in ((group, supergroup), (supergroup,)):
+        write_config(config, chats=chats)
+        with Client(state_dir) as client:
+            assert client.request("channel.reload").outcome == "accepted"
+        next_run = release_run(host, setup, f"4.{len(chats)}")
+        fresh = messages_in(fake, supergroup, 2 + (len(chats) == 1))[-1]
+        assert fresh["text"].startswith(f"Ship 4.{len(chats)}?")
+        fake.tap(chat_id=supergroup, user_id=USER, message_id=fresh["message_id"], data=buttons(fresh)["Stop"])
+        host.wait_for_run(next_run, timeout=20)
+    time.sleep(2)  # a second copy would be sent within a tick or two
+    assert [m["text"].split("\n")[0] for m in fake.messages(supergroup)] == ["Ship 4?", "Ship 4.2?", "Ship 4.1?"]
     edited = wait_for(lambda: (m := fake.messages(supergroup)[0]).get("edited") and m, 15, "the edit")
     assert "✔ Ship it" in edited["text"]
 
@@ -367,3 +380,69 @@ def test_a_config_directory_anyone_may_write_to_is_refused(tmp_path) -> None:
     config = load_channels(directory)
     assert config.startable() == [] and config.file_error and "chmod go-w" in config.file_error
     assert SECRET_PART not in config.file_error
+
+
+# --- found in review: the adapter never stalls ---------------------------------------------------------
+
+def _failing_command(monkeypatch: pytest.MonkeyPatch, name: str, times: int, error: Exception) -> list[int]:
+    """Make the write command `name` raise `error` its first `times` calls (the host runs in this process)."""
+    from piwf_actors.store.commands import registry
+
+    spec, calls = registry._COMMANDS[name], []
+
+    def flaky(ctx, args):
+        calls.append(1)
+        if len(calls) <= times:
+            raise error
+        return spec.fn(ctx, args)
+
+    monkeypatch.setitem(registry._COMMANDS, name, registry.CommandSpec(name, flaky, spec.fenced))
+    return calls
+
+
+def test_a_receipt_that_cannot_be_written_is_written_later(guard, state_dir, setup, fake, monkeypatch) -> None:
+    """Seen in review: a refused channel.effect_settle left the message `applying` for ever (never
+    edited, never listed)."""
+    from piwf_actors.errors import DiskFull
+
+    calls = _failing_command(monkeypatch, "channel.effect_settle", 2, DiskFull("no room"))
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "13")
+    [message] = messages_in(fake, CHAT, 1)
+    wait_for(lambda: rows(state_dir, "SELECT status FROM channel_effect")[0]["status"] == "applied", 15,
+             "the receipt to be written after two refusals")
+    assert len(calls) >= 3 and len(sent(fake)) == 1
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "13"}
+    wait_for(lambda: fake.messages(CHAT)[0].get("edited"), 15, "the edit")
+
+
+def test_an_update_whose_write_is_refused_again_and_again_is_passed_over(guard, state_dir, setup, fake,
+                                                                         monkeypatch) -> None:
+    """Seen in review: a write refused for what it is (a bug) was retried every second for ever,
+    and no later update was ever applied."""
+    _failing_command(monkeypatch, "channel.answer", 3, RuntimeError("a bug in the answer"))
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "14")
+    [message] = messages_in(fake, CHAT, 1)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Stop"])
+    [notice] = answered(fake, timeout=20)
+    assert notice["text"] == "This could not be recorded (see the host's log)."
+    assert host.get_run(run_id)["status"] == "parked"
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "14"}
+
+
+def test_a_prompt_that_failed_is_asked_again_when_the_person_taps_again(guard, state_dir, setup, fake) -> None:
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "15")
+    [message] = messages_in(fake, CHAT, 1)
+    fake.fail_next("sendMessage", "error", description="Bad Request: not enough rights to send text messages")
+    fix = buttons(message)["Needs changes ✎"]
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=fix)
+    wait_for(lambda: len(sent(fake)) == 2, 15, "the prompt's failed attempt")
+    assert channel_status(state_dir)["undelivered"] == []  # nothing for anyone else to do
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=fix)
+    prompt = messages_in(fake, CHAT, 2)[1]
+    fake.reply(chat_id=CHAT, user_id=USER, text="again", reply_to_message_id=prompt["message_id"])
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"fix": "again"}

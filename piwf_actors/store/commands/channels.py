@@ -12,10 +12,12 @@ before the adapter attempts it, and settled after (`channel.effect_settle`):
   is open. A chat the service says has moved (a Telegram group that became a
   supergroup) is remembered (`channel_chat_move`) and the next attempt goes
   there at once;
-- `ambiguous` when it may have happened. An ambiguous delivery or prompt is
-  never attempted again unless a person says so (`channel.recover`); an
-  ambiguous *edit* is simply made again (editing a message to the text it
-  already shows changes nothing), so a settlement is never ambiguous.
+- `ambiguous` when it may have happened. An ambiguous delivery is never
+  attempted again unless a person says so (`channel.recover`); an ambiguous
+  *edit* is simply made again (editing a message to the text it already
+  shows changes nothing), so a settlement is never ambiguous; a prompt for
+  text (failed or ambiguous) is asked again when the person taps the choice
+  again — their tap is their word, and a second prompt is harmless.
 
 An adapter that starts (`channel.adapter_start`) marks what an earlier
 adapter of its profile left `applying` ambiguous (edits: failed, to be made
@@ -171,11 +173,14 @@ def effect_reserve(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     extra = _copy_extra(copy) if purpose in ("delivery", "settlement") else args.get("key_extra")
     key = _key(profile, purpose, request_id, chat_id, str(extra) if extra else None)
     row = _effect(ctx, "effect_key = ?", (key,))
+    # A prompt for text is asked again whenever the person taps the choice again, also after an
+    # unknown outcome: the tap is their word, and a second prompt is harmless (a reply to either works).
+    again = ("failed", "ambiguous") if purpose == "input_prompt" else ("failed",)
     if row is not None:
-        if row["status"] != "failed":
+        if row["status"] not in again:
             return {"skip": row["status"]}
-        if row["retry_at"] is not None and row["retry_at"] > ctx.now:
-            return {"skip": "not due yet", "retry_at": row["retry_at"]}
+        if purpose != "input_prompt" and row["retry_at"] is not None and row["retry_at"] > ctx.now:
+            return {"skip": "not due yet", "retry_at": row["retry_at"], "wait_s": row["retry_at"] - ctx.now}
     reason = _reservable(ctx, args, purpose, request_id)
     if reason is not None:
         return {"skip": reason}
@@ -229,7 +234,7 @@ def effect_settle(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if moved_to is not None and args.get("moved_from") is not None:
             _record_move(ctx, profile, int(args["moved_from"]), int(moved_to))
             retry_at = ctx.now
-        else:
+        elif effect["purpose"] != "input_prompt":  # a prompt is asked again when the person taps again
             retry_at = ctx.now + retry_delay(effect["attempt"], args.get("retry_after"))
     ctx.conn.execute(
         "UPDATE channel_effect SET status = ?, result = ?, error = ?, retry_at = ?, updated_at = ?, settled_at = ? "
