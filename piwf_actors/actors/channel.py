@@ -130,7 +130,6 @@ class ChannelAdapter(CoreActor):
         self._hold_until = 0.0  # the service asked us to slow down (429)
         self._cursor = 0
         self._stored_cursor = 0  # the cursor as the database has it
-        self._generation = 0
         self._moves: dict[int, int] = {}
         self._events: deque[Event] = deque()
         self._applying_event = False
@@ -180,7 +179,6 @@ class ChannelAdapter(CoreActor):
         if not result.ok:
             raise ChannelError(f"cannot take over profile {self._profile.profile}: {result.error}")
         self._cursor = self._stored_cursor = int(result.value["cursor"])
-        self._generation = int(result.value["generation"])
         self._moves = {int(chat): int(moved) for chat, moved in (result.value.get("moves") or {}).items()}
         if result.value["ambiguous"]:
             log.warning("channel %s: deliveries left unsettled are now ambiguous (%s): %s", self._profile.profile,
@@ -195,7 +193,7 @@ class ChannelAdapter(CoreActor):
         self._ready = True
         self._threads.poll_from(self._cursor)
         log.info("channel %s started (cursor %d, generation %d)", self._profile.profile, self._cursor,
-                 self._generation)
+                 int(result.value["generation"]))
         self._evaluate()
 
     def _report(self) -> None:
@@ -460,7 +458,6 @@ class ChannelAdapter(CoreActor):
             self._threads.poll_from(self._cursor, 1.0)
             return
         self._cursor = self._stored_cursor = int(result.value["cursor"])
-        self._generation = int(result.value["generation"])
         self._next_event()
 
     def _written(self, result: WriteResult) -> None:

@@ -107,11 +107,6 @@ def prompt_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id
     return None
 
 
-def stream_cursor(reader: StoreReader, stream: str) -> int:
-    row = reader.one("SELECT cursor FROM channel_stream WHERE stream = ?", (stream,))
-    return 0 if row is None else int(row[0])
-
-
 # --- what channel.status shows a person ------------------------------------------------------------
 
 def ambiguous(reader: StoreReader) -> list[dict[str, Any]]:

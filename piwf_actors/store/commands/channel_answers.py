@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import PiwfError
-from piwf_actors.store.commands.channels import record_found, require_adapter, stream_position
+from piwf_actors.store.commands.channels import record_found, require_adapter, stream_of, stream_position
 from piwf_actors.store.commands.interactions import answer_decision
 from piwf_actors.store.commands.registry import WriteContext, command
 
@@ -39,10 +39,6 @@ def _advance(ctx: WriteContext, profile: str, stream: str, cursor: int) -> int:
     return stream_position(ctx, stream)[0]
 
 
-def _stream_of(args: dict[str, Any]) -> str:
-    return str(args.get("stream") or f"profile:{args['profile']}")
-
-
 @command("channel.answer")
 def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """An answer taken from a channel update, applied once per update id.
@@ -53,7 +49,7 @@ def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     belongs to, when its reference was not known. The cursor moves past the update whatever the
     answer's fate, in the same transaction. Returns {status: accepted | refused | seen, error?, choice?}.
     """
-    profile, update_id, stream = args["profile"], int(args["update_id"]), _stream_of(args)
+    profile, update_id, stream = args["profile"], int(args["update_id"]), stream_of(args)
     require_adapter(ctx, profile, args["adapter_epoch"])
     cursor, generation = stream_position(ctx, stream)
     if update_id < cursor:
@@ -83,7 +79,7 @@ def effect_found(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """A tap that answers nothing (an old copy, a closed decision) still shows where a delivery's
     message is: {profile, adapter_epoch, stream, update_id, found: {effect_id, chat_id, message_id}}.
     Recorded, and the cursor moves past the update, in one transaction. Returns {found: bool}."""
-    profile, update_id, stream = args["profile"], int(args["update_id"]), _stream_of(args)
+    profile, update_id, stream = args["profile"], int(args["update_id"]), stream_of(args)
     require_adapter(ctx, profile, args["adapter_epoch"])
     if update_id < stream_position(ctx, stream)[0]:
         return {"found": False, "status": "seen"}
@@ -96,7 +92,7 @@ def effect_found(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 def channel_cursor(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move the stream's cursor past updates that needed nothing written: {profile, adapter_epoch, stream, cursor}."""
     require_adapter(ctx, args["profile"], args["adapter_epoch"])
-    return {"cursor": _advance(ctx, args["profile"], _stream_of(args), int(args["cursor"]))}
+    return {"cursor": _advance(ctx, args["profile"], stream_of(args), int(args["cursor"]))}
 
 
 @command("channel.cursor_rebase")
@@ -104,7 +100,7 @@ def channel_cursor_rebase(ctx: WriteContext, args: dict[str, Any]) -> dict[str, 
     """The service's update ids restarted below the cursor: {profile, adapter_epoch, stream, cursor,
     expected}. Sets the cursor back to `cursor` and starts a new generation, only while the stored
     cursor is still `expected` (a stale re-base changes nothing). Returns {cursor, generation, rebased}."""
-    profile, stream = args["profile"], _stream_of(args)
+    profile, stream = args["profile"], stream_of(args)
     require_adapter(ctx, profile, args["adapter_epoch"])
     cursor, generation = stream_position(ctx, stream)
     if cursor != int(args["expected"]) or int(args["cursor"]) >= cursor:

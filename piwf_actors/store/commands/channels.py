@@ -68,6 +68,12 @@ def require_adapter(ctx: WriteContext, profile: str, adapter_epoch: str) -> None
         raise AdapterReplaced(profile)
 
 
+def stream_of(args: dict[str, Any]) -> str:
+    """The bot update stream a command names (`<type>:<token fingerprint>`; callers without one,
+    such as tests of a single bot, read the profile's own)."""
+    return str(args.get("stream") or f"profile:{args['profile']}")
+
+
 def stream_position(ctx: WriteContext, stream: str) -> tuple[int, int]:
     """(cursor, generation) of a bot's update stream (`channel_answers.py`); (0, 0) for one never read."""
     row = ctx.conn.execute("SELECT cursor, generation FROM channel_stream WHERE stream = ?", (stream,)).fetchone()
@@ -100,7 +106,7 @@ def adapter_start(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         (reason, ctx.now, profile)).fetchall()
     if left or edits:
         ctx.changes.touch("channel_effect")
-    cursor, generation = stream_position(ctx, str(args.get("stream") or f"profile:{profile}"))
+    cursor, generation = stream_position(ctx, stream_of(args))
     return {"cursor": cursor, "generation": generation, "ambiguous": [message_id(e, a) for e, a in left],
             "moves": {str(chat): moved for chat, moved in chat_moves(ctx, profile).items()}}
 
