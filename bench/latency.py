@@ -69,7 +69,8 @@ from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's d
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
 from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
-from piwf_actors.protocol.socket_loop import Limits, SocketLoop  # noqa: E402
+from piwf_actors.messages.limits import Limits  # noqa: E402
+from piwf_actors.protocol.socket_loop import SocketLoop  # noqa: E402
 from piwf_actors.protocol.watches import LIST_INTERVAL_S  # noqa: E402
 
 PIWF_HOST = REPO / "bin" / "piwf-host"

@@ -1,8 +1,8 @@
 """piwf_actors: a durable, local-first workflow host built on pykka actors and SQLite.
 
-The embedding entry point is `start_host(HostConfig(...))`, which returns a
+The embedding entry point is `start_host(HostConfig(...))` (`piwf_actors.embedding`), which returns a
 `HostHandle`; `HostHandle.stop()` leaves nothing running. Its results are the
-typed values of `piwf_actors.api` (`RunReceipt`, `RunView`, …), and
+typed values of `piwf_actors.results` (`RunReceipt`, `RunView`, …), and
 `HostHandle.subscribe(actor_ref)` tells an actor the run events
 `RunStarted`, `NodeFinished`, `RunParked` and `RunFinished`; all of them are
 importable from here. The names are imported lazily so that worker processes
@@ -13,21 +13,21 @@ from __future__ import annotations
 
 from typing import Any
 
-_API_NAMES = (
+_RESULT_NAMES = (
     "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeFinished", "NodeView",
     "PendingRequest", "RunError", "RunEvent", "RunFinished", "RunParked", "RunReceipt", "RunStarted",
     "RunSummary", "RunView",
 )
 
-__all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_API_NAMES]
+__all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_RESULT_NAMES]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
     if name in ("HostHandle", "start_host"):
-        from piwf_actors.actors import host
+        from piwf_actors import embedding
 
-        return getattr(host, name)
+        return getattr(embedding, name)
     if name == "HostConfig":
         from piwf_actors.config import HostConfig
 
@@ -36,8 +36,8 @@ def __getattr__(name: str) -> Any:
         from piwf_actors.actors.run_events import Subscription
 
         return Subscription
-    if name in _API_NAMES:
-        from piwf_actors import api
+    if name in _RESULT_NAMES:
+        from piwf_actors import results
 
-        return getattr(api, name)
+        return getattr(results, name)
     raise AttributeError(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from piwf_actors.protocol.socket_loop import Limits
+from piwf_actors.messages.limits import Limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 `HostMetrics` is owned by the host: `start_host` creates it before the
 writer (whose batch hook it provides), starts its HTTP server after every
-other part and `_Parts.shut_down` stops it first. Each host has its own
+other part and `HostParts.shut_down` stops it first. Each host has its own
 `CollectorRegistry` (the default registry is process-global), so two hosts
 in one process export separately. While it serves, the bound address is on
 the host's board under "metrics" (`{"address", "host", "port", "url"}`).
@@ -46,7 +46,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from piwf_actors.actors.board import HostBoard
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import HostError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_STATUSES
@@ -281,7 +281,7 @@ class StoreCollector(Collector):
         return [started, finished]
 
     def _worker_gauges(self) -> list[Metric]:
-        scheduler = self._board.snapshot("scheduler")
+        scheduler = self._board.snapshot(Section.SCHEDULER)
         return [
             GaugeMetricFamily("piwf_workers_busy", "Runs executing in a worker now",
                               value=len(scheduler.get("active", []))),
@@ -306,7 +306,7 @@ class _MetricsServer(http.server.HTTPServer):
 class HostMetrics:
     """One host's exporter: registry, writer histograms, store collector and HTTP server.
 
-    Owned by the host (kept in `_Parts`, stopped first by `shut_down`).
+    Owned by the host (kept in `HostParts`, stopped first by `shut_down`).
     `__init__` creates the metric objects only (no socket, no thread);
     `start` and `stop` run in the caller's thread; the server runs in one
     daemon thread, "piwf-metrics", that `stop` shuts down and joins.
@@ -367,7 +367,7 @@ class HostMetrics:
         self._thread.start()
         host, port = self.address or (self._host, self._port)
         address = format_metrics_address(host, port)
-        self._board.publish("metrics", {"address": address, "host": host, "port": port,
+        self._board.publish(Section.METRICS, {"address": address, "host": host, "port": port,
                                         "url": f"http://{address}/metrics"})
         log.info("metrics served at http://%s/metrics", address)
 
@@ -377,7 +377,7 @@ class HostMetrics:
         self._server = self._thread = None
         if server is None:
             return
-        self._board.publish("metrics", {})
+        self._board.publish(Section.METRICS, {})
         server.shutdown()  # returns once serve_forever has (the current request, if any, is finished)
         server.server_close()
         if thread is not None:

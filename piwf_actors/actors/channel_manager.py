@@ -26,10 +26,10 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel import ChannelAdapter, ChannelHealth, ChannelRefused
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.channels.config import ChannelsConfig, Secret, load_channels
 from piwf_actors.channels.registry import channel_module
 from piwf_actors.paths import DatabaseLocation
@@ -243,4 +243,4 @@ class ChannelManager(CoreActor):
 
     def _publish(self) -> None:
         if self._board is not None:
-            self._board.publish("channels", self.status())
+            self._board.publish(Section.CHANNELS, self.status())

@@ -54,12 +54,13 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
 from piwf_actors.actors.gateway_resources import ResourceOperations
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
+from piwf_actors.messages.limits import Limits
 from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol import views
@@ -68,7 +69,7 @@ from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_requ
 from piwf_actors.protocol.live_views import LiveViews
 from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.protocol.schedule_ops import ScheduleOperations
-from piwf_actors.protocol.socket_loop import Limits, Peer, SocketLoop
+from piwf_actors.protocol.socket_loop import Peer, SocketLoop
 from piwf_actors.protocol.watches import WatchRefused
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import channel_queries, queries
@@ -207,7 +208,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
         self._writer.ref.tell(Subscribe(self.actor_ref))
         ref = self.actor_ref
-        self._board.listen("node_output", self._on_output)
+        self._board.listen(Stream.NODE_OUTPUT, self._on_output)
         self._loop = SocketLoop(
             self._socket_path,
             on_open=lambda conn_id: hello(f"c{conn_id}-{secrets.token_hex(4)}", self._writer.host_epoch or self._epoch),
@@ -233,7 +234,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         if self._standby_ticker is not None:
             self._standby_ticker.stop()
             self._standby_ticker = None
-        self._board.unlisten("node_output", self._on_output)
+        self._board.unlisten(Stream.NODE_OUTPUT, self._on_output)
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
@@ -317,7 +318,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             self._read_views_again()
             return
         # An active host: runner hosts write what no change notice here tells of.
-        runners_live = bool(self._board.snapshot("runners").get("live"))
+        runners_live = bool(self._board.snapshot(Section.RUNNERS).get("live"))
         if self._views is not None and self._views.external_writes != runners_live:
             self._views.external_writes = runners_live
         if runners_live:
@@ -513,7 +514,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         def status() -> None:
             receipt = maintenance.state_status(self._db_path)
             # Whether writes stand still for a full disk (the writer's own word, on the board).
-            receipt["disk_full"] = (self._board.snapshot("writer") or {}).get("disk_full")
+            receipt["disk_full"] = (self._board.snapshot(Section.WRITER) or {}).get("disk_full")
             self._reply(conn_id, request, "accepted", receipt=receipt)
 
         self._in_executor(conn_id, request, status)
@@ -559,7 +560,7 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
 
     def _channel_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         assert self._reader is not None
-        status = dict(self._board.snapshot("channels") or {"configured": False, "profiles": []})
+        status = dict(self._board.snapshot(Section.CHANNELS) or {"configured": False, "profiles": []})
         status.update(channel_queries.deliveries_status(self._reader))
         self._reply(conn_id, request, "accepted", receipt=status)
 

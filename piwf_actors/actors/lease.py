@@ -31,10 +31,10 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.hostlock import holder_alive, process_start_identity
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import LeaseLost
 from piwf_actors.store.requests import WriteCommand, WriteResult
@@ -189,7 +189,7 @@ class HostLease(CoreActor):
 
     def _publish(self) -> None:
         if self._board is not None:
-            self._board.publish("lease", self._get(GetLease()))
+            self._board.publish(Section.LEASE, self._get(GetLease()))
 
     def _get(self, _message: GetLease) -> dict[str, Any]:
         return {"epoch": self._claim.epoch, "host_id": self._claim.host_id, "pid": self._claim.pid,

@@ -33,11 +33,11 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.hostlock import process_start_identity
 from piwf_actors.actors.lease import LeaseLostNotice
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import RunnerLeaseLost
 from piwf_actors.runner.termination import machine_identity
@@ -181,7 +181,7 @@ class RunnerLease(CoreActor):
 
     def _publish(self) -> None:
         if self._board is not None:
-            self._board.publish("runner_lease", self._view())
+            self._board.publish(Section.RUNNER_LEASE, self._view())
 
     def _tick(self, _message: RunnerRenewTick) -> None:
         was_lost = self._state.lost

@@ -31,9 +31,9 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import PollingActor
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store import queries
@@ -94,7 +94,7 @@ class RunnerWatch(PollingActor):
         runners = queries.runner_hosts(self._reader, now)
         if self._board is not None:
             live = [r for r in runners if r["live"]]
-            self._board.publish("runners", {"live": len(live), "runners": runners})
+            self._board.publish(Section.RUNNERS, {"live": len(live), "runners": runners})
         if plan(queries.dead_runner_work(self._reader, now), self._recovering_since, now):
             self._recovering_since = now
             self._writer.submit(WriteCommand("runners.recover", {}, correlation_id="recover"), self.actor_ref)

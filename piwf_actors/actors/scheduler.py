@@ -42,7 +42,6 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
 from piwf_actors.actors.runner_supervisor import (
     HoldRun,
@@ -57,6 +56,7 @@ from piwf_actors.actors.runner_supervisor import (
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.canonical import token_hash
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.resources.fairness import after_launch, next_claim
@@ -203,7 +203,7 @@ class Scheduler(CoreActor):
             grace_s=self._grace_s, database=self._database, watchdog_grace_s=self._watchdog_grace_s,
             ready_timeout_s=self._ready_timeout_s, worker_log_level=self._worker_log_level,
             worker_log_format=self._worker_log_format,
-            output=None if board is None else lambda p: board.emit("node_output", p))
+            output=None if board is None else lambda p: board.emit(Stream.NODE_OUTPUT, p))
 
     def _slot_ready(self, message: SlotReady) -> None:
         """A slot's worker changed (spawned, replaced, gone), busy or not."""
@@ -518,7 +518,7 @@ class Scheduler(CoreActor):
 
     def _publish(self) -> None:
         if self._board is not None:
-            self._board.publish("scheduler", self._status(GetSchedulerStatus()))
+            self._board.publish(Section.SCHEDULER, self._status(GetSchedulerStatus()))
 
     def _status(self, _message: GetSchedulerStatus) -> dict[str, Any]:
         return {

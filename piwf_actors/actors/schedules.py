@@ -37,9 +37,9 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import PollingActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import NotFound, PiwfError, Rejected
 from piwf_actors.operations import start_run_command
 from piwf_actors.store.reader import StoreReader
@@ -57,8 +57,6 @@ from piwf_actors.workflows.schedule_time import Due, ScheduleState, due_fires, f
 
 log = logging.getLogger(__name__)
 
-#: The board section the keeper publishes (what `schedule.list` and `host.status` show of the definitions).
-BOARD_SECTION = "schedules"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +188,7 @@ class ScheduleKeeper(PollingActor):
         if self._board is None:
             return
         found = self._loaded.schedules
-        self._board.publish(BOARD_SECTION, {
+        self._board.publish(Section.SCHEDULES, {
             "loaded": {name: summary(item) for name, item in found.schedules.items()},
             "failures": [{"path": failure.path, "error": failure.error} for failure in found.failures],
             "clashes": list(found.clashes),

@@ -32,10 +32,10 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import PollingActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.lease import LeaseClaim, claim_from, lease_request
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import HostAlreadyRunning
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
@@ -215,5 +215,5 @@ class StandbyWatch(PollingActor):
 
     def _publish(self, seen: LeaseSeen) -> None:
         if self._board is not None:
-            self._board.publish("standby", {"host_id": self._host_id, "watched_epoch": seen.epoch,
+            self._board.publish(Section.STANDBY, {"host_id": self._host_id, "watched_epoch": seen.epoch,
                                             "watched_host_id": seen.host_id, "poll_s": self._poll_s})

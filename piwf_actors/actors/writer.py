@@ -30,9 +30,9 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.board import HostBoard
 from piwf_actors.actors.disk_room import DiskRoom
 from piwf_actors.actors.ticker import Ticker
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import DiskFull, WriterStopped
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import apply_batch
@@ -484,7 +484,7 @@ class DatabaseWriter(CoreActor):
     def _publish(self, now: float) -> None:
         if self._board is not None:
             self._published_at = now
-            self._board.publish("writer", self._stats_dict(now))
+            self._board.publish(Section.WRITER, self._stats_dict(now))
 
     def _stats_dict(self, now: float) -> dict[str, Any]:
         stats = self._stats_at(now)

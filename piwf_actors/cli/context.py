@@ -13,19 +13,14 @@ from typing import Any
 from rich.console import Console
 
 from piwf_actors.cli import ids, render
+from piwf_actors.cli.refused import Refused
 from piwf_actors.client import Client, HostNotRunning
 from piwf_actors.client.connection import ContentReader
 from piwf_actors.paths import StatePaths
 
+__all__ = ["Ctx", "Refused"]  # Refused lives in cli/refused.py (a leaf: cli/ids.py raises it too)
+
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
-
-
-class Refused(Exception):
-    """An operation the host answered with a refusal (exit status 1)."""
-
-    def __init__(self, answer: Any) -> None:
-        super().__init__(f"{answer.outcome}: {answer.error}")
-        self.answer = answer
 
 
 @dataclass

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2
 
-    from piwf_actors.actors.host import start_host
+    from piwf_actors.embedding import start_host
 
     stop_requested = threading.Event()
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from piwf_actors.cli.refused import Refused
+
 #: Generated ids: `new_id` (kind + 26 base32), a restart's run id (26 hex) and a request id (32 hex).
 FULL_ID = {
     "run": re.compile(r"run_[0-9a-z]{26}"),
@@ -75,8 +77,6 @@ def resolve(client: Any, kind: str, value: str) -> str:
     if not answer.ok:
         if answer.outcome == "rejected" and "is not available" in (answer.error or ""):
             return value  # an older host: let the operation itself say whether the id exists
-        from piwf_actors.cli.context import Refused
-
         raise Refused(answer)
     return pick(kind, value, list(answer.receipt["matches"]), bool(answer.receipt["more"]))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from piwf_actors.actors.board import HostBoard
+from piwf_actors.board import HostBoard
 from piwf_actors.protocol.envelope import event
 from piwf_actors.protocol.run_window import RunWindow
 from piwf_actors.protocol.socket_loop import SocketLoop

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.actors.base import safe_tell
-from piwf_actors.actors.schedules import BOARD_SECTION, TriggerSchedule
+from piwf_actors.actors.schedules import TriggerSchedule
+from piwf_actors.board import Section
 from piwf_actors.protocol.envelope import Request
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.store.schedule_queries import schedule_rows
@@ -28,7 +29,7 @@ from piwf_actors.store.schedule_queries import schedule_rows
 if TYPE_CHECKING:
     import pykka
 
-    from piwf_actors.actors.board import HostBoard
+    from piwf_actors.board import HostBoard
     from piwf_actors.store.reader import StoreReader
 
 
@@ -71,7 +72,7 @@ class ScheduleOperations:
 
     def _schedule_list(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
         assert self._reader is not None
-        view = schedule_list_view(schedule_rows(self._reader), self._board.snapshot(BOARD_SECTION))
+        view = schedule_list_view(schedule_rows(self._reader), self._board.snapshot(Section.SCHEDULES))
         view["running"] = self._schedules is not None
         self._reply(conn_id, request, "accepted", receipt=view)
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError, EncodeError, HostError, UnsafePath
 from piwf_actors.messages import FrameDecoder, encode_frame
-from piwf_actors.messages.codec import MAX_FRAME_BYTES
 from piwf_actors.messages.frames import frame_of_body
+from piwf_actors.messages.limits import Limits
 from piwf_actors.protocol.envelope import SCHEMA, event_body
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,6 @@ OVERFLOW_GRACE_S = 2.0
 #: The longest select: how often deadlines are checked while nothing happens.
 _SELECT_S = 0.5
 
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_frame_bytes: int = MAX_FRAME_BYTES
-    max_connections: int = 64
-    max_inflight: int = 32
-    frame_deadline_s: float = 10.0
-    max_outbox_bytes: int = 8 * 1024 * 1024
-    retry_after_s: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

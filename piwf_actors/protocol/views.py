@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from piwf_actors.actors.board import HostBoard
+from piwf_actors.board import HostBoard, Section
 from piwf_actors.messages import pack
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
@@ -38,8 +38,8 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
     them (the run window), else they are read."""
     now = time.time()
     lease = queries.lease_row(reader, now)
-    scheduler = board.snapshot("scheduler")
-    role = board.snapshot("role")
+    scheduler = board.snapshot(Section.SCHEDULER)
+    role = board.snapshot(Section.ROLE)
     view: dict[str, Any] = {
         "pid": os.getpid(),
         # active: this host holds the lease; standby: it serves reads and takes over when the lease of the
@@ -59,9 +59,9 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
     }
     if view["role"] == "runner":
         # This runner host's own lease, as its RunnerLease actor last published it.
-        view["runner"] = board.snapshot("runner_lease")
+        view["runner"] = board.snapshot(Section.RUNNER_LEASE)
     if include_rates:
-        writer = board.snapshot("writer")
+        writer = board.snapshot(Section.WRITER)
         view["writer"] = {k: writer.get(k) for k in ("queue_depth", "commits", "commands", "commits_per_s",
                                                      "commands_per_s", "disk_full")}
     return view

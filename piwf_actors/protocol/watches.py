@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from piwf_actors.actors.board import HostBoard
+from piwf_actors.board import HostBoard
 from piwf_actors.messages import pack
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import event_head

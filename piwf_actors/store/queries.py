@@ -83,16 +83,6 @@ def blob(reader: StoreReader, sha256: str | None) -> bytes | None:
     return None if row is None else bytes(row[0])
 
 
-def small_blob(reader: StoreReader, sha256: str | None, limit: int) -> tuple[bytes | None, int]:
-    """(data, size) of a blob, with data None when it is larger than `limit` (or missing: size -1)."""
-    if sha256 is None:
-        return None, -1
-    row = reader.one("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?", (limit, sha256))
-    if row is None:
-        return None, -1
-    return (None if row[1] is None else bytes(row[1])), int(row[0])
-
-
 #: Values larger than this are shown to clients as content markers (`content_marker`).
 CONTENT_INLINE_BYTES = 64 * 1024
 #: The longest chunk `content.read` returns.

@@ -34,8 +34,8 @@ from piwf_actors import (
 )
 from piwf_actors.actors.base import Ping
 from piwf_actors.actors.run_events import RunEventsSubscription, translate
-from piwf_actors.api import EffectReceipt, RunError
 from piwf_actors.errors import Conflict, DecodeError, HostError, NotFound, Rejected, WorkflowNotFound
+from piwf_actors.results import EffectReceipt, RunError
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 

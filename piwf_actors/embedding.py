@@ -1,0 +1,394 @@
+"""The embedding API: `start_host(config)` and the `HostHandle` it returns.
+
+This is what an application that embeds the host calls (the front door,
+`piwf_actors`, exports both). The handle's results are the typed records of
+`piwf_actors.results`; its refusals are the typed errors of
+`piwf_actors.errors`. The wiring that starts the actors is `actors/host.py`;
+the handle only holds what it started (`HostParts`) and reads or writes
+through it, building each write command with the same function the client
+gateway uses for that operation.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.host import start_parts
+from piwf_actors.actors.lease import GetLease, LeaseClaim
+from piwf_actors.actors.run_events import RunEventsSubscription, Subscription
+from piwf_actors.actors.runner_lease import GetRunnerLease, RunnerClaim
+from piwf_actors.actors.scheduler import GetSchedulerStatus
+from piwf_actors.actors.supervisor import HostParts
+from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.config import HostConfig
+from piwf_actors.errors import HostError, NotFound, RunnerHostRefusal, StandbyHost
+from piwf_actors.operations import restart_run as _restart_run
+from piwf_actors.operations import start_run as _start_run
+from piwf_actors.paths import StatePaths
+from piwf_actors.results import (
+    AnswerReceipt,
+    ControlReceipt,
+    EffectReceipt,
+    PendingRequest,
+    RunEvent,
+    RunReceipt,
+    RunSummary,
+    RunView,
+)
+from piwf_actors.store import queries
+from piwf_actors.store.reader import StoreReader
+
+
+def _embedded_peer() -> dict[str, Any]:
+    """Who answers through the embedding API: this process (recorded with the answer)."""
+    return {"via": "embedded", "pid": os.getpid(), "uid": os.getuid()}
+
+
+def start_host(config: HostConfig | None = None) -> HostHandle:
+    """Start a host on `config.state_dir` and return its handle.
+
+    On a database other hosts may name (`config.database` other than the
+    state directory's own) whose lease another host holds, the host starts
+    as a standby (`handle.role`, `handle.wait_active()`) unless
+    `config.standby` is False. Raises HostAlreadyRunning, StoreRefused,
+    UnsafePath or LeaseLost and then leaves nothing running. Runs in the
+    caller's thread.
+    """
+    config = config or HostConfig()
+    paths, parts, supervisor = start_parts(config)
+    return HostHandle(config, paths, parts, supervisor)
+
+
+class HostHandle:
+    """What `start_host` returns: the embedding API, the host's actor refs and its controls.
+
+    Results are typed (`piwf_actors.results`: frozen dataclasses) and also read
+    as the dicts the client protocol sends (`receipt["receipt"]["run_id"]`).
+    Refusals are typed errors (`piwf_actors.errors`): `NotFound`, `Rejected`
+    (not allowed in the run's state), `Conflict` (a stale `expected_revision`,
+    an idempotency key reused for another request), `WorkflowNotFound` /
+    `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`, and
+    `StandbyHost` for a mutation while the host is a standby (`role`).
+
+    Every method here is an edge call: it may block for a read or for the
+    writer's commit. Call them from the application's own threads (its main
+    thread, a worker thread), not from inside an actor's handler; to follow
+    runs from an actor, `subscribe` it.
+    """
+
+    #: The name subscriptions are listed under among the host's parts (`HostParts.actors`).
+    _SUBSCRIPTION = "run-events"
+
+    def __init__(self, config: HostConfig, paths: StatePaths, parts: HostParts,
+                 supervisor: pykka.ActorRef[Any]) -> None:
+        self.config = config
+        self.paths = paths
+        self._parts = parts
+        self.supervisor = supervisor
+        self._resolver = parts.resolver
+
+    @property
+    def claim(self) -> LeaseClaim | None:
+        """The lease this host holds; None while it is a standby."""
+        return self._parts.claim
+
+    @property
+    def role(self) -> str:
+        """`active` (it holds the lease and runs everything), `standby` (it serves reads and waits) or
+        `runner` (a runner host: it executes runs from the shared queue and serves reads)."""
+        if self._parts.runner is not None:
+            return "runner"
+        return "active" if self._parts.active.is_set() else "standby"
+
+    @property
+    def runner(self) -> RunnerClaim | None:
+        """A runner host's runner lease (token included: it stays in this process); None on a host."""
+        return self._parts.runner
+
+    def wait_active(self, timeout: float | None = None) -> bool:
+        """Block until this host is active (a standby: until it took over); True if it is."""
+        return self._parts.active.wait(timeout)
+
+    @property
+    def epoch(self) -> int | None:
+        """The host epoch now (it grows when the host takes its lease again after a full disk);
+        None while the host is a standby."""
+        epoch = self.writer.host_epoch
+        claim = self._parts.claim
+        return epoch if epoch is not None else (claim.epoch if claim is not None else None)
+
+    def _require_active(self) -> None:
+        """Raise StandbyHost (naming the active host) unless this host is active."""
+        if self._parts.active.is_set():
+            return
+        lease = self._read(lambda r: queries.lease_row(r, time.time()))
+        if self._parts.runner is not None:
+            raise RunnerHostRefusal(lease["host_id"], lease["epoch"], lease["live"])
+        raise StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
+
+    @property
+    def writer(self) -> WriterHandle:
+        assert self._parts.writer is not None
+        return self._parts.writer
+
+    @property
+    def lease(self) -> pykka.ActorRef[Any]:
+        """The HostLease actor (only once the host is active)."""
+        assert self._parts.lease is not None, "a standby host holds no lease"
+        return self._parts.lease
+
+    @property
+    def stopped(self) -> bool:
+        return self._parts.stopped.is_set()
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._parts.stop_reason
+
+    @property
+    def stop_requested(self) -> bool:
+        """True when the host stopped because someone asked it to (host.stop), not because of a failure."""
+        return self._parts.stop_requested
+
+    def actor(self, name: str) -> pykka.ActorRef[Any] | None:
+        for actor_name, ref in self._parts.actors:
+            if actor_name == name:
+                return ref
+        return None
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Lease, writer and run counts, read through a fresh read-only connection."""
+        reader = StoreReader(self.paths.database)
+        try:
+            now = time.time()
+            stats = self.writer.stats(timeout)
+            lease = self._parts.lease if self._parts.runner is None else None
+            scheduler = self.actor("scheduler")
+            runner_lease = self._parts.lease if self._parts.runner is not None else None
+            return {
+                "state_dir": str(self.paths.root),
+                "role": self.role,
+                # The lease row (on a standby or a runner: the active host's), and this host's own view of its lease.
+                "lease": {**queries.lease_row(reader, now),
+                          **(lease.ask(GetLease(), timeout=timeout) if lease is not None else {})},
+                "runner": runner_lease.ask(GetRunnerLease(), timeout=timeout) if runner_lease is not None else None,
+                "runners": queries.runner_hosts(reader, now),
+                "writer": {"queue_depth": stats.queue_depth, "commits": stats.commits, "commands": stats.commands,
+                           "commits_per_s": round(stats.commits_per_s, 2),
+                           "commands_per_s": round(stats.commands_per_s, 2)},
+                "runs": queries.run_counts(reader),
+                "scheduler": scheduler.ask(GetSchedulerStatus(), timeout=timeout) if scheduler is not None else None,
+            }
+        finally:
+            reader.close()
+
+    # --- runs (the embedding API; the client protocol offers the same operations) ---
+
+    def _read(self, fn: Callable[[StoreReader], Any]) -> Any:
+        reader = StoreReader(self.paths.database)
+        try:
+            return fn(reader)
+        finally:
+            reader.close()
+
+    def start_run(self, workflow: str, input: Any = None, *, project_path: str | None = None,
+                  session_id: str | None = None, run_id: str | None = None, client_id: str | None = None,
+                  idempotency_key: str | None = None) -> RunReceipt:
+        """Queue a run of `workflow`: a discovered name, `module:attr` or `file.py[:attr]`.
+
+        Names are resolved like the CLI does: `project_path` (default: the
+        current directory) is the project, so a workflow in
+        `./.piwf/workflows/` is found by name, and a relative file path is
+        relative to it. The workflow file is read here, in the calling thread.
+        With `client_id` and `idempotency_key`, a repeated call returns the
+        first receipt with outcome `adopted`. Raises WorkflowNotFound,
+        WorkflowLoadFailed, Rejected (input that is not JSON), Conflict.
+        """
+        self._require_active()
+        project = os.path.abspath(project_path if project_path is not None else os.getcwd())
+        return RunReceipt.from_wire(_start_run(
+            self.writer, self._resolver, workflow=workflow, input=input, project_path=project,
+            session_id=session_id, run_id=run_id, client_id=client_id, idempotency_key=idempotency_key))
+
+    def get_run(self, run_id: str) -> RunView | None:
+        """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run."""
+        view = self._read(lambda r: queries.run_view(r, run_id))
+        return None if view is None else RunView.from_wire(view)
+
+    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunSummary]:
+        """The newest `limit` runs (with `status` only, if given), newest first."""
+        return [RunSummary.from_wire(row) for row in self._read(lambda r: queries.run_list(r, status, limit))]
+
+    def read_content(self, digest: str) -> bytes:
+        """The bytes of a stored value that `get_run` showed as `{"$content": digest, …}` (its
+        canonical JSON). Raises NotFound when no such value is stored."""
+
+        def read(reader: StoreReader) -> bytes:
+            data = bytearray()
+            while True:
+                chunk = queries.content_chunk(reader, digest, len(data))
+                if chunk is None:
+                    raise NotFound("content", digest)
+                data += chunk["data"]
+                if len(data) >= chunk["total_bytes"] or not chunk["data"]:
+                    return bytes(data)
+
+        return self._read(read)
+
+    def run_events(self, run_id: str, after: int = 0, limit: int = 500) -> list[RunEvent]:
+        """The run's trace: up to `limit` events with `seq` greater than `after`, in order."""
+        return [RunEvent.from_wire(row) for row in self._read(lambda r: queries.run_events(r, run_id, after, limit))]
+
+    def _control(self, name: str, run_id: str, expected_revision: int | None, client_id: str | None,
+                 idempotency_key: str | None) -> ControlReceipt:
+        self._require_active()
+        args = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
+                "idempotency_key": idempotency_key}
+        return ControlReceipt.from_wire(self.writer.call(name, {k: v for k, v in args.items() if v is not None}))
+
+    def cancel_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                   idempotency_key: str | None = None) -> ControlReceipt:
+        """Cancel a run: a queued or parked one at once (`cancelled`), an active one at its worker's
+        next step (`cancelling`). Raises Rejected for a finished run, Conflict for a stale revision."""
+        return self._control("run.cancel", run_id, expected_revision, client_id, idempotency_key)
+
+    def pause_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                  idempotency_key: str | None = None) -> ControlReceipt:
+        """Pause a run: a queued one parks at once, an active one at its next node boundary (`pausing`)."""
+        return self._control("run.pause", run_id, expected_revision, client_id, idempotency_key)
+
+    def resume_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
+                   idempotency_key: str | None = None) -> ControlReceipt:
+        """Resume a paused run, or retry one parked `no_progress`."""
+        return self._control("run.resume", run_id, expected_revision, client_id, idempotency_key)
+
+    def restart_run(self, run_id: str, *, expected_revision: int, from_node: str | None = None,
+                    same_code: bool = False, client_id: str | None = None,
+                    idempotency_key: str | None = None) -> RunReceipt:
+        """A new run (`parent_run_id` = `run_id`) with a finished run's input.
+
+        Only a done, failed or cancelled run at `expected_revision`, without
+        unsettled effects. It runs the workflow file's current code
+        (`digest_changed` in the receipt says whether that differs from the
+        parent's) or, with `same_code`, the parent's stored snapshot; with
+        `from_node` it starts at that node, the parent's earlier outputs
+        copied. One restart per (run, revision, from_node, code): a second is
+        `adopted`. Raises Rejected, Conflict, NotFound.
+        """
+        self._require_active()
+        return RunReceipt.from_wire(_restart_run(
+            self.writer, self._resolver, self.paths.database, run_id=run_id, expected_revision=expected_revision,
+            from_node=from_node, same_code=same_code, client_id=client_id, idempotency_key=idempotency_key))
+
+    def resolve_effect(self, effect_id: str, action: str, output: Any = None, *, client_id: str | None = None,
+                       idempotency_key: str | None = None) -> EffectReceipt:
+        """Settle an `ambiguous` effect: `confirm` (it happened; `output` becomes the node's output)
+        or `retry` (run the node again); the run goes back to the queue."""
+        self._require_active()
+        args = {"effect_id": effect_id, "action": action, "output": output, "client_id": client_id,
+                "idempotency_key": idempotency_key,
+                "payload": {"effect_id": effect_id, "action": action, "output": output}}
+        return EffectReceipt.from_wire(self.writer.call("effect.resolve", args))
+
+    # --- people in the loop ---
+
+    def pending_interactions(self, session_id: str | None = None) -> list[PendingRequest]:
+        """Open decisions, checkpoints and agent requests (those addressed to `session_id` or to
+        nobody in particular; all of them when None), oldest first."""
+        found = self._read(lambda r: queries.pending_interactions(r, session_id))
+        return [PendingRequest.from_wire(request) for request in found["requests"]]
+
+    def answer_decision(self, request_id: str, choice: str, *, input: dict[str, Any] | None = None,
+                        expected_revision: int | None = None, session_id: str | None = None,
+                        client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
+        """Answer a human decision with one of its choices (and that choice's `input`, if it has one).
+
+        Checked against the decision's contract (Rejected if it does not fit);
+        the first valid answer wins, a later one is a Conflict, and so is a
+        stale `expected_revision` (the request's revision in
+        `pending_interactions`). The run goes back to the queue.
+        """
+        self._require_active()
+        response: dict[str, Any] = {"choice": choice}
+        if input is not None:
+            response["input"] = input
+        return AnswerReceipt.from_wire(self.writer.call("decision.answer", {
+            "request_id": request_id, "response": response, "expected_revision": expected_revision,
+            "session_id": session_id, "client_id": client_id, "idempotency_key": idempotency_key,
+            "payload": {"request_id": request_id, "response": response}, "peer": _embedded_peer()}))
+
+    def answer_checkpoint(self, request_id: str, value: Any, *, session_id: str | None = None,
+                          client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
+        """Answer a checkpoint: `value` (any JSON value) becomes the checkpoint node's output and the
+        run goes back to the queue. A second answer is a Conflict."""
+        self._require_active()
+        return AnswerReceipt.from_wire(self.writer.call("checkpoint.answer", {
+            "request_id": request_id, "input": value, "session_id": session_id, "client_id": client_id,
+            "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value},
+            "peer": _embedded_peer()}))
+
+    # --- following runs ---
+
+    def subscribe(self, actor_ref: pykka.ActorRef[Any], runs: Iterable[str] | str | None = None) -> Subscription:
+        """Tell `actor_ref` what happens to runs: `RunStarted`, `NodeFinished`, `RunParked`,
+        `RunFinished` (`piwf_actors.results`), without polling.
+
+        `runs=None`: every run, from now on. `runs=[ids]`: those runs only,
+        each from its first event (nothing is missed between `start_run` and
+        `subscribe`). A small actor of the host does the reading; it only
+        `tell`s, so the subscriber may be any actor and is never waited on.
+        The subscription ends with `unsubscribe()`, with `host.stop()`, or
+        when `actor_ref` has stopped. Safe to call from an actor's handler.
+        Raises HostError once the host has stopped.
+        """
+        if not isinstance(actor_ref, pykka.ActorRef):
+            raise TypeError(f"subscribe needs a pykka ActorRef, got {type(actor_ref).__name__}")
+        wanted = None if runs is None else frozenset([runs] if isinstance(runs, str) else runs)
+        with self._parts.stop_lock:  # held by shut_down while it stops the parts
+            if self._parts.stopped.is_set():
+                raise HostError(f"the host has stopped ({self._parts.stop_reason}); nothing to subscribe to")
+            ref = RunEventsSubscription.start(self.writer.ref, self.paths.database, actor_ref, runs=wanted,
+                                              since=time.time())
+            # Owned by the host: shut_down stops it (first: it was started last). Ended ones are dropped
+            # here; they always sit after the core actors, so no lookup of those is disturbed.
+            for entry in [e for e in self._parts.actors if e[0] == self._SUBSCRIPTION and not e[1].is_alive()]:
+                self._parts.actors.remove(entry)
+            self._parts.actors.append((self._SUBSCRIPTION, ref))
+        return Subscription(ref, wanted)
+
+    def wait_for_run(self, run_id: str, statuses: tuple[str, ...] = ("done", "failed", "cancelled"),
+                     timeout: float = 30.0, poll_s: float = 0.02) -> RunView:
+        """Poll (with a deadline) until the run reaches one of `statuses`; returns its view.
+        Raises TimeoutError. (An actor should `subscribe` instead.)"""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = self.get_run(run_id)
+            if view is not None and view.status in statuses:
+                return view
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} is {view and view.status} after {timeout} s")
+            time.sleep(poll_s)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the host has stopped (for any reason); True if it has."""
+        return self._parts.stopped.wait(timeout)
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Stop every actor this host started (reverse order: subscriptions first, writer last) and
+        release the lock."""
+        self._parts.shut_down(reason)
+        try:
+            self.supervisor.stop(block=True, timeout=10)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            pass
+
+    def __enter__(self) -> HostHandle:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

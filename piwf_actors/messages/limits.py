@@ -1,0 +1,19 @@
+"""The socket's limits (frame size, connections, in-flight requests, deadlines, send queue): plain data
+read by the host's configuration and enforced by `protocol.socket_loop`, so the configuration does not
+import the socket loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from piwf_actors.messages.codec import MAX_FRAME_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_connections: int = 64
+    max_inflight: int = 32
+    frame_deadline_s: float = 10.0
+    max_outbox_bytes: int = 8 * 1024 * 1024
+    retry_after_s: float = 1.0
