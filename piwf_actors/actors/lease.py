@@ -16,6 +16,11 @@ while the row still names this holder: the lock file proves no other host
 took this state directory; the live run claims move to the new epoch in
 the same transaction) and, once it succeeds, tells the supervisor, which
 has the scheduler claim again.
+
+Every decision is the step function `decide(state, event, now)`, a pure
+function of a frozen `HostLeaseState`, tested with a chosen `now`; the
+ticker, the writer and the supervisor are the shared renewal loop's
+(`lease_renewal.py`, which `RunnerLease` uses too).
 """
 
 from __future__ import annotations
@@ -25,19 +30,33 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.hostlock import holder_alive, process_start_identity
-from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.lease_renewal import (
+    AdvanceEpoch,
+    Effect,
+    Event,
+    Log,
+    Notify,
+    Publish,
+    Release,
+    RenewalLoop,
+    Renewed,
+    RenewTick,
+    Started,
+    Stopping,
+    Submit,
+    may_send,
+)
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import LeaseLost
-from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.store.requests import WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +76,6 @@ class LeaseClaim:
     def identity_args(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "host_id": self.host_id, "token_hash": token_hash(self.token),
                 "pid": self.pid, "process_start_identity": self.process_start_identity}
-
-
-@dataclass(frozen=True, slots=True)
-class RenewTick:
-    """Time to renew (sent by the lease's ticker)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,164 +155,186 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
     return claim_from(claim_args, token, result)
 
 
-class HostLease(CoreActor):
+# --- the step function ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HostLeaseState:
+    """What the lease knows between events (the token stays inside `claim`, never in a view)."""
+
+    claim: LeaseClaim  # the epoch and expiry last granted
+    heartbeat_at: float
+    renew_sent_at: float | None = None  # a renewal or reacquire is with the writer since then
+    renew_failures: int = 0  # renewals in a row that failed without a refusal
+    storage_failing: bool = False  # the last of them failed because the database cannot be written
+    suspended: bool = False
+    lost: bool = False
+
+
+def decide(state: HostLeaseState, event: Event, now: float, *, interval_s: float,
+           claim_lease_s: float) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    """What the host lease does on `event` at `now`: (new state, effects in order).
+
+    - `Started`: the writer learns the expiry; the board section is published.
+    - `RenewTick`: a renewal, at most one with the writer per `interval_s`.
+      Past the expiry the lease is lost, or suspended if the last renewal
+      failed because the database cannot be written; a suspended lease
+      sends `lease.reacquire` (with `claim_lease_s`) instead.
+    - `WriteResult` of a renewal: success extends the lease; a refusal
+      (`lease_lost`) loses it (suspends it after storage failures); another
+      error counts a failure and, past the expiry, loses or suspends it.
+    - `WriteResult` of a reacquire: success regains the lease at the new
+      epoch; a refusal loses it; another error changes nothing.
+    - `Stopping`: the lease is released unless it is lost or suspended (it
+      may be another host's by then).
+    A lost lease sends nothing more and answers nothing.
+    """
+    match event:
+        case RenewTick():
+            return _tick(state, now, interval_s, claim_lease_s)
+        case WriteResult():
+            return _answered(state, event, now)
+        case Started():
+            return state, (Renewed(state.claim.expires_at), Publish())
+        case Stopping():
+            if state.lost or state.suspended:
+                return state, ()
+            what = f"lease for epoch {state.claim.epoch}"
+            return state, (Release("lease.release", state.claim.identity_args(), what, what),)
+    raise TypeError(f"the host lease cannot decide on {event!r}")
+
+
+def _tick(state: HostLeaseState, now: float, interval_s: float,
+          claim_lease_s: float) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    if state.lost:
+        return state, ()
+    if state.suspended:
+        return _send(state, "lease.reacquire", now, interval_s, claim_lease_s)
+    if now >= state.claim.expires_at:
+        if state.storage_failing:
+            state, suspended = _suspend(state, "the lease expired while the database could not be written")
+            state, sent = _send(state, "lease.reacquire", now, interval_s, claim_lease_s)
+            return state, suspended + sent
+        return _lose(state, "no successful renewal before the lease expired")
+    return _send(state, "lease.renew", now, interval_s, claim_lease_s)
+
+
+def _send(state: HostLeaseState, name: str, now: float, interval_s: float,
+          claim_lease_s: float) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    if not may_send(state.renew_sent_at, now, interval_s):
+        return state, ()  # the previous attempt is still with the writer
+    args = {**state.claim.identity_args(), "lease_s": state.claim.lease_s}
+    if name == "lease.reacquire":
+        args["claim_lease_s"] = claim_lease_s
+        return replace(state, renew_sent_at=now), (Submit(name, args, "reacquire"),)
+    return replace(state, renew_sent_at=now), (Submit(name, args, "renew"),)
+
+
+def _answered(state: HostLeaseState, result: WriteResult,
+              now: float) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    state = replace(state, renew_sent_at=None)
+    if state.lost:
+        return state, ()
+    if result.correlation_id == "reacquire":
+        return _reacquired(state, result)
+    if state.suspended:
+        return state, ()  # a renewal that was in flight when the lease was suspended
+    epoch = state.claim.epoch
+    if result.ok:
+        recovered = (Log(logging.INFO, f"lease renewal for epoch {epoch} recovered"),) if state.renew_failures else ()
+        state = replace(state, claim=_with_epoch(state.claim, epoch, result.value["expires_at"]),
+                        heartbeat_at=result.value["heartbeat_at"], renew_failures=0, storage_failing=False)
+        return state, (Renewed(state.claim.expires_at), Publish(), *recovered)
+    if result.error_code == LeaseLost.code:
+        if state.storage_failing:
+            # It ran out while the disk was full; whether someone else took it is
+            # for lease.reacquire to find out (it checks the row's holder).
+            return _suspend(state, result.error or "renewal refused after storage failures")
+        return _lose(state, result.error or "renewal refused")
+    state = replace(state, renew_failures=state.renew_failures + 1,
+                    storage_failing=result.error_code in STORAGE_FAILURES)
+    warned: tuple[Effect, ...] = (
+        Log(logging.WARNING, f"lease renewal failed ({state.renew_failures} in a row): {result.error}"),)
+    if now < state.claim.expires_at:
+        return state, warned
+    if state.storage_failing:
+        state, suspended = _suspend(state, f"the lease expired while the database could not be written: "
+                                           f"{result.error}")
+        return state, warned + suspended
+    state, lost = _lose(state, f"renewals kept failing: {result.error}")
+    return state, warned + lost
+
+
+def _reacquired(state: HostLeaseState, result: WriteResult) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    if result.ok:
+        previous = state.claim.epoch
+        claim = _with_epoch(state.claim, result.value["epoch"], result.value["expires_at"])
+        state = replace(state, claim=claim, heartbeat_at=result.value["heartbeat_at"], suspended=False,
+                        storage_failing=False, renew_failures=0)
+        return state, (Renewed(claim.expires_at), AdvanceEpoch(claim.epoch), Publish(),
+                       Log(logging.WARNING, f"lease taken again at epoch {claim.epoch} (was {previous}) now "
+                                            "that writes succeed"),
+                       Notify(LeaseRegained(previous, claim.epoch)))
+    if result.error_code == LeaseLost.code:
+        return _lose(state, result.error or "another host took the lease")
+    return state, (Log(logging.DEBUG, f"taking the lease again failed: {result.error}"),)
+
+
+def _suspend(state: HostLeaseState, reason: str) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    if state.suspended:
+        return state, ()
+    epoch = state.claim.epoch
+    return replace(state, suspended=True), (
+        Publish(),
+        Log(logging.WARNING, f"lease for epoch {epoch} suspended: {reason}; serving reads, claiming nothing, "
+                             "and taking the lease again once writes succeed"),
+        Notify(LeaseSuspended(epoch, reason)))
+
+
+def _lose(state: HostLeaseState, reason: str) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+    epoch = state.claim.epoch
+    return replace(state, lost=True), (Publish(), Log(logging.ERROR, f"lease for epoch {epoch} lost: {reason}"),
+                                       Notify(LeaseLostNotice(epoch, reason)))
+
+
+def lease_view(state: HostLeaseState) -> dict[str, Any]:
+    """The board's lease section and the answer to GetLease (the token withheld)."""
+    claim = state.claim
+    return {"epoch": claim.epoch, "host_id": claim.host_id, "pid": claim.pid,
+            "process_start_identity": claim.process_start_identity, "expires_at": claim.expires_at,
+            "heartbeat_at": state.heartbeat_at, "lease_s": claim.lease_s, "renew_failures": state.renew_failures,
+            "lost": state.lost, "suspended": state.suspended}
+
+
+def _with_epoch(claim: LeaseClaim, epoch: int, expires_at: float) -> LeaseClaim:
+    return replace(claim, epoch=epoch, expires_at=expires_at)
+
+
+# --- the actor -----------------------------------------------------------------------------------
+
+
+class HostLease(RenewalLoop[HostLeaseState]):
+    """The host lease's actor: the shared renewal loop (`lease_renewal.py`) driving `decide`."""
+
     actor_name = "lease"
+    board_section = Section.LEASE
+    lease_log = log
 
     def __init__(self, writer: WriterHandle, claim: LeaseClaim, *, supervisor: pykka.ActorRef[Any] | None,
                  clock: Callable[[], float] = time.time, renew_fraction: float = 1 / 3,
                  board: HostBoard | None = None, claim_lease_s: float = 30.0) -> None:
-        """Runs in the caller's thread: stores arguments only."""
-        super().__init__(supervisor)
+        """Runs in the caller's thread: stores arguments only (and reads the clock once: until the
+        first renewal, the heartbeat is the moment the actor was made)."""
+        super().__init__(writer, HostLeaseState(claim, heartbeat_at=clock()), supervisor=supervisor, clock=clock,
+                         interval_s=max(claim.lease_s * renew_fraction, 0.05), board=board)
         self._claim_lease_s = claim_lease_s
-        self._writer = writer
-        self._claim = claim
-        self._clock = clock
-        self._interval = max(claim.lease_s * renew_fraction, 0.05)
-        self._ticker: Ticker | None = None
-        self._renew_sent_at: float | None = None
-        self._heartbeat_at = clock()
-        self._lost = False
-        self._renew_failures = 0
-        self._storage_failing = False
-        self._suspended = False
-        self._board = board
 
-    def on_start(self) -> None:
-        """Runs in the lease's thread: starts the renewal ticker."""
-        self._writer.lease_renewed(self._claim.expires_at)
-        self._ticker = Ticker(self.actor_ref, RenewTick(), self._interval, "lease").start()
-        self._publish()
+    def step(self, state: HostLeaseState, event: Event,
+             now: float) -> tuple[HostLeaseState, tuple[Effect, ...]]:
+        return decide(state, event, now, interval_s=self._interval, claim_lease_s=self._claim_lease_s)
 
-    def release_resources(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-
-    def on_stop(self) -> None:
-        """Runs in the lease's thread on a clean stop: gives the lease back."""
-        self.release_resources()
-        if not self._lost and not self._suspended:
-            try:
-                released = self._writer.call("lease.release", self._claim.identity_args(), timeout=5)
-                log.info("lease for epoch %d %s", self._claim.epoch, "released" if released else "was already gone")
-            except Exception as exc:  # the writer may be failing; expiry covers it
-                log.warning("could not release lease for epoch %d: %s", self._claim.epoch, exc)
+    def view(self, state: HostLeaseState) -> dict[str, Any]:
+        return lease_view(state)
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {RenewTick: self._tick, WriteResult: self._renewed, GetLease: self._get}
-
-    def _publish(self) -> None:
-        if self._board is not None:
-            self._board.publish(Section.LEASE, self._get(GetLease()))
-
-    def _get(self, _message: GetLease) -> dict[str, Any]:
-        return {"epoch": self._claim.epoch, "host_id": self._claim.host_id, "pid": self._claim.pid,
-                "process_start_identity": self._claim.process_start_identity,
-                "expires_at": self._claim.expires_at, "heartbeat_at": self._heartbeat_at,
-                "lease_s": self._claim.lease_s, "renew_failures": self._renew_failures, "lost": self._lost,
-                "suspended": self._suspended}
-
-    def _tick(self, _message: RenewTick) -> None:
-        if self._lost:
-            return
-        now = self._clock()
-        if self._suspended:
-            self._send("lease.reacquire", "reacquire", now)
-            return
-        if now >= self._claim.expires_at:
-            if self._storage_failing:
-                self._suspend("the lease expired while the database could not be written")
-                self._send("lease.reacquire", "reacquire", now)
-            else:
-                self._lose("no successful renewal before the lease expired")
-            return
-        self._send("lease.renew", "renew", now)
-
-    def _send(self, name: str, correlation: str, now: float) -> None:
-        if self._renew_sent_at is not None and now - self._renew_sent_at < self._interval:
-            return  # the previous attempt is still with the writer
-        self._renew_sent_at = now
-        args = {**self._claim.identity_args(), "lease_s": self._claim.lease_s}
-        if name == "lease.reacquire":
-            args["claim_lease_s"] = self._claim_lease_s
-        self._writer.submit(WriteCommand(name, args, correlation_id=correlation), self.actor_ref)
-
-    def _renewed(self, result: WriteResult) -> None:
-        self._renew_sent_at = None
-        if self._lost:
-            return
-        if result.correlation_id == "reacquire":
-            self._reacquired(result)
-            return
-        if self._suspended:
-            return  # a renewal that was in flight when the lease was suspended
-        if result.ok:
-            self._claim = _with_expiry(self._claim, result.value["expires_at"])
-            self._writer.lease_renewed(self._claim.expires_at)
-            self._heartbeat_at = result.value["heartbeat_at"]
-            self._publish()
-            if self._renew_failures:
-                log.info("lease renewal for epoch %d recovered", self._claim.epoch)
-            self._renew_failures = 0
-            self._storage_failing = False
-            return
-        if result.error_code == LeaseLost.code:
-            if self._storage_failing:
-                # It ran out while the disk was full; whether someone else took it is
-                # for lease.reacquire to find out (it checks the row's holder).
-                self._suspend(result.error or "renewal refused after storage failures")
-                return
-            self._lose(result.error or "renewal refused")
-            return
-        self._renew_failures += 1
-        self._storage_failing = result.error_code in STORAGE_FAILURES
-        log.warning("lease renewal failed (%d in a row): %s", self._renew_failures, result.error)
-        if self._clock() >= self._claim.expires_at:
-            if self._storage_failing:
-                self._suspend(f"the lease expired while the database could not be written: {result.error}")
-            else:
-                self._lose(f"renewals kept failing: {result.error}")
-
-    def _suspend(self, reason: str) -> None:
-        if self._suspended:
-            return
-        self._suspended = True
-        self._publish()
-        log.warning("lease for epoch %d suspended: %s; serving reads, claiming nothing, and taking the lease "
-                    "again once writes succeed", self._claim.epoch, reason)
-        safe_tell(self._supervisor, LeaseSuspended(self._claim.epoch, reason))
-
-    def _reacquired(self, result: WriteResult) -> None:
-        if result.ok:
-            previous = self._claim.epoch
-            self._claim = _with_epoch(self._claim, result.value["epoch"], result.value["expires_at"])
-            self._heartbeat_at = result.value["heartbeat_at"]
-            self._writer.lease_renewed(self._claim.expires_at)
-            self._writer.advance_epoch(self._claim.epoch)
-            self._suspended = False
-            self._storage_failing = False
-            self._renew_failures = 0
-            self._publish()
-            log.warning("lease taken again at epoch %d (was %d) now that writes succeed", self._claim.epoch,
-                        previous)
-            safe_tell(self._supervisor, LeaseRegained(previous, self._claim.epoch))
-            return
-        if result.error_code == LeaseLost.code:
-            self._lose(result.error or "another host took the lease")
-            return
-        log.debug("taking the lease again failed: %s", result.error)
-
-    def _lose(self, reason: str) -> None:
-        self._lost = True
-        self._publish()
-        log.error("lease for epoch %d lost: %s", self._claim.epoch, reason)
-        safe_tell(self._supervisor, LeaseLostNotice(self._claim.epoch, reason))
-
-
-def _with_expiry(claim: LeaseClaim, expires_at: float) -> LeaseClaim:
-    return _with_epoch(claim, claim.epoch, expires_at)
-
-
-def _with_epoch(claim: LeaseClaim, epoch: int, expires_at: float) -> LeaseClaim:
-    return LeaseClaim(epoch, claim.host_id, claim.token, claim.pid, claim.process_start_identity,
-                      claim.lease_s, expires_at)
+        return {**super().handlers(), GetLease: self._answer_view}

@@ -16,8 +16,10 @@ exits with status 1). There is no suspended state as the host lease has
 are recovered by the active host once its lease has run out. On a clean
 stop the lease is released, after the scheduler handed its runs back.
 
-The decision is a step function (`renewal_step`) of the lease state and a
-chosen `now`, so it is tested without threads.
+The decision is a step function (`decide(state, event, now)`) of a frozen
+`RunnerLeaseState` and a chosen `now`, so it is tested without threads; the
+ticker, the writer and the supervisor are the renewal loop it shares with
+the host lease (`lease_renewal.py`).
 """
 
 from __future__ import annotations
@@ -32,16 +34,29 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.hostlock import process_start_identity
 from piwf_actors.actors.lease import LeaseLostNotice
-from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.lease_renewal import (
+    Effect,
+    Event,
+    Log,
+    Notify,
+    Publish,
+    Release,
+    RenewalLoop,
+    Renewed,
+    RenewTick,
+    Started,
+    Stopping,
+    Submit,
+    may_send,
+)
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import RunnerLeaseLost
 from piwf_actors.runner.termination import machine_identity
-from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.store.requests import WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -85,46 +100,93 @@ def acquire_runner_lease(writer: WriterHandle, *, runner_id: str, lease_s: float
 
 
 @dataclass(frozen=True, slots=True)
-class RenewalState:
+class RunnerLeaseState:
+    """What the runner lease knows between events (the token stays inside `claim`)."""
+
+    claim: RunnerClaim  # the identity; its own expires_at / heartbeat_at are the first grant's
     expires_at: float
+    heartbeat_at: float
     renew_sent_at: float | None = None  # a renewal is with the writer since then
-    failures: int = 0
+    failures: int = 0  # renewals in a row that failed without a refusal
     lost: str | None = None  # why the lease is lost (then nothing more is sent)
 
 
-def renewal_step(state: RenewalState, now: float, interval_s: float) -> tuple[RenewalState, bool]:
-    """A tick: (new state, whether to send a renewal). Past the expiry without a renewal the lease
-    is lost; a renewal still with the writer is not sent twice within one interval."""
-    if state.lost is not None:
-        return state, False
-    if now >= state.expires_at:
-        return replace(state, lost="no successful renewal before the lease expired"), False
-    if state.renew_sent_at is not None and now - state.renew_sent_at < interval_s:
-        return state, False
-    return replace(state, renew_sent_at=now), True
+def initial_state(claim: RunnerClaim) -> RunnerLeaseState:
+    return RunnerLeaseState(claim, expires_at=claim.expires_at, heartbeat_at=claim.heartbeat_at)
 
 
-def renewed_step(state: RenewalState, result: WriteResult, now: float) -> RenewalState:
-    """The writer's answer to a renewal."""
+def decide(state: RunnerLeaseState, event: Event, now: float, *,
+           interval_s: float) -> tuple[RunnerLeaseState, tuple[Effect, ...]]:
+    """What the runner lease does on `event` at `now`: (new state, effects in order).
+
+    - `Started`: the writer learns the expiry; the board section is published.
+    - `RenewTick`: past the expiry without a renewal the lease is lost;
+      otherwise a renewal, at most one with the writer per `interval_s`.
+    - `WriteResult`: success extends the lease; a refusal
+      (`runner_lease_lost`) loses it; another error counts a failure and,
+      past the expiry, loses it. There is no suspended state.
+    - `Stopping`: the lease is released unless it was lost.
+    A lost lease sends nothing more; the supervisor is told once.
+    """
+    claim = state.claim
+    match event:
+        case RenewTick():
+            if state.lost is not None:
+                return state, ()
+            if now >= state.expires_at:
+                return _lose(state, "no successful renewal before the lease expired")
+            if not may_send(state.renew_sent_at, now, interval_s):
+                return state, ()
+            args = {**claim.identity_args(), "lease_s": claim.lease_s}
+            return replace(state, renew_sent_at=now), (Submit("runner_lease.renew", args, "renew"),)
+        case WriteResult():
+            return _answered(state, event, now)
+        case Started():
+            return state, (Renewed(state.expires_at), Publish())
+        case Stopping():
+            if state.lost is not None:
+                return state, ()
+            return state, (Release("runner_lease.release", claim.identity_args(),
+                                   f"runner lease of {claim.runner_id} (epoch {claim.epoch})",
+                                   f"the runner lease of {claim.runner_id}"),)
+    raise TypeError(f"the runner lease cannot decide on {event!r}")
+
+
+def _answered(state: RunnerLeaseState, result: WriteResult,
+              now: float) -> tuple[RunnerLeaseState, tuple[Effect, ...]]:
     if state.lost is not None:
-        return state
+        return state, ()
     if result.ok:
-        return RenewalState(expires_at=float(result.value["expires_at"]))
+        state = replace(state, expires_at=float(result.value["expires_at"]),
+                        heartbeat_at=float(result.value["heartbeat_at"]), renew_sent_at=None, failures=0)
+        return state, (Renewed(state.expires_at), Publish())
     if result.error_code == RunnerLeaseLost.code:
         detail = (result.error or "").split(" lost: ", 1)[-1]  # the refusal names the lease; the notice does too
-        return replace(state, renew_sent_at=None, lost=f"renewal refused: {detail or 'refused'}")
+        return _lose(replace(state, renew_sent_at=None), f"renewal refused: {detail or 'refused'}")
     failed = replace(state, renew_sent_at=None, failures=state.failures + 1)
     if now >= state.expires_at:
-        return replace(failed, lost=f"renewals kept failing: {result.error}")
-    return failed
+        return _lose(failed, f"renewals kept failing: {result.error}")
+    return failed, (Log(logging.WARNING, f"runner lease renewal failed ({failed.failures} in a row): "
+                                         f"{result.error}"),)
+
+
+def _lose(state: RunnerLeaseState, why: str) -> tuple[RunnerLeaseState, tuple[Effect, ...]]:
+    claim = state.claim
+    reason = f"runner lease of {claim.runner_id} (epoch {claim.epoch}) lost: {why}"
+    return replace(state, lost=why), (Publish(), Log(logging.ERROR, reason),
+                                      Notify(LeaseLostNotice(claim.epoch, reason)))
+
+
+def runner_lease_view(state: RunnerLeaseState) -> dict[str, Any]:
+    """The board's runner lease section and the answer to GetRunnerLease (the token withheld)."""
+    claim = state.claim
+    return {"runner_id": claim.runner_id, "epoch": claim.epoch, "pid": claim.pid,
+            "expires_at": state.expires_at, "heartbeat_at": state.heartbeat_at,
+            "lease_s": claim.lease_s, "max_workers": claim.max_workers,
+            "renew_failures": state.failures, "lost": state.lost is not None}
 
 
 # --- the actor -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerRenewTick:
-    """Time to renew (sent by the runner lease's ticker)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,81 +194,25 @@ class GetRunnerLease:
     """Answered with the runner lease's view (token withheld)."""
 
 
-class RunnerLease(CoreActor):
+class RunnerLease(RenewalLoop[RunnerLeaseState]):
+    """The runner lease's actor: the shared renewal loop (`lease_renewal.py`) driving `decide`."""
+
     actor_name = "runner-lease"
+    board_section = Section.RUNNER_LEASE
+    lease_log = log
 
     def __init__(self, writer: WriterHandle, claim: RunnerClaim, *, supervisor: pykka.ActorRef[Any] | None,
                  clock: Callable[[], float] = time.time, board: HostBoard | None = None) -> None:
         """Runs in the caller's thread: stores arguments only."""
-        super().__init__(supervisor)
-        self._writer = writer
-        self._claim = claim
-        self._clock = clock
-        self._board = board
-        self._interval = max(claim.lease_s / 3, 0.05)
-        self._state = RenewalState(expires_at=claim.expires_at)
-        self._heartbeat_at = claim.heartbeat_at
-        self._ticker: Ticker | None = None
+        super().__init__(writer, initial_state(claim), supervisor=supervisor, clock=clock,
+                         interval_s=max(claim.lease_s / 3, 0.05), board=board)
 
-    def on_start(self) -> None:
-        """Runs in the lease's thread: starts the renewal ticker."""
-        self._writer.lease_renewed(self._claim.expires_at)
-        self._ticker = Ticker(self.actor_ref, RunnerRenewTick(), self._interval, "runner-lease").start()
-        self._publish()
+    def step(self, state: RunnerLeaseState, event: Event,
+             now: float) -> tuple[RunnerLeaseState, tuple[Effect, ...]]:
+        return decide(state, event, now, interval_s=self._interval)
 
-    def release_resources(self) -> None:
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-
-    def on_stop(self) -> None:
-        """Runs in the lease's thread on a clean stop: gives the lease back (unless it was lost)."""
-        self.release_resources()
-        if self._state.lost is None:
-            try:
-                released = self._writer.call("runner_lease.release", self._claim.identity_args(), timeout=5)
-                log.info("runner lease of %s (epoch %d) %s", self._claim.runner_id, self._claim.epoch,
-                         "released" if released else "was already gone")
-            except Exception as exc:  # the writer may be failing; expiry covers it
-                log.warning("could not release the runner lease of %s: %s", self._claim.runner_id, exc)
+    def view(self, state: RunnerLeaseState) -> dict[str, Any]:
+        return runner_lease_view(state)
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {RunnerRenewTick: self._tick, WriteResult: self._renewed, GetRunnerLease: self._view}
-
-    def _view(self, _message: GetRunnerLease | None = None) -> dict[str, Any]:
-        return {"runner_id": self._claim.runner_id, "epoch": self._claim.epoch, "pid": self._claim.pid,
-                "expires_at": self._state.expires_at, "heartbeat_at": self._heartbeat_at,
-                "lease_s": self._claim.lease_s, "max_workers": self._claim.max_workers,
-                "renew_failures": self._state.failures, "lost": self._state.lost is not None}
-
-    def _publish(self) -> None:
-        if self._board is not None:
-            self._board.publish(Section.RUNNER_LEASE, self._view())
-
-    def _tick(self, _message: RunnerRenewTick) -> None:
-        was_lost = self._state.lost
-        self._state, send = renewal_step(self._state, self._clock(), self._interval)
-        if send:
-            args = {**self._claim.identity_args(), "lease_s": self._claim.lease_s}
-            self._writer.submit(WriteCommand("runner_lease.renew", args, correlation_id="renew"), self.actor_ref)
-        self._after(was_lost)
-
-    def _renewed(self, result: WriteResult) -> None:
-        was_lost = self._state.lost
-        self._state = renewed_step(self._state, result, self._clock())
-        if result.ok and self._state.lost is None:
-            self._heartbeat_at = float(result.value["heartbeat_at"])
-            self._writer.lease_renewed(self._state.expires_at)
-            self._publish()
-        elif not result.ok and self._state.lost is None:
-            log.warning("runner lease renewal failed (%d in a row): %s", self._state.failures, result.error)
-        self._after(was_lost)
-
-    def _after(self, was_lost: str | None) -> None:
-        """Tell the supervisor once, when the lease has just been lost."""
-        if was_lost is None and self._state.lost is not None:
-            self._publish()
-            reason = (f"runner lease of {self._claim.runner_id} (epoch {self._claim.epoch}) lost: "
-                      f"{self._state.lost}")
-            log.error("%s", reason)
-            safe_tell(self._supervisor, LeaseLostNotice(self._claim.epoch, reason))
+        return {**super().handlers(), GetRunnerLease: self._answer_view}
