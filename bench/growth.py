@@ -63,7 +63,7 @@ from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's d
 
 from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
 from piwf_actors.ids import new_id  # noqa: E402
-from piwf_actors.store import maintenance  # noqa: E402
+from piwf_actors.store import state_report  # noqa: E402
 
 FINAL = ("done", "failed", "cancelled")
 MAX_WORKERS = 2
@@ -466,11 +466,11 @@ def main() -> None:
         # 3. Multiply them.
         runs, events, fill_sql_s = multiply(db_path, target_runs, target_events)
         t0 = time.perf_counter()
-        report = maintenance.verify(db_path, time.time())
+        report = state_report.verify(db_path, time.time())
         verify_s = time.perf_counter() - t0
         codes = sorted({v["code"] for v in report["violations"]})
         t0 = time.perf_counter()
-        counted = maintenance.state_status(db_path)["tables"]["run_event"]
+        counted = state_report.state_status(db_path)["tables"]["run_event"]
         status_s = time.perf_counter() - t0
         print(f"  (multiplied to {runs:,} runs / {events:,} events with INSERT … SELECT in {fill_sql_s:.1f} s; "
               f"state verify {'ok' if report['ok'] else 'FAILED ' + ', '.join(codes)} in {verify_s:.1f} s; "

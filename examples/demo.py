@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
-from piwf_actors.channels.fake_telegram import FakeBotApi  # noqa: E402
 from piwf_actors.client import Client  # noqa: E402
+from piwf_actors.testing.fake_telegram import FakeBotApi  # noqa: E402
 
 WF = ROOT / "examples" / "workflows"
 console = Console()

@@ -5,14 +5,18 @@ This is what an application that embeds the host calls (the front door,
 `piwf_actors.results`; its refusals are the typed errors of
 `piwf_actors.errors`. The wiring that starts the actors is `actors/host.py`;
 the handle only holds what it started (`HostParts`) and reads or writes
-through it, building each write command with the same function the client
-gateway uses for that operation.
+through it. Each write is the client protocol's request for the same call:
+the handle builds the `Request` a socket client would send, and the
+operation's own payload check and builder (`protocol.catalog.write_command`)
+make the command, so a call through the handle and the same call on the
+socket are one command with one idempotency fingerprint.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,10 +30,10 @@ from piwf_actors.actors.scheduler import GetSchedulerStatus
 from piwf_actors.actors.supervisor import HostParts
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.config import HostConfig
-from piwf_actors.errors import HostError, NotFound, RunnerHostRefusal, StandbyHost
-from piwf_actors.operations import restart_run as _restart_run
-from piwf_actors.operations import start_run as _start_run
+from piwf_actors.errors import HostError, NotFound, Rejected, RunnerHostRefusal, StandbyHost
 from piwf_actors.paths import StatePaths
+from piwf_actors.protocol.catalog import BuildEnv, write_command
+from piwf_actors.protocol.envelope import BadRequest, Request
 from piwf_actors.results import (
     AnswerReceipt,
     ControlReceipt,
@@ -47,6 +51,11 @@ from piwf_actors.store.reader import StoreReader
 def _embedded_peer() -> dict[str, Any]:
     """Who answers through the embedding API: this process (recorded with the answer)."""
     return {"via": "embedded", "pid": os.getpid(), "uid": os.getuid()}
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """A payload of the fields given (not None), as the client library and the CLI send them."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def start_host(config: HostConfig | None = None) -> HostHandle:
@@ -196,6 +205,22 @@ class HostHandle:
         finally:
             reader.close()
 
+    def _write(self, operation: str, payload: dict[str, Any], *, run_id: str | None = None,
+               expected_revision: int | None = None, client_id: str | None = None,
+               idempotency_key: str | None = None, peer: dict[str, Any] | None = None) -> Any:
+        """Write as the socket does: the request a client would send for this call, checked and built
+        by the operation itself (`write_command`), then the writer's value. A payload the check
+        refuses is Rejected (the socket answers it `rejected`). Blocks for the writer's commit."""
+        self._require_active()
+        # The key doubles as the request id, which is what the writer falls back to without one.
+        request = Request(idempotency_key or uuid.uuid4().hex, client_id, idempotency_key, operation, payload,
+                          run_id, expected_revision, peer)
+        try:
+            command = write_command(request, BuildEnv(self._resolver, self.paths.database))
+        except BadRequest as bad:
+            raise Rejected(str(bad)) from None
+        return self.writer.call(command.name, command.args)
+
     def start_run(self, workflow: str, input: Any = None, *, project_path: str | None = None,
                   session_id: str | None = None, run_id: str | None = None, client_id: str | None = None,
                   idempotency_key: str | None = None) -> RunReceipt:
@@ -209,11 +234,11 @@ class HostHandle:
         first receipt with outcome `adopted`. Raises WorkflowNotFound,
         WorkflowLoadFailed, Rejected (input that is not JSON), Conflict.
         """
-        self._require_active()
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())
-        return RunReceipt.from_wire(_start_run(
-            self.writer, self._resolver, workflow=workflow, input=input, project_path=project,
-            session_id=session_id, run_id=run_id, client_id=client_id, idempotency_key=idempotency_key))
+        payload = {"workflow": workflow, "input": input, "project_path": project,
+                   **_given(session_id=session_id, run_id=run_id)}
+        return RunReceipt.from_wire(self._write("run.start", payload, client_id=client_id,
+                                                idempotency_key=idempotency_key))
 
     def get_run(self, run_id: str) -> RunView | None:
         """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run."""
@@ -246,10 +271,8 @@ class HostHandle:
 
     def _control(self, name: str, run_id: str, expected_revision: int | None, client_id: str | None,
                  idempotency_key: str | None) -> ControlReceipt:
-        self._require_active()
-        args = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
-                "idempotency_key": idempotency_key}
-        return ControlReceipt.from_wire(self.writer.call(name, {k: v for k, v in args.items() if v is not None}))
+        return ControlReceipt.from_wire(self._write(name, {}, run_id=run_id, expected_revision=expected_revision,
+                                                    client_id=client_id, idempotency_key=idempotency_key))
 
     def cancel_run(self, run_id: str, *, expected_revision: int | None = None, client_id: str | None = None,
                    idempotency_key: str | None = None) -> ControlReceipt:
@@ -280,20 +303,17 @@ class HostHandle:
         copied. One restart per (run, revision, from_node, code): a second is
         `adopted`. Raises Rejected, Conflict, NotFound.
         """
-        self._require_active()
-        return RunReceipt.from_wire(_restart_run(
-            self.writer, self._resolver, self.paths.database, run_id=run_id, expected_revision=expected_revision,
-            from_node=from_node, same_code=same_code, client_id=client_id, idempotency_key=idempotency_key))
+        return RunReceipt.from_wire(self._write(
+            "run.restart", _given(from_node=from_node, same_code=same_code), run_id=run_id,
+            expected_revision=expected_revision, client_id=client_id, idempotency_key=idempotency_key))
 
     def resolve_effect(self, effect_id: str, action: str, output: Any = None, *, client_id: str | None = None,
                        idempotency_key: str | None = None) -> EffectReceipt:
         """Settle an `ambiguous` effect: `confirm` (it happened; `output` becomes the node's output)
         or `retry` (run the node again); the run goes back to the queue."""
-        self._require_active()
-        args = {"effect_id": effect_id, "action": action, "output": output, "client_id": client_id,
-                "idempotency_key": idempotency_key,
-                "payload": {"effect_id": effect_id, "action": action, "output": output}}
-        return EffectReceipt.from_wire(self.writer.call("effect.resolve", args))
+        return EffectReceipt.from_wire(self._write(
+            "effect.resolve", _given(effect_id=effect_id, action=action, output=output), client_id=client_id,
+            idempotency_key=idempotency_key))
 
     # --- people in the loop ---
 
@@ -313,24 +333,22 @@ class HostHandle:
         stale `expected_revision` (the request's revision in
         `pending_interactions`). The run goes back to the queue.
         """
-        self._require_active()
         response: dict[str, Any] = {"choice": choice}
         if input is not None:
             response["input"] = input
-        return AnswerReceipt.from_wire(self.writer.call("decision.answer", {
-            "request_id": request_id, "response": response, "expected_revision": expected_revision,
-            "session_id": session_id, "client_id": client_id, "idempotency_key": idempotency_key,
-            "payload": {"request_id": request_id, "response": response}, "peer": _embedded_peer()}))
+        return AnswerReceipt.from_wire(self._write(
+            "decision.answer", _given(request_id=request_id, response=response, session_id=session_id),
+            expected_revision=expected_revision, client_id=client_id, idempotency_key=idempotency_key,
+            peer=_embedded_peer()))
 
     def answer_checkpoint(self, request_id: str, value: Any, *, session_id: str | None = None,
                           client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
         """Answer a checkpoint: `value` (any JSON value) becomes the checkpoint node's output and the
         run goes back to the queue. A second answer is a Conflict."""
-        self._require_active()
-        return AnswerReceipt.from_wire(self.writer.call("checkpoint.answer", {
-            "request_id": request_id, "input": value, "session_id": session_id, "client_id": client_id,
-            "idempotency_key": idempotency_key, "payload": {"request_id": request_id, "input": value},
-            "peer": _embedded_peer()}))
+        # `input` even when None, as the CLI sends it (a checkpoint's value may be JSON null).
+        payload = {"request_id": request_id, "input": value, **_given(session_id=session_id)}
+        return AnswerReceipt.from_wire(self._write("checkpoint.answer", payload, client_id=client_id,
+                                                   idempotency_key=idempotency_key, peer=_embedded_peer()))
 
     # --- following runs ---
 

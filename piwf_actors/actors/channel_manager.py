@@ -33,6 +33,7 @@ from piwf_actors.board import HostBoard, Section
 from piwf_actors.channels.config import ChannelsConfig, Secret, load_channels
 from piwf_actors.channels.registry import channel_module
 from piwf_actors.paths import DatabaseLocation
+from piwf_actors.protocol.gateway_messages import ChannelsReloaded, ReloadChannels
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
 
 log = logging.getLogger(__name__)
@@ -46,20 +47,6 @@ def stream_key(channel_type: str, token: Secret) -> str:
     has update ids of its own, so it gets a cursor of its own."""
     digest = hashlib.sha256(b"piwf-channel-stream-v1\0" + token.reveal().encode()).hexdigest()[:20]
     return f"{channel_type}:{digest}"
-
-
-@dataclass(frozen=True, slots=True)
-class ReloadChannels:
-    """Re-read the files and restart changed profiles; answered to `reply_to` with ChannelsReloaded."""
-
-    reply_to: pykka.ActorRef[Any] | None
-    token: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelsReloaded:
-    token: str
-    status: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,14 @@
 The socket I/O runs on a selector thread owned by this actor
 (`protocol.socket_loop`); every decoded frame comes here as a
 `ClientRequest` and is dispatched through the one table of operations
-(`protocol.catalog.OPERATIONS`). Reads are answered from the gateway's own
-read-only connection; writes go to the writer as commands and are answered
-when the writer's result comes back (never blocking this actor); slow work
-(loading a workflow file, backup, verify) runs on a small executor owned by
-the actor.
+(`protocol.catalog.OPERATIONS`): the payload is checked against the
+operation's entry, a mutation on a standby is refused, and the operation's
+function answers (the functions live in the catalog's topic modules; this
+actor keeps the socket, the dispatch and the correlation of writes with
+their requests). Reads are answered from the gateway's own read-only
+connection; writes go to the writer as commands and are answered when the
+writer's result comes back (never blocking this actor); slow work (loading a
+workflow file, backup, verify) runs on a small executor owned by the actor.
 
 A write's path to the writer, in thread hand-offs: the socket thread decodes
 the frame and tells this actor (1); this actor builds the command and puts it
@@ -41,47 +44,36 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.channel_manager import ChannelsReloaded, ReloadChannels
-from piwf_actors.actors.gateway_resources import ResourceOperations
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
 from piwf_actors.messages.limits import Limits
-from piwf_actors.operations import restart_run_command, start_run_command
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.protocol import views
-from piwf_actors.protocol.catalog import OPERATIONS
+from piwf_actors.protocol.catalog import OPERATIONS, channels, interactions, runs
+from piwf_actors.protocol.catalog.registry import BuildEnv, GatewayServices, OperationContext, Verdict
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
+from piwf_actors.protocol.gateway_messages import ChannelsReloaded
 from piwf_actors.protocol.live_views import LiveViews
 from piwf_actors.protocol.payloads import check_payload
-from piwf_actors.protocol.schedule_ops import ScheduleOperations
 from piwf_actors.protocol.socket_loop import Peer, SocketLoop
-from piwf_actors.protocol.watches import WatchRefused
-from piwf_actors.statuses import RUN_STATUSES
-from piwf_actors.store import channel_queries, queries
-from piwf_actors.store.command_records import lookup_recorded, recordable
+from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
-from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[int, Request, dict[str, Any]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,25 +118,6 @@ class NodeOutput:
     payload: dict[str, Any]
 
 
-class _NotCached(Exception):
-    """The workflow is not resolved yet (or its file changed): loading it is the executor's job."""
-
-
-class _CachedOnly(WorkflowResolver):
-    """The shared resolver's cached resolutions, and nothing else: a miss raises `_NotCached`
-    instead of loading the file (which runs it) in the gateway's thread."""
-
-    def __init__(self, shared: WorkflowResolver) -> None:
-        super().__init__()
-        self._shared = shared
-
-    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
-        found = self._shared.cached(spec, project_path)
-        if found is None:
-            raise _NotCached(spec)
-        return found
-
-
 @dataclass
 class _Pending:
     """A request waiting for its write's result (a recorded command's value: {outcome, receipt, revision})."""
@@ -152,16 +125,10 @@ class _Pending:
     conn_id: int
     request: Request
     #: Called with the value first; True if it answered (or will answer) the request itself.
-    verdict: Callable[[dict[str, Any]], bool] | None = None
+    verdict: Verdict | None = None
 
 
-@dataclass
-class GatewayStats:
-    requests: int = 0
-    by_operation: dict[str, int] = field(default_factory=dict)
-
-
-class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
+class ClientGateway(CoreActor):
     actor_name = "gateway"
 
     def __init__(self, writer: WriterHandle, db_path: DatabaseLocation, socket_path: Path, *, host_epoch: int,
@@ -184,26 +151,22 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         self._board = board
         self._limits = limits
         self._resolver = resolver or WorkflowResolver()
-        self._cached_only = _CachedOnly(self._resolver)
         self._shutdown = shutdown
+        self._channels = channels
+        self._schedules = schedules  # the schedule keeper (schedule.trigger), None when the host runs none
         self._loop: SocketLoop | None = None
         self._reader: StoreReader | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: dict[str, _Pending] = {}
         self._views: LiveViews | None = None
+        self._services: GatewayServices | None = None
         self._flush_scheduled = False
-        self._handlers: dict[str, Handler] = {}
-        self._stats = GatewayStats()
-        self._verdicts: dict[str, tuple[int, Request, str]] = {}
-        self._channels = channels
-        self._schedules = schedules  # the schedule keeper (schedule.trigger), None when the host runs none
-        self._reloads: dict[str, tuple[int, Request]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def on_start(self) -> None:
-        """Runs in the gateway's thread: handlers, reader, executor, change notices, then the socket."""
-        self._handlers = {name: getattr(self, operation.handler) for name, operation in OPERATIONS.items()}
+        """Runs in the gateway's thread: reader, executor, change notices, the services the operations
+        use, then the socket."""
         self._reader = StoreReader(self._db_path)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
         self._writer.ref.tell(Subscribe(self.actor_ref))
@@ -219,6 +182,11 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         )
         self._views = LiveViews(self._reader, self._board, self._loop)
         self._views.external_writes = self._standby
+        env = BuildEnv(self._resolver, self._db_path)
+        self._services = GatewayServices(
+            port=self, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
+            cached_env=runs.cached_env(env), connections=self._loop.connection_count, shutdown=self._shutdown,
+            channels=self._channels, schedules=self._schedules)
         # A standby or runner host polls the database for every view; an active host only while runner
         # hosts are live (see _standby_poll).
         self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-poll").start()
@@ -252,34 +220,12 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
                 ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output,
                 StandbyPoll: self._standby_poll, BecomeActive: self._become_active}
 
-    # --- plumbing ------------------------------------------------------------------------
-
-    def _post(self, conn_id: int, frame: dict[str, Any], *, is_response: bool = True) -> None:
-        if self._loop is not None:
-            self._loop.post(conn_id, frame, is_response=is_response)
-
-    def _reply(self, conn_id: int, request: Request | None, outcome: str, **kwargs: Any) -> None:
-        self._post(conn_id, response(request.request_id if request else None, outcome, **kwargs))
-
-    def _in_executor(self, conn_id: int, request: Request, work: Callable[[], Any]) -> None:
-        """Run `work` off the actor thread; it answers the request itself (post is thread-safe)."""
-        assert self._executor is not None
-
-        def run() -> None:
-            try:
-                work()
-            except PiwfError as err:
-                self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
-            except Exception as exc:
-                log.exception("%s failed", request.operation)
-                self._reply(conn_id, request, "rejected", error=f"{type(exc).__name__}: {exc}")
-
-        self._executor.submit(run)
-
-    # --- requests ------------------------------------------------------------------------
+    # --- dispatch ----------------------------------------------------------------------------
 
     def _request(self, message: ClientRequest) -> None:
-        conn_id = message.conn_id
+        """Parse, look up, check the payload, refuse a mutation on a standby, call the operation."""
+        conn_id, services = message.conn_id, self._services
+        assert services is not None
         try:
             request = parse_request(message.frame)
         except BadRequest as bad:
@@ -287,23 +233,22 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             return
         if message.peer is not None:
             request = dataclasses.replace(request, peer=message.peer.to_wire())
-        self._stats.requests += 1
-        self._stats.by_operation[request.operation] = self._stats.by_operation.get(request.operation, 0) + 1
+        stats = services.stats
+        stats.requests += 1
+        stats.by_operation[request.operation] = stats.by_operation.get(request.operation, 0) + 1
         operation = OPERATIONS.get(request.operation)
         if operation is None:
-            self._reply(conn_id, request, "rejected", error=f"operation {request.operation!r} is not available")
+            self.reply(conn_id, request, "rejected", error=f"operation {request.operation!r} is not available")
             return
         try:
             payload = check_payload(request, operation)
             if self._standby and not operation.served_by_standby:
                 raise self._standby_refusal()
-            self._handlers[operation.name](conn_id, request, payload)
+            operation.fn(OperationContext(services, operation, conn_id, request), payload)
         except BadRequest as bad:
-            self._reply(conn_id, request, "rejected", error=str(bad))
+            self.reply(conn_id, request, "rejected", error=str(bad))
         except PiwfError as err:
-            self._reply(conn_id, request, outcome_for(err.code), error=err.one_line())
-
-    # --- standby -------------------------------------------------------------------------------
+            self.reply(conn_id, request, outcome_for(err.code), error=err.one_line())
 
     def _standby_refusal(self) -> StandbyHost | RunnerHostRefusal:
         """The one-line answer to a mutation on a standby or a runner host: who is active, and when to retry."""
@@ -312,6 +257,93 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         if self._runner:
             return RunnerHostRefusal(lease["host_id"], lease["epoch"], lease["live"])
         return StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
+
+    # --- the port the operations answer through (protocol.catalog.registry.GatewayPort) ---------
+
+    def _post(self, conn_id: int, frame: dict[str, Any], *, is_response: bool = True) -> None:
+        if self._loop is not None:
+            self._loop.post(conn_id, frame, is_response=is_response)
+
+    def reply(self, conn_id: int, request: Request | None, outcome: str, *, receipt: Any = None,
+              revision: int | None = None, error: str | None = None) -> None:
+        """Post the response to `request` (safe from any thread: posting is)."""
+        self._post(conn_id, response(request.request_id if request else None, outcome, receipt=receipt,
+                                     revision=revision, error=error))
+
+    def expect(self, conn_id: int, request: Request, verdict: Verdict | None = None) -> str:
+        """Register the answer a write will bring back; its correlation token."""
+        token = f"req:{conn_id}:{secrets.token_hex(6)}"
+        self._pending[token] = _Pending(conn_id, request, verdict)
+        return token
+
+    def forget(self, token: str) -> None:
+        self._pending.pop(token, None)
+
+    def write(self, conn_id: int, request: Request, command: WriteCommand, verdict: Verdict | None = None) -> None:
+        token = self.expect(conn_id, request, verdict)
+        self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
+
+    def write_from_executor(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
+        """Build the command on the executor (it loads a workflow file) and submit it from there, straight
+        to the writer: the answer still comes back to this actor under the token registered here."""
+        assert self._executor is not None
+        token = self.expect(conn_id, request)
+        writer, ref = self._writer, self.actor_ref
+
+        def run() -> None:
+            try:
+                command = build()
+            except PiwfError as err:
+                failed = WriteResult(False, None, err.code, err.one_line(), token)
+            except Exception as exc:
+                log.exception("%s failed", request.operation)
+                failed = WriteResult(False, None, Rejected.code, f"{type(exc).__name__}: {exc}", token)
+            else:
+                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
+                return
+            safe_tell(ref, failed)  # answered like a refusal from the writer
+
+        self._executor.submit(run)
+
+    def in_executor(self, conn_id: int, request: Request, work: Callable[[], None]) -> None:
+        """Run `work` off the actor thread; it answers the request itself (post is thread-safe)."""
+        assert self._executor is not None
+
+        def run() -> None:
+            try:
+                work()
+            except PiwfError as err:
+                self.reply(conn_id, request, outcome_for(err.code), error=err.one_line())
+            except Exception as exc:
+                log.exception("%s failed", request.operation)
+                self.reply(conn_id, request, "rejected", error=f"{type(exc).__name__}: {exc}")
+
+        self._executor.submit(run)
+
+    # --- answers -------------------------------------------------------------------------------
+
+    def _written(self, result: WriteResult) -> None:
+        """A write's result: the pending request's answer (through its verdict, if it has one)."""
+        pending = self._pending.pop(result.correlation_id or "", None)
+        if pending is None:
+            return
+        if result.ok and result.commit_seq is not None and self._views is not None:
+            self._views.answered(result.commit_seq)
+        if not result.ok:
+            outcome = outcome_for(result.error_code)
+            self.reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
+            return
+        value = result.value
+        if pending.verdict is not None and pending.verdict(value):
+            return
+        self.reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
+                   revision=value.get("revision"))
+
+    def _channels_reloaded(self, message: ChannelsReloaded) -> None:
+        if self._services is not None:
+            channels.channels_reloaded(self._services, message)
+
+    # --- standby -------------------------------------------------------------------------------
 
     def _standby_poll(self, _message: StandbyPoll) -> None:
         if self._standby:
@@ -335,330 +367,15 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
         (and the database while runner hosts are live)."""
         self._standby = False
         self._epoch = message.epoch
-        self._channels = message.channels
-        self._schedules = message.schedules
+        if self._services is not None:
+            self._services.channels = message.channels
+            self._services.schedules = message.schedules
         if self._views is not None:
             self._views.external_writes = False
             self._read_views_again()  # once more: what the last host changed before this one's first notice
         log.info("gateway active at epoch %d", message.epoch)
 
-    def _client_args(self, request: Request) -> dict[str, Any]:
-        """What a write command carries for idempotency: the client id and key only when the catalog
-        says this request is recorded (a dry run is not)."""
-        recorded = OPERATIONS[request.operation].records(request.payload)
-        return {"client_id": request.client_id if recorded else None,
-                "idempotency_key": request.idempotency_key if recorded else None,
-                "client_request_id": request.request_id, "run_id": request.run_id,
-                "expected_revision": request.expected_revision, "payload": request.payload}
-
-    def _expect(self, conn_id: int, request: Request,
-                verdict: Callable[[dict[str, Any]], bool] | None = None) -> str:
-        """Register the answer a write will bring back; its correlation token."""
-        token = f"req:{conn_id}:{secrets.token_hex(6)}"
-        self._pending[token] = _Pending(conn_id, request, verdict)
-        return token
-
-    def _send_write(self, conn_id: int, request: Request, command: WriteCommand,
-                    verdict: Callable[[dict[str, Any]], bool] | None = None) -> None:
-        token = self._expect(conn_id, request, verdict)
-        self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
-
-    def _write_from_executor(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
-        """Build the command on the executor (it loads a workflow file) and submit it from there, straight
-        to the writer: the answer still comes back to this actor under the token registered here."""
-        assert self._executor is not None
-        token = self._expect(conn_id, request)
-        writer, ref = self._writer, self.actor_ref
-
-        def run() -> None:
-            try:
-                command = build()
-            except PiwfError as err:
-                failed = WriteResult(False, None, err.code, err.one_line(), token)
-            except Exception as exc:
-                log.exception("%s failed", request.operation)
-                failed = WriteResult(False, None, Rejected.code, f"{type(exc).__name__}: {exc}", token)
-            else:
-                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
-                return
-            safe_tell(ref, failed)  # answered like a refusal from the writer
-
-        self._executor.submit(run)
-
-    def _written(self, result: WriteResult) -> None:
-        pending = self._pending.pop(result.correlation_id or "", None)
-        if pending is None:
-            return
-        if result.ok and result.commit_seq is not None and self._views is not None:
-            self._views.answered(result.commit_seq)
-        if not result.ok:
-            outcome = outcome_for(result.error_code)
-            self._reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
-            return
-        value = result.value
-        if pending.verdict is not None and pending.verdict(value):
-            return
-        self._reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
-                    revision=value.get("revision"))
-
-    # --- host -----------------------------------------------------------------------------
-
-    def _host_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        assert self._reader is not None
-        view = views.host_view(self._reader, self._board)
-        view["gateway"] = {"connections": self._loop.connection_count() if self._loop else 0,
-                           "watches": len(self._views.watches) if self._views else 0, "requests": self._stats.requests}
-        self._reply(conn_id, request, "accepted", receipt=view)
-
-    def _host_stop(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        self._reply(conn_id, request, "accepted", receipt={"stopping": True})
-        if self._shutdown is not None:
-            self._shutdown(f"host.stop from client {request.client_id}")
-
-    # --- runs -----------------------------------------------------------------------------
-
-    def _run_start(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """Two hand-offs when the workflow is cached: the command is built here and goes to the writer;
-        otherwise the executor loads the workflow and submits it (see the module docstring)."""
-        build = functools.partial(start_run_command, workflow=payload["workflow"], input=payload.get("input"),
-                                  project_path=payload.get("project_path"), session_id=payload.get("session_id"),
-                                  run_id=payload.get("run_id"), client_id=request.client_id,
-                                  idempotency_key=request.idempotency_key, request_id=request.request_id)
-        try:
-            command = build(self._cached_only)
-        except _NotCached:
-            self._write_from_executor(conn_id, request, lambda: build(self._resolver))
-            return
-        self._send_write(conn_id, request, command)
-
-    def _run_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """From memory when the gateway's run window holds the answer (see LiveViews.run_list)."""
-        status = payload.get("status")
-        if status is not None and status not in RUN_STATUSES:
-            raise BadRequest(f"run.list: unknown status {status!r}", request.request_id)
-        assert self._views is not None
-        runs = self._views.run_list(status, min(payload.get("limit") or 100, 1000), payload.get("workflow"),
-                                    payload.get("since"))
-        self._reply(conn_id, request, "accepted", receipt={"runs": runs})
-
-    def _ids_match(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """The full ids that start with a prefix (what `piwf` does with `piwf show run_01m8`)."""
-        assert self._reader is not None
-        kind, prefix = payload["kind"], payload["prefix"]
-        if kind not in queries.ID_KINDS:
-            raise BadRequest(f"ids.match: unknown kind {kind!r} (kinds: {', '.join(queries.ID_KINDS)})",
-                             request.request_id)
-        if not prefix:
-            raise BadRequest("ids.match: prefix must not be empty", request.request_id)
-        limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
-        matches, more = queries.match_ids(self._reader, kind, prefix, limit)
-        self._reply(conn_id, request, "accepted", receipt={"matches": matches, "more": more})
-
-    def _run_get(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        assert self._reader is not None and request.run_id is not None
-        view = queries.run_view(self._reader, request.run_id)
-        if view is None:
-            self._reply(conn_id, request, "notFound", error=f"run {request.run_id} not found")
-            return
-        self._reply(conn_id, request, "accepted", receipt=view, revision=view["revision"])
-
-    def _run_events(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        assert self._reader is not None and request.run_id is not None
-        status = queries.run_status(self._reader, request.run_id)
-        if status is None:
-            self._reply(conn_id, request, "notFound", error=f"run {request.run_id} not found")
-            return
-        limit = min(payload.get("limit") or 500, 5000)
-        events = queries.run_events(self._reader, request.run_id, payload.get("after") or 0, limit)
-        events, cut = views.fit(events)
-        next_after = events[-1]["seq"] if events else (payload.get("after") or 0)
-        self._reply(conn_id, request, "accepted", revision=status[1],
-                    receipt={"events": events, "next_after": next_after, "more": cut or len(events) == limit})
-
-    def _content_read(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """A chunk of a stored value that a view showed as `{"$content": digest, …}`."""
-        assert self._reader is not None
-        length = payload.get("length")
-        chunk = queries.content_chunk(self._reader, payload["digest"], payload.get("offset") or 0,
-                                      queries.CONTENT_CHUNK_BYTES if length is None else length)
-        if chunk is None:
-            self._reply(conn_id, request, "notFound", error=f"no content {payload['digest'][:64]}")
-            return
-        self._reply(conn_id, request, "accepted", receipt=chunk)
-
-    def _run_control(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        self._send_write(conn_id, request, WriteCommand(request.operation, self._client_args(request)))
-
-    def _run_restart(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """Reads the parent and resolves its workflow again (which runs its file): on the executor,
-        which submits the command to the writer itself."""
-        assert request.run_id is not None
-        self._write_from_executor(conn_id, request, functools.partial(
-            restart_run_command, self._resolver, self._db_path, run_id=request.run_id,
-            expected_revision=request.expected_revision, from_node=payload.get("from_node"),
-            same_code=bool(payload.get("same_code", False)), client_id=request.client_id,
-            idempotency_key=request.idempotency_key, request_id=request.request_id))
-
-    def _effect_resolve(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        if payload["action"] not in ("confirm", "retry"):
-            raise BadRequest("effect.resolve: action must be confirm or retry", request.request_id)
-        args = {**self._client_args(request), "effect_id": payload["effect_id"], "action": payload["action"],
-                "output": payload.get("output")}
-        self._send_write(conn_id, request, WriteCommand("effect.resolve", args))
-
-    # --- state maintenance ---------------------------------------------------------------------
-
-    def _state_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        from piwf_actors.store import maintenance
-
-        def status() -> None:
-            receipt = maintenance.state_status(self._db_path)
-            # Whether writes stand still for a full disk (the writer's own word, on the board).
-            receipt["disk_full"] = (self._board.snapshot(Section.WRITER) or {}).get("disk_full")
-            self._reply(conn_id, request, "accepted", receipt=receipt)
-
-        self._in_executor(conn_id, request, status)
-
-    def _state_verify(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        from piwf_actors.store import maintenance
-
-        self._in_executor(conn_id, request, lambda: self._reply(
-            conn_id, request, "accepted", receipt=maintenance.verify(self._db_path, time.time())))
-
-    def _state_backup(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        """A recorded command whose effect is a file: the executor looks for the request's record, makes
-        the copy only if there is none, and sends the receipt (or the refusal) to be recorded; the
-        writer answers a replay from the record (`adopted` with the first receipt)."""
-        from piwf_actors.store import maintenance
-
-        destination = payload["destination"]
-        if not os.path.isabs(destination):
-            raise BadRequest("state.backup: destination must be an absolute path", request.request_id)
-        args = self._client_args(request)
-
-        def build() -> WriteCommand:
-            if lookup_recorded(self._db_path, "state.backup", args) is None:
-                try:
-                    args["receipt"] = maintenance.backup(self._db_path, destination)
-                except PiwfError as err:
-                    if not recordable(err.code):
-                        raise
-                    args["refusal"] = {"code": err.code, "message": err.one_line()}
-            return WriteCommand("state.backup", args)
-
-        self._write_from_executor(conn_id, request, build)
-
-    def _state_prune(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        # A dry run changes nothing, so it is not recorded (the catalog's recorded_if="apply").
-        args = {**self._client_args(request), "before": float(payload["before"]),
-                "apply": bool(payload.get("apply", False))}
-        if payload.get("idempotency_before") is not None:
-            args["idempotency_before"] = float(payload["idempotency_before"])
-        self._send_write(conn_id, request, WriteCommand("state.prune", args))
-
-    # --- decision channels ------------------------------------------------------------------------
-
-    def _channel_status(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        assert self._reader is not None
-        status = dict(self._board.snapshot(Section.CHANNELS) or {"configured": False, "profiles": []})
-        status.update(channel_queries.deliveries_status(self._reader))
-        self._reply(conn_id, request, "accepted", receipt=status)
-
-    def _channel_reload(self, conn_id: int, request: Request, _payload: dict[str, Any]) -> None:
-        if self._channels is None:
-            self._reply(conn_id, request, "unavailable", error="decision channels are not running in this host")
-            return
-        token = f"reload:{conn_id}:{secrets.token_hex(6)}"
-        self._reloads[token] = (conn_id, request)
-        safe_tell(self._channels, ReloadChannels(self.actor_ref, token))
-
-    def _channels_reloaded(self, message: ChannelsReloaded) -> None:
-        waiting = self._reloads.pop(message.token, None)
-        if waiting is not None:
-            assert self._reader is not None
-            status = {**message.status, **channel_queries.deliveries_status(self._reader)}
-            self._reply(waiting[0], waiting[1], "accepted", receipt=status)
-
-    def _channel_recover(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        if payload["action"] not in ("confirm", "retry"):
-            raise BadRequest("channel.recover: action must be confirm or retry", request.request_id)
-        args = {**self._client_args(request), "profile": payload["profile"], "message_id": payload["message_id"],
-                "action": payload["action"]}
-        self._send_write(conn_id, request, WriteCommand("channel.recover", args))
-
-    # --- interactions ----------------------------------------------------------------------------
-
-    def _interaction_list(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        assert self._reader is not None
-        self._reply(conn_id, request, "accepted", receipt=views.interactions_view(self._reader, payload.get("session_id")))
-
-    def _answer(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        args = {**self._client_args(request), **payload}
-        args["payload"] = request.payload
-        args["peer"] = request.peer  # who answered, kept with the submission (not in the fingerprint)
-        if request.operation == "interaction.submit":
-            # The submitter waits for the worker's verdict on its submission.
-            def after_write(value: dict[str, Any]) -> bool:
-                return self._await_verdict(conn_id, request, value)
-
-            self._send_write(conn_id, request, WriteCommand(request.operation, args), verdict=after_write)
-            return
-        self._send_write(conn_id, request, WriteCommand(request.operation, args))
-
-    def _await_verdict(self, conn_id: int, request: Request, value: dict[str, Any]) -> bool:
-        """Hold the answer to interaction.submit until the submission is decided. True if answered now."""
-        receipt = value.get("receipt") or {}
-        submission_id = receipt.get("submission_id")
-        if submission_id is None:
-            return False
-        self._verdicts[submission_id] = (conn_id, request, value.get("outcome", "accepted"))
-        self._check_verdicts()
-        return True
-
-    def _check_verdicts(self) -> None:
-        assert self._reader is not None
-        for submission_id, (conn_id, request, outcome) in list(self._verdicts.items()):
-            decided = queries.submission_state(self._reader, submission_id)
-            if decided is None or decided["outcome"] == "validating" and decided["request_status"] != "cancelled":
-                continue
-            del self._verdicts[submission_id]
-            receipt = {"submission_id": submission_id, "request_id": decided["request_id"],
-                       "outcome": decided["outcome"]}
-            if decided["outcome"] == "accepted":
-                self._reply(conn_id, request, outcome if outcome == "adopted" else "accepted", receipt=receipt)
-            elif decided["outcome"] == "rejected":
-                self._reply(conn_id, request, "rejected", receipt=receipt,
-                            error=(decided.get("receipt") or {}).get("error") or "submission rejected")
-            else:
-                self._reply(conn_id, request, "rejected", receipt=receipt,
-                            error="the request was cancelled before the submission was validated")
-
-    # --- watches --------------------------------------------------------------------------------
-
-    def _watch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        assert self._views is not None
-        run_id = payload.get("run_id") or request.run_id
-        try:
-            watch = self._views.watches.add(conn_id, payload["subscription_id"], payload["topic"], run_id,
-                                      payload.get("session_id"))
-        except WatchRefused as refused:
-            self._reply(conn_id, request, "rejected", error=str(refused))
-            return
-        assert self._reader is not None
-        if watch.topic == "run" and queries.run_status(self._reader, run_id or "") is None:
-            self._views.watches.remove(conn_id, watch.subscription_id)
-            self._reply(conn_id, request, "notFound", error=f"run {run_id} not found")
-            return
-        self._reply(conn_id, request, "accepted", receipt={"subscription_id": watch.subscription_id,
-                                                           "topic": watch.topic})
-        self._views.refresh([watch], time.monotonic(), fresh=True)
-
-    def _unwatch(self, conn_id: int, request: Request, payload: dict[str, Any]) -> None:
-        assert self._views is not None
-        if not self._views.watches.remove(conn_id, payload["subscription_id"]):
-            self._reply(conn_id, request, "notFound", error=f"no subscription {payload['subscription_id']}")
-            return
-        self._reply(conn_id, request, "accepted", receipt={"subscription_id": payload["subscription_id"]})
+    # --- connections and change notices ----------------------------------------------------------
 
     def _closed(self, message: ConnectionClosed) -> None:
         assert self._views is not None
@@ -669,9 +386,10 @@ class ClientGateway(ScheduleOperations, ResourceOperations, CoreActor):
             self._pending[token].conn_id = -1
 
     def _changed(self, notice: ChangeNotice) -> None:
-        if self._verdicts and set(notice.tables) & {"interactive_submission", "interactive_request", "run"}:
-            self._check_verdicts()
-        assert self._views is not None
+        services = self._services
+        assert services is not None and self._views is not None
+        if services.verdicts and not interactions.VERDICT_TABLES.isdisjoint(notice.tables):
+            interactions.check_verdicts(services)
         now = time.monotonic()
         earliest = self._views.take_in(notice, now)
         if earliest is None or earliest > now or self._flush_scheduled:

@@ -41,7 +41,8 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import NotFound, PiwfError, Rejected
-from piwf_actors.operations import start_run_command
+from piwf_actors.protocol.catalog.runs import start_run_command
+from piwf_actors.protocol.gateway_messages import TriggerSchedule
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand, WriteResult
 from piwf_actors.store.schedule_queries import schedule_rows
@@ -62,16 +63,6 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class KeeperTick:
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class TriggerSchedule:
-    """From the gateway: fire schedule `name` now. The writer answers `reply_to` under `token`."""
-
-    name: str
-    token: str
-    client_args: dict[str, Any]
-    reply_to: pykka.ActorRef[Any]
 
 
 @dataclass(frozen=True, slots=True)

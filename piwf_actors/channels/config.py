@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from piwf_actors.channels.private_files import Refused, check_directory, read_private
+from piwf_actors.channels.registry import known_channel_types
 
 CHANNELS_FILE = "channels.toml"
 CREDENTIALS_FILE = "credentials.toml"
@@ -278,8 +279,6 @@ def _load(directory: Path, dir_fd: int, uid: int) -> ChannelsConfig:
 def _check_channel_types(document: dict[str, Any]) -> str | None:
     """An unknown top-level table fails the whole file: a typo such as `[telegarm.ops]`
     would otherwise leave the operators without their channel and without a word."""
-    from piwf_actors.channels.registry import known_channel_types  # imports the adapters, which import this
-
     known_types = known_channel_types()
     unknown = sorted(key for key in document if key not in known_types)
     if unknown:

@@ -1,35 +1,42 @@
 """Which channel types this installation has, and the module behind each.
 
-A channel type is a module of `piwf_actors.channels` that declares
-`CHANNEL_TYPE` and `open_channel(profile, token, options)`: adding an
-adapter is adding such a module (docs/channels.md), and `[<type>.<profile>]`
-tables in channels.toml configure it.
+The adapters are listed by name in `ADAPTERS`, as dramatiq lists its
+middleware: a reader finds every adapter here, and adding one is its module
+(`CHANNEL_TYPE` and `open_channel(profile, token, options)`, see
+docs/channels.md) plus one line in this table. `[<type>.<profile>]` tables
+in channels.toml configure them; a type not listed here is refused when the
+file is read. An adapter module is imported only when a profile of its type
+starts, so reading channels.toml imports no adapter (and no adapter's
+dependencies).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
-from types import ModuleType
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
 
-import piwf_actors.channels as _package
-
-# Modules of the package that are not adapters (skipped without importing them).
-_NOT_ADAPTERS = frozenset({"base", "config", "private_files", "registry", "text", "telegram_api", "fake_telegram",
-                           "fake_telegram_wire"})
+#: Channel type (the table name in channels.toml) → the module that implements it. Each module
+#: declares the same `CHANNEL_TYPE` (tests/channels/test_channel_registry.py checks it).
+ADAPTERS: Mapping[str, str] = MappingProxyType({
+    "telegram": "piwf_actors.channels.telegram",
+})
 
 
 def known_channel_types() -> tuple[str, ...]:
-    """Every module of the package that declares `CHANNEL_TYPE`, by that type, sorted."""
-    found = []
-    for module in pkgutil.iter_modules(_package.__path__):
-        if module.name not in _NOT_ADAPTERS:
-            channel_type = getattr(channel_module(module.name), "CHANNEL_TYPE", None)
-            if isinstance(channel_type, str):
-                found.append(channel_type)
-    return tuple(sorted(found))
+    """Every listed channel type, sorted."""
+    return tuple(sorted(ADAPTERS))
 
 
 def channel_module(channel_type: str) -> ModuleType:
-    """The adapter module of `channel_type` (`piwf_actors.channels.<type>`)."""
-    return importlib.import_module(f"{_package.__name__}.{channel_type}")
+    """The adapter module of `channel_type`, imported on first use.
+
+    Raises LookupError for a type that is not listed (channels.toml never
+    gets that far: its check refuses the file first).
+    """
+    try:
+        module_name = ADAPTERS[channel_type]
+    except KeyError:
+        known = ", ".join(known_channel_types())
+        raise LookupError(f"no channel adapter for type {channel_type!r} (known: {known})") from None
+    return importlib.import_module(module_name)

@@ -1,1 +1,1 @@
-"""Client protocol v1: envelopes, payload checks, the socket loop, watch views."""
+"""Client protocol v1: envelopes, payload checks, the catalog of operations, the socket loop, watch views."""

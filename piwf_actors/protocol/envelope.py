@@ -31,16 +31,20 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """A client's request as `parse_request` found it (or as the embedding API builds it for its own
+    calls, where `client_id` and `idempotency_key` are None when the caller gave none: not recorded)."""
+
     request_id: str
-    client_id: str
-    idempotency_key: str
+    client_id: str | None
+    idempotency_key: str | None
     operation: str
     payload: dict[str, Any]
     run_id: str | None = None
     expected_revision: int | None = None
     #: The sending process as the kernel names it ({pid, uid} at connect), set by the gateway, not
-    #: by the client: recorded with answers and submissions (docs/security.md).
-    peer: dict[str, int] | None = None
+    #: by the client: recorded with answers and submissions (docs/security.md). The embedding API's
+    #: calls name their own process ({via: embedded, pid, uid}).
+    peer: dict[str, Any] | None = None
 
 
 def _id(value: Any, name: str, request_id: str | None) -> str:

@@ -8,10 +8,14 @@ silently means "not given".
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from piwf_actors.protocol.catalog import Operation
 from piwf_actors.protocol.envelope import BadRequest, Request, is_int, non_finite_path
+
+if TYPE_CHECKING:
+    # Only the entry's type: importing the catalog package runs its topic modules, and the catalog
+    # imports this module (`write_command`).
+    from piwf_actors.protocol.catalog.registry import Operation
 
 #: A run id a client chooses must be one the envelope can carry back.
 RUN_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")

@@ -310,10 +310,11 @@ def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence
     own = ChangeSet() if savepoints else changes
     if cmd.runner_id is not None:
         # A runner's rows record no host epoch (0): they belong to its runner lease.
-        ctx = WriteContext(conn, now, 0, own, savepoints, cmd.runner_id, cmd.runner_lease_epoch)
+        ctx = WriteContext(conn, now, 0, own, savepoints, cmd.runner_id, cmd.runner_lease_epoch,
+                           command=spec.name)
     else:
         lease = fences.host
-        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id)
+        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id, command=spec.name)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes

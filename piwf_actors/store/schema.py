@@ -683,7 +683,7 @@ V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
     (ChannelEffect, ChannelEffect.index(ChannelEffect.status, name="channel_effect_ambiguous",
                                         where=ChannelEffect.status == "ambiguous")),
     # state.prune frees a blob only when no surviving row references it: one lookup per
-    # reference column (store/maintenance.py BLOB_REFERENCES) instead of reading every row.
+    # reference column (store/prune_plan.py BLOB_REFERENCES) instead of reading every row.
     (Run, _blob_prefix_index(Run, Run.source_sha256, "run_source_sha256_prefix")),
     (Run, _blob_prefix_index(Run, Run.input_sha256, "run_input_sha256_prefix")),
     (Run, _blob_prefix_index(Run, Run.output_sha256, "run_output_sha256_prefix")),

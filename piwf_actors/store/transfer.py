@@ -24,7 +24,7 @@ from typing import Any
 
 from piwf_actors.errors import Rejected, StoreError
 from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import maintenance, pg_schema
+from piwf_actors.store import pg_schema, state_report
 from piwf_actors.store.database import StoreOptions, connect, open_store
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.schema import ALL_MODELS
@@ -75,7 +75,7 @@ def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
     if copied != counts:
         differ = sorted(t for t in counts if counts[t] != copied.get(t))
         raise StoreError(f"the copy in {target} holds other row counts than {source}: {', '.join(differ)}")
-    report = maintenance.verify(target, time.time())
+    report = state_report.verify(target, time.time())
     if not report["ok"]:
         first = (report["violations"] or [{"detail": "; ".join(report["integrity"])}])[0]["detail"]
         raise StoreError(f"the copy in {target} fails state.verify: {first}")

@@ -27,7 +27,7 @@ from collections import deque
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from piwf_actors.channels.fake_telegram_wire import (
+from piwf_actors.testing.fake_telegram_wire import (
     Handler,
     Refusal,
     Server,

@@ -10,7 +10,7 @@ import pytest
 from telegram_host import FLOWS, TAG_VAR, TOKEN, write_config
 from testsupport import ProcessGuard, guarded
 
-from piwf_actors.channels.fake_telegram import FakeBotApi
+from piwf_actors.testing.fake_telegram import FakeBotApi
 
 
 @pytest.fixture

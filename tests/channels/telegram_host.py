@@ -10,7 +10,7 @@ from typing import Any
 
 from testsupport import ProcessGuard, wait_for
 
-from piwf_actors.channels.fake_telegram import FakeBotApi
+from piwf_actors.testing.fake_telegram import FakeBotApi
 
 TOKEN = "424242:SECRET-token-do-not-log-xyzzy"
 SECRET_PART = "SECRET-token-do-not-log-xyzzy"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from piwf_actors.channels import telegram_api
-from piwf_actors.channels.fake_telegram import FakeBotApi
 from piwf_actors.channels.telegram_api import BotApi, NotSent, OutcomeUnknown, TelegramError
 from piwf_actors.errors import PiwfError
+from piwf_actors.testing.fake_telegram import FakeBotApi
 
 TOKEN = "918273:SECRETxyzzyPLUGHtoken_4d1f"
 SECRET_PART = "SECRETxyzzyPLUGH"

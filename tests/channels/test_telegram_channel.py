@@ -26,8 +26,8 @@ from telegram_host import (
 )
 from testsupport import HostScript, host_script_args, rows, wait_for
 
-from piwf_actors.channels.fake_telegram import FakeBotApi
 from piwf_actors.client import Client
+from piwf_actors.testing.fake_telegram import FakeBotApi
 
 
 def test_a_decision_is_delivered_with_buttons_and_answered_once_by_an_allowed_tap(guard, state_dir, setup, fake,

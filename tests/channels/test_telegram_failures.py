@@ -18,8 +18,8 @@ import pytest
 from telegram_host import CHAT, SECRET_PART, STRANGER, TOKEN, USER, buttons, sent, start, write_config
 from testsupport import rows, wait_for
 
-from piwf_actors.channels.fake_telegram import FakeBotApi
 from piwf_actors.client import Client
+from piwf_actors.testing.fake_telegram import FakeBotApi
 
 PIWF = Path(__file__).resolve().parents[2] / "bin" / "piwf"
 

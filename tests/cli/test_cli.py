@@ -235,10 +235,6 @@ def test_status(env: dict[str, Any]) -> None:
 
 
 def test_state_commands(env: dict[str, Any]) -> None:
-    if not (REPO / "piwf_actors" / "store" / "maintenance.py").exists():
-        result = piwf(env["state"], "state", "status")
-        assert result.returncode == 1 and result.stderr.startswith("piwf: rejected: ")
-        return
     status = ok_json(piwf(env["state"], "state", "status", "--json"))
     assert status["tables"]["run"] >= 1 and "done" in status["runs"]
     verify = piwf(env["state"], "state", "verify")

@@ -1,6 +1,7 @@
 """The one table of client operations (`protocol.catalog.OPERATIONS`) against the gateway and the document.
 
-The gateway dispatches from the table, so every handler it names must exist;
+The gateway dispatches from the table, so every operation in it must have its function (and every
+write operation its builder; tests/protocol/test_operations.py calls them);
 docs/protocol.md describes each operation under its own heading, says there
 whether it is recorded, read-only or neither, and lists the recorded and the
 read-only operations in section 4: all of it must say what the table says.
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from piwf_actors.actors.gateway import ClientGateway
 from piwf_actors.protocol.catalog import OPERATIONS, Operation
 from piwf_actors.protocol.envelope import BadRequest, Request
 from piwf_actors.protocol.payloads import check_payload
@@ -40,10 +40,11 @@ def _listed(lead: str) -> set[str]:
     return set(re.findall(r"`([a-z]+\.[a-z]+|watch|unwatch)`", bullet)) & set(OPERATIONS)
 
 
-def test_every_handler_the_table_names_is_a_gateway_method() -> None:
+def test_every_operation_in_the_table_has_its_function() -> None:
     for operation in OPERATIONS.values():
-        handler = getattr(ClientGateway, operation.handler, None)
-        assert callable(handler), f"{operation.name}: ClientGateway has no {operation.handler}"
+        assert callable(operation.fn), f"{operation.name}: no function answers it"
+        # A write operation's command is built by its own builder (shared with the embedding API).
+        assert (operation.build is not None) <= operation.recorded, f"{operation.name}: a builder but not recorded"
 
 
 def test_every_operation_is_documented_and_nothing_else_is() -> None:
@@ -88,10 +89,13 @@ def test_a_dry_run_is_not_recorded() -> None:
 
 
 def test_an_operation_is_never_both_recorded_and_read_only() -> None:
+    def answer(_ctx, _payload) -> None:
+        pass
+
     with pytest.raises(ValueError, match="not both"):
-        Operation("x.y", "_x", recorded=True, read_only=True)
+        Operation("x.y", answer, recorded=True, read_only=True)
     with pytest.raises(ValueError, match="recorded_if"):
-        Operation("x.y", "_x", recorded_if="apply")
+        Operation("x.y", answer, recorded_if="apply")
 
 
 def test_payload_checks_come_from_the_table() -> None:

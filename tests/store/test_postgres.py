@@ -18,7 +18,7 @@ from piwf_actors import errors
 from piwf_actors.actors.writer import start_writer
 from piwf_actors.errors import StoreRefused
 from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import maintenance, pg_schema
+from piwf_actors.store import pg_schema, state_report
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store, schema_version
 from piwf_actors.store.dialect import POSTGRESQL
@@ -51,7 +51,7 @@ def test_a_new_database_is_created_at_the_latest_version_and_reopens(pg_database
     finally:
         db.close()
     open_store(pg_database).close()  # a second open migrates nothing and refuses nothing
-    assert maintenance.verify(pg_database, time.time())["ok"] is True
+    assert state_report.verify(pg_database, time.time())["ok"] is True
 
 
 def test_a_foreign_or_newer_database_is_refused_untouched(pg_database: PostgresDatabase) -> None:
@@ -218,7 +218,7 @@ def test_verify_notices_a_dropped_trigger(pg_database: PostgresDatabase) -> None
     open_store(pg_database).close()
     with psycopg.connect(pg_database.url, autocommit=True) as conn:
         conn.execute("DROP TRIGGER run_count_update ON run")
-    report = maintenance.verify(pg_database, time.time())
+    report = state_report.verify(pg_database, time.time())
     assert not report["ok"]
     assert [v["code"] for v in report["violations"]] == ["run_count_trigger_missing"]
 
@@ -230,7 +230,7 @@ def test_state_status_of_postgres_renders_without_sqlite_fields(pg_database: Pos
 
     open_store(pg_database).close()
     console = Console(record=True, width=120, color_system=None)
-    console.print(render_state.state_status(maintenance.state_status(pg_database)))
+    console.print(render_state.state_status(state_report.state_status(pg_database)))
     shown = console.export_text()
     assert "PostgreSQL" in shown and "None" not in shown and "pages" not in shown
     assert "***" not in shown and "postgres@" in shown  # the URL (it has no password to hide)

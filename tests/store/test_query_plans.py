@@ -378,9 +378,9 @@ def test_the_scan_check_catches_an_unindexed_query(state_dir: Path) -> None:
 
 
 def test_every_blob_reference_column_has_a_digest_prefix_index(created: Path) -> None:
-    """state.prune looks each reference column up by digest prefix (store/maintenance.py); a column
+    """state.prune looks each reference column up by digest prefix (store/prune_plan.py); a column
     added to BLOB_REFERENCES without its index would make prune read the whole table again."""
-    from piwf_actors.store.maintenance import BLOB_REFERENCES
+    from piwf_actors.store.prune_plan import BLOB_REFERENCES
 
     conn = sqlite3.connect(created)
     try:

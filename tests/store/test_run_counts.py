@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from testsupport import read_snapshot, state_database, wait_for
 
-from piwf_actors.store import maintenance
+from piwf_actors.store import state_report
 from piwf_actors.store.database import open_store, schema_version
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.schema import RUN_COUNT_TRIGGERS, V5_INDEXES
@@ -124,7 +124,7 @@ def test_counters_stay_exact_through_real_runs(hosts, state_dir, flows) -> None:
     assert receipt["receipt"]["run_count"] == 16
     assert _assert_exact(state_dir) == {}
     assert _host_counts(host) == {}
-    assert maintenance.verify(state_database(state_dir), time.time())["ok"]
+    assert state_report.verify(state_database(state_dir), time.time())["ok"]
 
 
 def test_counters_stay_exact_across_a_host_restart_that_interrupts_a_run(hosts, state_dir, flows) -> None:
@@ -147,7 +147,7 @@ def test_counters_stay_exact_across_a_host_restart_that_interrupts_a_run(hosts, 
         _settle(host, state_dir, [held], FINAL)
     assert _assert_exact(state_dir) == {"done": 2}
     assert _host_counts(host) == {"done": 2}
-    assert maintenance.verify(state_database(state_dir), time.time())["ok"]
+    assert state_report.verify(state_database(state_dir), time.time())["ok"]
 
 
 def _as_version_4(path: Path) -> None:
@@ -203,7 +203,7 @@ def test_a_version_4_database_with_runs_gets_exact_counters(state_dir) -> None:
 
 
 def _codes(path: Path) -> list[str]:
-    return [v["code"] for v in maintenance.verify(path, time.time())["violations"]]
+    return [v["code"] for v in state_report.verify(path, time.time())["violations"]]
 
 
 def test_verify_reports_a_counter_that_does_not_match_the_runs(state_dir) -> None:
@@ -224,7 +224,7 @@ def test_verify_reports_a_counter_that_does_not_match_the_runs(state_dir) -> Non
         conn.execute("INSERT INTO run_count (status, n) VALUES ('done', 4)")  # runs that do not exist
     finally:
         conn.close()
-    report = maintenance.verify(path, time.time())
+    report = state_report.verify(path, time.time())
     assert not report["ok"]
     details = sorted(v["detail"] for v in report["violations"] if v["code"] == "run_count_mismatch")
     assert details == ["run_count says 0 runs are parked but the run table holds 1",

@@ -1,4 +1,5 @@
-"""State maintenance: status, verify, backup, prune plan and the `state.prune` command.
+"""The `state` commands: status and verify (store/state_report.py), backup (store/backup.py), the
+prune plan (store/prune_plan.py) and the `state.prune` command (store/commands/state.py).
 
 The database is built with the real write commands (run.create, the
 scheduler's claim, worker messages, run.cancel, run.pause, run.restart);
@@ -23,7 +24,7 @@ import pytest
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Rejected
 from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import maintenance
+from piwf_actors.store import backup, prune_plan, state_report
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.database import StoreOptions, open_store
@@ -168,7 +169,7 @@ def test_fixture_states(store: Store) -> None:
 
 
 def test_state_status_numbers(store: Store) -> None:
-    status = maintenance.state_status(store.path)
+    status = state_report.state_status(store.path)
     assert status["runs"] == {"queued": 1, "starting": 0, "running": 0, "parked": 1, "done": 2, "failed": 1,
                               "cancelled": 1}
     assert status["schema_version"] == LATEST_VERSION
@@ -193,7 +194,7 @@ def test_missing_database_is_not_found(state_dir: Path) -> None:
     from piwf_actors.errors import NotFound
 
     with pytest.raises(NotFound):
-        maintenance.state_status(state_dir / "absent.db")
+        state_report.state_status(state_dir / "absent.db")
     assert not (state_dir / "absent.db").exists()
 
 
@@ -201,7 +202,7 @@ def test_missing_database_is_not_found(state_dir: Path) -> None:
 
 
 def test_verify_clean_database_is_ok(store: Store) -> None:
-    report = maintenance.verify(store.path, T_NEW)
+    report = state_report.verify(store.path, T_NEW)
     assert report["integrity"] == ["ok"]
     assert report["violations"] == []
     assert report["ok"] is True
@@ -211,10 +212,10 @@ def test_verify_clean_database_is_ok(store: Store) -> None:
 def test_expired_unreleased_lease_is_not_a_violation(store: Store) -> None:
     # The fixture's lease (10,000,000 s from T_OLD) expired long before T_OLD + 20,000,000 and was never
     # released: a crashed host.
-    report = maintenance.verify(store.path, T_OLD + 20_000_000)
+    report = state_report.verify(store.path, T_OLD + 20_000_000)
     assert report["ok"] is True
     assert report["lease_live"] is False
-    assert maintenance.verify(store.path, T_OLD + 1)["lease_live"] is True
+    assert state_report.verify(store.path, T_OLD + 1)["lease_live"] is True
 
 
 def _output_sha(store: Store, run_id: str) -> str:
@@ -277,7 +278,7 @@ VIOLATIONS = {
 def test_verify_reports_broken_invariant(store: Store, case: str) -> None:
     mutate, expected = VIOLATIONS[case]
     mutate(store)
-    report = maintenance.verify(store.path, T_NEW)
+    report = state_report.verify(store.path, T_NEW)
     assert report["ok"] is False
     assert report["integrity"] == ["ok"]
     assert {(v["code"], v.get("run_id")) for v in report["violations"]} == expected
@@ -288,7 +289,7 @@ def test_verify_reports_broken_invariant(store: Store, case: str) -> None:
 def test_verify_caps_findings_per_code(store: Store) -> None:
     for n in range(5):
         store.sql("INSERT INTO run_event (run_id, seq, kind, created_at) VALUES (?, 1, 'x', 0)", (f"ghost{n}",))
-    report = maintenance.verify(store.path, T_NEW, limit_per_code=3)
+    report = state_report.verify(store.path, T_NEW, limit_per_code=3)
     assert [v["code"] for v in report["violations"]] == ["event_of_missing_run"] * 3
     assert report["truncated"] == ["event_of_missing_run"]
 
@@ -305,7 +306,7 @@ def test_verify_reports_a_corrupt_file_instead_of_raising(state_dir: Path) -> No
     for page in (10, 20, 30):
         data[page * page_size:page * page_size + 64] = b"\xff" * 64
     path.write_bytes(bytes(data))
-    report = maintenance.verify(path, T_NEW)
+    report = state_report.verify(path, T_NEW)
     assert report["ok"] is False
     assert report["integrity"] != ["ok"]
 
@@ -322,7 +323,7 @@ def test_backup_of_postgres_points_to_pg_dump(store: Store, state_dir: Path) -> 
     if not store.postgres:
         pytest.skip("PostgreSQL's refusal")
     with pytest.raises(Rejected, match="pg_dump"):
-        maintenance.backup(store.path, str(state_dir / "copy.db"))
+        backup.backup(store.path, str(state_dir / "copy.db"))
     assert not (state_dir / "copy.db").exists()
 
 
@@ -330,7 +331,7 @@ def test_backup_copies_verifies_and_is_private(store: Store, state_dir: Path) ->
     _sqlite_only(store)
     seen: list[tuple[int, int]] = []
     target = state_dir / "copy.db"
-    result = maintenance.backup(store.path, str(target), lambda done, total: seen.append((done, total)),
+    result = backup.backup(store.path, str(target), lambda done, total: seen.append((done, total)),
                                 pages_per_step=8)
     assert result["verified"] is True
     assert result["destination"] == str(target)
@@ -347,7 +348,7 @@ def test_backup_copies_verifies_and_is_private(store: Store, state_dir: Path) ->
         assert copy.execute("PRAGMA user_version").fetchone()[0] == LATEST_VERSION
     finally:
         copy.close()
-    assert maintenance.verify(target, T_NEW)["ok"] is True
+    assert state_report.verify(target, T_NEW)["ok"] is True
 
 
 def test_backup_is_one_snapshot_while_the_writer_commits(store: Store, state_dir: Path) -> None:
@@ -359,7 +360,7 @@ def test_backup_is_one_snapshot_while_the_writer_commits(store: Store, state_dir
         store.call("run.create", {"workflow": "w", "run_id": run_id, "input": {"during": len(created)}}, T_NEW)
         created.append(run_id)
 
-    result = maintenance.backup(store.path, str(state_dir / "copy.db"), write_between_steps, pages_per_step=4)
+    result = backup.backup(store.path, str(state_dir / "copy.db"), write_between_steps, pages_per_step=4)
     assert len(created) > 2
     assert result["runs"] == 6 and result["verified"] is True
     copy = sqlite3.connect(state_dir / "copy.db")
@@ -378,7 +379,7 @@ def test_backup_is_one_snapshot_while_the_writer_commits(store: Store, state_dir
 def test_backup_refuses_bad_destinations(store: Store, destination: str, reason: str) -> None:
     _sqlite_only(store)
     with pytest.raises(Rejected, match=reason):
-        maintenance.backup(store.path, destination)
+        backup.backup(store.path, destination)
     assert not Path("copy.db").exists()
 
 
@@ -387,11 +388,11 @@ def test_backup_refuses_an_existing_destination(store: Store, state_dir: Path) -
     target = state_dir / "copy.db"
     target.write_bytes(b"precious")
     with pytest.raises(Rejected, match="already exists"):
-        maintenance.backup(store.path, str(target))
+        backup.backup(store.path, str(target))
     assert target.read_bytes() == b"precious"
     (state_dir / "other.db-wal").write_bytes(b"left over")
     with pytest.raises(Rejected, match="already exists"):
-        maintenance.backup(store.path, str(state_dir / "other.db"))
+        backup.backup(store.path, str(state_dir / "other.db"))
     assert not (state_dir / "other.db").exists()
 
 
@@ -401,7 +402,7 @@ def test_failed_backup_removes_the_partial_copy(store: Store, state_dir: Path) -
         raise RuntimeError("disk pulled")
 
     with pytest.raises(RuntimeError, match="disk pulled"):
-        maintenance.backup(store.path, str(state_dir / "copy.db"), explode, pages_per_step=1)
+        backup.backup(store.path, str(state_dir / "copy.db"), explode, pages_per_step=1)
     assert sorted(p.name for p in state_dir.iterdir() if p.name.startswith("copy")) == []
 
 
@@ -418,8 +419,8 @@ def _pruned_event_count(store: Store) -> int:
 
 
 def test_prune_plan_selects_old_terminal_runs_only(store: Store) -> None:
-    before_status = maintenance.state_status(store.path)
-    plan = maintenance.prune_plan(store.path, BEFORE)
+    before_status = state_report.state_status(store.path)
+    plan = prune_plan.prune_plan(store.path, BEFORE)
     assert plan["runs"] == list(PRUNED)  # oldest finished first
     assert plan["run_count"] == 3 and plan["remaining"] == 0
     assert plan["event_count"] == _pruned_event_count(store)
@@ -428,14 +429,14 @@ def test_prune_plan_selects_old_terminal_runs_only(store: Store) -> None:
     assert plan["bytes"] == store.sql(f"SELECT sum(size) FROM blob WHERE sha256 IN ({','.join('?' * 4)})",
                                       exclusive)[0][0]
     assert plan["bytes_freed_estimate"] > plan["bytes"] > 200_000
-    assert maintenance.state_status(store.path)["tables"] == before_status["tables"]
+    assert state_report.state_status(store.path)["tables"] == before_status["tables"]
 
 
 def test_prune_plan_limit_and_cutoff(store: Store) -> None:
-    plan = maintenance.prune_plan(store.path, BEFORE, limit=1)
+    plan = prune_plan.prune_plan(store.path, BEFORE, limit=1)
     assert plan["runs"] == ["run_done_old"] and plan["remaining"] == 2
-    assert maintenance.prune_plan(store.path, T_OLD)["runs"] == []  # finished_at == T_OLD is not < T_OLD
-    everything = maintenance.prune_plan(store.path, T_NEW + 1)
+    assert prune_plan.prune_plan(store.path, T_OLD)["runs"] == []  # finished_at == T_OLD is not < T_OLD
+    everything = prune_plan.prune_plan(store.path, T_NEW + 1)
     assert set(everything["runs"]) == {*PRUNED, "run_done_new"}
 
 
@@ -443,7 +444,7 @@ def test_prune_plan_limit_and_cutoff(store: Store) -> None:
                                            (BEFORE, 1.5)])
 def test_prune_plan_refuses_bad_arguments(store: Store, before: Any, limit: Any) -> None:
     with pytest.raises(Rejected):
-        maintenance.prune_plan(store.path, before, limit)
+        prune_plan.prune_plan(store.path, before, limit)
 
 
 def test_prune_never_selects_unfinished_claimed_or_parent_runs(store: Store) -> None:
@@ -455,32 +456,32 @@ def test_prune_never_selects_unfinished_claimed_or_parent_runs(store: Store) -> 
     # A terminal run whose restarted child has not ended yet is kept for the child.
     revision = store.sql("SELECT revision FROM run WHERE run_id = 'run_cancel_old'")[0][0]
     store.call("run.restart", {"run_id": "run_cancel_old", "expected_revision": revision}, T_NEW)
-    assert maintenance.prune_plan(store.path, T_NEW + 1)["runs"] == ["run_done_old", "run_done_new"]
+    assert prune_plan.prune_plan(store.path, T_NEW + 1)["runs"] == ["run_done_old", "run_done_new"]
 
 
 # --- state.prune (write command) ------------------------------------------------
 
 
 def test_dry_run_changes_nothing(store: Store) -> None:
-    tables = maintenance.state_status(store.path)["tables"]
+    tables = state_report.state_status(store.path)["tables"]
     changes_before = store.db.connection().total_changes
     outcome = store.batch("state.prune", {"before": BEFORE}, T_NEW)
     assert outcome.committed
     answer = outcome.results[0].unwrap()
     assert answer["outcome"] == "accepted"
     receipt = answer["receipt"]
-    plan = maintenance.prune_plan(store.path, BEFORE)
+    plan = prune_plan.prune_plan(store.path, BEFORE)
     assert receipt == {"applied": False, "before": BEFORE, "run_count": 3, "remaining": 0,
                        "event_count": plan["event_count"], "blob_count": 4,
                        "bytes_freed_estimate": plan["bytes_freed_estimate"], "idempotency_records": 0,
                        "runs": list(PRUNED)}
     assert store.db.connection().total_changes == changes_before
-    assert maintenance.state_status(store.path)["tables"] == tables
+    assert state_report.state_status(store.path)["tables"] == tables
     assert store.count("host_command", "operation = 'state.prune'") == 0
 
 
 def test_apply_removes_exactly_the_selected_runs_and_their_blobs(store: Store) -> None:
-    status_before = maintenance.state_status(store.path)
+    status_before = state_report.state_status(store.path)
     blobs_before = {row[0] for row in store.sql("SELECT sha256 FROM blob")}
     events_pruned = _pruned_event_count(store)
     assert store.count("host_command", "run_id = 'run_cancel_old'") == 1
@@ -511,11 +512,11 @@ def test_apply_removes_exactly_the_selected_runs_and_their_blobs(store: Store) -
     assert store.count("run_event", "run_id = 'run_done_new'") > 0
     assert store.count("node_attempt", "run_id = 'run_done_new'") == 1
 
-    status_after = maintenance.state_status(store.path)
+    status_after = state_report.state_status(store.path)
     if not store.postgres:
         assert status_after["freelist_count"] == 0
         assert status_after["page_count"] < status_before["page_count"]
-    assert maintenance.verify(store.path, T_NEW + 10)["ok"] is True
+    assert state_report.verify(store.path, T_NEW + 10)["ok"] is True
     # The idempotency record of the pruned cancel stays until its own retention passes.
     assert store.count("host_command", "run_id = 'run_cancel_old'") == 1
     # Nothing left to prune.
@@ -568,4 +569,4 @@ def test_prune_and_its_vacuum_work_inside_a_savepoint(store: Store) -> None:
     assert receipt["run_count"] == 3 and (receipt["vacuumed_pages"] > 0) is not store.postgres
     assert outcome.results[1].error_code == "conflict"
     assert set(_statuses(store)) == set(SURVIVORS)
-    assert maintenance.verify(store.path, T_NEW)["ok"] is True
+    assert state_report.verify(store.path, T_NEW)["ok"] is True

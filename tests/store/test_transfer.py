@@ -11,14 +11,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_maintenance import BEFORE, T_NEW, T_OLD, Store, _interactive_request
+from test_state_commands import BEFORE, T_NEW, T_OLD, Store, _interactive_request
 from testsupport import hosts_on_postgres
 
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.cli.main import main
 from piwf_actors.errors import Rejected
 from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import maintenance, queries
+from piwf_actors.store import prune_plan, queries, state_report
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.transfer import migrate_to_postgres
@@ -58,7 +58,7 @@ def test_a_copied_state_reads_the_same_and_is_verified(state_dir: Path, pg_datab
     result = migrate_to_postgres(source, pg_database)
     assert result["verified"] is True
     assert result["tables"]["run"] == 3 and result["tables"]["blob"] >= 2
-    assert result["tables"] == maintenance.state_status(source)["tables"]
+    assert result["tables"] == state_report.state_status(source)["tables"]
     assert _views(pg_database) == _views(source)
     # The copy is a working state: its run counters are the source's, and its triggers follow new runs.
     store = Store(pg_database, open_store(pg_database))
@@ -71,8 +71,8 @@ def test_a_copied_state_reads_the_same_and_is_verified(state_dir: Path, pg_datab
             {"parked": 1, "done": 1, "failed": 1, "queued": 1}
     finally:
         store.db.close()
-    plan_sqlite = maintenance.prune_plan(source, BEFORE + 10_000_000)
-    assert maintenance.prune_plan(pg_database, BEFORE + 10_000_000) == plan_sqlite
+    plan_sqlite = prune_plan.prune_plan(source, BEFORE + 10_000_000)
+    assert prune_plan.prune_plan(pg_database, BEFORE + 10_000_000) == plan_sqlite
 
 
 def test_a_non_empty_target_is_refused_and_left_alone(state_dir: Path, pg_database: PostgresDatabase) -> None:

@@ -7,12 +7,12 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     claims,
     interactions,
     lease,
-    maintenance,
     reconciles,
     resources,
     runner_lease,
     runs,
     schedules,
+    state,
     worker,
 )
 from piwf_actors.store.commands.registry import WriteContext, command, command_names, lookup

@@ -299,7 +299,7 @@ def channel_recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     first's. A failed one (surely not sent, waiting for its next automatic attempt): `retry` makes
     that attempt now. Recorded for idempotency like every client command.
     """
-    return recorded(ctx, args, "channel.recover", lambda: _recover(ctx, args))
+    return recorded(ctx, args, lambda: _recover(ctx, args))
 
 
 def _recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -414,7 +414,7 @@ def resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """A person settles an ambiguous effect: `confirm` (it happened; continue with
     the given output) or `retry` (run the node again). The run is re-queued.
     Recorded for idempotency when a client id and key are given."""
-    return recorded(ctx, args, "effect.resolve", lambda: _resolve_effect(ctx, args))
+    return recorded(ctx, args, lambda: _resolve_effect(ctx, args))
 
 
 def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -50,19 +50,26 @@ def refusal_in(args: dict[str, Any]) -> None:
         raise error_from_code(str(refusal.get("code") or "rejected"), str(refusal.get("message") or "refused"))
 
 
-def recorded(ctx: WriteContext, args: dict[str, Any], operation: str,
+def recorded(ctx: WriteContext, args: dict[str, Any],
              apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any] | RecordedRefusal:
     """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision}, or the
     `RecordedRefusal` the writer answers with (after committing its record).
 
-    Without a client id and key the command simply runs (embedding callers that do not need replay
-    safety) and a refusal is raised as it is. `apply` may return `Adopted(receipt)` when its effect
-    happened before under another key.
+    The record is kept under the running command's name (`ctx.command`, which the batch sets from
+    the registry): the same name `command_records.lookup_recorded` is asked with from outside the
+    writer. Without a client id and key the command simply runs (embedding callers that do not need
+    replay safety) and a refusal is raised as it is. `apply` may return `Adopted(receipt)` when its
+    effect happened before under another key.
     """
     client_id, key = args.get("client_id"), args.get("idempotency_key")
     if not client_id or not key:
         outcome, receipt = _outcome(apply())
         return {"outcome": outcome, "receipt": receipt, "revision": receipt.get("revision")}
+    operation = ctx.command
+    if not operation:
+        # Only a context built outside the batch lacks it; recording under "" would make every
+        # such record collide with every other.
+        raise ValueError("recorded() runs inside a registered command (ctx.command is not set)")
     print_ = args_fingerprint(operation, args)
     request_id = args.get("client_request_id") or key
     seen = find_recorded(ctx.conn, client_id, key, request_id, print_)

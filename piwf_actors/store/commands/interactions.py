@@ -273,14 +273,16 @@ def checkpoint_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]
         return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
                 "revision": revision}
 
-    return recorded(ctx, args, "checkpoint.answer", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("decision.answer")
 def decision_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a human decision. Checked exactly against its contract; the first valid
     answer wins, a later one (or one with a stale expected revision) is a conflict."""
-    return recorded(ctx, args, "decision.answer", lambda: answer_decision(ctx, args, _human(args), "decision.answer"))
+    # The last "decision.answer" is `via`, what woke the run (a channel's answer passes its own),
+    # not the record's name: that is this command's, from the registry.
+    return recorded(ctx, args, lambda: answer_decision(ctx, args, _human(args), "decision.answer"))
 
 
 def answer_decision(ctx: WriteContext, args: dict[str, Any], provenance: dict[str, Any], via: str) -> dict[str, Any]:
@@ -322,7 +324,7 @@ def interaction_submit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
         return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
                 "outcome": "validating"}
 
-    return recorded(ctx, args, "interaction.submit", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("interaction.ack")
@@ -340,7 +342,7 @@ def interaction_ack(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             ctx.changes.touch("session_message", row[0])
         return {"message_id": args["message_id"], "acked": True}
 
-    return recorded(ctx, args, "interaction.ack", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("interaction.expire")

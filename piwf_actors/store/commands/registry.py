@@ -34,6 +34,9 @@ class WriteContext:
     runner_lease_epoch: int | None = None
     #: The active host's id (the lease row's holder), for `executed_by` of a host's own attempts.
     host_id: str | None = None
+    #: The name the running command is registered under (set by the batch from `lookup`), so a
+    #: command's name is written once, in its `@command(...)`; `recorded` keys its record with it.
+    command: str = ""
 
     @property
     def executed_by(self) -> str | None:
@@ -87,6 +90,7 @@ def command(name: str, *, fenced: bool = True) -> Callable[[CommandFn], CommandF
 
 
 def lookup(name: str) -> CommandSpec:
+    """The command registered under `name`; raises UnknownCommand."""
     try:
         return _COMMANDS[name]
     except KeyError:
@@ -94,4 +98,5 @@ def lookup(name: str) -> CommandSpec:
 
 
 def command_names() -> list[str]:
+    """Every registered command's name, sorted."""
     return sorted(_COMMANDS)

@@ -45,7 +45,7 @@ def _check_ref(manager: Any, key: Any) -> None:
 def apply_resource(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Create the resource, or change its spec (args: manager, key, spec, initial_status, project_path,
     manager_path, manager_digest). A new or changed resource is due for a reconcile at once."""
-    return recorded(ctx, args, "resource.apply", lambda: _apply(ctx, args))
+    return recorded(ctx, args, lambda: _apply(ctx, args))
 
 
 def _apply(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def reconcile_now(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         append_resource_event(ctx, row["manager"], row["resource_key"], row["uid"], "reconcile_requested")
         return _receipt(ctx, row["manager"], row["resource_key"])
 
-    return recorded(ctx, args, "resource.reconcile", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("resource.delete")
@@ -123,7 +123,7 @@ def delete_resource(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         enqueue(ctx, manager, key)
         return _receipt(ctx, manager, key)
 
-    return recorded(ctx, args, "resource.delete", apply)
+    return recorded(ctx, args, apply)
 
 
 def resolve_resource_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:

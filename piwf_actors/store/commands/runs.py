@@ -69,7 +69,7 @@ def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         refusal_in(args)
         return _insert_run(ctx, args["spec"])
 
-    return recorded(ctx, args, "run.start", apply)
+    return recorded(ctx, args, apply)
 
 
 def _check_revision(run: dict[str, Any], args: dict[str, Any]) -> None:
@@ -103,7 +103,7 @@ def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         _check_revision(run, args)
         return _cancel(ctx, run)
 
-    return recorded(ctx, args, "run.cancel", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("run.pause")
@@ -132,7 +132,7 @@ def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         return {"run_id": run_id, "status": "pausing" if run["status"] != "parked" else "parked",
                 "revision": revision}
 
-    return recorded(ctx, args, "run.pause", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("run.resume")
@@ -161,7 +161,7 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             raise Rejected(f"run {run_id} waits for effect {run['park_detail']}: use effect.resolve")
         raise Rejected(f"run {run_id} is {run['status']} and not paused")
 
-    return recorded(ctx, args, "run.resume", apply)
+    return recorded(ctx, args, apply)
 
 
 def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None) -> str:
@@ -243,7 +243,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
                               "digest_changed": receipt["digest_changed"]})
         return receipt
 
-    return recorded(ctx, args, "run.restart", apply)
+    return recorded(ctx, args, apply)
 
 
 def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: str) -> None:

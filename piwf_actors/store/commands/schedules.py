@@ -147,7 +147,7 @@ def trigger_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         ctx.changes.touch("schedule")
         return receipt
 
-    return recorded(ctx, args, "schedule.trigger", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("schedule.pause")
@@ -165,7 +165,7 @@ def pause_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         ctx.changes.touch("schedule")
         return {"name": name, "paused": True}
 
-    return recorded(ctx, args, "schedule.pause", apply)
+    return recorded(ctx, args, apply)
 
 
 @command("schedule.resume")
@@ -184,4 +184,4 @@ def resume_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         ctx.changes.touch("schedule")
         return {"name": name, "paused": False}
 
-    return recorded(ctx, args, "schedule.resume", apply)
+    return recorded(ctx, args, apply)

@@ -2,9 +2,10 @@
 record of a backup the host made.
 
 The plan is computed inside the writer's transaction with the same
-`plan_prune` the read side uses, so the runs deleted are exactly the runs
-that are terminal at commit time; the run rows are deleted with the status
-condition repeated, and a mismatch undoes the command.
+`plan_prune` (`store/prune_plan.py`) the read side uses, so the runs
+deleted are exactly the runs that are terminal at commit time; the run rows
+are deleted with the status condition repeated, and a mismatch undoes the
+command.
 
 On SQLite, pages freed by the deletes are handed back with `PRAGMA
 incremental_vacuum` in the same transaction (SQLite allows it inside a
@@ -24,7 +25,7 @@ from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.commands.idempotency import recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.dialect import dialect_of
-from piwf_actors.store.maintenance import PrunePlan, check_prune_args, plan_prune
+from piwf_actors.store.prune_plan import PrunePlan, check_prune_args, plan_prune
 
 DEFAULT_MAX_RUNS = 10_000
 #: How many pruned run ids a receipt lists (the counts are always complete).
@@ -161,13 +162,13 @@ def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     # supplies its own payload (the client protocol passes the request's).
     fingerprinted = {**args, "payload_for_fingerprint": args.get(
         "payload", {"before": before, "apply": True, "max_runs": max_runs, "idempotency_before": idempotency_before})}
-    return recorded(ctx, fingerprinted, "state.prune", lambda: _apply(ctx, before, max_runs, idempotency_before))
+    return recorded(ctx, fingerprinted, lambda: _apply(ctx, before, max_runs, idempotency_before))
 
 
 @command("state.backup")
 def record_backup(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Record a backup under the client's idempotency key: its receipt (`args.receipt`, from
-    `store.maintenance.backup`, done by the host before this command because it writes a file, not
+    `store.backup.backup`, done by the host before this command because it writes a file, not
     the database) or its refusal (`args.refusal`: the destination exists, …).
 
     The host looks for the record first and makes no second copy for a replay; a replay that
@@ -183,4 +184,4 @@ def record_backup(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             raise Rejected("state.backup records a backup the host made; this one has no receipt")
         return receipt
 
-    return recorded(ctx, args, "state.backup", apply)
+    return recorded(ctx, args, apply)

@@ -1,0 +1,262 @@
+"""Runs: run.start, run.list, run.get, run.events, run.cancel|pause|resume, run.restart, effect.resolve.
+
+The write commands of run.start and run.restart are built by
+`start_run_command` and `restart_run_command` (the schedule keeper builds its
+fires' runs with the first). Workflow specs are resolved in the calling
+thread: the host reads the workflow file once to compute its definition
+digest and keep its source snapshot; the worker executes the snapshot,
+never the file as it is later.
+
+`run.start` keeps to two thread hand-offs (socket thread → gateway → writer)
+whenever the workflow's resolution is cached and its file unchanged; a
+workflow not loaded yet is resolved on the gateway's executor, which submits
+the command itself (docs/protocol.md 3.5).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from piwf_actors.errors import NotFound, PiwfError, Rejected, WorkflowError
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.protocol import views
+from piwf_actors.protocol.catalog.registry import (
+    BuildEnv,
+    OperationContext,
+    client_args,
+    operation,
+    write_operation,
+)
+from piwf_actors.protocol.envelope import BadRequest, Request
+from piwf_actors.statuses import RUN_STATUSES
+from piwf_actors.store import queries
+from piwf_actors.store.command_records import recordable
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import WriteCommand
+from piwf_actors.workflows import json_problem, load_snapshot
+from piwf_actors.workflows.discovery import ResolvedWorkflow
+from piwf_actors.workflows.resolver import WorkflowResolver
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+@operation("run.list", payload={"status": ("str", False), "limit": ("int", False), "workflow": ("str", False),
+                                "since": ("num", False)}, read_only=True)
+def run_list(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """From memory when the gateway's run window holds the answer (see LiveViews.run_list)."""
+    status = payload.get("status")
+    if status is not None and status not in RUN_STATUSES:
+        raise BadRequest(f"run.list: unknown status {status!r}", ctx.request.request_id)
+    runs = ctx.views.run_list(status, min(payload.get("limit") or 100, 1000), payload.get("workflow"),
+                              payload.get("since"))
+    ctx.reply("accepted", receipt={"runs": runs})
+
+
+@operation("run.get", needs_run=True, read_only=True)
+def run_get(ctx: OperationContext, _payload: dict[str, Any]) -> None:
+    run_id = ctx.request.run_id
+    assert run_id is not None
+    view = queries.run_view(ctx.reader, run_id)
+    if view is None:
+        ctx.reply("notFound", error=f"run {run_id} not found")
+        return
+    ctx.reply("accepted", receipt=view, revision=view["revision"])
+
+
+@operation("run.events", payload={"after": ("int", False), "limit": ("int", False)}, needs_run=True, read_only=True)
+def run_events(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    run_id = ctx.request.run_id
+    assert run_id is not None
+    status = queries.run_status(ctx.reader, run_id)
+    if status is None:
+        ctx.reply("notFound", error=f"run {run_id} not found")
+        return
+    limit = min(payload.get("limit") or 500, 5000)
+    events = queries.run_events(ctx.reader, run_id, payload.get("after") or 0, limit)
+    events, cut = views.fit(events)
+    next_after = events[-1]["seq"] if events else (payload.get("after") or 0)
+    ctx.reply("accepted", revision=status[1],
+              receipt={"events": events, "next_after": next_after, "more": cut or len(events) == limit})
+
+
+# --- run.start -----------------------------------------------------------------------------------
+
+
+class NotCached(Exception):
+    """The workflow is not resolved yet (or its file changed): loading it is the executor's job."""
+
+
+class CachedOnly(WorkflowResolver):
+    """A shared resolver's cached resolutions, and nothing else: a miss raises `NotCached` instead of
+    loading the file (which runs it) in the gateway's thread."""
+
+    def __init__(self, shared: WorkflowResolver) -> None:
+        super().__init__()
+        self._shared = shared
+
+    def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
+        found = self._shared.cached(spec, project_path)
+        if found is None:
+            raise NotCached(spec)
+        return found
+
+
+def cached_env(env: BuildEnv) -> BuildEnv:
+    """`env` whose resolver answers from the cache only (`NotCached` otherwise)."""
+    return BuildEnv(CachedOnly(env.resolver), env.database)
+
+
+def _start(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """Two hand-offs when the workflow is cached: the command is built here and goes to the writer;
+    otherwise the executor loads the workflow and submits it (see the module docstring)."""
+    try:
+        command = ctx.build(payload, ctx.services.cached_env)
+    except NotCached:
+        ctx.write_from_executor(lambda: ctx.build(payload))
+        return
+    ctx.write(command)
+
+
+@write_operation("run.start", payload={"workflow": ("str", True), "input": ("any", False),
+                                       "project_path": ("str", False), "session_id": ("str", False),
+                                       "run_id": ("str", False)}, handler=_start)
+def run_start(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
+    return start_run_command(env.resolver, workflow=payload["workflow"], input=payload.get("input"),
+                             project_path=payload.get("project_path"), session_id=payload.get("session_id"),
+                             run_id=payload.get("run_id"), client_id=request.client_id,
+                             idempotency_key=request.idempotency_key, request_id=request.request_id)
+
+
+def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any = None,
+                      project_path: str | None = None, session_id: str | None = None, run_id: str | None = None,
+                      client_id: str | None = None, idempotency_key: str | None = None,
+                      request_id: str | None = None) -> WriteCommand:
+    """The `run.start` command for a workflow spec (resolving it reads the workflow file).
+
+    A workflow the host cannot resolve still becomes the command when the request is recorded (a
+    client id and key): it carries the refusal, so the writer records it under the key — a replay
+    meets the same refusal even once the file exists, and the replay of an accepted start is
+    `adopted` even if its file no longer loads. Without a key the refusal is raised at once, as is
+    an input that is not JSON (it could not even be fingerprinted; a replay is refused alike).
+    """
+    problem = json_problem(input)
+    if problem is not None:
+        raise Rejected(f"run input: {problem.replace('output is', 'it is')}")
+    if project_path is not None:
+        project_path = os.path.abspath(project_path)
+    fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
+                           "session_id": session_id, "run_id": run_id}
+    args: dict[str, Any] = {"client_id": client_id, "idempotency_key": idempotency_key,
+                            "client_request_id": request_id, "payload": fingerprint_payload}
+    try:
+        resolved = resolver.resolve(workflow, project_path)
+    except PiwfError as err:
+        return _refused("run.start", args, err)
+    args["spec"] = {
+        "workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
+        "definition_digest": resolved.workflow.digest, "source": resolved.source, "input": input,
+        "project_path": project_path, "session_id": session_id, "run_id": run_id,
+    }
+    return WriteCommand("run.start", args)
+
+
+def _refused(name: str, args: dict[str, Any], err: PiwfError) -> WriteCommand:
+    """The command that records `err` as the outcome of a recorded request; `err` itself otherwise."""
+    if not (args.get("client_id") and args.get("idempotency_key")) or not recordable(err.code):
+        raise err
+    return WriteCommand(name, {**args, "refusal": {"code": err.code, "message": err.one_line()}})
+
+
+# --- control -------------------------------------------------------------------------------------
+
+
+@write_operation("run.cancel", needs_run=True)
+@write_operation("run.pause", needs_run=True)
+@write_operation("run.resume", needs_run=True)
+def run_control(_env: BuildEnv, request: Request, _payload: dict[str, Any]) -> WriteCommand:
+    return WriteCommand(request.operation, client_args(request))
+
+
+@write_operation("effect.resolve", payload={"effect_id": ("str", True), "action": ("str", True),
+                                            "output": ("any", False)})
+def effect_resolve(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
+    if payload["action"] not in ("confirm", "retry"):
+        raise BadRequest("effect.resolve: action must be confirm or retry", request.request_id)
+    return WriteCommand("effect.resolve", {**client_args(request), "effect_id": payload["effect_id"],
+                                           "action": payload["action"], "output": payload.get("output")})
+
+
+# --- run.restart ---------------------------------------------------------------------------------
+
+
+@write_operation("run.restart", payload={"from_node": ("str", False), "same_code": ("bool", False)},
+                 needs_run=True, needs_revision=True, off_thread=True)
+def run_restart(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
+    """Reads the parent and resolves its workflow again (which runs its file): on the executor."""
+    assert request.run_id is not None
+    return restart_run_command(env.resolver, env.database, run_id=request.run_id,
+                               expected_revision=request.expected_revision, from_node=payload.get("from_node"),
+                               same_code=bool(payload.get("same_code", False)), client_id=request.client_id,
+                               idempotency_key=request.idempotency_key, request_id=request.request_id)
+
+
+def restart_run_command(resolver: WorkflowResolver, database: DatabaseLocation, *, run_id: str,
+                        expected_revision: int | None, from_node: str | None = None, same_code: bool = False,
+                        client_id: str | None = None, idempotency_key: str | None = None,
+                        request_id: str | None = None) -> WriteCommand:
+    """The `run.restart` command for a finished run.
+
+    By default the workflow is resolved again from the run's file and attribute, so the new run
+    runs the current code (the receipt's `digest_changed` says whether it differs); `same_code`
+    runs the parent's stored snapshot. `from_node` must be a node of the definition that will
+    run; its node ids travel with the command so the writer can check it. Resolving executes
+    the workflow file, here, in the calling thread (never the writer's).
+    """
+    args: dict[str, Any] = {"run_id": run_id, "expected_revision": expected_revision, "client_id": client_id,
+                            "idempotency_key": idempotency_key, "client_request_id": request_id,
+                            "payload": {"from_node": from_node, "same_code": same_code}}
+    if from_node is not None:
+        args["from_node"] = from_node
+    try:
+        return WriteCommand("run.restart", _resolve_restart(resolver, database, args, same_code))
+    except PiwfError as err:
+        return _refused("run.restart", args, err)  # recorded like a refusal of the writer's (see start)
+
+
+def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, base: dict[str, Any],
+                     same_code: bool) -> dict[str, Any]:
+    """The restart's args: `base` with the parent's node ids and, unless `same_code`, its workflow
+    resolved again (which runs the file). Raises the refusal when the parent or its code cannot be read."""
+    args = dict(base)
+    run_id, from_node = args["run_id"], args.get("from_node")
+    reader = StoreReader(database)
+    try:
+        parent = queries.run_source(reader, run_id)
+    finally:
+        reader.close()
+    if parent is None:
+        raise NotFound("run", run_id)
+    if same_code:
+        if from_node is not None:
+            try:
+                workflow = load_snapshot(parent["source"] or b"", parent["workflow_path"] or "<snapshot>",
+                                         parent["workflow_attr"] or parent["workflow"],
+                                         parent["definition_digest"] or "", parent["project_path"])
+            except WorkflowError as exc:
+                raise Rejected(f"the stored snapshot of run {run_id} no longer loads: {exc.one_line(500)}") from None
+            args["node_ids"] = list(workflow.nodes)
+    else:
+        if not parent["workflow_path"]:
+            raise Rejected(f"run {run_id} has no workflow file to resolve again; restart it with same_code")
+        spec = f"{parent['workflow_path']}:{parent['workflow_attr'] or parent['workflow']}"
+        try:
+            resolved = resolver.resolve(spec, parent["project_path"])
+        except WorkflowError as exc:
+            raise Rejected(f"cannot load the workflow of run {run_id} again ({exc.one_line(400)}); fix it, or "
+                           "restart with the stored code (same_code)") from None
+        args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
+                        "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
+                        "source": resolved.source}
+        args["node_ids"] = list(resolved.workflow.nodes)
+    return args
