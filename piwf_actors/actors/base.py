@@ -98,7 +98,7 @@ class CoreActor(pykka.ThreadingActor):
 
 class PollingActor(CoreActor):
     """A core actor that reads the database through a reader of its own and wakes on a ticker of
-    its own (the standby watch, the runner watch, the schedule keeper). The subclass opens both in
+    its own (the standby watch, the runner watch, the schedule keeper, the housekeeper). The subclass opens both in
     `on_start` (as `_reader` and `_ticker`); they are released here, safely twice."""
 
     _reader: Any = None

@@ -19,8 +19,9 @@ turns the gateway active.
 
 Runner host (`config.role == "runner"`, docs/runners.md): no host lease at
 all. It takes a runner lease (`RunnerLease`), stamps its runner identity on
-the writer handle, and starts a scheduler without the host's duties and a
-gateway that serves reads (`_start_runner`). The active host watches the
+the writer handle, and starts a scheduler without the host's duties (no
+reconciles; no housekeeper, so no deadlines or pruning) and a gateway that
+serves reads (`_start_runner`). The active host watches the
 runner leases (`RunnerWatch`) and recovers the work of a runner whose lease
 is gone.
 """
@@ -39,6 +40,7 @@ from piwf_actors.actors.base import ActorFailed, Ping, safe_tell
 from piwf_actors.actors.channel_manager import ChannelManager
 from piwf_actors.actors.gateway import BecomeActive, ClientGateway
 from piwf_actors.actors.hostlock import HostLock
+from piwf_actors.actors.housekeeping import Housekeeper
 from piwf_actors.actors.lease import HostLease, LeaseClaim, acquire_lease, new_host_id
 from piwf_actors.actors.runner_lease import RunnerLease, acquire_runner_lease, new_runner_id
 from piwf_actors.actors.runner_watch import RunnerWatch
@@ -139,8 +141,9 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
 def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: LeaseClaim,
               supervisor: pykka.ActorRef[Any]) -> tuple[pykka.ActorRef[Any], pykka.ActorRef[Any] | None]:
     """Start what only the lease holder runs, in order: lease renewal, orphan reaping, recovery of
-    earlier hosts' runs, scheduler, channels, schedules. Returns the channel manager and the schedule
-    keeper (None when `config.schedules` is off): the gateway needs them.
+    earlier hosts' runs, scheduler, housekeeper (deadlines, pruning), runner watch, channels,
+    schedules. Returns the channel manager and the schedule keeper (None when `config.schedules` is
+    off): the gateway needs them.
 
     Runs in start_host's thread, or in a standby's takeover thread; either may block on the writer.
     """
@@ -163,6 +166,12 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     finally:
         reader.close()
     _start_scheduler(parts, config, paths, supervisor, host_duties=True)
+    # After the scheduler: it reads the scheduler's board section (is any run active?).
+    housekeeper = Housekeeper.start(parts.writer, paths.database, supervisor=supervisor, board=parts.board,
+                                    retention_days=config.retention_days, prune_every_s=config.prune_every_s,
+                                    idempotency_days=config.idempotency_days)
+    parts.actors.append(("housekeeper", housekeeper))
+    _require_started("housekeeper", housekeeper)
     # Runner hosts that share the queue: their leases are watched, the work of a dead one recovered.
     watch = RunnerWatch.start(parts.writer, paths.database, supervisor=supervisor, board=parts.board,
                               poll_s=min(max(config.lease_s / 10, 0.05), 0.5), grace_s=config.reap_grace_s)
@@ -188,16 +197,14 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
 
 def _start_scheduler(parts: HostParts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any], *,
                      host_duties: bool) -> None:
-    """The scheduler and its worker slots: the active host's (`host_duties`: also reconciles, deadlines and
-    pruning), or a runner host's (runs only; it looks at the shared queue every 0.1 s, since the runs other
-    hosts queue send it no change notice)."""
+    """The scheduler and its worker slots: the active host's (`host_duties`: also reconciles), or a runner
+    host's (runs only; it looks at the shared queue every 0.1 s, since the runs other hosts queue send it no
+    change notice)."""
     assert parts.writer is not None
     scheduler = Scheduler.start(parts.writer, paths.database, max_workers=config.max_workers,
                                 supervisor=supervisor, claim_lease_s=config.claim_lease_s,
                                 warm_workers=config.warm_workers, grace_s=config.reap_grace_s,
-                                board=parts.board, retention_days=config.retention_days if host_duties else 0.0,
-                                prune_every_s=config.prune_every_s, idempotency_days=config.idempotency_days,
-                                watchdog_grace_s=config.watchdog_grace_s,
+                                board=parts.board, watchdog_grace_s=config.watchdog_grace_s,
                                 worker_ready_timeout_s=config.worker_ready_timeout_s,
                                 worker_log_level=config.log_level, worker_log_format=config.log_format,
                                 host_duties=host_duties, tick_s=0.5 if host_duties else 0.1)
@@ -208,7 +215,8 @@ def _start_scheduler(parts: HostParts, config: HostConfig, paths: StatePaths, su
 def _start_runner(parts: HostParts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any]) -> None:
     """A runner host's parts, in order: its runner lease (taken here, renewed by `RunnerLease`), the writer
     handle stamped with its runner identity, the scheduler (runs only), the gateway (reads only).
-    Nothing of the active host's: no host lease, recovery, reaping, channels, schedules or pruning."""
+    Nothing of the active host's: no host lease, recovery, reaping, housekeeper (deadlines, pruning),
+    channels or schedules."""
     assert parts.writer is not None
     claim = acquire_runner_lease(parts.writer, runner_id=config.host_id or new_runner_id(), lease_s=config.lease_s,
                                  max_workers=config.max_workers, state_dir=str(paths.root))

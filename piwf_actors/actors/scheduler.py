@@ -1,6 +1,7 @@
 """`Scheduler`: the run queue. Claims eligible runs for its idle worker slots,
-hands each to the slot's runner supervisor, renews their claims, and stops
-runners whose run was cancelled.
+hands each to the slot's runner supervisor, renews their claims, settles its
+claims whose runner left without a recorded exit, and stops runners whose
+run was cancelled.
 
 There is one `RunnerSupervisor` per slot (`max_workers` of them), for the
 host's lifetime, each with its own worker process (warm from the start for
@@ -20,13 +21,20 @@ scheduler alternates between the two kinds when both wait
 (`resources.fairness`), and renews reconcile claims on their own, slower
 beat (a 120 s lease renewed every 30 s).
 
+Write results come back under a token made when the command is sent; each
+token names the handler of its answer (`_submit`), as in the gateway.
+
+The host's chores that are not the queue (interaction deadlines, automatic
+pruning) are the active host's `Housekeeper` (actors/housekeeping.py); it
+reads whether any run is active from this actor's board section
+(`Section.SCHEDULER`), which `_publish` rewrites whenever the slots change.
+
 A runner host (docs/runners.md) runs this same scheduler with `host_duties`
 off: it claims and executes runs from the shared queue, under its runner
 lease (its writer handle stamps the runner identity on every command), and
-leaves to the active host what only the active host does: resource
-reconciles, interaction deadlines and automatic pruning. It sees no change
-notice for runs another host queues, so it looks at the queue on its tick
-(`tick_s`, shorter on a runner host).
+leaves resource reconciles to the active host. It sees no change notice for
+runs another host queues, so it looks at the queue on its tick (`tick_s`,
+shorter on a runner host).
 """
 
 from __future__ import annotations
@@ -89,22 +97,68 @@ class _Slot:
     held: bool = False  # told to hold its launch (a pause is pending)
 
 
+# --- launches: pure, from what the claim commands answered (no extra read) ------------------------
+
+
+def run_launch(claimed: dict[str, Any], token: str) -> Launch:
+    """The launch of a run `scheduler.claim_next` claimed under `token`."""
+    envelope: dict[str, Any] = {
+        "workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
+        "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
+        "project_path": claimed["project_path"], "source": claimed["source"] or b"",
+        "state": claimed.get("state")}
+    if claimed["source"] is None and claimed["source_size"] >= 0:
+        # A large snapshot travels as content the worker reads in chunks.
+        envelope["source"] = None
+        envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": claimed["source_size"]}
+    return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
+                  runner_epoch=claimed["runner_epoch"], token_hash=token_hash(token),
+                  revision=claimed["revision"], envelope=envelope,
+                  worker_pid=claimed.get("worker_pid"))
+
+
+def reconcile_launch(claimed: dict[str, Any], worker_pid: int | None) -> Launch:
+    """The launch of a reconcile `reconcile.claim` claimed, for the slot whose worker is `worker_pid`."""
+    return Launch(run_id=claimed["launch_id"], generation=claimed["claim_generation"],
+                  runner_epoch=claimed["runner_epoch"], token_hash=claimed["token_hash"], revision=0,
+                  envelope={"launch_kind": "reconcile", "launch_id": claimed["launch_id"],
+                            "manager": claimed["manager"], "key": claimed["key"], "uid": claimed["uid"],
+                            "project_path": claimed["project_path"], "manager_path": claimed["manager_path"],
+                            "state": claimed["resource"]},
+                  worker_pid=worker_pid, kind="reconcile",
+                  fence={"manager": claimed["manager"], "key": claimed["key"]})
+
+
+def unlaunched_exit(launch: Launch, *, stopping: bool) -> tuple[str, dict[str, Any]]:
+    """The command that settles a claimed launch that never reached its runner, as if its runner had
+    exited at once (`launchFailed`): `runner.exit` for a run (back to the queue when the host is
+    stopping), `reconcile.exit` for a reconcile (due again at once)."""
+    diagnostic = "the slot's runner supervisor is gone"
+    if launch.kind == "reconcile":
+        assert launch.fence is not None
+        return "reconcile.exit", {
+            "manager": launch.fence["manager"], "key": launch.fence["key"], "claim_generation": launch.generation,
+            "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash, "outcome": "launchFailed",
+            "exit_code": None, "diagnostic": diagnostic, "requeue": True}
+    return "runner.exit", {
+        "run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
+        "token_hash": launch.token_hash, "outcome": "launchFailed", "exit_code": None, "requeue": stopping,
+        "diagnostic": diagnostic}
+
+
 class Scheduler(CoreActor):
     actor_name = "scheduler"
 
     def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, max_workers: int,
                  supervisor: pykka.ActorRef[Any] | None, claim_lease_s: float = 30.0, tick_s: float = 0.5,
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
-                 worker_log_format: str = "text",
-                 board: HostBoard | None = None, retention_days: float = 0.0, prune_every_s: float = 3600.0,
-                 idempotency_days: float = 365.0, watchdog_grace_s: float = 5.0,
-                 worker_ready_timeout_s: float = 30.0, reconcile_lease_s: float = 120.0,
-                 host_duties: bool = True) -> None:
+                 worker_log_format: str = "text", board: HostBoard | None = None,
+                 watchdog_grace_s: float = 5.0, worker_ready_timeout_s: float = 30.0,
+                 reconcile_lease_s: float = 120.0, host_duties: bool = True) -> None:
         """Runs in the caller's thread: stores arguments only. `host_duties` False: a runner host's
-        scheduler (runs only; no reconciles, deadlines or pruning)."""
+        scheduler (runs only; no reconciles)."""
         super().__init__(supervisor)
         self._host_duties = host_duties
-        self._idempotency_s = idempotency_days * 86400.0
         self._watchdog_grace_s = watchdog_grace_s
         self._ready_timeout_s = worker_ready_timeout_s
         # The lease ran out while the disk was full: claim nothing until it is held again.
@@ -123,17 +177,13 @@ class Scheduler(CoreActor):
         self._sockets: WorkerSockets | None = None
         self._slots: list[_Slot] = []
         self._active: dict[str, _Slot] = {}  # run id → the slot serving it
-        self._claiming = False
-        self._offered: list[tuple[_Slot, str, str]] = []  # (slot, token, runner epoch) of the claim in flight
+        self._claiming = False  # one claim in flight at a time
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
         self._board = board
-        self._expiring = False
-        self._retention_s = retention_days * 86400.0
-        self._prune_every_s = prune_every_s
-        self._last_prune = time.time()
-        self._pruning = False
+        # Write results come back under a token; each pending one names the handler of its answer.
+        self._pending: dict[str, Callable[[WriteResult], None]] = {}
         # Reconciles: their claims' lease and last renewal, and which kind the next claim prefers.
         self._reconcile_lease_s = reconcile_lease_s
         self._last_reconcile_renewal = 0.0
@@ -239,47 +289,30 @@ class Scheduler(CoreActor):
             return
         idle = idle[:count]
         self._claiming = True
-        self._offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
+        # (slot, token, runner epoch) of each offer: the answer is matched to its slot by runner epoch.
+        offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
         slots = [{"token_hash": token_hash(token), "runner_epoch": epoch,
                   **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
-                 for slot, token, epoch in self._offered]
+                 for slot, token, epoch in offered]
         args = {"exclude": list(self._active), "slots": slots, "claim_lease_s": self._claim_lease_s}
-        self._writer.submit(WriteCommand("scheduler.claim_next", args, correlation_id="claim"), self.actor_ref)
+        self._submit("scheduler.claim_next", args, lambda result: self._claimed(result, offered))
+
+    # --- write results -----------------------------------------------------------------
+
+    def _submit(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> None:
+        """Send a write command; its answer is handed to `on_result` (in the scheduler's thread)."""
+        token = f"{name}:{secrets.token_hex(6)}"
+        self._pending[token] = on_result
+        self._writer.submit(WriteCommand(name, args, correlation_id=token), self.actor_ref)
 
     def _written(self, result: WriteResult) -> None:
-        if result.correlation_id == "prune":
-            self._pruning = False
-            if not result.ok:
-                log.warning("automatic prune failed: %s", result.error)
-            elif result.value["receipt"]["run_count"]:
-                log.info("automatic prune removed %d finished run(s)", result.value["receipt"]["run_count"])
-            return
-        if result.correlation_id == "expire":
-            self._expiring = False
-            if not result.ok:
-                log.warning("applying interaction deadlines failed: %s", result.error)
-            return
-        if result.correlation_id == "renew":
-            self._renewed(result)
-            return
-        if result.correlation_id and result.correlation_id.startswith("unlaunched:"):
-            if not result.ok:
-                log.warning("settling a claim that could not be launched failed: %s", result.error)
-            return
-        if result.correlation_id == "settle":
-            if result.ok and result.value:
-                log.warning("settled run(s) whose runner left without a recorded exit: %s", result.value)
-            return
-        if result.correlation_id == "reconcile-renew":
-            self._reconciles_renewed(result)
-            return
-        if result.correlation_id == "reconcile-claim":
-            self._reconcile_claimed(result)
-            return
-        if result.correlation_id != "claim":
-            return
+        """Runs in the scheduler's thread: the answer goes to the handler its command was sent with."""
+        on_result = self._pending.pop(result.correlation_id or "", None)
+        if on_result is not None:
+            on_result(result)
+
+    def _claimed(self, result: WriteResult, offered: list[tuple[_Slot, str, str]]) -> None:
         self._claiming = False
-        offered, self._offered = self._offered, []
         claimed = result.value if result.ok else []
         if not result.ok:
             log.warning("claiming runs failed: %s", result.error)
@@ -287,28 +320,31 @@ class Scheduler(CoreActor):
         for slot, token, epoch in offered:
             run = by_epoch.get(epoch)
             if run is not None:
-                self._launch(slot, run, token)
+                self._launch_or_settle(slot, run_launch(run, token))
         if claimed:
             self._prefer_reconcile = after_launch("run")
         if claimed and not self._stopping:
             self._try_claim()
 
-    def _launch(self, slot: _Slot, claimed: dict[str, Any], token: str) -> None:
-        """Hand a claimed run to its slot's supervisor. If that supervisor is gone, the claim is
-        settled like a runner that exited at once: a launch that cannot start never holds a slot."""
-        launch = self._launch_record(claimed, token)
-        if self._stopping or not safe_tell(slot.ref, launch):
-            self._writer.submit(WriteCommand("runner.exit", {
-                "run_id": claimed["run_id"], "generation": claimed["generation"],
-                "runner_epoch": claimed["runner_epoch"], "token_hash": launch.token_hash,
-                "outcome": "launchFailed", "exit_code": None, "requeue": self._stopping,
-                "diagnostic": "the slot's runner supervisor is gone"},
-                correlation_id=f"unlaunched:{claimed['run_id']}"), self.actor_ref)
+    # --- launching ---------------------------------------------------------------------
+
+    def _launch_or_settle(self, slot: _Slot, launch: Launch) -> None:
+        """Hand a claimed launch (a run or a reconcile) to its slot's supervisor. If that supervisor
+        is gone, or the scheduler is stopping, the claim is settled like a runner that exited at once
+        (outcome `launchFailed`): a launch that cannot start never holds a slot."""
+        if not self._stopping and safe_tell(slot.ref, launch):
+            slot.launch, slot.stopping, slot.held = launch, False, False
+            self._active[launch.run_id] = slot
+            self._launched += 1
+            self._publish()
             return
-        slot.launch, slot.stopping, slot.held = launch, False, False
-        self._active[launch.run_id] = slot
-        self._launched += 1
-        self._publish()
+        name, args = unlaunched_exit(launch, stopping=self._stopping)
+        self._submit(name, args, self._unlaunched_settled)
+
+    @staticmethod
+    def _unlaunched_settled(result: WriteResult) -> None:
+        if not result.ok:
+            log.warning("settling a claim that could not be launched failed: %s", result.error)
 
     # --- reconciles (resource managers) --------------------------------------------------
 
@@ -316,41 +352,20 @@ class Scheduler(CoreActor):
         """Claim the resource due the longest for `slot` (one command; one claim in flight at a time)."""
         self._claiming = True
         token, epoch = secrets.token_urlsafe(24), uuid.uuid4().hex
-        self._offered = [(slot, token, epoch)]
         args = {"token_hash": token_hash(token), "runner_epoch": epoch, "claim_lease_s": self._reconcile_lease_s,
                 "exclude": list(self._active)}
-        self._writer.submit(WriteCommand("reconcile.claim", args, correlation_id="reconcile-claim"), self.actor_ref)
+        self._submit("reconcile.claim", args, lambda result: self._reconcile_claimed(result, slot))
 
-    def _reconcile_claimed(self, result: WriteResult) -> None:
+    def _reconcile_claimed(self, result: WriteResult, slot: _Slot) -> None:
         self._claiming = False
-        offered, self._offered = self._offered, []
         if not result.ok:
             log.warning("claiming a reconcile failed: %s", result.error)
             return
-        if result.value is None or not offered:
+        if result.value is None:
             return  # taken meanwhile (or not due after all): the next notice or tick looks again
-        slot, token, _epoch = offered[0]
-        claimed = result.value
-        launch = Launch(run_id=claimed["launch_id"], generation=claimed["claim_generation"],
-                        runner_epoch=claimed["runner_epoch"], token_hash=claimed["token_hash"], revision=0,
-                        envelope={"launch_kind": "reconcile", "launch_id": claimed["launch_id"],
-                                  "manager": claimed["manager"], "key": claimed["key"], "uid": claimed["uid"],
-                                  "project_path": claimed["project_path"], "manager_path": claimed["manager_path"],
-                                  "state": claimed["resource"]},
-                        worker_pid=slot.worker.pid if slot.worker else None, kind="reconcile",
-                        fence={"manager": claimed["manager"], "key": claimed["key"]})
+        launch = reconcile_launch(result.value, slot.worker.pid if slot.worker else None)
         self._prefer_reconcile = after_launch("reconcile")
-        if self._stopping or not safe_tell(slot.ref, launch):
-            self._writer.submit(WriteCommand("reconcile.exit", {
-                "manager": claimed["manager"], "key": claimed["key"], "claim_generation": launch.generation,
-                "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash, "outcome": "launchFailed",
-                "exit_code": None, "diagnostic": "the slot's runner supervisor is gone", "requeue": True},
-                correlation_id=f"unlaunched:{launch.run_id}"), self.actor_ref)
-        else:
-            slot.launch, slot.stopping, slot.held = launch, False, False
-            self._active[launch.run_id] = slot
-            self._launched += 1
-            self._publish()
+        self._launch_or_settle(slot, launch)
         if not self._stopping:
             self._try_claim()
 
@@ -359,9 +374,8 @@ class Scheduler(CoreActor):
                   for s in self._active.values() if s.launch is not None and s.launch.kind == "reconcile"
                   and s.launch.fence is not None]
         if claims:
-            self._writer.submit(WriteCommand("reconcile.renew", {"claims": claims,
-                                                                 "claim_lease_s": self._reconcile_lease_s},
-                                             correlation_id="reconcile-renew"), self.actor_ref)
+            self._submit("reconcile.renew", {"claims": claims, "claim_lease_s": self._reconcile_lease_s},
+                         self._reconciles_renewed)
 
     def _reconciles_renewed(self, result: WriteResult) -> None:
         if not result.ok:
@@ -374,23 +388,6 @@ class Scheduler(CoreActor):
             slot.stopping = True
             log.warning("%s: claim lost", launch_id)
             safe_tell(slot.ref, StopRunner("claimLost", launch_id))
-
-    @staticmethod
-    def _launch_record(claimed: dict[str, Any], token: str) -> Launch:
-        """The launch, all from what the claim command returned (no extra read)."""
-        envelope: dict[str, Any] = {
-            "workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
-            "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
-            "project_path": claimed["project_path"], "source": claimed["source"] or b"",
-            "state": claimed.get("state")}
-        if claimed["source"] is None and claimed["source_size"] >= 0:
-            # A large snapshot travels as content the worker reads in chunks.
-            envelope["source"] = None
-            envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": claimed["source_size"]}
-        return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
-                      runner_epoch=claimed["runner_epoch"], token_hash=token_hash(token),
-                      revision=claimed["revision"], envelope=envelope,
-                      worker_pid=claimed.get("worker_pid"))
 
     # --- notices and ticks ------------------------------------------------------------
 
@@ -427,17 +424,16 @@ class Scheduler(CoreActor):
         if now - self._last_renewal >= self._claim_lease_s / 3:
             self._last_renewal = now
             self._renew_claims()
-            # Safety net for claims whose runner is gone without a recorded exit.
-            self._writer.submit(WriteCommand("scheduler.settle_abandoned", {"active": list(self._active)},
-                                             correlation_id="settle"), self.actor_ref)
+            # Safety net for claims whose runner is gone without a recorded exit. It stays with the
+            # renewals (same beat, same active set, on runner hosts too): the writer applies commands
+            # in the order they were sent, so a claim still in flight is committed before it with a
+            # fresh lease, and it settles expired claims only.
+            self._submit("scheduler.settle_abandoned", {"active": list(self._active)}, self._settled)
         if now - self._last_reconcile_renewal >= self._reconcile_lease_s / 4:
             self._last_reconcile_renewal = now
             self._renew_reconciles()
         if self._active:
             self._stop_cancelled(list(self._active))
-        if self._host_duties:
-            self._expire_deadlines(now)
-            self._prune_when_idle(now)
         self._try_claim()
 
     def _renew_claims(self) -> None:
@@ -448,30 +444,8 @@ class Scheduler(CoreActor):
                   if s.launch is not None and s.launch.kind == "run"]
         if not claims:
             return
-        self._writer.submit(WriteCommand("scheduler.renew_claims", {"claims": claims,
-                                                                    "claim_lease_s": self._claim_lease_s},
-                                         correlation_id="renew"), self.actor_ref)
-
-    def _prune_when_idle(self, now: float) -> None:
-        """Automatic retention: prune finished runs older than the retention, only while idle."""
-        if (self._retention_s <= 0 or self._active or self._pruning
-                or now - self._last_prune < self._prune_every_s):
-            return
-        self._last_prune = now
-        self._pruning = True
-        args: dict[str, Any] = {"before": now - self._retention_s, "apply": True, "max_runs": 1000}
-        if self._idempotency_s > 0:
-            # Idempotency records outlive their runs, for their own retention.
-            args["idempotency_before"] = now - self._idempotency_s
-        self._writer.submit(WriteCommand("state.prune", args, correlation_id="prune"), self.actor_ref)
-
-    def _expire_deadlines(self, now: float) -> None:
-        """Apply passed interaction deadlines (also those that passed while no host ran)."""
-        assert self._reader is not None
-        deadline = queries.next_deadline(self._reader)
-        if deadline is not None and deadline <= now and not self._expiring:
-            self._expiring = True
-            self._writer.submit(WriteCommand("interaction.expire", {}, correlation_id="expire"), self.actor_ref)
+        self._submit("scheduler.renew_claims", {"claims": claims, "claim_lease_s": self._claim_lease_s},
+                     self._renewed)
 
     def _renewed(self, result: WriteResult) -> None:
         if not result.ok:
@@ -488,6 +462,11 @@ class Scheduler(CoreActor):
             slot.stopping = True
             log.warning("run %s: claim lost", run_id)
             safe_tell(slot.ref, StopRunner("claimLost", run_id))
+
+    @staticmethod
+    def _settled(result: WriteResult) -> None:
+        if result.ok and result.value:
+            log.warning("settled run(s) whose runner left without a recorded exit: %s", result.value)
 
     def _finished(self, message: RunnerFinished) -> None:
         slot = self._active.pop(message.run_id, None)
@@ -507,6 +486,7 @@ class Scheduler(CoreActor):
         old one's `on_failure`, or is settled by `settle_abandoned` when even that failed)."""
         if self._stopping:
             return
+        replaced = False
         for slot in self._slots:
             if slot.ref.is_alive():
                 continue
@@ -515,6 +495,9 @@ class Scheduler(CoreActor):
                 self._active.pop(slot.launch.run_id, None)
             slot.launch, slot.stopping, slot.worker = None, False, None
             slot.ref = self._start_supervisor(slot.index)
+            replaced = True
+        if replaced:
+            self._publish()  # the board's `active` is what the housekeeper reads as idle or not
 
     def _publish(self) -> None:
         if self._board is not None:

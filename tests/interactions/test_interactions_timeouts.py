@@ -1,7 +1,7 @@
 """Decision deadlines: the default response is applied with `timeout` provenance.
 
 `decide_quick` has `on_timeout={"after_s": 1, "response": {"choice": "stop"}}`:
-the scheduler applies it on a tick while the host runs. Applying it after a
+the housekeeper applies it on a tick while the host runs. Applying it after a
 host restart (the deadline passed while no host ran) is in
 test_interactions_crash.py.
 """

@@ -4,7 +4,7 @@ A waiting node asks (`interaction_request`, a worker operation) for a
 request; the run parks `waiting` and its worker ends the launch, so no
 process is held while someone thinks. Answers arrive as client commands
 (`checkpoint.answer`, `decision.answer`, `interaction.submit`) or from the
-scheduler when a deadline passes (`interaction.expire`). Exactly one
+housekeeper (actors/housekeeping.py) when a deadline passes (`interaction.expire`). Exactly one
 submission is accepted per request (the request's status and revision are
 checked inside the transaction), and the accepted answer is consumed
 exactly once, by the `node_finished` that completes the node.
@@ -347,7 +347,7 @@ def interaction_ack(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 @command("interaction.expire")
 def interaction_expire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Apply every passed deadline (the scheduler sends this; also right after a
+    """Apply every passed deadline (the housekeeper sends this; also right after a
     host start, so a deadline that passed while no host ran is applied then).
 
     A decision takes its default response with `timeout` provenance; an agent

@@ -4,7 +4,7 @@ A checkpoint's or agent step's `timeout_s` and a decision's `on_timeout.after_s`
 request's `deadline_at` when it is created. Answers to a paused run are refused, so while the run
 is paused (a pause requested, or parked `paused`) its requests' clocks stand still: the time left
 moves to `paused_remaining_s` and `deadline_at` is cleared (so `interaction.expire` and the
-scheduler's next-deadline read, which look only at `deadline_at`, skip it without a further test);
+housekeeper's next-deadline read, which look only at `deadline_at`, skip it without a further test);
 `run.resume` sets `deadline_at` to now + what was left. A request created while a pause is
 requested starts with its clock stopped.
 

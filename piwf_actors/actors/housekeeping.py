@@ -1,0 +1,190 @@
+"""`Housekeeper`: the active host's chores that are not the run queue.
+
+It owns two of them, each a write command sent through the writer:
+
+- **interaction deadlines** (`interaction.expire`): on every tick (0.5 s)
+  it reads the nearest deadline of a pending request through its own
+  read-only connection and, once that has passed, asks the writer to apply
+  every passed one (also those that passed while no host ran);
+- **automatic pruning** (`state.prune` with `apply`): every
+  `prune_every_s`, while no run or reconcile is active, finished runs older
+  than `retention_days` are pruned (at most 1,000 per pass), and client
+  request records older than `idempotency_days`, which outlive their runs.
+
+"Active" and "the lease is suspended" are read from the scheduler's board
+section (`Section.SCHEDULER`: `active`, `suspended`), which the scheduler
+publishes whenever its slots change. The board is plain shared data, so
+nothing here asks the scheduler (STYLE.md 8). While the lease is suspended
+(the disk was full when it ran out) nothing is sent: it could not be written.
+Reading "idle" from a snapshot can be a moment late; that only delays or
+advances a prune by a tick, and a prune never takes a run that is not
+finished, so being idle is a courtesy to running work, not a fence.
+
+Only the active host runs this (`actors/host.py` `_activate`): a runner host
+(docs/runners.md) leaves deadlines and pruning to it. The scheduler keeps
+what belongs to its own claims, renewing them and settling those whose
+runner left without a recorded exit (`scheduler.settle_abandoned`), on both
+kinds of host.
+
+`plan` is the step function: what to send after a tick, given a chosen `now`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pykka
+
+from piwf_actors.actors.base import PollingActor
+from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.board import HostBoard, Section
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store import queries
+from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
+
+#: Runs one automatic prune removes at most (the next pass takes the rest).
+PRUNE_MAX_RUNS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class HousekeepingTick:
+    """Time to look at deadlines and pruning (sent by the housekeeper's ticker)."""
+
+
+# --- the step function ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished runs and client request records are kept, in seconds (0: for ever)."""
+
+    runs_s: float
+    idempotency_s: float
+    prune_every_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class HousekeepingState:
+    last_prune: float  # when the last prune was sent (or the housekeeper started)
+    pruning: bool = False  # a state.prune is with the writer
+    expiring: bool = False  # an interaction.expire is with the writer
+
+
+@dataclass(frozen=True, slots=True)
+class HousekeepingStep:
+    state: HousekeepingState
+    expire: bool = False  # send interaction.expire now
+    prune: dict[str, Any] | None = None  # send state.prune with these args now
+
+
+def scheduler_idle(section: Mapping[str, Any]) -> bool:
+    """No run or reconcile is active, as the scheduler last published (no section yet: not known, so not idle)."""
+    return "active" in section and not section["active"]
+
+
+def plan(state: HousekeepingState, scheduler: Mapping[str, Any], next_deadline: float | None, now: float,
+         retention: Retention) -> HousekeepingStep:
+    """What to send after a tick at `now`, given the scheduler's board section and the nearest deadline.
+
+    Nothing while the lease is suspended. Deadlines first: one interaction.expire at a time, once
+    the nearest deadline is due. Then a prune, when retention is on, the scheduler is idle, none is
+    with the writer and `prune_every_s` has passed since the last one.
+    """
+    if scheduler.get("suspended"):
+        return HousekeepingStep(state)
+    expire = next_deadline is not None and next_deadline <= now and not state.expiring
+    if expire:
+        state = replace(state, expiring=True)
+    if (retention.runs_s <= 0 or state.pruning or not scheduler_idle(scheduler)
+            or now - state.last_prune < retention.prune_every_s):
+        return HousekeepingStep(state, expire=expire)
+    args: dict[str, Any] = {"before": now - retention.runs_s, "apply": True, "max_runs": PRUNE_MAX_RUNS}
+    if retention.idempotency_s > 0:
+        # Idempotency records outlive their runs, for their own retention.
+        args["idempotency_before"] = now - retention.idempotency_s
+    return HousekeepingStep(replace(state, last_prune=now, pruning=True), expire=expire, prune=args)
+
+
+# --- the actor ---------------------------------------------------------------------------------
+
+
+class Housekeeper(PollingActor):
+    """Deadlines and pruning on a 0.5 s tick. `__init__` runs in the caller's thread; `on_start`, the
+    handlers (ticks, write results) and `release_resources` (PollingActor's: the ticker, then the
+    reader, on a stop or after a failure) run in the housekeeper's own thread."""
+
+    actor_name = "housekeeper"
+
+    def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, supervisor: pykka.ActorRef[Any] | None,
+                 board: HostBoard, retention_days: float = 0.0, prune_every_s: float = 3600.0,
+                 idempotency_days: float = 365.0, tick_s: float = 0.5,
+                 clock: Callable[[], float] = time.time) -> None:
+        """Runs in the caller's thread: stores arguments only. `board` carries the scheduler's
+        section (started before this actor); `retention_days` 0 turns automatic pruning off."""
+        super().__init__(supervisor)
+        self._writer = writer
+        self._database = database
+        self._board = board
+        self._retention = Retention(runs_s=retention_days * 86400.0, idempotency_s=idempotency_days * 86400.0,
+                                    prune_every_s=prune_every_s)
+        self._tick_s = tick_s
+        self._clock = clock
+        self._state = HousekeepingState(last_prune=0.0)  # its clock starts in on_start
+        self._reader: StoreReader | None = None
+        self._ticker: Ticker | None = None
+        # Write results come back under a token; each pending one names the handler of its answer.
+        self._pending: dict[str, Callable[[WriteResult], None]] = {}
+
+    def on_start(self) -> None:
+        """Runs in the housekeeper's thread: its reader, then the ticker (the first look is its first tick).
+        The first prune waits `prune_every_s` from here, as every later one waits from the last."""
+        self._state = HousekeepingState(last_prune=self._clock())
+        self._reader = StoreReader(self._database)
+        self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
+
+    def handlers(self) -> dict[type, Callable[[Any], Any]]:
+        return {HousekeepingTick: self._tick, WriteResult: self._written}
+
+    def _tick(self, _message: HousekeepingTick) -> None:
+        """Runs in the housekeeper's thread, on every tick."""
+        assert self._reader is not None
+        scheduler = self._board.snapshot(Section.SCHEDULER)
+        deadline = None if scheduler.get("suspended") else queries.next_deadline(self._reader)
+        step = plan(self._state, scheduler, deadline, self._clock(), self._retention)
+        self._state = step.state
+        if step.expire:
+            self._submit("interaction.expire", {}, self._expired)
+        if step.prune is not None:
+            self._submit("state.prune", step.prune, self._pruned)
+
+    def _submit(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> None:
+        token = f"{name}:{secrets.token_hex(6)}"
+        self._pending[token] = on_result
+        self._writer.submit(WriteCommand(name, args, correlation_id=token), self.actor_ref)
+
+    def _written(self, result: WriteResult) -> None:
+        """Runs in the housekeeper's thread: the answer goes to the handler its command was sent with."""
+        on_result = self._pending.pop(result.correlation_id or "", None)
+        if on_result is not None:
+            on_result(result)
+
+    def _expired(self, result: WriteResult) -> None:
+        self._state = replace(self._state, expiring=False)
+        if not result.ok:
+            log.warning("applying interaction deadlines failed: %s", result.error)
+
+    def _pruned(self, result: WriteResult) -> None:
+        self._state = replace(self._state, pruning=False)
+        if not result.ok:
+            log.warning("automatic prune failed: %s", result.error)
+        elif result.value["receipt"]["run_count"]:
+            log.info("automatic prune removed %d finished run(s)", result.value["receipt"]["run_count"])
