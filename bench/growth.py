@@ -24,7 +24,7 @@ How the big state is filled: first a few thousand real trivial runs go through t
 4 worker messages, ...). Then the host is stopped and those runs are multiplied with SQL
 `INSERT … SELECT` into every table that holds rows of a run (run, run_event, node_attempt,
 run_worker, run_generation, worker_message, host_command), under fresh time-ordered ids (runs,
-attempts, runner epochs, idempotency keys), with their times moved back so the copies are older
+attempts, launch ids, idempotency keys), with their times moved back so the copies are older
 than the real runs, until there are --runs runs and --events events. Blob references (workflow
 source, inputs, outputs) are copied as they are and stay valid (the copies share the blobs of
 the runs they copy). The `run_count` counters follow by their triggers. `state verify` then
@@ -300,15 +300,15 @@ def print_bytes_per_run(before: dict[str, tuple[str, int, int]], after: dict[str
 
 
 #: Tables holding rows of a finished trivial run, and how their key columns get fresh values.
-#: `m_run`, `m_att`, `m_epoch` map old → new run ids, attempt ids and runner epochs of one round.
+#: `m_run`, `m_att`, `m_epoch` map old → new run ids, attempt ids and launch ids of one round.
 COPIED: dict[str, dict[str, str]] = {
     "run": {"run_id": "m.new",
             "parent_run_id": "coalesce((SELECT new FROM m_run WHERE old = t.parent_run_id), t.parent_run_id)"},
     "run_event": {"run_id": "m.new", "attempt_id": "(SELECT new FROM m_att WHERE old = t.attempt_id)"},
     "node_attempt": {"attempt_id": "(SELECT new FROM m_att WHERE old = t.attempt_id)", "run_id": "m.new"},
     "run_worker": {"worker_id": "(SELECT new FROM m_epoch WHERE old = t.worker_id)", "run_id": "m.new",
-                   "runner_epoch": "(SELECT new FROM m_epoch WHERE old = t.runner_epoch)"},
-    "worker_message": {"runner_epoch": "(SELECT new FROM m_epoch WHERE old = t.runner_epoch)", "run_id": "m.new"},
+                   "launch_id": "(SELECT new FROM m_epoch WHERE old = t.launch_id)"},
+    "worker_message": {"launch_id": "(SELECT new FROM m_epoch WHERE old = t.launch_id)", "run_id": "m.new"},
     "host_command": {"run_id": "m.new", "idempotency_key": "t.idempotency_key || :suffix",
                      "request_id": "t.request_id || :suffix"},
 }
@@ -355,7 +355,7 @@ def multiply(db_path: Path, target_runs: int, target_events: int) -> tuple[int, 
                                 base_ids).fetchall()
         epochs = [row[0] for row in conn.execute(
             f"SELECT worker_id FROM run_worker WHERE run_id IN ({marks}) UNION "
-            f"SELECT runner_epoch FROM worker_message WHERE run_id IN ({marks})", base_ids + base_ids)]
+            f"SELECT launch_id FROM worker_message WHERE run_id IN ({marks})", base_ids + base_ids)]
         span = base[-1][1] - base[0][1] + 1.0
         conn.execute("CREATE TEMP TABLE m_run (old TEXT PRIMARY KEY, new TEXT)")
         conn.execute("CREATE TEMP TABLE m_att (old TEXT PRIMARY KEY, new TEXT)")

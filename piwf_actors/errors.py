@@ -109,7 +109,7 @@ class LeaseExpired(StoreError):
 
 
 class ClaimLost(StoreError):
-    """A run write whose claim (token, generation or runner epoch) is not current."""
+    """A run write whose claim (token, generation or launch id) is not current."""
 
     code = "claim_lost"
 

@@ -96,7 +96,7 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
             if parts.metrics is not None:
                 parts.metrics.start()
             assert parts.runner is not None
-            log.info("runner host %s started at runner epoch %d (pid %d, %d worker(s), state %s, database %s)",
+            log.info("runner host %s started at runner lease epoch %d (pid %d, %d worker(s), state %s, database %s)",
                      parts.runner.runner_id, parts.runner.epoch, parts.runner.pid, config.max_workers, paths.root,
                      paths.database)
             return paths, parts, supervisor

@@ -71,7 +71,7 @@ class Launch:
 
     run_id: str
     generation: int
-    runner_epoch: str
+    launch_id: str
     token_hash: str
     revision: int
     envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes, state
@@ -299,7 +299,7 @@ class RunnerSupervisor(CoreActor):
                 worker = self._spawn_worker()
             if launch.worker_pid != worker.pid and launch.kind == "run":
                 self._writer.submit(WriteCommand("runner.attach", {
-                    "run_id": launch.run_id, "runner_epoch": launch.runner_epoch, "pid": worker.pid,
+                    "run_id": launch.run_id, "launch_id": launch.launch_id, "pid": worker.pid,
                     "create_time": worker.create_time}))
                 safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
             worker.launches += 1
@@ -328,7 +328,7 @@ class RunnerSupervisor(CoreActor):
             stored += [{**item, "path": ["state", *item["path"]]} for item in state.pop("content_refs")]
             envelope["state"] = state
         frame = {"kind": "launch", "run_id": launch.run_id, "generation": launch.generation,
-                 "runner_epoch": launch.runner_epoch, "revision": launch.revision, **envelope}
+                 "launch_id": launch.launch_id, "revision": launch.revision, **envelope}
         return serving.content.point_at(frame, stored)
 
     def on_receive(self, message: Any) -> Any:
@@ -404,13 +404,13 @@ class RunnerSupervisor(CoreActor):
     def _forward(self, serving: _Serving, frame: dict[str, Any]) -> None:
         launch = serving.launch
         if (frame.get("run_id") != launch.run_id or frame.get("generation") != launch.generation
-                or frame.get("runner_epoch") != launch.runner_epoch):
+                or frame.get("launch_id") != launch.launch_id):
             self._answer(serving, frame.get("message_id"),
                          {"outcome": "claimLost", "error": "message for another launch"})
             return
         if frame.get("op") == "run_failed" and (frame.get("payload") or {}).get("code") == "workflow_load_failed":
             serving.load_failure = str(frame["payload"].get("message", ""))
-        args = {**self._fence(launch), "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash,
+        args = {**self._fence(launch), "launch_id": launch.launch_id, "token_hash": launch.token_hash,
                 "message_id": frame.get("message_id"), "op": frame.get("op"),
                 "expected_revision": frame.get("expected_revision"), "payload": frame.get("payload")}
         correlation = f"msg:{frame.get('message_id')}"
@@ -586,7 +586,7 @@ class RunnerSupervisor(CoreActor):
     def _exit_args(serving: _Serving, outcome: str, exit_code: int | None, diagnostic: str | None,
                    requeue: bool = False) -> dict[str, Any]:
         launch = serving.launch
-        return {**RunnerSupervisor._fence(launch), "runner_epoch": launch.runner_epoch,
+        return {**RunnerSupervisor._fence(launch), "launch_id": launch.launch_id,
                 "token_hash": launch.token_hash, "outcome": outcome, "exit_code": exit_code,
                 "diagnostic": diagnostic and diagnostic[:2000], "load_failure": serving.load_failure,
                 "requeue": requeue}

@@ -112,16 +112,16 @@ def run_launch(claimed: dict[str, Any], token: str) -> Launch:
         envelope["source"] = None
         envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": claimed["source_size"]}
     return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
-                  runner_epoch=claimed["runner_epoch"], token_hash=token_hash(token),
+                  launch_id=claimed["launch_id"], token_hash=token_hash(token),
                   revision=claimed["revision"], envelope=envelope,
                   worker_pid=claimed.get("worker_pid"))
 
 
 def reconcile_launch(claimed: dict[str, Any], worker_pid: int | None) -> Launch:
     """The launch of a reconcile `reconcile.claim` claimed, for the slot whose worker is `worker_pid`."""
-    return Launch(run_id=claimed["launch_id"], generation=claimed["claim_generation"],
-                  runner_epoch=claimed["runner_epoch"], token_hash=claimed["token_hash"], revision=0,
-                  envelope={"launch_kind": "reconcile", "launch_id": claimed["launch_id"],
+    return Launch(run_id=claimed["reconcile_id"], generation=claimed["claim_generation"],
+                  launch_id=claimed["launch_id"], token_hash=claimed["token_hash"], revision=0,
+                  envelope={"launch_kind": "reconcile", "reconcile_id": claimed["reconcile_id"],
                             "manager": claimed["manager"], "key": claimed["key"], "uid": claimed["uid"],
                             "project_path": claimed["project_path"], "manager_path": claimed["manager_path"],
                             "state": claimed["resource"]},
@@ -138,10 +138,10 @@ def unlaunched_exit(launch: Launch, *, stopping: bool) -> tuple[str, dict[str, A
         assert launch.fence is not None
         return "reconcile.exit", {
             "manager": launch.fence["manager"], "key": launch.fence["key"], "claim_generation": launch.generation,
-            "runner_epoch": launch.runner_epoch, "token_hash": launch.token_hash, "outcome": "launchFailed",
+            "launch_id": launch.launch_id, "token_hash": launch.token_hash, "outcome": "launchFailed",
             "exit_code": None, "diagnostic": diagnostic, "requeue": True}
     return "runner.exit", {
-        "run_id": launch.run_id, "generation": launch.generation, "runner_epoch": launch.runner_epoch,
+        "run_id": launch.run_id, "generation": launch.generation, "launch_id": launch.launch_id,
         "token_hash": launch.token_hash, "outcome": "launchFailed", "exit_code": None, "requeue": stopping,
         "diagnostic": diagnostic}
 
@@ -289,11 +289,11 @@ class Scheduler(CoreActor):
             return
         idle = idle[:count]
         self._claiming = True
-        # (slot, token, runner epoch) of each offer: the answer is matched to its slot by runner epoch.
+        # (slot, token, launch id) of each offer: the answer is matched to its slot by launch id.
         offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
-        slots = [{"token_hash": token_hash(token), "runner_epoch": epoch,
+        slots = [{"token_hash": token_hash(token), "launch_id": launch_id,
                   **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
-                 for slot, token, epoch in offered]
+                 for slot, token, launch_id in offered]
         args = {"exclude": list(self._active), "slots": slots, "claim_lease_s": self._claim_lease_s}
         self._submit("scheduler.claim_next", args, lambda result: self._claimed(result, offered))
 
@@ -316,9 +316,9 @@ class Scheduler(CoreActor):
         claimed = result.value if result.ok else []
         if not result.ok:
             log.warning("claiming runs failed: %s", result.error)
-        by_epoch = {run["runner_epoch"]: run for run in claimed}
-        for slot, token, epoch in offered:
-            run = by_epoch.get(epoch)
+        by_launch = {run["launch_id"]: run for run in claimed}
+        for slot, token, launch_id in offered:
+            run = by_launch.get(launch_id)
             if run is not None:
                 self._launch_or_settle(slot, run_launch(run, token))
         if claimed:
@@ -351,8 +351,8 @@ class Scheduler(CoreActor):
     def _claim_reconcile(self, slot: _Slot) -> None:
         """Claim the resource due the longest for `slot` (one command; one claim in flight at a time)."""
         self._claiming = True
-        token, epoch = secrets.token_urlsafe(24), uuid.uuid4().hex
-        args = {"token_hash": token_hash(token), "runner_epoch": epoch, "claim_lease_s": self._reconcile_lease_s,
+        token, launch_id = secrets.token_urlsafe(24), uuid.uuid4().hex
+        args = {"token_hash": token_hash(token), "launch_id": launch_id, "claim_lease_s": self._reconcile_lease_s,
                 "exclude": list(self._active)}
         self._submit("reconcile.claim", args, lambda result: self._reconcile_claimed(result, slot))
 
@@ -381,13 +381,13 @@ class Scheduler(CoreActor):
         if not result.ok:
             log.warning("reconcile claim renewal failed: %s", result.error)
             return
-        for launch_id, held in result.value.items():
-            slot = self._active.get(launch_id)
+        for reconcile_id, held in result.value.items():
+            slot = self._active.get(reconcile_id)
             if held or slot is None or slot.stopping:
                 continue
             slot.stopping = True
-            log.warning("%s: claim lost", launch_id)
-            safe_tell(slot.ref, StopRunner("claimLost", launch_id))
+            log.warning("%s: claim lost", reconcile_id)
+            safe_tell(slot.ref, StopRunner("claimLost", reconcile_id))
 
     # --- notices and ticks ------------------------------------------------------------
 

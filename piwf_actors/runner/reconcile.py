@@ -135,7 +135,7 @@ def _call(link: SupervisorLink, launch: dict[str, Any], ctx: ReconcileContext) -
     except WorkflowError as exc:
         return {"result": "error", "status_patch": {}, "error": exc.one_line(2000)}, None
     # The host's watchdog stops the worker from outside if the deadline below cannot.
-    link.notify({"kind": "node_begin", "node_id": "reconcile", "attempt_id": launch["launch_id"],
+    link.notify({"kind": "node_begin", "node_id": "reconcile", "attempt_id": launch["reconcile_id"],
                  "timeout_s": manager.timeout_s})
     fn = manager.finalize if ctx.deleting and manager.finalize is not None else manager.reconcile
     try:

@@ -1,7 +1,7 @@
 """The worker's end of the worker protocol: requests answered in order, pure results pipelined.
 
-Every transition is a request frame carrying run id, generation, runner
-epoch, a message id that is unique within the launch, and the run revision
+Every transition is a request frame carrying run id, generation, launch
+id, a message id that is unique within the launch, and the run revision
 the worker expects. The supervisor answers each request only after the
 writer committed (or refused) it, and answers them in the order they were
 sent. `claimLost` ends the worker process: another launch owns the run now
@@ -100,7 +100,7 @@ class SupervisorLink:
         self._sleep = sleep
         self.run_id: str = launch["run_id"]
         self.generation: int = launch["generation"]
-        self.runner_epoch: str = launch["runner_epoch"]
+        self.launch_id: str = launch["launch_id"]
         #: The run's progress revision as last committed (from the answers).
         self.revision: int | None = launch.get("revision")
         # What the next fenced request expects: the committed revision plus one per fenced
@@ -196,7 +196,7 @@ class SupervisorLink:
     def _frame(self, op: str, payload: dict[str, Any], expected: int | None) -> dict[str, Any]:
         self._next_id += 1
         return {"kind": "request", "message_id": f"m{self._next_id}", "op": op, "run_id": self.run_id,
-                "generation": self.generation, "runner_epoch": self.runner_epoch,
+                "generation": self.generation, "launch_id": self.launch_id,
                 "expected_revision": expected, "payload": payload}
 
     def _send_request(self, op: str, payload: dict[str, Any], fenced: bool) -> None:

@@ -179,6 +179,15 @@ def _v12_channel_streams(db: Any) -> None:
     db.execute_sql("DROP TABLE IF EXISTS channel_cursor")
 
 
+def _v13_launch_ids(db: Any) -> None:
+    """The per-launch id that fences a worker's messages is named for what it is: `launch_id` (it was
+    `runner_epoch`, which read like an epoch of a runner host: those are `runner_lease_epoch`). A
+    rename only: every value, key and index stays as it was."""
+    _rename_columns(db, (("run_claim", "runner_epoch", "launch_id"), ("run_worker", "runner_epoch", "launch_id"),
+                         ("worker_message", "runner_epoch", "launch_id"),
+                         ("resource", "claim_runner_epoch", "claim_launch_id")))
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -194,6 +203,15 @@ def _add_columns(db: Any, columns: tuple[tuple[str, str, str], ...]) -> None:
             db.execute_sql(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
+def _rename_columns(db: Any, renames: tuple[tuple[str, str, str], ...]) -> None:
+    """Rename each column a table still has under its old name (a database created from the current
+    models, as PostgreSQL's baseline is, has the new names already). Both engines rename in place
+    (SQLite since 3.25), keys and indexes included."""
+    for table, old, new in renames:
+        if old in _columns(db, table):
+            db.execute_sql(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+
+
 def _table_exists(db: pw.SqliteDatabase, name: str) -> bool:
     return db.execute_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
@@ -207,7 +225,7 @@ SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels
 POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
-                               _v11_request_clocks, _v12_channel_streams]
+                               _v11_request_clocks, _v12_channel_streams, _v13_launch_ids]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

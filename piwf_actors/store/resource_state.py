@@ -84,7 +84,7 @@ def enqueue_owner_of_run(ctx: WriteContext, run_id: str) -> None:
 
 def release_resource_claim(ctx: WriteContext, manager: str, key: str) -> None:
     ctx.conn.execute(
-        """UPDATE resource SET claim_token_hash = NULL, claim_queue_version = NULL, claim_runner_epoch = NULL,
+        """UPDATE resource SET claim_token_hash = NULL, claim_queue_version = NULL, claim_launch_id = NULL,
                claim_host_epoch = NULL, claimed_at = NULL, claim_expires_at = NULL
            WHERE manager = ? AND resource_key = ?""", (manager, key))
     ctx.changes.touch("resource")

@@ -136,9 +136,9 @@ def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> 
     False: a crash, a kill, a recovery) keeps its row, with the outcome, as
     the record of what happened.
     """
-    claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING runner_epoch", (run_id,)).fetchone()
+    claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING launch_id", (run_id,)).fetchone()
     if claim is not None:
-        ctx.conn.execute("DELETE FROM worker_message WHERE runner_epoch = ?", (claim[0],))
+        ctx.conn.execute("DELETE FROM worker_message WHERE launch_id = ?", (claim[0],))
         if by_worker:
             ctx.conn.execute("DELETE FROM run_worker WHERE worker_id = ?", (claim[0],))
         else:

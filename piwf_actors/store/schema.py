@@ -184,7 +184,7 @@ class RunClaim(_Base):
     run_id = pw.TextField(primary_key=True)
     claim_token_hash = pw.TextField()
     generation = pw.IntegerField()
-    runner_epoch = pw.TextField()
+    launch_id = pw.TextField()
     host_epoch = pw.IntegerField()
     claimed_at = pw.FloatField()
     expires_at = pw.FloatField()
@@ -246,7 +246,7 @@ class RunWorker(_Base):
     worker_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
     generation = pw.IntegerField()
-    runner_epoch = pw.TextField()
+    launch_id = pw.TextField()
     host_epoch = pw.IntegerField()
     pid = pw.IntegerField(null=True)
     process_create_time = pw.FloatField(null=True)
@@ -286,9 +286,9 @@ class ChildProcess(_Base):
 
 
 class WorkerMessage(_Base):
-    """A worker message recorded for idempotency (runner epoch, message id)."""
+    """A worker message recorded for idempotency (launch id, message id)."""
 
-    runner_epoch = pw.TextField()
+    launch_id = pw.TextField()
     message_id = pw.TextField()
     run_id = pw.TextField()
     generation = pw.IntegerField()
@@ -299,7 +299,7 @@ class WorkerMessage(_Base):
 
     class Meta:
         table_name = "worker_message"
-        primary_key = pw.CompositeKey("runner_epoch", "message_id")
+        primary_key = pw.CompositeKey("launch_id", "message_id")
         without_rowid = True
 
 
@@ -553,7 +553,7 @@ class Resource(_Base):
     claim_token_hash = pw.TextField(null=True)
     claim_generation = pw.IntegerField(default=0)
     claim_queue_version = pw.IntegerField(null=True)
-    claim_runner_epoch = pw.TextField(null=True)
+    claim_launch_id = pw.TextField(null=True)
     claim_host_epoch = pw.IntegerField(null=True)
     claimed_at = pw.FloatField(null=True)
     claim_expires_at = pw.FloatField(null=True)

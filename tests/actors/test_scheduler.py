@@ -37,7 +37,7 @@ def test_a_run_that_could_not_be_launched_is_settled_launch_failed(store: Writer
     token = "launch-token"
     claimed = store.claimed_run("r1", claim_token_hash=token_hash(token))
     launch = run_launch(claimed, token)
-    assert (launch.run_id, launch.generation, launch.runner_epoch, launch.kind) == ("r1", 1, "re-r1", "run")
+    assert (launch.run_id, launch.generation, launch.launch_id, launch.kind) == ("r1", 1, "re-r1", "run")
     name, args = unlaunched_exit(launch, stopping=stopping)
     assert name == "runner.exit" and args["outcome"] == "launchFailed" and args["requeue"] is stopping
     assert store.writer.call(name, args)["settled"]
@@ -50,7 +50,7 @@ def test_a_reconcile_that_could_not_be_launched_is_due_again_at_once(store: Writ
     store.writer.call("resource.apply", {**REF, "spec": {"n": 1}, "initial_status": {"phase": "new"},
                                          "project_path": "/p", "manager_path": "/p/.piwf/resource-managers/builds.py",
                                          "manager_digest": "d1"})
-    claimed = store.writer.call("reconcile.claim", {"token_hash": "d" * 64, "runner_epoch": "re-1",
+    claimed = store.writer.call("reconcile.claim", {"token_hash": "d" * 64, "launch_id": "re-1",
                                                     "claim_lease_s": 120})
     launch = reconcile_launch(claimed, worker_pid=4242)
     assert (launch.kind, launch.fence, launch.worker_pid) == ("reconcile", REF, 4242)

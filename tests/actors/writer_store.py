@@ -40,10 +40,10 @@ class WriterStore:
         self.writer.ref.stop()
 
     def claimed_run(self, run_id: str, *, claim_lease_s: float = 60.0, claim_token_hash: str = TOKEN) -> dict[str, Any]:
-        """A run created and claimed for a launch whose runner epoch is `re-{run_id}`; the claim's answer."""
+        """A run created and claimed for a launch whose launch id is `re-{run_id}`; the claim's answer."""
         self.writer.call("run.create", {"workflow": "w", "run_id": run_id, "input": {}})
         claimed = self.writer.call("scheduler.claim_next", {
-            "token_hash": claim_token_hash, "runner_epoch": f"re-{run_id}", "claim_lease_s": claim_lease_s})
+            "token_hash": claim_token_hash, "launch_id": f"re-{run_id}", "claim_lease_s": claim_lease_s})
         assert claimed is not None and claimed["run_id"] == run_id
         self.claims[run_id] = claimed
         return claimed
@@ -52,7 +52,7 @@ class WriterStore:
         claimed = self.claims[run_id]
         self.messages += 1
         answer = self.writer.call("worker.message", {
-            "run_id": run_id, "runner_epoch": claimed["runner_epoch"], "message_id": f"m{self.messages}",
+            "run_id": run_id, "launch_id": claimed["launch_id"], "message_id": f"m{self.messages}",
             "generation": claimed["generation"], "token_hash": TOKEN, "op": op, "payload": payload})
         assert answer["outcome"] == "accepted", answer
         return answer["value"]

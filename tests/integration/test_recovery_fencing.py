@@ -7,10 +7,10 @@ writer actor would — `lease.acquire`, `run.create`, `scheduler.claim_next`,
 that are hard to force with real processes (a stale worker still talking
 after its run was claimed again, a replayed message) deterministic.
 
-- a message from an older claim (generation, token or runner epoch) is
+- a message from an older claim (generation, token or launch id) is
   refused `claim_lost` and changes nothing, as is one after the claim expired;
 - a command from an earlier host epoch is refused `stale_epoch`;
-- the same (runner epoch, message id) with the same payload returns the
+- the same (launch id, message id) with the same payload returns the
   recorded answer with `"replayed": True` and applies nothing again; with
   another payload it is rejected.
 
@@ -85,19 +85,19 @@ class Launch:
         self.store = store
         self.run_id = claimed["run_id"]
         self.generation = claimed["generation"]
-        self.runner_epoch = claimed["runner_epoch"]
+        self.launch_id = claimed["launch_id"]
         self.token_hash = token_hash(token)
 
     def message(self, message_id: str, op: str, payload: dict[str, Any] | None = None, *, at: float = T0,
                 epoch: int | None = None, **override: Any) -> WriteResult:
-        args = {"run_id": self.run_id, "generation": self.generation, "runner_epoch": self.runner_epoch,
+        args = {"run_id": self.run_id, "generation": self.generation, "launch_id": self.launch_id,
                 "token_hash": self.token_hash, "message_id": message_id, "op": op, "expected_revision": None,
                 "payload": payload or {}, **override}
         return self.store.apply("worker.message", args, at=at, epoch=epoch)
 
     def exit(self, outcome: str = "crashed", *, at: float = T0, requeue: bool = False) -> dict[str, Any]:
         return self.store.ok("runner.exit", {
-            "run_id": self.run_id, "generation": self.generation, "runner_epoch": self.runner_epoch,
+            "run_id": self.run_id, "generation": self.generation, "launch_id": self.launch_id,
             "token_hash": self.token_hash, "outcome": outcome, "exit_code": -9,
             "diagnostic": "worker closed its connection; killed by SIGKILL", "load_failure": None,
             "requeue": requeue}, at=at)
@@ -105,7 +105,7 @@ class Launch:
 
 def claim(store: Store, name: str, *, at: float = T0, claim_lease_s: float = 30.0) -> Launch:
     claimed = store.ok("scheduler.claim_next", {"exclude": [], "token_hash": token_hash(f"token-{name}"),
-                                                "runner_epoch": f"runner-{name}", "claim_lease_s": claim_lease_s},
+                                                "launch_id": f"runner-{name}", "claim_lease_s": claim_lease_s},
                        at=at)
     assert claimed is not None, "nothing was eligible to claim"
     return Launch(store, claimed, f"token-{name}")
@@ -146,11 +146,11 @@ def test_message_from_an_older_claim_is_claim_lost_and_changes_nothing(store, ru
 
     stale = first.message("m3", "node_finished", finished("b", "c", "att-b"))
     assert (stale.ok, stale.error_code) == (False, "claim_lost")
-    # Every part of the fence counts: generation, token, runner epoch.
+    # Every part of the fence counts: generation, token, launch id.
     mixes = [
-        {"generation": 1, "token_hash": second.token_hash, "runner_epoch": second.runner_epoch},
-        {"generation": 2, "token_hash": first.token_hash, "runner_epoch": second.runner_epoch},
-        {"generation": 2, "token_hash": second.token_hash, "runner_epoch": first.runner_epoch},
+        {"generation": 1, "token_hash": second.token_hash, "launch_id": second.launch_id},
+        {"generation": 2, "token_hash": first.token_hash, "launch_id": second.launch_id},
+        {"generation": 2, "token_hash": second.token_hash, "launch_id": first.launch_id},
     ]
     for index, mix in enumerate(mixes):
         result = first.message(f"mix{index}", "node_finished", finished("b", "c", f"att-mix{index}"), **mix)
@@ -158,8 +158,8 @@ def test_message_from_an_older_claim_is_claim_lost_and_changes_nothing(store, ru
     assert (store.run_state(run_id), store.event_count(run_id)) == before
     assert store.one("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = 'b'", (run_id,))[0] == 0
     # A refused message is not recorded: it cannot be "replayed" into an answer later.
-    assert store.one("SELECT count(*) FROM worker_message WHERE runner_epoch = ? AND message_id = 'm3'",
-                     (first.runner_epoch,))[0] == 0
+    assert store.one("SELECT count(*) FROM worker_message WHERE launch_id = ? AND message_id = 'm3'",
+                     (first.launch_id,))[0] == 0
 
     # The old launch's late exit report does not settle the run the new launch owns.
     assert first.exit()["settled"] is False
@@ -189,7 +189,7 @@ def test_earlier_host_epoch_is_stale_and_its_claims_are_lost(store, run_id) -> N
     assert (stale.ok, stale.error_code) == (False, "stale_epoch")
     # Recovery: a host crash is not the run's fault, so it goes back to the queue.
     assert store.ok("host.recover", {}, at=T0 + 62) == {"runs": {run_id: "queued"}}
-    assert store.one("SELECT status FROM run_worker WHERE runner_epoch = ?", (old.runner_epoch,))[0] == "orphaned"
+    assert store.one("SELECT status FROM run_worker WHERE launch_id = ?", (old.launch_id,))[0] == "orphaned"
     # Even stamped with the new epoch, the old launch's messages are refused.
     refused = old.message("m2", "node_finished", finished("a", "b", "att-a"), at=T0 + 62)
     assert (refused.ok, refused.error_code) == (False, "claim_lost")
@@ -238,7 +238,7 @@ def test_a_resend_after_the_launch_ended_is_claim_lost_and_applies_nothing(store
     assert first.message("m1", "ready").ok
     assert first.message("m2", "node_finished", finished("a", "b", "att-a")).ok
     first.exit()
-    assert store.one("SELECT count(*) FROM worker_message WHERE runner_epoch = ?", (first.runner_epoch,))[0] == 0
+    assert store.one("SELECT count(*) FROM worker_message WHERE launch_id = ?", (first.launch_id,))[0] == 0
     claim(store, "b")
     state, events = store.run_state(run_id), store.event_count(run_id)
     for message_id, op, payload in (("m1", "ready", None), ("m2", "node_finished", finished("a", "b", "att-a"))):

@@ -23,7 +23,7 @@ from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.messages.content import FRAME_BUDGET, ContentUpload, digest_of, encode
 from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
 
-LAUNCH = {"run_id": "r1", "generation": 1, "runner_epoch": "e1", "revision": 0}
+LAUNCH = {"run_id": "r1", "generation": 1, "launch_id": "e1", "revision": 0}
 
 
 class Supervisor:

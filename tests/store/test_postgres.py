@@ -102,7 +102,7 @@ def test_a_replayed_worker_message_gets_its_recorded_answer(pg_database: Postgre
         store.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
         store.claim()
         generation, epoch = store.claims["r1"]
-        message = {"run_id": "r1", "runner_epoch": epoch, "message_id": "m-once", "generation": generation,
+        message = {"run_id": "r1", "launch_id": epoch, "message_id": "m-once", "generation": generation,
                    "token_hash": TOKEN, "op": "ready", "payload": {"want_state": False}, "expected_revision": None}
         first = store.call("worker.message", message)
         again = store.call("worker.message", message)

@@ -28,12 +28,12 @@ def _apply(store: Store, spec: dict, now: float = 1000.0, **extra) -> dict:
 
 
 def _claim(store: Store, now: float, epoch: str = "e1") -> dict | None:
-    return store.call("reconcile.claim", {"token_hash": TOKEN, "runner_epoch": epoch, "claim_lease_s": 120}, now)
+    return store.call("reconcile.claim", {"token_hash": TOKEN, "launch_id": epoch, "claim_lease_s": 120}, now)
 
 
 def _msg(store: Store, claim: dict, op: str, payload: dict, now: float) -> dict:
     return store.call("reconcile.message", {**REF, "claim_generation": claim["claim_generation"],
-                                            "runner_epoch": claim["runner_epoch"], "token_hash": TOKEN,
+                                            "launch_id": claim["launch_id"], "token_hash": TOKEN,
                                             "message_id": "m", "op": op, "payload": payload}, now)
 
 
@@ -197,7 +197,7 @@ def test_a_reconcile_whose_worker_died_is_an_error_and_a_host_restart_is_not(sto
     claim = _claim(store, 1000.0)
     effect = _msg(store, claim, "effect_reserve", {"key": "a"}, 1000.0)["value"]
     settled = store.call("reconcile.exit", {**REF, "claim_generation": claim["claim_generation"],
-                                            "runner_epoch": "e1", "token_hash": TOKEN, "outcome": "crashed",
+                                            "launch_id": "e1", "token_hash": TOKEN, "outcome": "crashed",
                                             "diagnostic": "killed by SIGKILL"}, 1001.0)
     assert settled["settled"]
     row = _row(store)

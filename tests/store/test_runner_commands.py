@@ -31,7 +31,7 @@ class Runners(Store):
                 for _ in range(count)]
 
     def claim_as(self, runner_id: str | None, epoch: int | None, slots: int, now: float = 1000.0) -> list[dict]:
-        args = {"slots": [{"token_hash": TOKEN, "runner_epoch": f"re{next(self.ids)}"} for _ in range(slots)],
+        args = {"slots": [{"token_hash": TOKEN, "launch_id": f"re{next(self.ids)}"} for _ in range(slots)],
                 "claim_lease_s": 60}
         if runner_id is None:
             return self.call("scheduler.claim_next", args, now)
@@ -109,7 +109,7 @@ def test_worker_messages_renewals_and_exits_check_the_claims_owner(store) -> Non
     store.queue(2)
     (mine,) = store.claim_as("r1", 1, 1)
     (hosts,) = store.claim_as(None, None, 1)
-    message = {"run_id": mine["run_id"], "runner_epoch": mine["runner_epoch"], "message_id": "m1",
+    message = {"run_id": mine["run_id"], "launch_id": mine["launch_id"], "message_id": "m1",
                "generation": mine["generation"], "token_hash": TOKEN, "op": "ready", "payload": {}}
     # The active host cannot speak for the runner's claim, nor another runner lease.
     refused = store.raw("worker.message", message)
@@ -124,7 +124,7 @@ def test_worker_messages_renewals_and_exits_check_the_claims_owner(store) -> Non
     assert store.as_runner("r1", 1, "scheduler.renew_claims", renew).unwrap() == {mine["run_id"]: True,
                                                                                  hosts["run_id"]: False}
     assert store.call("scheduler.renew_claims", renew) == {mine["run_id"]: False, hosts["run_id"]: True}
-    exit_args = {"run_id": mine["run_id"], "generation": mine["generation"], "runner_epoch": mine["runner_epoch"],
+    exit_args = {"run_id": mine["run_id"], "generation": mine["generation"], "launch_id": mine["launch_id"],
                  "token_hash": TOKEN, "outcome": "crashed"}
     assert store.call("runner.exit", exit_args)["settled"] is False
     assert store.as_runner("r1", 1, "runner.exit", exit_args).unwrap()["settled"] is True
@@ -146,7 +146,7 @@ def test_the_active_host_recovers_a_dead_runners_claims_and_children_and_leaves_
     assert recovered["runners"] == ["r1#1"]
     assert [(c["pid"], c["runner_id"]) for c in recovered["children"]] == [(4242, "r1")]
     assert store.row("SELECT runner_id FROM run_claim WHERE run_id = ?", (live["run_id"],)) == ("r2",)
-    assert store.row("SELECT status FROM run_worker WHERE worker_id = ?", (dead["runner_epoch"],)) == ("orphaned",)
+    assert store.row("SELECT status FROM run_worker WHERE worker_id = ?", (dead["launch_id"],)) == ("orphaned",)
     # A runner started again under the same id: its old epoch's leftovers are recovered all the same.
     assert store.runner_lease("r2", now=1200.0) == 2
     assert store.call("runners.recover", {}, now=1200.0)["runs"] == {live["run_id"]: "queued"}
@@ -157,7 +157,7 @@ def test_a_requeued_run_resumes_elsewhere_and_records_who_executed_each_attempt(
     store.runner_lease("r1", now=1000.0, lease_s=10.0)
     store.queue(1)
     (claim,) = store.claim_as("r1", 1, 1, now=1000.0)
-    base = {"run_id": claim["run_id"], "runner_epoch": claim["runner_epoch"], "generation": claim["generation"],
+    base = {"run_id": claim["run_id"], "launch_id": claim["launch_id"], "generation": claim["generation"],
             "token_hash": TOKEN}
     store.as_runner("r1", 1, "worker.message", {**base, "message_id": "m1", "op": "ready", "payload": {}},
                     now=1001.0).unwrap()
@@ -170,7 +170,7 @@ def test_a_requeued_run_resumes_elsewhere_and_records_who_executed_each_attempt(
     (again,) = store.claim_as(None, None, 1, now=1012.0)
     assert again["run_id"] == claim["run_id"]
     assert store.row("SELECT executed_by FROM node_attempt WHERE attempt_id = 'att_1'") == ("r1",)
-    again_base = {"run_id": again["run_id"], "runner_epoch": again["runner_epoch"],
+    again_base = {"run_id": again["run_id"], "launch_id": again["launch_id"],
                   "generation": again["generation"], "token_hash": TOKEN}
     store.call("worker.message", {**again_base, "message_id": "m3", "op": "ready", "payload": {}}, now=1013.0)
     finished = store.call("worker.message", {

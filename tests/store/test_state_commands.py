@@ -88,7 +88,7 @@ class Store:
     # --- building runs with the real commands ---------------------------------
 
     def claim(self, run_id: str, now: float) -> None:
-        claim = self.call("scheduler.claim_next", {"token_hash": "c" * 64, "runner_epoch": f"re-{run_id}",
+        claim = self.call("scheduler.claim_next", {"token_hash": "c" * 64, "launch_id": f"re-{run_id}",
                                                    "claim_lease_s": 60}, now)
         assert claim["run_id"] == run_id
         self.runner[run_id] = {"generation": claim["generation"], "messages": 0}
@@ -97,7 +97,7 @@ class Store:
         state = self.runner[run_id]
         state["messages"] += 1
         answer = self.call("worker.message", {
-            "run_id": run_id, "runner_epoch": f"re-{run_id}", "message_id": f"m{state['messages']}",
+            "run_id": run_id, "launch_id": f"re-{run_id}", "message_id": f"m{state['messages']}",
             "generation": state["generation"], "token_hash": "c" * 64, "op": op, "payload": payload}, now)
         assert answer["outcome"] == "accepted", answer
         return answer["value"]
@@ -235,7 +235,7 @@ VIOLATIONS = {
         lambda s: s.sql("DELETE FROM run_event WHERE run_id = 'run_cancel_old' AND kind = 'run_cancelled'"),
         {("terminal_run_without_event", "run_cancel_old")}),
     "claim_on_done_run": (
-        lambda s: s.sql("INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch, "
+        lambda s: s.sql("INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch, "
                         "claimed_at, expires_at, progress_at_claim) VALUES ('run_done_old', 'x', 9, 're', 1, 0, 0, 0)"),
         {("claim_on_inactive_run", "run_done_old")}),
     "parked_without_reason": (
@@ -451,7 +451,7 @@ def test_prune_never_selects_unfinished_claimed_or_parent_runs(store: Store) -> 
     # An old queued and parked run, even with a finished_at, are not terminal.
     store.sql("UPDATE run SET finished_at = ? WHERE run_id IN ('run_queued', 'run_parked')", (T_OLD,))
     # A terminal run that still carries a claim (verify flags it) is left alone.
-    store.sql("INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch, claimed_at, "
+    store.sql("INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch, claimed_at, "
               "expires_at, progress_at_claim) VALUES ('run_failed_old', 'x', 9, 're', 1, 0, 0, 0)")
     # A terminal run whose restarted child has not ended yet is kept for the child.
     revision = store.sql("SELECT revision FROM run WHERE run_id = 'run_cancel_old'")[0][0]

@@ -38,7 +38,7 @@ class Store:
 
     def claim(self, now: float = 1000.0) -> dict[str, Any] | None:
         epoch = f"re{next(self.ids)}"
-        claimed = self.call("scheduler.claim_next", {"token_hash": TOKEN, "runner_epoch": epoch, "claim_lease_s": 60},
+        claimed = self.call("scheduler.claim_next", {"token_hash": TOKEN, "launch_id": epoch, "claim_lease_s": 60},
                             now)
         if claimed:
             self.claims[claimed["run_id"]] = (claimed["generation"], epoch)
@@ -46,13 +46,13 @@ class Store:
 
     def worker(self, run_id: str, op: str, payload: dict[str, Any], now: float = 1000.0) -> dict[str, Any]:
         generation, epoch = self.claims[run_id]
-        return self.call("worker.message", {"run_id": run_id, "runner_epoch": epoch, "message_id": f"m{next(self.ids)}",
+        return self.call("worker.message", {"run_id": run_id, "launch_id": epoch, "message_id": f"m{next(self.ids)}",
                                             "generation": generation, "token_hash": TOKEN, "op": op,
                                             "payload": payload, "expected_revision": None}, now)
 
     def crash(self, run_id: str, now: float = 1000.0) -> dict[str, Any]:
         generation, epoch = self.claims[run_id]
-        return self.call("runner.exit", {"run_id": run_id, "generation": generation, "runner_epoch": epoch,
+        return self.call("runner.exit", {"run_id": run_id, "generation": generation, "launch_id": epoch,
                                          "token_hash": TOKEN, "outcome": "crashed"}, now)
 
     def run(self, run_id: str) -> tuple[Any, ...]:

@@ -3,7 +3,7 @@ and recover what a previous host left behind.
 
 A claim is the fence for everything a worker writes: a random token (only
 its sha256 is stored), a generation that grows with every claim of the run,
-a runner epoch naming one launch, the host epoch, and an expiry. A claim a
+a launch id naming one launch, the host epoch, and an expiry. A claim a
 runner host took (docs/runners.md) names that runner and the epoch of its
 runner lease instead: it belongs to that lease, not to any host epoch, so a
 new active host leaves it alone while the runner's lease is live and
@@ -49,7 +49,7 @@ def _eligible(ctx: WriteContext, exclude: list[str], limit: int) -> list[str]:
 def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     """Claim eligible runs for new launches, one per slot.
 
-    `args.slots` lists {token_hash, runner_epoch, pid?, create_time?} — one
+    `args.slots` lists {token_hash, launch_id, pid?, create_time?} — one
     per free worker; the answer is the list of claimed runs (possibly
     empty). Without `slots` the args are one slot and the answer is one
     claimed run or None. Each claimed run is marked `starting`, gets a claim
@@ -72,24 +72,24 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
     generation = int(run["generation"])
     run["claim_generation"] = generation
     ctx.conn.execute(
-        """INSERT INTO run_claim (run_id, claim_token_hash, generation, runner_epoch, host_epoch,
+        """INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch,
                claimed_at, expires_at, progress_at_claim, runner_id, runner_lease_epoch)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (run_id, slot["token_hash"], generation, slot["runner_epoch"], ctx.host_epoch, ctx.now,
+        (run_id, slot["token_hash"], generation, slot["launch_id"], ctx.host_epoch, ctx.now,
          ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch),
     )
     pid = slot.get("pid")
     ctx.conn.execute(
-        """INSERT INTO run_worker (worker_id, run_id, generation, runner_epoch, host_epoch, pid, process_create_time,
+        """INSERT INTO run_worker (worker_id, run_id, generation, launch_id, host_epoch, pid, process_create_time,
                status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (slot["runner_epoch"], run_id, generation, slot["runner_epoch"], ctx.host_epoch, pid,
+        (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
          slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id),
     )
     revision = set_status(ctx, run_id, "starting", "run_claimed",
-                          payload={"generation": generation, "runner_epoch": slot["runner_epoch"],
+                          payload={"generation": generation, "launch_id": slot["launch_id"],
                                    "by": ctx.executed_by})
     return {
-        "run_id": run_id, "generation": generation, "runner_epoch": slot["runner_epoch"], "revision": run["progress"],
+        "run_id": run_id, "generation": generation, "launch_id": slot["launch_id"], "revision": run["progress"],
         "run_revision": revision, "token_hash": slot["token_hash"],
         "workflow": run["workflow"], "workflow_path": run["workflow_path"], "workflow_attr": run["workflow_attr"],
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
@@ -150,7 +150,7 @@ def attach_runner(ctx: WriteContext, args: dict[str, Any]) -> bool:
     """Record the worker process serving a launch (pid + create_time) for reaping."""
     ctx.conn.execute(
         "UPDATE run_worker SET pid = ?, process_create_time = ?, status = 'live' WHERE worker_id = ?",
-        (args["pid"], args["create_time"], args["runner_epoch"]),
+        (args["pid"], args["create_time"], args["launch_id"]),
     )
     ctx.changes.touch("run_worker", args.get("run_id"))
     return True
@@ -242,7 +242,7 @@ def runner_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     ctx.conn.execute(
         """UPDATE run_worker SET status = 'exited', outcome = ?, exit_code = ?, diagnostic = ?, ended_at = ?
            WHERE worker_id = ?""",
-        (args["outcome"], args.get("exit_code"), args.get("diagnostic"), ctx.now, args["runner_epoch"]),
+        (args["outcome"], args.get("exit_code"), args.get("diagnostic"), ctx.now, args["launch_id"]),
     )
     ctx.changes.touch("run_worker", run_id)
     # Shell commands the worker started outlive it when it is killed (they lead
@@ -387,7 +387,7 @@ def recover_runners(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
     if ctx.runner_id is not None:
         raise Rejected("runners.recover is the active host's")
     dead = ctx.conn.execute(
-        f"""SELECT run_id, runner_epoch, runner_id, runner_lease_epoch FROM run_claim
+        f"""SELECT run_id, launch_id, runner_id, runner_lease_epoch FROM run_claim
             WHERE runner_id IS NOT NULL AND NOT {_LIVE_RUNNER.format(table='run_claim')}""", (ctx.now,)).fetchall()
     settled: dict[str, str] = {}
     runners: set[str] = set()

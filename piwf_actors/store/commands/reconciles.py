@@ -29,7 +29,7 @@ from piwf_actors.store.resource_state import (
 )
 
 
-def launch_id(manager: str, key: str) -> str:
+def reconcile_id(manager: str, key: str) -> str:
     """How the scheduler and the runner supervisor name a reconcile's launch (beside run ids)."""
     return f"reconcile:{manager}/{key}"
 
@@ -41,12 +41,12 @@ _DUE = """SELECT manager, resource_key FROM resource
 
 @command("reconcile.claim")
 def claim_reconcile(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    """Claim the resource due the longest (args: token_hash, runner_epoch, claim_lease_s, exclude: launch
+    """Claim the resource due the longest (args: token_hash, launch_id, claim_lease_s, exclude: launch
     ids this host runs now). A claim that expired is taken over: its reconcile is gone, its `applying`
     effects become `ambiguous` and it counts as an error. Returns the launch, or None."""
     exclude = set(args.get("exclude") or ())
     for manager, key in ctx.conn.execute(_DUE, (ctx.now, ctx.now, len(exclude) + 1)).fetchall():
-        if launch_id(manager, key) not in exclude:
+        if reconcile_id(manager, key) not in exclude:
             return _claim(ctx, require_resource(ctx.conn, manager, key), args)
     return None
 
@@ -63,17 +63,17 @@ def _claim(ctx: WriteContext, row: dict[str, Any], args: dict[str, Any]) -> dict
     generation = row["claim_generation"] + 1
     ctx.conn.execute(
         """UPDATE resource SET claim_token_hash = ?, claim_generation = ?, claim_queue_version = queue_version,
-               claim_runner_epoch = ?, claim_host_epoch = ?, claimed_at = ?, claim_expires_at = ?,
+               claim_launch_id = ?, claim_host_epoch = ?, claimed_at = ?, claim_expires_at = ?,
                consecutive_errors = ?
            WHERE manager = ? AND resource_key = ?""",
-        (args["token_hash"], generation, args["runner_epoch"], ctx.host_epoch, ctx.now,
+        (args["token_hash"], generation, args["launch_id"], ctx.host_epoch, ctx.now,
          ctx.now + float(args["claim_lease_s"]), errors, manager, key))
     append_resource_event(ctx, manager, key, uid, "reconcile_started",
                           {"generation": row["generation"], "claim_generation": generation})
     ctx.changes.touch("resource")
     return {
-        "launch_id": launch_id(manager, key), "manager": manager, "key": key, "uid": uid,
-        "claim_generation": generation, "runner_epoch": args["runner_epoch"], "token_hash": args["token_hash"],
+        "reconcile_id": reconcile_id(manager, key), "manager": manager, "key": key, "uid": uid,
+        "claim_generation": generation, "launch_id": args["launch_id"], "token_hash": args["token_hash"],
         "project_path": row["project_path"], "manager_path": row["manager_path"],
         "resource": {"spec": loads(row["spec_json"]), "status": loads(row["status_json"]),
                      "finalizers": loads(row["finalizers_json"]), "generation": row["generation"],
@@ -92,20 +92,20 @@ def renew_reconciles(ctx: WriteContext, args: dict[str, Any]) -> dict[str, bool]
                    AND claim_generation = ? AND claim_token_hash = ? AND claim_host_epoch = ? AND claim_expires_at > ?""",
             (ctx.now + float(args["claim_lease_s"]), item["manager"], item["key"], item["claim_generation"],
              item["token_hash"], ctx.host_epoch, ctx.now)).rowcount
-        held[launch_id(item["manager"], item["key"])] = changed == 1
+        held[reconcile_id(item["manager"], item["key"])] = changed == 1
     return held
 
 
 def _claimed(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """The resource, if the claim in `args` is still the current one; else ClaimLost."""
-    name = launch_id(args["manager"], args["key"])
+    name = reconcile_id(args["manager"], args["key"])
     row = resource_row(ctx.conn, args["manager"], args["key"])
     if row is None or row["claim_token_hash"] is None:
         raise ClaimLost(name, "the resource is not claimed")
     if row["claim_generation"] != args["claim_generation"] or row["claim_token_hash"] != args["token_hash"]:
         raise ClaimLost(name, f"claim generation {args['claim_generation']} is not the current claim")
-    if row["claim_runner_epoch"] != args["runner_epoch"]:
-        raise ClaimLost(name, "runner epoch is stale")
+    if row["claim_launch_id"] != args["launch_id"]:
+        raise ClaimLost(name, "launch id is stale")
     if row["claim_host_epoch"] != ctx.host_epoch:
         raise ClaimLost(name, "claim belongs to an earlier host epoch")
     if row["claim_expires_at"] <= ctx.now:
@@ -284,7 +284,7 @@ def reconcile_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     effects become `ambiguous` and the reconcile counts as an error (back-off); a host that stops
     cleanly (`requeue`) puts the resource back at once instead."""
     try:
-        row = _claimed(ctx, {**args, "runner_epoch": args["runner_epoch"]})
+        row = _claimed(ctx, {**args, "launch_id": args["launch_id"]})
     except ClaimLost:
         return {"status": None, "settled": False, "children": []}
     manager, key, uid = row["manager"], row["resource_key"], row["uid"]

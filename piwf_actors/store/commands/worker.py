@@ -1,10 +1,10 @@
 """`worker.message`: every transition a worker reports, applied under its claim.
 
 The runner supervisor forwards each worker message here unchanged. The
-command checks, in order: the message was seen before (same runner epoch
+command checks, in order: the message was seen before (same launch id
 and message id) — then the recorded answer is returned, or the message is
 rejected if its payload differs; the claim is still this launch's (token
-hash, generation, runner epoch, and the owner: the host epoch for the
+hash, generation, launch id, and the owner: the host epoch for the
 active host's claims, the runner id and runner lease epoch for a runner
 host's (docs/runners.md); expiry) — else `claimLost`; the
 run's revision is the one the worker expects — else `conflict`. Only then
@@ -42,11 +42,11 @@ from piwf_actors.store.values import put_value
 
 #: The recorded answer, the claim and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
-    SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.runner_epoch, c.host_epoch,
+    SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.launch_id, c.host_epoch,
            c.expires_at, c.runner_id, c.runner_lease_epoch, r.*
     FROM run r
     LEFT JOIN run_claim c ON c.run_id = r.run_id
-    LEFT JOIN worker_message m ON m.runner_epoch = ? AND m.message_id = ?
+    LEFT JOIN worker_message m ON m.launch_id = ? AND m.message_id = ?
     WHERE r.run_id = ?"""
 _CONTEXT_COLUMNS = 9
 
@@ -65,11 +65,11 @@ def message_fingerprint(args: dict[str, Any]) -> str:
 
 @command("worker.message")
 def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    run_id, runner_epoch, message_id = args["run_id"], args["runner_epoch"], args["message_id"]
+    run_id, launch_id, message_id = args["run_id"], args["launch_id"], args["message_id"]
     op_name = args["op"]
     payload = args.get("payload") or {}
     print_ = message_fingerprint(args)
-    cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (runner_epoch, message_id, run_id))
+    cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
     row = cursor.fetchone()
     if row is None:
         raise ClaimLost(run_id, "the run is not claimed")
@@ -83,8 +83,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ClaimLost(run_id, "the run is not claimed")
     if generation != args["generation"] or token_hash != args["token_hash"]:
         raise ClaimLost(run_id, f"generation {args['generation']} is not the current claim")
-    if claim_epoch != runner_epoch:
-        raise ClaimLost(run_id, "runner epoch is stale")
+    if claim_epoch != launch_id:
+        raise ClaimLost(run_id, "launch id is stale")
     if not ctx.owns_claim(claim_host_epoch, claim_runner_id, claim_runner_lease_epoch):
         raise ClaimLost(run_id, "claim belongs to an earlier host epoch" if claim_runner_id is None
                         and ctx.runner_id is None else "claim belongs to another host or runner lease")
@@ -104,11 +104,11 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         # now finds the claim gone (claimLost), which is the truth for a launch that is over.
         return response
     ctx.conn.execute(
-        """INSERT INTO worker_message (runner_epoch, message_id, run_id, generation, kind, fingerprint,
+        """INSERT INTO worker_message (launch_id, message_id, run_id, generation, kind, fingerprint,
                response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
         # The answer as msgpack (a blob): it only ever goes back to the worker, and packing it
         # costs a fraction of canonical JSON on this hot path.
-        (runner_epoch, message_id, run_id, args["generation"], op_name, print_,
+        (launch_id, message_id, run_id, args["generation"], op_name, print_,
          msgpack.packb(response, use_bin_type=True), ctx.now))
     return response
 
