@@ -11,14 +11,15 @@ after starting it.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
-from piwf_actors.store.requests import WriteResults
+from piwf_actors.store.requests import WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
 
@@ -111,3 +112,36 @@ class PollingActor(CoreActor):
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+class _Submits(Protocol):
+    """What `WriteReplies` needs of a `WriterHandle` (whose module imports this one)."""
+
+    def submit(self, command: WriteCommand, reply_to: Any = None) -> None: ...
+
+
+class WriteReplies:
+    """An actor's writes in flight, each with the handler of its answer.
+
+    `submit` sends a command under a fresh token and keeps its handler;
+    `answer` (from the actor's `WriteResult` handler) hands each result to the
+    handler its command was sent with, and ignores a token it does not know.
+    Used from the owning actor's thread only; made in its `on_start`, where
+    its ref is known. (The gateway keeps its own map: its answers go to a
+    connection, not to a method.)
+    """
+
+    def __init__(self, writer: _Submits, reply_to: pykka.ActorRef[Any]) -> None:
+        self._writer = writer
+        self._reply_to = reply_to
+        self._pending: dict[str, Callable[[WriteResult], None]] = {}
+
+    def submit(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> None:
+        token = f"{name}:{secrets.token_hex(6)}"
+        self._pending[token] = on_result
+        self._writer.submit(WriteCommand(name, args, correlation_id=token), self._reply_to)
+
+    def answer(self, result: WriteResult) -> None:
+        on_result = self._pending.pop(result.correlation_id or "", None)
+        if on_result is not None:
+            on_result(result)

@@ -32,7 +32,6 @@ kinds of host.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -40,14 +39,14 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import PollingActor
+from piwf_actors.actors.base import PollingActor, WriteReplies
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.store.requests import WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +140,14 @@ class Housekeeper(PollingActor):
         self._state = HousekeepingState(last_prune=0.0)  # its clock starts in on_start
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
-        # Write results come back under a token; each pending one names the handler of its answer.
-        self._pending: dict[str, Callable[[WriteResult], None]] = {}
+        self._replies: WriteReplies | None = None  # made in on_start: it needs this actor's ref
 
     def on_start(self) -> None:
         """Runs in the housekeeper's thread: its reader, then the ticker (the first look is its first tick).
         The first prune waits `prune_every_s` from here, as every later one waits from the last."""
         self._state = HousekeepingState(last_prune=self._clock())
         self._reader = StoreReader(self._database)
+        self._replies = WriteReplies(self._writer, self.actor_ref)
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
@@ -167,15 +166,13 @@ class Housekeeper(PollingActor):
             self._submit("state.prune", step.prune, self._pruned)
 
     def _submit(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> None:
-        token = f"{name}:{secrets.token_hex(6)}"
-        self._pending[token] = on_result
-        self._writer.submit(WriteCommand(name, args, correlation_id=token), self.actor_ref)
+        assert self._replies is not None
+        self._replies.submit(name, args, on_result)
 
     def _written(self, result: WriteResult) -> None:
         """Runs in the housekeeper's thread: the answer goes to the handler its command was sent with."""
-        on_result = self._pending.pop(result.correlation_id or "", None)
-        if on_result is not None:
-            on_result(result)
+        if self._replies is not None:
+            self._replies.answer(result)
 
     def _expired(self, result: WriteResult) -> None:
         self._state = replace(self._state, expiring=False)

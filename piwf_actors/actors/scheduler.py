@@ -49,7 +49,8 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
+from piwf_actors.actors.base import ActorFailed, CoreActor, WriteReplies, safe_tell
+from piwf_actors.actors.launches import reconcile_launch, run_launch, unlaunched_exit
 from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
 from piwf_actors.actors.runner_supervisor import (
     HoldRun,
@@ -70,7 +71,7 @@ from piwf_actors.paths import DatabaseLocation
 from piwf_actors.resources.fairness import after_launch, next_claim
 from piwf_actors.store import queries, resource_queries
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.store.requests import ChangeNotice, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -95,55 +96,6 @@ class _Slot:
     launch: Launch | None = None  # the launch it serves, None when idle
     stopping: bool = False  # told to stop its launch (cancel, claim lost)
     held: bool = False  # told to hold its launch (a pause is pending)
-
-
-# --- launches: pure, from what the claim commands answered (no extra read) ------------------------
-
-
-def run_launch(claimed: dict[str, Any], token: str) -> Launch:
-    """The launch of a run `scheduler.claim_next` claimed under `token`."""
-    envelope: dict[str, Any] = {
-        "workflow": claimed["workflow"], "workflow_path": claimed["workflow_path"],
-        "workflow_attr": claimed["workflow_attr"], "definition_digest": claimed["definition_digest"],
-        "project_path": claimed["project_path"], "source": claimed["source"] or b"",
-        "state": claimed.get("state")}
-    if claimed["source"] is None and claimed["source_size"] >= 0:
-        # A large snapshot travels as content the worker reads in chunks.
-        envelope["source"] = None
-        envelope["source_ref"] = {"digest": claimed["source_sha256"], "bytes": claimed["source_size"]}
-    return Launch(run_id=claimed["run_id"], generation=claimed["generation"],
-                  launch_id=claimed["launch_id"], token_hash=token_hash(token),
-                  revision=claimed["revision"], envelope=envelope,
-                  worker_pid=claimed.get("worker_pid"))
-
-
-def reconcile_launch(claimed: dict[str, Any], worker_pid: int | None) -> Launch:
-    """The launch of a reconcile `reconcile.claim` claimed, for the slot whose worker is `worker_pid`."""
-    return Launch(run_id=claimed["reconcile_id"], generation=claimed["claim_generation"],
-                  launch_id=claimed["launch_id"], token_hash=claimed["token_hash"], revision=0,
-                  envelope={"launch_kind": "reconcile", "reconcile_id": claimed["reconcile_id"],
-                            "manager": claimed["manager"], "key": claimed["key"], "uid": claimed["uid"],
-                            "project_path": claimed["project_path"], "manager_path": claimed["manager_path"],
-                            "state": claimed["resource"]},
-                  worker_pid=worker_pid, kind="reconcile",
-                  fence={"manager": claimed["manager"], "key": claimed["key"]})
-
-
-def unlaunched_exit(launch: Launch, *, stopping: bool) -> tuple[str, dict[str, Any]]:
-    """The command that settles a claimed launch that never reached its runner, as if its runner had
-    exited at once (`launchFailed`): `runner.exit` for a run (back to the queue when the host is
-    stopping), `reconcile.exit` for a reconcile (due again at once)."""
-    diagnostic = "the slot's runner supervisor is gone"
-    if launch.kind == "reconcile":
-        assert launch.fence is not None
-        return "reconcile.exit", {
-            "manager": launch.fence["manager"], "key": launch.fence["key"], "claim_generation": launch.generation,
-            "launch_id": launch.launch_id, "token_hash": launch.token_hash, "outcome": "launchFailed",
-            "exit_code": None, "diagnostic": diagnostic, "requeue": True}
-    return "runner.exit", {
-        "run_id": launch.run_id, "generation": launch.generation, "launch_id": launch.launch_id,
-        "token_hash": launch.token_hash, "outcome": "launchFailed", "exit_code": None, "requeue": stopping,
-        "diagnostic": diagnostic}
 
 
 class Scheduler(CoreActor):
@@ -183,7 +135,7 @@ class Scheduler(CoreActor):
         self._launched = 0
         self._board = board
         # Write results come back under a token; each pending one names the handler of its answer.
-        self._pending: dict[str, Callable[[WriteResult], None]] = {}
+        self._replies: WriteReplies | None = None  # made in on_start: it needs this actor's ref
         # Reconciles: their claims' lease and last renewal, and which kind the next claim prefers.
         self._reconcile_lease_s = reconcile_lease_s
         self._last_reconcile_renewal = 0.0
@@ -192,6 +144,7 @@ class Scheduler(CoreActor):
     def on_start(self) -> None:
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
         self._reader = StoreReader(self._database)
+        self._replies = WriteReplies(self._writer, self.actor_ref)
         self._writer.ref.tell(Subscribe(self.actor_ref))
         self._sockets = WorkerSockets().start()
         self._slots = [_Slot(index, self._start_supervisor(index)) for index in range(self._max_workers)]
@@ -301,15 +254,13 @@ class Scheduler(CoreActor):
 
     def _submit(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> None:
         """Send a write command; its answer is handed to `on_result` (in the scheduler's thread)."""
-        token = f"{name}:{secrets.token_hex(6)}"
-        self._pending[token] = on_result
-        self._writer.submit(WriteCommand(name, args, correlation_id=token), self.actor_ref)
+        assert self._replies is not None
+        self._replies.submit(name, args, on_result)
 
     def _written(self, result: WriteResult) -> None:
         """Runs in the scheduler's thread: the answer goes to the handler its command was sent with."""
-        on_result = self._pending.pop(result.correlation_id or "", None)
-        if on_result is not None:
-            on_result(result)
+        if self._replies is not None:
+            self._replies.answer(result)
 
     def _claimed(self, result: WriteResult, offered: list[tuple[_Slot, str, str]]) -> None:
         self._claiming = False

@@ -14,7 +14,8 @@ from testsupport import wait_for
 from writer_store import WriterStore
 
 from piwf_actors.actors.base import Ping
-from piwf_actors.actors.scheduler import Scheduler, reconcile_launch, run_launch, unlaunched_exit
+from piwf_actors.actors.launches import reconcile_launch, run_launch, unlaunched_exit
+from piwf_actors.actors.scheduler import Scheduler
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.store.requests import WriteResult
