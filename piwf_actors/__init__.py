@@ -4,7 +4,7 @@ The embedding entry point is `start_host(HostConfig(...))` (`piwf_actors.embeddi
 `HostHandle`; `HostHandle.stop()` leaves nothing running. Its results are the
 typed values of `piwf_actors.results` (`RunReceipt`, `RunView`, …), and
 `HostHandle.subscribe(actor_ref)` tells an actor the run events
-`RunStarted`, `NodeFinished`, `RunParked` and `RunFinished`; all of them are
+`RunStarted`, `NodeFinished`, `RunParked` and `RunFinished` (`piwf_actors.run_notices`); all of them are
 importable from here. The names are imported lazily so that worker processes
 and the client do not pay for the host's imports.
 """
@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 _RESULT_NAMES = (
-    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeFinished", "NodeView",
-    "PendingRequest", "RunError", "RunEvent", "RunFinished", "RunParked", "RunReceipt", "RunStarted",
-    "RunSummary", "RunView",
+    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeView", "PendingRequest", "RunError",
+    "RunEvent", "RunReceipt", "RunSummary", "RunView",
 )
+_NOTICE_NAMES = ("NodeFinished", "RunFinished", "RunParked", "RunStarted")
 
-__all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_RESULT_NAMES]
+__all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_RESULT_NAMES, *_NOTICE_NAMES]
 __version__ = "0.1.0"
 
 
@@ -40,4 +40,8 @@ def __getattr__(name: str) -> Any:
         from piwf_actors import results
 
         return getattr(results, name)
+    if name in _NOTICE_NAMES:
+        from piwf_actors import run_notices
+
+        return getattr(run_notices, name)
     raise AttributeError(name)

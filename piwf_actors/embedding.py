@@ -354,7 +354,7 @@ class HostHandle:
 
     def subscribe(self, actor_ref: pykka.ActorRef[Any], runs: Iterable[str] | str | None = None) -> Subscription:
         """Tell `actor_ref` what happens to runs: `RunStarted`, `NodeFinished`, `RunParked`,
-        `RunFinished` (`piwf_actors.results`), without polling.
+        `RunFinished` (`piwf_actors.run_notices`), without polling.
 
         `runs=None`: every run, from now on. `runs=[ids]`: those runs only,
         each from its first event (nothing is missed between `start_run` and

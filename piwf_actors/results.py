@@ -17,111 +17,36 @@ Values over 64 KiB in run views (input, output, node outputs) are content
 markers `{"$content": digest, "bytes": n, "preview": …}`; they are kept as
 they are: `HostHandle.read_content(digest)` returns the full value.
 
-The run events (`RunStarted`, `NodeFinished`, `RunParked`, `RunFinished`)
-are the messages `HostHandle.subscribe` tells an application's actor.
+The run events `HostHandle.subscribe` tells an application's actor
+(`RunStarted`, `NodeFinished`, `RunParked`, `RunFinished`) are in
+`piwf_actors.run_notices`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from piwf_actors.errors import DecodeError
-
-Outcome = Literal["accepted", "adopted"]
-
-
-# --- decoding helpers ---------------------------------------------------------------------------
-
-
-def _map(data: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
-        raise DecodeError(f"{what}: expected a map, got {type(data).__name__}")
-    return data
-
-
-def _need(data: Mapping[str, Any], key: str, what: str) -> Any:
-    try:
-        return data[key]
-    except KeyError:
-        raise DecodeError(f"{what}: missing {key!r}") from None
-
-
-def _typed(value: Any, types: tuple[type, ...], key: str, what: str, optional: bool) -> Any:
-    if value is None and optional:
-        return None
-    # bool is an int: never accept it where a number is meant.
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        raise DecodeError(f"{what}: {key!r} must be {'/'.join(t.__name__ for t in types)}"
-                          f"{' or None' if optional else ''}, got {type(value).__name__}")
-    return value
-
-
-def _str(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
-    value = data.get(key) if optional else _need(data, key, what)
-    return _typed(value, (str,), key, what, optional)
-
-
-def _int(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
-    value = data.get(key) if optional else _need(data, key, what)
-    return _typed(value, (int,), key, what, optional)
-
-
-def _num(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
-    value = data.get(key) if optional else _need(data, key, what)
-    return _typed(value, (int, float), key, what, optional)
-
-
-def _bool(data: Mapping[str, Any], key: str, what: str, *, optional: bool = False) -> Any:
-    value = data.get(key) if optional else _need(data, key, what)
-    return _typed(value, (bool,), key, what, optional)
-
-
-def _outcome(data: Mapping[str, Any], what: str) -> Outcome:
-    outcome = _need(data, "outcome", what)
-    if outcome not in ("accepted", "adopted"):
-        raise DecodeError(f"{what}: outcome must be accepted or adopted, got {outcome!r}")
-    return outcome  # type: ignore[no-any-return]
-
-
-def _extra(data: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-    return {key: value for key, value in data.items() if key not in known}
-
-
-def _recorded(data: Any, what: str) -> tuple[Outcome, Mapping[str, Any], Any]:
-    """Split a recorded write's answer {outcome, receipt, revision} (see store/commands/idempotency.py)."""
-    data = _map(data, what)
-    return _outcome(data, what), _map(_need(data, "receipt", what), f"{what} receipt"), data.get("revision")
-
-
-def _recorded_dict(outcome: str, receipt: dict[str, Any], revision: Any) -> dict[str, Any]:
-    return {"outcome": outcome, "receipt": receipt, "revision": revision}
-
-
-class _WireReadable:
-    """Read access by wire key, for code written against the dicts HostHandle used to return."""
-
-    __slots__ = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.to_dict().get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.to_dict()
-
+from piwf_actors.wire_records import (
+    Outcome,
+    WireReadable,
+    as_map,
+    bool_field,
+    extra_fields,
+    int_field,
+    need,
+    num_field,
+    recorded_dict,
+    recorded_parts,
+    str_field,
+)
 
 # --- run views ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class RunError(_WireReadable):
+class RunError(WireReadable):
     """Why a run or a node failed: a stable `code` and a one-line `message`.
 
     Also readable as its wire dict: `error["code"]`.
@@ -133,9 +58,9 @@ class RunError(_WireReadable):
 
     @classmethod
     def from_wire(cls, data: Any) -> RunError:
-        data = _map(data, "error")
-        return cls(_str(data, "code", "error", optional=True), _str(data, "message", "error", optional=True),
-                   _str(data, "traceback", "error", optional=True))
+        data = as_map(data, "error")
+        return cls(str_field(data, "code", "error", optional=True), str_field(data, "message", "error", optional=True),
+                   str_field(data, "traceback", "error", optional=True))
 
     @classmethod
     def maybe(cls, data: Any) -> RunError | None:
@@ -150,7 +75,7 @@ class RunError(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView(_WireReadable):
+class NodeView(WireReadable):
     """One node of a run as `get_run` shows it: its latest attempt's status, output and error.
 
     `attempts` is the highest attempt number; `output` may be a content
@@ -171,10 +96,10 @@ class NodeView(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> NodeView:
         what = "node view"
-        data = _map(data, what)
-        return cls(_str(data, "node_id", what), _str(data, "status", what), _int(data, "attempts", what),
-                   _need(data, "output", what), RunError.maybe(data.get("error")),
-                   _str(data, "attempt_id", what, optional=True), _extra(data, cls._KEYS))
+        data = as_map(data, what)
+        return cls(str_field(data, "node_id", what), str_field(data, "status", what), int_field(data, "attempts", what),
+                   need(data, "output", what), RunError.maybe(data.get("error")),
+                   str_field(data, "attempt_id", what, optional=True), extra_fields(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "status": self.status, "attempts": self.attempts, "output": self.output,
@@ -183,7 +108,7 @@ class NodeView(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class EffectView(_WireReadable):
+class EffectView(WireReadable):
     """A side effect a node reserved: `status` reserved | applying | applied | failed | ambiguous;
     `resolution` says how a person settled an ambiguous one (confirmed, retry) or None.
 
@@ -201,9 +126,9 @@ class EffectView(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> EffectView:
         what = "effect view"
-        data = _map(data, what)
-        return cls(_str(data, "effect_id", what), _str(data, "node_id", what), _str(data, "status", what),
-                   _str(data, "resolution", what, optional=True), _extra(data, cls._KEYS))
+        data = as_map(data, what)
+        return cls(str_field(data, "effect_id", what), str_field(data, "node_id", what), str_field(data, "status", what),
+                   str_field(data, "resolution", what, optional=True), extra_fields(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"effect_id": self.effect_id, "node_id": self.node_id, "status": self.status,
@@ -211,7 +136,7 @@ class EffectView(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class RunView(_WireReadable):
+class RunView(WireReadable):
     """Everything `get_run` (the protocol's `run.get`) shows of a run, read in one snapshot.
 
     `status` is queued | starting | running | parked | done | failed |
@@ -263,28 +188,28 @@ class RunView(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> RunView:
         what = "run view"
-        data = _map(data, what)
-        nodes = _need(data, "nodes", what)
-        effects = _need(data, "effects", what)
+        data = as_map(data, what)
+        nodes = need(data, "nodes", what)
+        effects = need(data, "effects", what)
         if not isinstance(nodes, list | tuple) or not isinstance(effects, list | tuple):
             raise DecodeError(f"{what}: nodes and effects must be lists")
         return cls(
-            run_id=_str(data, "run_id", what), workflow=_str(data, "workflow", what),
-            status=_str(data, "status", what), revision=_int(data, "revision", what),
-            park_reason=_str(data, "park_reason", what, optional=True),
-            park_detail=_str(data, "park_detail", what, optional=True),
+            run_id=str_field(data, "run_id", what), workflow=str_field(data, "workflow", what),
+            status=str_field(data, "status", what), revision=int_field(data, "revision", what),
+            park_reason=str_field(data, "park_reason", what, optional=True),
+            park_detail=str_field(data, "park_detail", what, optional=True),
             input=data.get("input"), output=data.get("output"), error=RunError.maybe(data.get("error")),
-            parent_run_id=_str(data, "parent_run_id", what, optional=True),
-            session_id=_str(data, "session_id", what, optional=True),
-            current_node=_str(data, "current_node", what, optional=True), steps=_int(data, "steps", what),
-            created_at=_num(data, "created_at", what), updated_at=_num(data, "updated_at", what),
-            finished_at=_num(data, "finished_at", what, optional=True),
+            parent_run_id=str_field(data, "parent_run_id", what, optional=True),
+            session_id=str_field(data, "session_id", what, optional=True),
+            current_node=str_field(data, "current_node", what, optional=True), steps=int_field(data, "steps", what),
+            created_at=num_field(data, "created_at", what), updated_at=num_field(data, "updated_at", what),
+            finished_at=num_field(data, "finished_at", what, optional=True),
             nodes=tuple(NodeView.from_wire(n) for n in nodes), effects=tuple(EffectView.from_wire(e) for e in effects),
-            project_path=_str(data, "project_path", what, optional=True),
-            definition_digest=_str(data, "definition_digest", what, optional=True),
-            pause_requested=bool(_bool(data, "pause_requested", what, optional=True)),
-            cancel_requested=bool(_bool(data, "cancel_requested", what, optional=True)),
-            extra=_extra(data, cls._KEYS),
+            project_path=str_field(data, "project_path", what, optional=True),
+            definition_digest=str_field(data, "definition_digest", what, optional=True),
+            pause_requested=bool(bool_field(data, "pause_requested", what, optional=True)),
+            cancel_requested=bool(bool_field(data, "cancel_requested", what, optional=True)),
+            extra=extra_fields(data, cls._KEYS),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,7 +227,7 @@ class RunView(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary(_WireReadable):
+class RunSummary(WireReadable):
     """One row of `list_runs` (the protocol's `run.list`): a run without its values and nodes.
 
     Also readable as its wire dict: `row["status"]`.
@@ -330,16 +255,16 @@ class RunSummary(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> RunSummary:
         what = "run summary"
-        data = _map(data, what)
+        data = as_map(data, what)
         return cls(
-            run_id=_str(data, "run_id", what), workflow=_str(data, "workflow", what),
-            status=_str(data, "status", what), park_reason=_str(data, "park_reason", what, optional=True),
-            revision=_int(data, "revision", what), parent_run_id=_str(data, "parent_run_id", what, optional=True),
-            session_id=_str(data, "session_id", what, optional=True),
-            current_node=_str(data, "current_node", what, optional=True), steps=_int(data, "steps", what),
-            error_code=_str(data, "error_code", what, optional=True), created_at=_num(data, "created_at", what),
-            updated_at=_num(data, "updated_at", what), finished_at=_num(data, "finished_at", what, optional=True),
-            extra=_extra(data, cls._KEYS))
+            run_id=str_field(data, "run_id", what), workflow=str_field(data, "workflow", what),
+            status=str_field(data, "status", what), park_reason=str_field(data, "park_reason", what, optional=True),
+            revision=int_field(data, "revision", what), parent_run_id=str_field(data, "parent_run_id", what, optional=True),
+            session_id=str_field(data, "session_id", what, optional=True),
+            current_node=str_field(data, "current_node", what, optional=True), steps=int_field(data, "steps", what),
+            error_code=str_field(data, "error_code", what, optional=True), created_at=num_field(data, "created_at", what),
+            updated_at=num_field(data, "updated_at", what), finished_at=num_field(data, "finished_at", what, optional=True),
+            extra=extra_fields(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "workflow": self.workflow, "status": self.status,
@@ -350,7 +275,7 @@ class RunSummary(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class RunEvent(_WireReadable):
+class RunEvent(WireReadable):
     """One entry of a run's append-only trace (`run_events`): `seq` grows by one per event.
 
     `kind` is e.g. run_created, run_started, node_started, node_finished,
@@ -371,10 +296,10 @@ class RunEvent(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> RunEvent:
         what = "run event"
-        data = _map(data, what)
-        return cls(_int(data, "seq", what), _str(data, "kind", what), _str(data, "node_id", what, optional=True),
-                   _str(data, "attempt_id", what, optional=True), data.get("payload"),
-                   _num(data, "created_at", what), _extra(data, cls._KEYS))
+        data = as_map(data, what)
+        return cls(int_field(data, "seq", what), str_field(data, "kind", what), str_field(data, "node_id", what, optional=True),
+                   str_field(data, "attempt_id", what, optional=True), data.get("payload"),
+                   num_field(data, "created_at", what), extra_fields(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "kind": self.kind, "node_id": self.node_id, "attempt_id": self.attempt_id,
@@ -382,7 +307,7 @@ class RunEvent(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class PendingRequest(_WireReadable):
+class PendingRequest(WireReadable):
     """An open interactive request (`pending_interactions`): a decision, checkpoint or agent step
     waiting for an answer.
 
@@ -416,16 +341,16 @@ class PendingRequest(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> PendingRequest:
         what = "pending request"
-        data = _map(data, what)
+        data = as_map(data, what)
         return cls(
-            request_id=_str(data, "request_id", what), run_id=_str(data, "run_id", what),
-            node_id=_str(data, "node_id", what), kind=_str(data, "kind", what),
-            audience=_str(data, "audience", what, optional=True), revision=_int(data, "revision", what),
-            status=_str(data, "status", what), deadline_at=_num(data, "deadline_at", what, optional=True),
-            contract=data.get("contract"), attempt_id=_str(data, "attempt_id", what, optional=True),
-            session_id=_str(data, "session_id", what, optional=True),
-            created_at=_num(data, "created_at", what, optional=True),
-            paused_remaining_s=_num(data, "paused_remaining_s", what, optional=True), extra=_extra(data, cls._KEYS))
+            request_id=str_field(data, "request_id", what), run_id=str_field(data, "run_id", what),
+            node_id=str_field(data, "node_id", what), kind=str_field(data, "kind", what),
+            audience=str_field(data, "audience", what, optional=True), revision=int_field(data, "revision", what),
+            status=str_field(data, "status", what), deadline_at=num_field(data, "deadline_at", what, optional=True),
+            contract=data.get("contract"), attempt_id=str_field(data, "attempt_id", what, optional=True),
+            session_id=str_field(data, "session_id", what, optional=True),
+            created_at=num_field(data, "created_at", what, optional=True),
+            paused_remaining_s=num_field(data, "paused_remaining_s", what, optional=True), extra=extra_fields(data, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "run_id": self.run_id, "node_id": self.node_id,
@@ -440,7 +365,7 @@ class PendingRequest(_WireReadable):
 
 
 @dataclass(frozen=True, slots=True)
-class RunReceipt(_WireReadable):
+class RunReceipt(WireReadable):
     """A run was queued (`start_run`, `restart_run`): its id, status and revision.
 
     `outcome` is `adopted` when the same request (client id + idempotency key,
@@ -466,11 +391,11 @@ class RunReceipt(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> RunReceipt:
         what = "run receipt"
-        outcome, receipt, _revision = _recorded(data, what)
-        return cls(_str(receipt, "run_id", what), _str(receipt, "status", what), _int(receipt, "revision", what),
-                   outcome, _str(receipt, "parent_run_id", what, optional=True),
-                   _bool(receipt, "digest_changed", what, optional=True),
-                   _str(receipt, "from_node", what, optional=True), _extra(receipt, cls._KEYS))
+        outcome, receipt, _revision = recorded_parts(data, what)
+        return cls(str_field(receipt, "run_id", what), str_field(receipt, "status", what), int_field(receipt, "revision", what),
+                   outcome, str_field(receipt, "parent_run_id", what, optional=True),
+                   bool_field(receipt, "digest_changed", what, optional=True),
+                   str_field(receipt, "from_node", what, optional=True), extra_fields(receipt, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         receipt: dict[str, Any] = {"run_id": self.run_id, "status": self.status, "revision": self.revision}
@@ -478,11 +403,11 @@ class RunReceipt(_WireReadable):
                            ("from_node", self.from_node)):
             if value is not None:
                 receipt[key] = value
-        return _recorded_dict(self.outcome, {**receipt, **self.extra}, self.revision)
+        return recorded_dict(self.outcome, {**receipt, **self.extra}, self.revision)
 
 
 @dataclass(frozen=True, slots=True)
-class ControlReceipt(_WireReadable):
+class ControlReceipt(WireReadable):
     """A run was cancelled, paused or resumed: its status now and its new revision.
 
     `status` may be a transition still under way: `cancelling` or `pausing`
@@ -501,17 +426,17 @@ class ControlReceipt(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> ControlReceipt:
         what = "control receipt"
-        outcome, receipt, _revision = _recorded(data, what)
-        return cls(_str(receipt, "run_id", what), _str(receipt, "status", what), _int(receipt, "revision", what),
-                   outcome, _extra(receipt, cls._KEYS))
+        outcome, receipt, _revision = recorded_parts(data, what)
+        return cls(str_field(receipt, "run_id", what), str_field(receipt, "status", what), int_field(receipt, "revision", what),
+                   outcome, extra_fields(receipt, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         receipt = {"run_id": self.run_id, "status": self.status, "revision": self.revision, **self.extra}
-        return _recorded_dict(self.outcome, receipt, self.revision)
+        return recorded_dict(self.outcome, receipt, self.revision)
 
 
 @dataclass(frozen=True, slots=True)
-class AnswerReceipt(_WireReadable):
+class AnswerReceipt(WireReadable):
     """A decision or checkpoint was answered: the submission recorded for it and the request's new
     revision; the run goes back to the queue. `choice` is the decision's choice (None for a
     checkpoint). Also readable as its wire dict: `receipt["receipt"]["submission_id"]`.
@@ -530,10 +455,10 @@ class AnswerReceipt(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> AnswerReceipt:
         what = "answer receipt"
-        outcome, receipt, _revision = _recorded(data, what)
-        return cls(_str(receipt, "request_id", what), _str(receipt, "submission_id", what),
-                   _str(receipt, "run_id", what), _int(receipt, "revision", what), outcome,
-                   _str(receipt, "choice", what, optional=True), _extra(receipt, cls._KEYS))
+        outcome, receipt, _revision = recorded_parts(data, what)
+        return cls(str_field(receipt, "request_id", what), str_field(receipt, "submission_id", what),
+                   str_field(receipt, "run_id", what), int_field(receipt, "revision", what), outcome,
+                   str_field(receipt, "choice", what, optional=True), extra_fields(receipt, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         receipt: dict[str, Any] = {"request_id": self.request_id, "submission_id": self.submission_id,
@@ -541,11 +466,11 @@ class AnswerReceipt(_WireReadable):
         if self.choice is not None:
             receipt["choice"] = self.choice
         receipt["revision"] = self.revision
-        return _recorded_dict(self.outcome, {**receipt, **self.extra}, self.revision)
+        return recorded_dict(self.outcome, {**receipt, **self.extra}, self.revision)
 
 
 @dataclass(frozen=True, slots=True)
-class EffectReceipt(_WireReadable):
+class EffectReceipt(WireReadable):
     """An ambiguous effect was resolved (`confirm`: it happened; `retry`: run the node again);
     `revision` is its run's revision after it. Also readable as its wire dict:
     `receipt["receipt"]["action"]`.
@@ -563,78 +488,17 @@ class EffectReceipt(_WireReadable):
     @classmethod
     def from_wire(cls, data: Any) -> EffectReceipt:
         what = "effect receipt"
-        outcome, receipt, _revision = _recorded(data, what)
-        return cls(_str(receipt, "effect_id", what), _str(receipt, "run_id", what), _str(receipt, "action", what),
-                   _int(receipt, "revision", what), outcome, _extra(receipt, cls._KEYS))
+        outcome, receipt, _revision = recorded_parts(data, what)
+        return cls(str_field(receipt, "effect_id", what), str_field(receipt, "run_id", what), str_field(receipt, "action", what),
+                   int_field(receipt, "revision", what), outcome, extra_fields(receipt, cls._KEYS))
 
     def to_dict(self) -> dict[str, Any]:
         receipt = {"run_id": self.run_id, "effect_id": self.effect_id, "action": self.action,
                    "revision": self.revision, **self.extra}
-        return _recorded_dict(self.outcome, receipt, self.revision)
+        return recorded_dict(self.outcome, receipt, self.revision)
 
-
-# --- run events told to a subscriber ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RunStarted:
-    """A worker took the run up: for the first time (`resumed` False) or again after it was
-    parked, re-queued or recovered (`resumed` True). `seq` is the run event it comes from."""
-
-    kind: ClassVar[str] = "run_started"
-
-    run_id: str
-    workflow: str
-    seq: int = 0
-    resumed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFinished:
-    """A node's attempt ended and its result is committed: `outcome` is `ok` or the failure's
-    outcome (then `error` is its one-line message). A failed attempt may be retried."""
-
-    kind: ClassVar[str] = "node_finished"
-
-    run_id: str
-    node_id: str
-    outcome: str
-    attempt_id: str | None
-    seq: int
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunParked:
-    """The run stopped without finishing. `reason`: waiting (for an answer to the request
-    `detail`: see `HostHandle.pending_interactions`), paused, ambiguous_effect (`detail` is the
-    effect id: `HostHandle.resolve_effect`) or no_progress (`detail` says why)."""
-
-    kind: ClassVar[str] = "run_parked"
-
-    run_id: str
-    reason: str
-    detail: str | None
-    seq: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RunFinished:
-    """The run ended for good: `status` done, failed (with `error`) or cancelled. It is the last
-    event a subscriber is told about that run."""
-
-    kind: ClassVar[str] = "run_finished"
-
-    run_id: str
-    status: str
-    error: RunError | None
-    seq: int = 0
-
-
-RunNotice = RunStarted | NodeFinished | RunParked | RunFinished
 
 __all__ = [
-    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeFinished", "NodeView", "Outcome",
-    "PendingRequest", "RunError", "RunEvent", "RunFinished", "RunNotice", "RunParked", "RunReceipt",
-    "RunStarted", "RunSummary", "RunView",
+    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeView", "Outcome", "PendingRequest",
+    "RunError", "RunEvent", "RunReceipt", "RunSummary", "RunView",
 ]

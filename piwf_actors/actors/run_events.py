@@ -4,7 +4,7 @@
 to the writer's `ChangeNotice`s (told after every commit, naming the runs
 that changed), reads the new events of those runs through its own read-only
 `StoreReader` (after a per-run `seq` cursor) and tells the application's
-actor typed notices (`piwf_actors.results`): `RunStarted`, `NodeFinished`,
+actor typed notices (`piwf_actors.run_notices`): `RunStarted`, `NodeFinished`,
 `RunParked`, `RunFinished`. The mapping from run event kinds is the pure
 function `translate`.
 
@@ -37,7 +37,8 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.writer import Subscribe, Unsubscribe
 from piwf_actors.errors import PiwfError
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.results import NodeFinished, RunError, RunEvent, RunFinished, RunNotice, RunParked, RunStarted, RunView
+from piwf_actors.results import RunError, RunEvent, RunView
+from piwf_actors.run_notices import NodeFinished, RunFinished, RunNotice, RunParked, RunStarted
 from piwf_actors.store import queries
 from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader

@@ -15,7 +15,7 @@ from testsupport import wait_for
 
 from piwf_actors.actors.base import Ping
 from piwf_actors.actors.run_events import Tracked
-from piwf_actors.results import RunFinished
+from piwf_actors.run_notices import RunFinished
 
 FLOWS = '''
 from piwf_actors.workflows import compute, define_workflow
