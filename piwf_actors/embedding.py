@@ -84,6 +84,11 @@ class HostHandle:
     `WorkflowLoadFailed`, `DiskFull` / `ReadOnlyDatabase`, `WriterStopped`, and
     `StandbyHost` for a mutation while the host is a standby (`role`).
 
+    Every write is checked and built as the socket checks and builds the
+    same request (`protocol.catalog`): what a socket client would be refused
+    `rejected` (a malformed run id, an unknown effect action, NaN in an
+    input) raises Rejected here, before the writer, and is not recorded.
+
     Every method here is an edge call: it may block for a read or for the
     writer's commit. Call them from the application's own threads (its main
     thread, a worker thread), not from inside an actor's handler; to follow
@@ -231,8 +236,10 @@ class HostHandle:
         `./.piwf/workflows/` is found by name, and a relative file path is
         relative to it. The workflow file is read here, in the calling thread.
         With `client_id` and `idempotency_key`, a repeated call returns the
-        first receipt with outcome `adopted`. Raises WorkflowNotFound,
-        WorkflowLoadFailed, Rejected (input that is not JSON), Conflict.
+        first receipt with outcome `adopted`. A `run_id` you choose is 1-200
+        letters, digits and `_.:-`. Raises WorkflowNotFound,
+        WorkflowLoadFailed, Rejected (input that is not JSON, a payload the
+        socket would refuse), Conflict.
         """
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())
         payload = {"workflow": workflow, "input": input, "project_path": project,

@@ -153,6 +153,8 @@ class Scheduler(CoreActor):
         self._try_claim()
 
     def release_resources(self) -> None:
+        # The board keeps the last published `active` set: only the housekeeper reads it, and it
+        # was started after this actor, so it has stopped already (the host stops in reverse).
         self._stopping = True
         if self._ticker is not None:
             self._ticker.stop()

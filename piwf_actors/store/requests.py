@@ -42,11 +42,11 @@ class WriteCommand:
                 "kind", "name", "args", "host_epoch", "correlation_id", "runner_id", "runner_lease_epoch"}:
                 raise errors.DecodeError("not a write_command record")
             name, args, epoch, corr = data["name"], data["args"], data["host_epoch"], data["correlation_id"]
-            runner_id, launch_id = data["runner_id"], data["runner_lease_epoch"]
-            if (runner_id is None) != (launch_id is None):
+            runner_id, runner_lease_epoch = data["runner_id"], data["runner_lease_epoch"]
+            if (runner_id is None) != (runner_lease_epoch is None):
                 raise errors.DecodeError("write_command runner_id and runner_lease_epoch go together")
-            if runner_id is not None and (not isinstance(runner_id, str) or isinstance(launch_id, bool)
-                                          or not isinstance(launch_id, int)):
+            if runner_id is not None and (not isinstance(runner_id, str) or isinstance(runner_lease_epoch, bool)
+                                          or not isinstance(runner_lease_epoch, int)):
                 raise errors.DecodeError("write_command runner_id must be a str and runner_lease_epoch an int")
             if not isinstance(name, str) or not isinstance(args, dict):
                 raise errors.DecodeError("write_command needs a str name and a map of args")
@@ -56,7 +56,7 @@ class WriteCommand:
                 raise errors.DecodeError("write_command correlation_id must be a str")
         except (AttributeError, TypeError) as exc:
             raise errors.DecodeError("not a write_command record") from exc
-        return cls(name, args, epoch, corr, runner_id, launch_id)
+        return cls(name, args, epoch, corr, runner_id, runner_lease_epoch)
 
 
 @dataclass(frozen=True, slots=True)

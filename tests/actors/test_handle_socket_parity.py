@@ -20,7 +20,7 @@ import pytest
 from piwf_actors import HostHandle
 from piwf_actors.actors import writer as writer_module
 from piwf_actors.client import Client
-from piwf_actors.errors import NotFound
+from piwf_actors.errors import NotFound, Rejected
 from piwf_actors.store.command_records import args_fingerprint
 
 FLOWS = '''
@@ -130,3 +130,17 @@ def test_answers_and_restarts_through_either_door_are_one_command(
     with pytest.raises(NotFound):
         through_handle(host, client_id=CLIENT, idempotency_key=key)
     assert_one_command(submitted, key, operation)
+
+
+def test_the_handle_checks_a_call_as_the_socket_checks_its_request(host: HostHandle, project: Path) -> None:
+    """A run id the socket refuses is refused through the handle too (before the writer, nothing
+    recorded under the key); one it accepts starts the run."""
+    with pytest.raises(Rejected, match="run_id must be 1-200 characters"):
+        host.start_run("parity-ask", {}, project_path=str(project), run_id="order/1", client_id=CLIENT,
+                       idempotency_key="bad-id")
+    with Client(host.paths.root, client_id=CLIENT) as client:
+        answer = client.request("run.start", {"workflow": "parity-ask", "input": {}, "project_path": str(project),
+                                              "run_id": "order/1"}, idempotency_key="bad-id")
+    assert answer.outcome == "rejected" and "run_id must be 1-200 characters" in (answer.error or "")
+    receipt = host.start_run("parity-ask", {}, project_path=str(project), run_id="order:1")
+    assert receipt.run_id == "order:1"

@@ -111,3 +111,15 @@ def test_payload_checks_come_from_the_table() -> None:
                          restart) == {"same_code": True}
     with pytest.raises(BadRequest, match="unknown payload field"):
         check_payload(request("run.get", {"x": 1}, run_id="run_1"), OPERATIONS["run.get"])
+
+
+def test_docs_standby_lists_exactly_the_operations_a_standby_serves() -> None:
+    """docs/standby.md names every read-only operation (and host.stop) and nothing else."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "standby.md").read_text()
+    section = text.split("## What a standby serves", 1)[1].split("(which stops that", 1)[0]
+    named = set()
+    for name in re.findall(r"`([a-z_]+(?:\.[a-z_]+)?)`", section):
+        named.add(name)
+    named.discard("protocol/catalog/")
+    served = {name for name, operation in OPERATIONS.items() if operation.served_by_standby}
+    assert named == served
