@@ -147,6 +147,7 @@ class Housekeeper(PollingActor):
         The first prune waits `prune_every_s` from here, as every later one waits from the last."""
         self._state = HousekeepingState(last_prune=self._clock())
         self._reader = StoreReader(self._database)
+        _ = self._reader.conn  # connect here, not at the first tick: on_start opens what the actor holds
         self._replies = WriteReplies(self._writer, self.actor_ref)
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
 
