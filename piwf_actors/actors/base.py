@@ -19,7 +19,10 @@ from typing import Any, Protocol
 
 import pykka
 
+from piwf_actors.actor_refs import safe_tell
 from piwf_actors.store.requests import WriteCommand, WriteResult, WriteResults
+
+__all__ = ["ActorFailed", "CoreActor", "Ping", "PollingActor", "WriteReplies", "safe_tell"]
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +40,6 @@ class Ping:
     """Answered with True by every core actor once `on_start` has succeeded."""
 
 
-def safe_tell(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
-    """Tell `message` to `ref`, ignoring an actor that has already stopped."""
-    if ref is None:
-        return False
-    try:
-        ref.tell(message)
-    except pykka.ActorDeadError:
-        return False
-    return True
 
 
 class CoreActor(pykka.ThreadingActor):

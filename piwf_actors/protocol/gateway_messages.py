@@ -38,15 +38,3 @@ class TriggerSchedule:
     token: str
     client_args: dict[str, Any]
     reply_to: pykka.ActorRef[Any]
-
-
-def tell_if_alive(ref: pykka.ActorRef[Any] | None, message: Any) -> bool:
-    """Tell `message` to `ref`; False (and nothing raised) when there is no actor or it has stopped.
-    The same rule as `actors.base.safe_tell`, here so that the operations need not import `actors/`."""
-    if ref is None:
-        return False
-    try:
-        ref.tell(message)
-    except pykka.ActorDeadError:
-        return False
-    return True

@@ -36,6 +36,9 @@ def _parked_on_ambiguous_effect(guard, state_dir, oracle: Oracle) -> tuple[objec
     host = guard.start_host(state_dir)
     view = wait_for_status(host, run_id, SETTLED)
     assert (view["status"], view["park_reason"]) == ("parked", "ambiguous_effect"), view
+    # On a shared database the new host starts as a standby until the killed host's lease runs out;
+    # it parks the run while it takes over, a moment before it is active and takes writes.
+    assert host.wait_active(30)
     return host, run_id, view["park_detail"]
 
 

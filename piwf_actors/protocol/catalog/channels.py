@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from piwf_actors.actor_refs import safe_tell
 from piwf_actors.board import Section
 from piwf_actors.protocol.catalog.registry import (
     BuildEnv,
@@ -20,7 +21,7 @@ from piwf_actors.protocol.catalog.registry import (
     write_operation,
 )
 from piwf_actors.protocol.envelope import BadRequest, Request
-from piwf_actors.protocol.gateway_messages import ChannelsReloaded, ReloadChannels, tell_if_alive
+from piwf_actors.protocol.gateway_messages import ChannelsReloaded, ReloadChannels
 from piwf_actors.store import channel_queries
 from piwf_actors.store.requests import WriteCommand
 
@@ -39,7 +40,7 @@ def channel_reload(ctx: OperationContext, _payload: dict[str, Any]) -> None:
         return
     token = f"reload:{ctx.conn_id}:{secrets.token_hex(6)}"
     ctx.services.reloads[token] = ctx
-    tell_if_alive(ctx.services.channels, ReloadChannels(ctx.services.gateway, token))
+    safe_tell(ctx.services.channels, ReloadChannels(ctx.services.gateway, token))
 
 
 def channels_reloaded(services: GatewayServices, message: ChannelsReloaded) -> None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from piwf_actors.actor_refs import safe_tell
 from piwf_actors.board import Section
 from piwf_actors.protocol.catalog.registry import BuildEnv, OperationContext, client_args, operation, write_operation
 from piwf_actors.protocol.envelope import Request
-from piwf_actors.protocol.gateway_messages import TriggerSchedule, tell_if_alive
+from piwf_actors.protocol.gateway_messages import TriggerSchedule
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.store.schedule_queries import schedule_rows
 
@@ -69,6 +70,6 @@ def schedule_trigger(ctx: OperationContext, payload: dict[str, Any]) -> None:
         ctx.reply("unavailable", error="schedules are not running in this host")
         return
     token = ctx.expect()
-    if not tell_if_alive(schedules, TriggerSchedule(payload["name"], token, ctx.client_args(), ctx.services.gateway)):
+    if not safe_tell(schedules, TriggerSchedule(payload["name"], token, ctx.client_args(), ctx.services.gateway)):
         ctx.forget(token)
         ctx.reply("unavailable", error="the schedule keeper has stopped")
