@@ -21,6 +21,7 @@ from typing import Any
 
 import pykka
 import pytest
+from lease_doubles import FakeClock, FakeWriter, Recorder
 from testsupport import execute, host_state_row, wait_for
 
 from piwf_actors.actors.lease import (
@@ -34,50 +35,9 @@ from piwf_actors.actors.lease import (
 )
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import DiskFull, LeaseLost, StoreError
-from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.store.requests import WriteResult
 
 # --- the actor alone ----------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeWriter:
-    """Records what the lease submits; `call` answers `call_result` (the release)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[WriteCommand, Any]] = []
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.call_result: Any = True
-
-    def submit(self, command: WriteCommand, reply_to: Any = None) -> None:
-        self.submitted.append((command, reply_to))
-
-    def call(self, name: str, args: dict[str, Any], **_kwargs: Any) -> Any:
-        self.calls.append((name, args))
-        return self.call_result
-
-    def lease_renewed(self, expires_at: float) -> None:
-        self.expires_at = expires_at
-
-    def advance_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-
-class Recorder(pykka.ThreadingActor):
-    """A probe supervisor: puts every message it is told into a queue."""
-
-    def __init__(self, inbox: queue.Queue[Any]) -> None:
-        super().__init__()
-        self._inbox = inbox
-
-    def on_receive(self, message: Any) -> None:
-        self._inbox.put(message)
 
 
 LEASE_S = 300.0  # renew interval 100 s: the lease's own ticker never fires during a test

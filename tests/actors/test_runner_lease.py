@@ -19,6 +19,7 @@ from typing import Any
 
 import pykka
 import pytest
+from lease_doubles import FakeClock, FakeWriter, Recorder
 
 from piwf_actors.actors.lease import LeaseLostNotice
 from piwf_actors.actors.lease_renewal import (
@@ -44,7 +45,7 @@ from piwf_actors.actors.runner_lease import (
 )
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import DiskFull, RunnerLeaseLost, StoreError
-from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.store.requests import WriteResult
 
 T0 = 1_000.0
 
@@ -146,51 +147,13 @@ def test_the_view_withholds_the_token() -> None:
 # --- the actor on the shared loop ---------------------------------------------------------------
 
 
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeWriter:
-    """Records what the lease submits and calls; `call` answers True (the release)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[tuple[WriteCommand, Any]] = []
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.expires_at: float | None = None
-
-    def submit(self, command: WriteCommand, reply_to: Any = None) -> None:
-        self.submitted.append((command, reply_to))
-
-    def call(self, name: str, args: dict[str, Any], **_kwargs: Any) -> Any:
-        self.calls.append((name, args))
-        return True
-
-    def lease_renewed(self, expires_at: float) -> None:
-        self.expires_at = expires_at
-
-
-class Recorder(pykka.ThreadingActor):
-    """A probe supervisor: puts every message it is told into a queue."""
-
-    def __init__(self, inbox: queue.Queue[Any]) -> None:
-        super().__init__()
-        self._inbox = inbox
-
-    def on_receive(self, message: Any) -> None:
-        self._inbox.put(message)
-
-
 ACTOR_LEASE_S = 300.0  # renew interval 100 s: the lease's own ticker never fires during a test
 
 
 @pytest.fixture
 def runner_lease() -> Iterator[tuple[Callable[[], pykka.ActorRef[Any]], FakeWriter, FakeClock, queue.Queue[Any],
                                      HostBoard, RunnerClaim]]:
-    clock = FakeClock()
+    clock = FakeClock(T0)
     writer = FakeWriter()
     board = HostBoard()
     notices: queue.Queue[Any] = queue.Queue()
