@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 _RESULT_NAMES = (
-    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "NodeView", "PendingRequest", "RunError",
-    "RunEvent", "RunReceipt", "RunSummary", "RunView",
+    "AnswerReceipt", "ControlReceipt", "EffectReceipt", "EffectView", "MessageReceipt", "NodeView", "PendingRequest",
+    "RunError", "RunEvent", "RunReceipt", "RunSummary", "RunView",
 )
 _NOTICE_NAMES = ("NodeFinished", "RunFinished", "RunParked", "RunStarted")
 

@@ -38,6 +38,7 @@ from piwf_actors.results import (
     AnswerReceipt,
     ControlReceipt,
     EffectReceipt,
+    MessageReceipt,
     PendingRequest,
     RunEvent,
     RunReceipt,
@@ -228,7 +229,7 @@ class HostHandle:
 
     def start_run(self, workflow: str, input: Any = None, *, project_path: str | None = None,
                   session_id: str | None = None, run_id: str | None = None, client_id: str | None = None,
-                  idempotency_key: str | None = None) -> RunReceipt:
+                  idempotency_key: str | None = None, priority: int | None = None) -> RunReceipt:
         """Queue a run of `workflow`: a discovered name, `module:attr` or `file.py[:attr]`.
 
         Names are resolved like the CLI does: `project_path` (default: the
@@ -239,13 +240,30 @@ class HostHandle:
         first receipt with outcome `adopted`. A `run_id` you choose is 1-200
         letters, digits and `_.:-`. Raises WorkflowNotFound,
         WorkflowLoadFailed, Rejected (input that is not JSON, a payload the
-        socket would refuse), Conflict.
+        socket would refuse), Conflict. A higher `priority` (an integer, default 0) starts
+        before fresh runs of a lower one.
         """
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())
         payload = {"workflow": workflow, "input": input, "project_path": project,
-                   **_given(session_id=session_id, run_id=run_id)}
+                   **_given(session_id=session_id, run_id=run_id, priority=priority)}
         return RunReceipt.from_wire(self._write("run.start", payload, client_id=client_id,
                                                 idempotency_key=idempotency_key))
+
+    def send_message(self, run_id: str, topic: str, payload: Any = None, *, client_id: str | None = None,
+                     idempotency_key: str | None = None) -> MessageReceipt:
+        """Put `payload` into run `run_id`'s mailbox on `topic`: a `wait_message(topic)` there takes it,
+        once, in send order (also one sent before the run waits). With `client_id` and
+        `idempotency_key` a resend is the same message (`adopted`). Raises NotFound, Rejected (the run
+        has ended, a bad topic)."""
+        return MessageReceipt.from_wire(self._write("message.send", {"run_id": run_id, "topic": topic,
+                                                                     "payload": payload},
+                                                    client_id=client_id, idempotency_key=idempotency_key,
+                                                    peer=_embedded_peer()))
+
+    def list_children(self, run_id: str, limit: int = 1000) -> list[RunSummary]:
+        """The child runs `run_id` started (`run_workflow`, `map_workflow`, `parallel`), newest first."""
+        return [RunSummary.from_wire(row)
+                for row in self._read(lambda r: queries.run_list(r, None, limit, parent=run_id))]
 
     def get_run(self, run_id: str) -> RunView | None:
         """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run."""

@@ -1,11 +1,16 @@
 """`Housekeeper`: the active host's chores that are not the run queue.
 
-It owns two of them, each a write command sent through the writer:
+It owns three of them, each a write command sent through the writer:
 
 - **interaction deadlines** (`interaction.expire`): on every tick (0.5 s)
   it reads the nearest deadline of a pending request through its own
   read-only connection and, once that has passed, asks the writer to apply
   every passed one (also those that passed while no host ran);
+- **wake-ups of waits** (`waits.wake`): the same for the nearest `wake_at`
+  of a pending wait (a durable sleep, a message wait's timeout). Sleeping
+  runs cost one index probe per tick however many there are; when the
+  nearest time comes before the next tick, an `Alarm` (one thread) rings at
+  it, so a sleeper wakes on time, not up to a tick late;
 - **automatic pruning** (`state.prune` with `apply`): every
   `prune_every_s`, while no run or reconcile is active, finished runs older
   than `retention_days` are pruned (at most 1,000 per pass), and client
@@ -40,7 +45,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import PollingActor, WriteReplies
-from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.ticker import Alarm, Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.paths import DatabaseLocation
@@ -76,6 +81,7 @@ class HousekeepingState:
     last_prune: float  # when the last prune was sent (or the housekeeper started)
     pruning: bool = False  # a state.prune is with the writer
     expiring: bool = False  # an interaction.expire is with the writer
+    waking: bool = False  # a waits.wake is with the writer
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,7 @@ class HousekeepingStep:
     state: HousekeepingState
     expire: bool = False  # send interaction.expire now
     prune: dict[str, Any] | None = None  # send state.prune with these args now
+    wake: bool = False  # send waits.wake now
 
 
 def scheduler_idle(section: Mapping[str, Any]) -> bool:
@@ -91,26 +98,30 @@ def scheduler_idle(section: Mapping[str, Any]) -> bool:
 
 
 def plan(state: HousekeepingState, scheduler: Mapping[str, Any], next_deadline: float | None, now: float,
-         retention: Retention) -> HousekeepingStep:
-    """What to send after a tick at `now`, given the scheduler's board section and the nearest deadline.
+         retention: Retention, next_wake: float | None = None) -> HousekeepingStep:
+    """What to send after a tick at `now`, given the scheduler's board section, the nearest deadline
+    and the nearest wake-up of a wait.
 
-    Nothing while the lease is suspended. Deadlines first: one interaction.expire at a time, once
-    the nearest deadline is due. Then a prune, when retention is on, the scheduler is idle, none is
-    with the writer and `prune_every_s` has passed since the last one.
+    Nothing while the lease is suspended. Deadlines and wake-ups first: one interaction.expire and
+    one waits.wake at a time, once the nearest is due. Then a prune, when retention is on, the
+    scheduler is idle, none is with the writer and `prune_every_s` has passed since the last one.
     """
     if scheduler.get("suspended"):
         return HousekeepingStep(state)
     expire = next_deadline is not None and next_deadline <= now and not state.expiring
     if expire:
         state = replace(state, expiring=True)
+    wake = next_wake is not None and next_wake <= now and not state.waking
+    if wake:
+        state = replace(state, waking=True)
     if (retention.runs_s <= 0 or state.pruning or not scheduler_idle(scheduler)
             or now - state.last_prune < retention.prune_every_s):
-        return HousekeepingStep(state, expire=expire)
+        return HousekeepingStep(state, expire=expire, wake=wake)
     args: dict[str, Any] = {"before": now - retention.runs_s, "apply": True, "max_runs": PRUNE_MAX_RUNS}
     if retention.idempotency_s > 0:
         # Idempotency records outlive their runs, for their own retention.
         args["idempotency_before"] = now - retention.idempotency_s
-    return HousekeepingStep(replace(state, last_prune=now, pruning=True), expire=expire, prune=args)
+    return HousekeepingStep(replace(state, last_prune=now, pruning=True), expire=expire, prune=args, wake=wake)
 
 
 # --- the actor ---------------------------------------------------------------------------------
@@ -140,6 +151,7 @@ class Housekeeper(PollingActor):
         self._state = HousekeepingState(last_prune=0.0)  # its clock starts in on_start
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
+        self._alarm: Alarm | None = None
         self._replies: WriteReplies | None = None  # made in on_start: it needs this actor's ref
 
     def on_start(self) -> None:
@@ -149,7 +161,14 @@ class Housekeeper(PollingActor):
         self._reader = StoreReader(self._database)
         _ = self._reader.conn  # connect here, not at the first tick: on_start opens what the actor holds
         self._replies = WriteReplies(self._writer, self.actor_ref)
+        self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper").start()
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
+
+    def release_resources(self) -> None:
+        if self._alarm is not None:
+            self._alarm.stop()
+            self._alarm = None
+        super().release_resources()
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {HousekeepingTick: self._tick, WriteResult: self._written}
@@ -158,11 +177,19 @@ class Housekeeper(PollingActor):
         """Runs in the housekeeper's thread, on every tick."""
         assert self._reader is not None
         scheduler = self._board.snapshot(Section.SCHEDULER)
-        deadline = None if scheduler.get("suspended") else queries.next_deadline(self._reader)
-        step = plan(self._state, scheduler, deadline, self._clock(), self._retention)
+        suspended = scheduler.get("suspended")
+        deadline = None if suspended else queries.next_deadline(self._reader)
+        wake = None if suspended else queries.next_wake(self._reader)
+        now = self._clock()
+        step = plan(self._state, scheduler, deadline, now, self._retention, wake)
         self._state = step.state
         if step.expire:
             self._submit("interaction.expire", {}, self._expired)
+        if step.wake:
+            self._submit("waits.wake", {}, self._woken)
+        soon = [at for at in (deadline, wake) if at is not None and now < at < now + self._tick_s]
+        if soon and self._alarm is not None:
+            self._alarm.arm(min(soon))  # due before the next tick: ring then, not a tick late
         if step.prune is not None:
             self._submit("state.prune", step.prune, self._pruned)
 
@@ -179,6 +206,13 @@ class Housekeeper(PollingActor):
         self._state = replace(self._state, expiring=False)
         if not result.ok:
             log.warning("applying interaction deadlines failed: %s", result.error)
+
+    def _woken(self, result: WriteResult) -> None:
+        self._state = replace(self._state, waking=False)
+        if not result.ok:
+            log.warning("waking waits failed: %s", result.error)
+        elif result.value.get("more"):
+            self.actor_ref.tell(HousekeepingTick())  # a batch of many wake-ups: the next one now
 
     def _pruned(self, result: WriteResult) -> None:
         self._state = replace(self._state, pruning=False)

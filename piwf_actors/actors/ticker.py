@@ -1,13 +1,16 @@
-"""A periodic wake-up owned by an actor.
+"""Wake-ups owned by an actor.
 
 pykka has no timers. A Ticker is a small thread that tells its owner a
-message every `interval_s` until stopped; the owner starts it in `on_start`
-and stops it in `release_resources`, so no loop outlives its actor.
+message every `interval_s` until stopped; an Alarm tells it once at the time
+last armed (the nearest due time of many things: one thread, not one timer per
+thing). The owner starts them in `on_start` and stops them in
+`release_resources`, so no loop outlives its actor.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pykka
@@ -34,5 +37,56 @@ class Ticker:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+
+class Alarm:
+    """Tells `owner` `message` once when the armed time comes; `arm` moves it earlier."""
+
+    def __init__(self, owner: pykka.ActorRef[Any], message: Any, name: str) -> None:
+        self._owner = owner
+        self._message = message
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._changed = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=f"alarm-{name}", daemon=True)
+
+    def start(self) -> Alarm:
+        self._thread.start()
+        return self
+
+    def arm(self, at: float) -> None:
+        """Ring at `at` (seconds since the epoch) unless an earlier time is armed already."""
+        with self._lock:
+            if self._at is not None and self._at <= at:
+                return
+            self._at = at
+        self._changed.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
+                at = self._at
+            timeout = None if at is None else max(0.0, at - time.time())
+            if self._changed.wait(timeout):
+                self._changed.clear()
+                continue
+            with self._lock:
+                if self._at != at:
+                    continue
+                self._at = None
+            try:
+                self._owner.tell(self._message)
+            except pykka.ActorDeadError:
+                return
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+        self._changed.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)

@@ -255,13 +255,23 @@ class Client(ContentReader):
         return self._ok(self.request("host.status"))
 
     def start(self, workflow: str, input: Any = None, *, project_path: str | None = None,
-              session_id: str | None = None, idempotency_key: str | None = None) -> dict[str, Any]:
+              session_id: str | None = None, idempotency_key: str | None = None,
+              priority: int | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {"workflow": workflow, "input": input}
         if project_path:
             payload["project_path"] = str(Path(project_path).absolute())
         if session_id:
             payload["session_id"] = session_id
+        if priority is not None:
+            payload["priority"] = priority
         return self._ok(self.request("run.start", payload, idempotency_key=idempotency_key))
+
+    def send_message(self, run_id: str, topic: str, payload: Any = None, *,
+                     idempotency_key: str | None = None) -> dict[str, Any]:
+        """Put `payload` into the run's mailbox on `topic` (`message.send`); a resend under the same
+        idempotency key is the same message. Returns the receipt {message_id, seq, status, …}."""
+        return self._ok(self.request("message.send", {"run_id": run_id, "topic": topic, "payload": payload},
+                                     idempotency_key=idempotency_key))
 
     def get(self, run_id: str) -> dict[str, Any]:
         return self._ok(self.request("run.get", run_id=run_id))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ from piwf_actors.messages import pack
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.runner.termination import machine_identity
+from piwf_actors.runner.waits import wait_payload
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
 from piwf_actors.workflows.contracts import presentation
 from piwf_actors.workflows.model import (
@@ -43,12 +45,17 @@ from piwf_actors.workflows.model import (
     ShellSpec,
     thaw,
 )
+from piwf_actors.workflows.waits import WAIT_KINDS, ChildRunsSpec
 
 log = logging.getLogger(__name__)
 
 
 class NodeTimeout(Exception):
     pass
+
+
+class MessageRefused(Exception):
+    """The host refused a node's `ctx.send_message` (the run has ended, a bad topic)."""
 
 
 class _Alarm:
@@ -286,6 +293,8 @@ class RunEngine:
         attempt_id = new_id("att")
         if isinstance(spec, (CheckpointSpec, HumanDecisionSpec, AgentSpec)):
             return self._interact(node_id, spec, run_input, outputs, attempt_id)
+        if isinstance(spec, WAIT_KINDS):
+            return self._wait(node_id, spec, run_input, outputs, attempt_id)
         if spec.has_side_effect:
             reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id, "attempt_no": attempt_no})
@@ -301,7 +310,7 @@ class RunEngine:
                                  "timeout_s": spec.timeout_s})
         try:
             ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
-                               attempt_id=attempt_id)
+                               attempt_id=attempt_id, messenger=self._messenger(node_id, attempt_no))
             if isinstance(spec, ShellSpec):
                 streamer = OutputStreamer(self.link.notify, node_id, attempt_id)
                 result = run_shell(spec, ctx, on_spawn=self._register_child, on_output=streamer.feed)
@@ -337,6 +346,52 @@ class RunEngine:
         return report
 
     # --- waiting nodes ---------------------------------------------------------------
+
+    def _messenger(self, node_id: str, attempt_no: int) -> Any:
+        """`ctx.send_message` of one attempt: the n-th message it sends is keyed (node, attempt
+        number, n), so the host keeps it once however often the attempt runs."""
+        sent = itertools.count()
+
+        def send(run_id: str, topic: str, payload: Any = None) -> dict[str, Any]:
+            answer = self.link.request("message_send", {
+                "node_id": node_id, "run_id": run_id, "topic": topic, "payload": payload,
+                "key": [node_id, attempt_no, next(sent)]}, fenced=False)
+            if answer.get("outcome") != "accepted":
+                raise MessageRefused(str(answer.get("error") or answer.get("outcome")))
+            value: dict[str, Any] = answer["value"]
+            return value
+
+        return send
+
+    def _wait(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
+              attempt_id: str) -> dict[str, Any] | None:
+        """Ask the host for this node's durable wait; None when the run parks to wait for it."""
+        ask: dict[str, Any] = {"node_id": node_id, "attempt_id": attempt_id}
+        if isinstance(spec, ChildRunsSpec):
+            # A fan-out's request is computed once: the launch after the wake-up finds the wait.
+            answer = self.link.accepted("wait_request", {**ask, "kind": "children", "probe": True})
+            if answer["status"] != "absent":
+                return self._waited(node_id, answer)
+        ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
+                           attempt_id=attempt_id)
+        try:
+            request = wait_payload(self.workflow, spec, ctx)
+            _checked_output(request, MAX_OUTPUT_BYTES, "the children's inputs")
+        except Exception as exc:  # its callback raised, or returned what cannot be waited for
+            return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
+                    "error": _one_line(exc), "error_code": "bad_request"}
+        return self._waited(node_id, self.link.accepted("wait_request", {**ask, **request}))
+
+    @staticmethod
+    def _waited(node_id: str, answer: dict[str, Any]) -> dict[str, Any] | None:
+        if answer["status"] != "settled":
+            return None  # parked: waiting for the time, a message or the children
+        result = answer["result"]
+        report = {"node_id": node_id, "attempt_id": answer["attempt_id"], "outcome": result["outcome"],
+                  "output": result.get("output"), "wait_id": answer["wait_id"]}
+        if result.get("error"):
+            report.update(error=result["error"], error_code=result.get("error_code") or "node_error")
+        return report
 
     def _interact(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
                   attempt_id: str) -> dict[str, Any] | None:

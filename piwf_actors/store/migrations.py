@@ -188,6 +188,23 @@ def _v13_launch_ids(db: Any) -> None:
                          ("resource", "claim_runner_epoch", "claim_launch_id")))
 
 
+def _v14_waits_children_limits(db: Any) -> None:
+    """Waiting, children and flow control (docs/durability.md): the `run_wait` and `run_message`
+    tables; run.priority, the concurrency key and limit, and a child's place under its parent
+    (parent node, wait, index, the fan-out's limit, what it was copied from). The queue index gains
+    the priority (it replaces v2's); the others serve the claim's limit checks, the housekeeper's
+    next wake-up and a run's children."""
+    _add_columns(db, (("run", "priority", "INTEGER NOT NULL DEFAULT 0"), ("run", "concurrency_key", "TEXT"),
+                      ("run", "concurrency_max", "INTEGER"), ("run", "parent_node_id", "TEXT"),
+                      ("run", "parent_wait_id", "TEXT"), ("run", "child_index", "INTEGER"),
+                      ("run", "fanout_max", "INTEGER"), ("run", "copied_from", "TEXT")))
+    with _BIND_LOCK, db.bind_ctx(schema.V14_MODELS + (schema.Run,)):
+        db.create_tables(schema.V14_MODELS, safe=True)
+        for model, index in schema.V14_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+    db.execute_sql("DROP INDEX IF EXISTS run_status_queue_class_queued_at")
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -225,7 +242,8 @@ SQLITE_MIGRATIONS: list[Migration] = [_v1_initial, _v2_queue_order, _v3_channels
 POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
-                               _v11_request_clocks, _v12_channel_streams, _v13_launch_ids]
+                               _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
+                               _v14_waits_children_limits]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

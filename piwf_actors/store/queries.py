@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
+from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.schedule_queries import run_schedule
 
@@ -157,13 +158,14 @@ RUN_SUMMARY_COLUMNS = ("run_id", "workflow", "status", "park_reason", "revision"
 
 
 def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *, workflow: str | None = None,
-             since: float | None = None) -> list[dict[str, Any]]:
-    """The newest `limit` runs, optionally only those in `status`, of `workflow` (its name), or created at or
-    after `since` (seconds since the epoch). Newest first; runs created in the same instant by run id,
-    descending (the order the gateway's run window keeps too)."""
+             since: float | None = None, parent: str | None = None) -> list[dict[str, Any]]:
+    """The newest `limit` runs, optionally only those in `status`, of `workflow` (its name), created at or
+    after `since` (seconds since the epoch), or child runs of `parent`. Newest first; runs created in the
+    same instant by run id, descending (the order the gateway's run window keeps too)."""
     cols = ", ".join(RUN_SUMMARY_COLUMNS)
     where, params = [], []
-    for clause, value in (("status = ?", status), ("workflow = ?", workflow), ("created_at >= ?", since)):
+    for clause, value in (("status = ?", status), ("workflow = ?", workflow), ("created_at >= ?", since),
+                          ("parent_run_id = ? AND parent_node_id IS NOT NULL", parent)):
         if value is not None and value != "":
             where.append(clause)
             params.append(value)
@@ -294,6 +296,8 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "nodes": list(nodes.values()), "effects": effects,
         "waiting": waiting,
         "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
+        # priority, waits, mailbox, children, queue_reason (store/flow_queries.py)
+        **flow_view(reader, run),
     }
 
 
@@ -382,6 +386,13 @@ def next_deadline(reader: StoreReader) -> float | None:
            AND NOT EXISTS (SELECT 1 FROM interactive_submission s
                            WHERE s.request_id = r.request_id AND s.outcome = 'validating')""")
     return None if row is None else row[0]
+
+
+def next_wake(reader: StoreReader) -> float | None:
+    """The nearest wake-up time of a pending wait (a sleep, a message timeout): one probe of the
+    `run_wait_wake_at` index, however many runs sleep."""
+    row = reader.one("SELECT min(wake_at) FROM run_wait WHERE status = 'pending' AND wake_at IS NOT NULL")
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def claimable_exists(reader: StoreReader, exclude: list[str]) -> bool:

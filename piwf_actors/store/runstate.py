@@ -7,6 +7,7 @@ matching trace event and records the change for watchers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.canonical import canonical_json
@@ -26,6 +27,11 @@ if TYPE_CHECKING:  # the commands package imports this module while it loads
 QUEUE_VALIDATION = 0  # an agent's submission waits for the worker's verdict
 QUEUE_WOKEN = 1  # woken by an answer, a deadline, a resume, an effect resolution, a requeue
 QUEUE_FRESH = 2  # never ran yet
+#: Not claimable for now: a fresh run the claim found over a concurrency limit, over its fan-out's
+#: `max_parallel`, or whose parent is paused (store/slots.py). It is let go (back to QUEUE_FRESH,
+#: its place kept) when a run of its key or fan-out ends, or its parent is resumed, so the claim's
+#: walk of the queue never reads the same blocked run twice.
+QUEUE_HELD = 3
 
 
 def _queue_class(ctx: WriteContext, run_id: str) -> int:
@@ -46,7 +52,20 @@ def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
 _SET_STATUS_COLUMNS = """status = ?, park_reason = ?, park_detail = ?,
     error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
     finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?"""
-_RETURNING = "RETURNING revision, progress, session_id, workflow, error_code, error_message"
+_RETURNING = ("RETURNING revision, progress, session_id, workflow, error_code, error_message, parent_wait_id, "
+              "fanout_max, concurrency_key, concurrency_max")
+
+#: What else must happen, in the same transaction, when a run ends: `hook(ctx, run_id, status,
+#: limits)`, `limits` = (parent_wait_id, fanout_max, concurrency_key, concurrency_max). Registered
+#: by the module that owns it (child runs and limits: store/commands/child_runs.py), which imports
+#: this module, not the other way round.
+FinishHook = Callable[["WriteContext", str, str, "tuple[Any, ...]"], None]
+_FINISH_HOOKS: list[FinishHook] = []
+
+
+def on_run_finished(hook: FinishHook) -> FinishHook:
+    _FINISH_HOOKS.append(hook)
+    return hook
 
 
 def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
@@ -76,7 +95,8 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
                                (*params, *also_params, run_id)).fetchone()
     if row is None:
         raise NotFound("run", run_id)
-    revision, progress, session_id, workflow, code, message = row
+    revision, progress, session_id, workflow, code, message = row[:6]
+    limits = tuple(row[6:])
     if run is not None:
         run["progress"] = progress
     append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)
@@ -84,10 +104,44 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     if finished is not None:
         # A run that ended waits for nothing: its open requests are closed with it.
         cancel_open_requests(ctx, run_id)
-        _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
+        for hook in _FINISH_HOOKS:
+            hook(ctx, run_id, status, limits)
+        if limits[0] is None:  # a child's end is its parent's news, not its session's
+            _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
         ctx.changes.finished.append((run_id, workflow, status, code, message))
         enqueue_owner_of_run(ctx, run_id)  # a run a resource owns ended: reconcile that resource
     return int(revision)
+
+
+def park_waiting(ctx: WriteContext, run_id: str, attempt_id: str, detail: str, payload: dict[str, Any]) -> None:
+    """The run parks `waiting` on `detail` (a request or a wait) and its launch ends: no worker is held."""
+    ctx.conn.execute("UPDATE node_attempt SET status = 'waiting' WHERE attempt_id = ? AND status = 'running'",
+                     (attempt_id,))
+    set_status(ctx, run_id, "parked", "run_parked", park_reason="waiting", park_detail=detail,
+               payload={"reason": "waiting", **payload})
+    release_claim(ctx, run_id)
+
+
+def wake_waiting(ctx: WriteContext, run_id: str, reason: str, *, queued_at: float | None = None) -> None:
+    """A parked-waiting run goes back to the queue to consume what it waited for (an answer, a
+    wake-up, a message, its children's end). `queued_at` orders it among the woken (a sleep's
+    wake-up time, so sleepers woken together go in wake order)."""
+    run = run_row(ctx.conn, run_id)
+    if run["status"] == "parked" and run["park_reason"] == "waiting":
+        if run["cancel_requested"]:
+            set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"after": reason})
+            return
+        if run["pause_requested"]:
+            # Paused while it waited: it stays parked, now as paused, and `run.resume` lets it
+            # consume what came (answers are refused and message timeouts stand still meanwhile;
+            # a sleep's wake-up time does not move).
+            ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
+            set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
+                       payload={"reason": "paused", "after": reason})
+            return
+        set_status(ctx, run_id, "queued", "run_requeued", payload={"after": reason})
+        if queued_at is not None:
+            ctx.conn.execute("UPDATE run SET queued_at = ? WHERE run_id = ?", (queued_at, run_id))
 
 
 def cancel_open_requests(ctx: WriteContext, run_id: str) -> None:

@@ -113,11 +113,25 @@ class Run(_Base):
     start_failures = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
     # The last claim generation handed out (grows on every claim; schema v6, was run_generation).
     generation = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    # Schema v14 (docs/durability.md "Waiting, children and flow control"). Fresh runs are claimed
+    # higher `priority` first, after the classes before them. A run with a `concurrency_key` counts
+    # against `concurrency_max` active runs of that key (its workflow's `limit`). A child run names
+    # the node and wait of its parent that started it (`parent_node_id` set: `parent_run_id` is then
+    # its parent; without it `parent_run_id` is the run a restart came from), its index there, and
+    # the fan-out's `max_parallel` (`fanout_max`, counted per `parent_wait_id`). `copied_from`: a
+    # child of a restarted parent that re-used the finished child of the run restarted.
+    priority = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    concurrency_key = pw.TextField(null=True)
+    concurrency_max = pw.IntegerField(null=True)
+    parent_node_id = pw.TextField(null=True)
+    parent_wait_id = pw.TextField(null=True)
+    child_index = pw.IntegerField(null=True)
+    fanout_max = pw.IntegerField(null=True)
+    copied_from = pw.TextField(null=True)
 
     class Meta:
         table_name = "run"
-        indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False),
-                   (("status", "queue_class", "queued_at"), False))
+        indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False))
 
 
 class RunCount(_Base):
@@ -346,6 +360,62 @@ class InteractiveRequest(_Base):
     class Meta:
         table_name = "interactive_request"
         indexes = ((("status", "deadline_at"), False), (("run_id",), False))
+
+
+class RunWait(_Base):
+    """What a waiting node waits for (schema v14): a sleep's wake-up, a message on a topic, its child runs.
+
+    `pending` until its condition holds, then `settled` with the node's `result` (JSON: outcome,
+    output, error), in the transaction that made the condition true; `consumed` by the
+    `node_finished` that completes the node, so a wait completes its node once. `wake_at` is when
+    a timer settles it (a sleep's wake-up, a message wait's timeout); a message wait's clock stands
+    still while its run is paused (`paused_remaining_s`), a sleep's does not. `children_open`
+    counts the children that have not ended.
+    """
+
+    wait_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    node_id = pw.TextField()
+    attempt_id = pw.TextField()
+    kind = pw.TextField()  # sleep | message | children
+    status = pw.TextField()  # pending | settled | consumed | cancelled
+    wake_at = pw.FloatField(null=True)
+    paused_remaining_s = pw.FloatField(null=True)
+    topic = pw.TextField(null=True)
+    detail = pw.TextField(null=True)  # JSON: the kind's options (a default, the children's shape)
+    result = pw.TextField(null=True)  # JSON, once settled (inline when small; else `result_sha256`)
+    result_sha256 = pw.TextField(null=True)
+    children_total = pw.IntegerField(default=0)
+    children_open = pw.IntegerField(default=0)
+    created_at = pw.FloatField()
+    settled_at = pw.FloatField(null=True)
+    consumed_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "run_wait"
+        indexes = ((("run_id", "node_id"), False),)
+
+
+class RunMessage(_Base):
+    """A message in a run's mailbox (schema v14): `pending` until a `wait_message` on its topic consumes
+    it (`consumed`, naming the wait), once, in `seq` order per run. `message_id` derives from the
+    sender's key, so a message sent again under the same key is the same row."""
+
+    message_id = pw.TextField(primary_key=True)
+    run_id = pw.TextField()
+    topic = pw.TextField()
+    seq = pw.IntegerField()
+    status = pw.TextField()  # pending | consumed
+    payload_json = pw.TextField(null=True)
+    payload_sha256 = pw.TextField(null=True)
+    sender = pw.TextField()  # JSON: who sent it (a client and its process, or a run's node)
+    wait_id = pw.TextField(null=True)
+    created_at = pw.FloatField()
+    consumed_at = pw.FloatField(null=True)
+
+    class Meta:
+        table_name = "run_message"
+        indexes = ((("run_id", "topic", "status", "seq"), False),)
 
 
 class InteractiveSubmission(_Base):
@@ -630,8 +700,10 @@ ALL_MODELS: tuple[type[_Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost,
+    RunnerHost, RunWait, RunMessage,
 )
+#: The tables of schema v14 (waits and mailboxes).
+V14_MODELS: tuple[type[_Base], ...] = (RunWait, RunMessage)
 #: The tables of schema v12 (a cursor per bot, chats that moved).
 V12_MODELS: tuple[type[_Base], ...] = (ChannelStream, ChannelChatMove)
 #: The tables of schema v10 (runner hosts).
@@ -702,4 +774,21 @@ V12_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
                                         where=ChannelEffect.status == "failed")),
 )
 for _model, _index in V12_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v14. The queue is walked class by class, higher priority first; the other
+#: four hold only the rows their statements ask for: the next wake-up of a pending wait (the
+#: housekeeper reads only the nearest), the runs of a concurrency key and the children of a wait
+#: (active ones counted in the claim, held ones let go when one ends), and a run's children.
+V14_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+    (Run, Run.index(Run.status, Run.queue_class, Run.priority.desc(), Run.queued_at, name="run_queue_order")),
+    (RunWait, RunWait.index(RunWait.wake_at, name="run_wait_wake_at",
+                            where=(RunWait.status == "pending") & RunWait.wake_at.is_null(False))),
+    (Run, Run.index(Run.concurrency_key, Run.status, Run.queue_class, Run.priority.desc(), Run.queued_at,
+                    name="run_concurrency_key", where=Run.concurrency_key.is_null(False))),
+    (Run, Run.index(Run.parent_wait_id, Run.status, Run.queue_class, Run.child_index, name="run_parent_wait",
+                    where=Run.parent_wait_id.is_null(False))),
+    (Run, Run.index(Run.parent_run_id, Run.child_index, name="run_parent_run", where=Run.parent_run_id.is_null(False))),
+)
+for _model, _index in V14_INDEXES:
     _model.add_index(_index)

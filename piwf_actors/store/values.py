@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from piwf_actors.canonical import canonical_json
-from piwf_actors.store.blobs import put_blob
+from piwf_actors.canonical import canonical_json, loads
+from piwf_actors.store.blobs import get_blob, put_blob
 from piwf_actors.store.dialect import Connection
 
 #: Canonical JSON up to this many characters is kept inline.
@@ -26,3 +26,11 @@ def put_value(conn: Connection, value: Any, now: float) -> tuple[str | None, str
     if len(text) <= INLINE_VALUE_BYTES:
         return text, None
     return None, put_blob(conn, text.encode(), now)
+
+
+def get_value(conn: Connection, inline: str | None, sha256: str | None) -> Any:
+    """The value `put_value` stored as (inline JSON, blob key); None when neither is set."""
+    if inline is not None:
+        return loads(inline)
+    data = get_blob(conn, sha256)
+    return None if data is None else loads(data.decode())

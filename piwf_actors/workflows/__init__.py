@@ -103,6 +103,20 @@ from piwf_actors.workflows.routing import RouteDecision, route
 from piwf_actors.workflows.schedules import Schedule, define_schedule
 from piwf_actors.workflows.schema import validate_shape
 from piwf_actors.workflows.validation import check_decision_response, json_problem
+from piwf_actors.workflows.waits import (
+    ConcurrencyLimit,
+    MapWorkflowSpec,
+    ParallelSpec,
+    RunWorkflowSpec,
+    SleepSpec,
+    WaitMessageSpec,
+    limit,
+    map_workflow,
+    parallel,
+    run_workflow,
+    sleep,
+    wait_message,
+)
 
 __all__ = [
     "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",
@@ -114,4 +128,7 @@ __all__ = [
     "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
     "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
     "shell", "switch", "text_input", "thaw", "validate_shape",
+    # waiting, children and flow control (waits.py)
+    "ConcurrencyLimit", "MapWorkflowSpec", "ParallelSpec", "RunWorkflowSpec", "SleepSpec", "WaitMessageSpec",
+    "limit", "map_workflow", "parallel", "run_workflow", "sleep", "wait_message",
 ]

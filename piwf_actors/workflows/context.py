@@ -35,6 +35,20 @@ class NodeContext:
     run_id: str
     node_id: str
     attempt_id: str
+    # Set by the engine for the node it runs: `send_message`'s way to the host.
+    messenger: Any = None
+
+    def send_message(self, run_id: str, topic: str, payload: Any = None) -> dict[str, Any]:
+        """Put `payload` into run `run_id`'s mailbox on `topic` (a `wait_message` there takes it).
+
+        An effect-free write, idempotent by this node's attempt: the n-th message an attempt sends
+        is sent once, also when the node runs again after a crash. Returns the receipt
+        ({message_id, run_id, topic, seq, status}); raises MessageRefused when the host refuses
+        (the run has ended, the topic is not a string)."""
+        if self.messenger is None:
+            raise RuntimeError("ctx.send_message works only inside a node the host runs")
+        result: dict[str, Any] = self.messenger(run_id, topic, payload)
+        return result
 
 
 def evaluate(value: Any, ctx: NodeContext) -> Any:
@@ -72,6 +86,7 @@ def node_context(
     *,
     run_id: str = "",
     attempt_id: str = "",
+    messenger: Any = None,
 ) -> NodeContext:
     """The context for starting `node_id` given the run input and the latest
     accepted output per qualified node id. Exceptions from include input
@@ -92,7 +107,7 @@ def node_context(
         parent = mount_id
     return NodeContext(
         input=scope_input, outputs=scoped_outputs(outputs, spec.mount),
-        run_id=run_id, node_id=node_id, attempt_id=attempt_id,
+        run_id=run_id, node_id=node_id, attempt_id=attempt_id, messenger=messenger,
     )
 
 

@@ -36,6 +36,7 @@ from piwf_actors.workflows.model import (
 )
 from piwf_actors.workflows.routing import OUTCOMES, RESULT_OUTCOME, is_valid_on
 from piwf_actors.workflows.validation import check_node_id, check_workflow_name, checked_node, fail
+from piwf_actors.workflows.waits import checked_limit
 
 _CHOICE_PATHS = ("$.choice", "$output.choice")
 
@@ -256,10 +257,13 @@ def define_workflow(
     edges: Sequence[RouteDef],
     max_steps: int = 100,
     description: str = "",
+    concurrency: Any = None,
 ) -> Workflow:
     """A validated, flattened `Workflow`; every problem is a WorkflowDefinitionError
-    that names the offending workflow, node or edge."""
+    that names the offending workflow, node or edge. `concurrency=limit(n, key=fn(input))` allows
+    at most `n` active runs of it per key (workflows/waits.py)."""
     check_workflow_name(name)
+    limit = checked_limit(name, concurrency)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise WorkflowDefinitionError(f"workflow {name!r}: max_steps must be a positive integer, got {max_steps!r}")
     if not isinstance(description, str):
@@ -288,10 +292,10 @@ def define_workflow(
     flat_mounts = MappingProxyType(builder.mounts)
     digest = workflow_digest(
         name=name, description=description, start_at=start, max_steps=max_steps,
-        nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts,
+        nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts, concurrency=limit,
     )
     return Workflow(
         name=name, start_at=start, nodes=flat_nodes, routes=flat_routes, max_steps=max_steps,
         digest=digest, source_path=_caller_file(), attr=None, description=description,
-        mounts=flat_mounts,
+        mounts=flat_mounts, concurrency=limit,
     )

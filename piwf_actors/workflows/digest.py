@@ -178,6 +178,7 @@ def workflow_digest(
     nodes: Mapping[str, NodeSpec],
     routes: Mapping[str, Edge | Switch],
     mounts: Mapping[str, Mount],
+    concurrency: Any = None,
 ) -> str:
     """The hex sha256 of the canonical description of a flattened workflow."""
     printer = _Fingerprinter()
@@ -197,4 +198,6 @@ def workflow_digest(
             for mount_id, mount in mounts.items()
         },
     }
+    if concurrency is not None:  # absent otherwise: digests of workflows without a limit stay as they were
+        document["concurrency"] = printer.value(concurrency)
     return hashlib.sha256(canonical_json(document).encode()).hexdigest()

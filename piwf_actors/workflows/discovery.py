@@ -26,6 +26,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from piwf_actors.errors import WorkflowLoadFailed, WorkflowNotFound
 from piwf_actors.workflows.loader import _IMPORT_WINDOW, exec_fresh
@@ -285,4 +286,6 @@ def load_snapshot(
             f"workflow {workflow.name!r} from {path}:{attr} has digest {workflow.digest[:12]}…, "
             f"expected {expected_digest[:12]}…; it no longer builds the workflow the run started with"
         ))
-    return replace(workflow, source_path=os.path.abspath(path), attr=attr)
+    namespace = {value.digest: name for name, value in vars(module).items()
+                 if isinstance(value, Workflow) and not name.startswith("__")}
+    return replace(workflow, source_path=os.path.abspath(path), attr=attr, namespace=MappingProxyType(namespace))

@@ -23,9 +23,12 @@ from typing import Any, ClassVar, Literal
 #: Route target meaning "the run (or the enclosing include) ends here".
 END = "$end"
 
-NodeKind = Literal["compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision"]
+NodeKind = Literal["compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision", "sleep",
+                   "wait_message", "run_workflow", "map_workflow", "parallel"]
 NODE_KINDS: tuple[str, ...] = (
     "compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision",
+    # The waiting kinds of workflows/waits.py: a durable sleep, a message, child runs.
+    "sleep", "wait_message", "run_workflow", "map_workflow", "parallel",
 )
 
 Callback = Callable[..., Any]
@@ -286,3 +289,9 @@ class Workflow:
     attr: str | None = None
     description: str = ""
     mounts: Mapping[str, Mount] = field(default_factory=lambda: MappingProxyType({}))
+    # At most `concurrency.max` active runs per key (a `waits.ConcurrencyLimit`, part of the digest).
+    concurrency: Any = None
+    # digest → attribute name of every workflow the module it was loaded from holds (set by
+    # `load_snapshot`; not part of the digest): how a worker names the child workflow of a
+    # `run_workflow` node so that the child run loads it from the same snapshot.
+    namespace: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -31,6 +31,7 @@ from piwf_actors.workflows.model import (
     is_number,
 )
 from piwf_actors.workflows.schema import schema_problem
+from piwf_actors.workflows.waits import WAIT_KINDS, checked_wait
 
 _Spec = TypeVar("_Spec", bound=NodeSpec)
 
@@ -243,6 +244,8 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
         changes = _common(node_id, spec, optional_timeout=True) | _agent(node_id, spec)
     elif isinstance(spec, HumanDecisionSpec):
         changes = _common(node_id, spec, optional_timeout=True) | _human_decision(node_id, spec)
+    elif isinstance(spec, WAIT_KINDS):
+        changes = _common(node_id, spec, optional_timeout=True) | checked_wait(node_id, spec, is_json_value)
     else:
         raise fail(node_id, f"unsupported node kind {spec.kind!r}")
     if not spec.has_side_effect:

@@ -126,7 +126,8 @@ def test_a_version_1_database_is_migrated_to_queue_order_columns(state_dir):
     open_store(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     try:  # turn the fresh file back into what schema v1 created
-        conn.execute("DROP INDEX run_status_queue_class_queued_at")
+        for index in ("run_queue_order", "run_concurrency_key", "run_parent_wait"):  # v14's, on these columns
+            conn.execute(f"DROP INDEX {index}")
         conn.execute("DROP INDEX host_command_created_at")
         for column in ("queue_class", "queued_at", "start_failures"):
             conn.execute(f"ALTER TABLE run DROP COLUMN {column}")
@@ -143,7 +144,8 @@ def test_a_version_1_database_is_migrated_to_queue_order_columns(state_dir):
         rows = db.execute_sql("SELECT run_id, queue_class, queued_at, start_failures FROM run ORDER BY run_id").fetchall()
         assert rows == [("fresh", 2, 10.0, 0), ("woken", 1, 20.0, 0)]
         indexes = {row[1] for row in db.execute_sql("PRAGMA index_list(run)").fetchall()}
-        assert "run_status_queue_class_queued_at" in indexes
+        # v2's queue index served the claim until v14 replaced it with one that orders by priority too.
+        assert "run_queue_order" in indexes and "run_status_queue_class_queued_at" not in indexes
     finally:
         db.close()
 

@@ -18,6 +18,7 @@ from piwf_actors.protocol.catalog import (
     content,
     host,
     interactions,
+    messages,
     resources,
     runs,
     schedules,
@@ -30,7 +31,7 @@ from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.store.requests import WriteCommand
 
 #: The topic modules, in the order they fill the table.
-TOPICS = (host, runs, interactions, state, schedules, resources, channels, content, watches)
+TOPICS = (host, runs, interactions, messages, state, schedules, resources, channels, content, watches)
 
 #: Every client operation by name (read-only).
 OPERATIONS: Mapping[str, Operation] = TABLE

@@ -37,19 +37,28 @@ from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import json_problem, load_snapshot
 from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.resolver import WorkflowResolver
+from piwf_actors.workflows.waits import concurrency_key
+
+#: The largest priority either way (an integer; higher starts first).
+MAX_PRIORITY = 1_000_000
 
 # --- reads -------------------------------------------------------------------------------------
 
 
 @operation("run.list", payload={"status": ("str", False), "limit": ("int", False), "workflow": ("str", False),
-                                "since": ("num", False)}, read_only=True)
+                                "since": ("num", False), "parent": ("str", False)}, read_only=True)
 def run_list(ctx: OperationContext, payload: dict[str, Any]) -> None:
-    """From memory when the gateway's run window holds the answer (see LiveViews.run_list)."""
+    """From memory when the gateway's run window holds the answer (see LiveViews.run_list); a
+    run's children (`parent`) from the database."""
     status = payload.get("status")
     if status is not None and status not in RUN_STATUSES:
         raise BadRequest(f"run.list: unknown status {status!r}", ctx.request.request_id)
-    runs = ctx.views.run_list(status, min(payload.get("limit") or 100, 1000), payload.get("workflow"),
-                              payload.get("since"))
+    limit = min(payload.get("limit") or 100, 1000)
+    if payload.get("parent"):
+        runs = queries.run_list(ctx.reader, status, limit, workflow=payload.get("workflow"),
+                                since=payload.get("since"), parent=payload["parent"])
+    else:
+        runs = ctx.views.run_list(status, limit, payload.get("workflow"), payload.get("since"))
     ctx.reply("accepted", receipt={"runs": runs})
 
 
@@ -120,18 +129,19 @@ def _start(ctx: OperationContext, payload: dict[str, Any]) -> None:
 
 @write_operation("run.start", payload={"workflow": ("str", True), "input": ("any", False),
                                        "project_path": ("str", False), "session_id": ("str", False),
-                                       "run_id": ("str", False)}, handler=_start)
+                                       "run_id": ("str", False), "priority": ("int", False)}, handler=_start)
 def run_start(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
     return start_run_command(env.resolver, workflow=payload["workflow"], input=payload.get("input"),
                              project_path=payload.get("project_path"), session_id=payload.get("session_id"),
                              run_id=payload.get("run_id"), client_id=request.client_id,
-                             idempotency_key=request.idempotency_key, request_id=request.request_id)
+                             idempotency_key=request.idempotency_key, request_id=request.request_id,
+                             priority=payload.get("priority"))
 
 
 def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any = None,
                       project_path: str | None = None, session_id: str | None = None, run_id: str | None = None,
                       client_id: str | None = None, idempotency_key: str | None = None,
-                      request_id: str | None = None) -> WriteCommand:
+                      request_id: str | None = None, priority: int | None = None) -> WriteCommand:
     """The `run.start` command for a workflow spec (resolving it reads the workflow file).
 
     A workflow the host cannot resolve still becomes the command when the request is recorded (a
@@ -145,18 +155,31 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         raise Rejected(f"run input: {problem.replace('output is', 'it is')}")
     if project_path is not None:
         project_path = os.path.abspath(project_path)
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                 or abs(priority) > MAX_PRIORITY):
+        raise Rejected(f"priority must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY}, got {priority!r}")
     fingerprint_payload = {"workflow": workflow, "input": input, "project_path": project_path,
                            "session_id": session_id, "run_id": run_id}
+    if priority:  # absent when 0: a replay of a start recorded before priorities still matches
+        fingerprint_payload["priority"] = priority
     args: dict[str, Any] = {"client_id": client_id, "idempotency_key": idempotency_key,
                             "client_request_id": request_id, "payload": fingerprint_payload}
     try:
         resolved = resolver.resolve(workflow, project_path)
     except PiwfError as err:
         return _refused("run.start", args, err)
+    try:
+        limited = concurrency_key(resolved.workflow, input)
+    except Exception as exc:  # the workflow's own key function: its failure refuses this start
+        err = Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
+                       f"{type(exc).__name__}: {exc}"[:1000])
+        return _refused("run.start", args, err)
     args["spec"] = {
         "workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
         "definition_digest": resolved.workflow.digest, "source": resolved.source, "input": input,
-        "project_path": project_path, "session_id": session_id, "run_id": run_id,
+        "project_path": project_path, "session_id": session_id, "run_id": run_id, "priority": priority or 0,
+        "concurrency_key": None if limited is None else limited[0],
+        "concurrency_max": None if limited is None else limited[1],
     }
     return WriteCommand("run.start", args)
 

@@ -3,16 +3,20 @@
 from piwf_actors.store.commands import (  # noqa: F401  (registration)
     channel_answers,
     channels,
+    child_runs,
     children,
     claims,
     interactions,
     lease,
+    mailbox,
     reconciles,
     resources,
     runner_lease,
     runs,
     schedules,
     state,
+    wait_request,
+    waits,
     worker,
 )
 from piwf_actors.store.commands.registry import WriteContext, command, command_names, lookup

@@ -23,26 +23,33 @@ from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
 from piwf_actors.store.dialect import dialect_of
 from piwf_actors.store.events import append_event
-from piwf_actors.store.runstate import claim_row, release_claim, run_row, set_status
+from piwf_actors.store.runstate import QUEUE_HELD, claim_row, release_claim, run_row, set_status
+from piwf_actors.store.slots import SLOT_COLUMNS, blocked_by, needs_check
+
+_CANDIDATE_COLUMNS = ", ".join(SLOT_COLUMNS)
 
 
-def _eligible(ctx: WriteContext, exclude: list[str], limit: int) -> list[str]:
+def _candidates(ctx: WriteContext, exclude: list[str], limit: int) -> list[dict[str, Any]]:
     """The next runs to start, at most `limit`: a submission waiting for validation first, then runs
-    woken by an answer, a deadline or a resume, then fresh runs, each class in the order it was
-    queued (the seed's order; `runstate.set_status` stamps the class). One walk of the
-    (status, queue_class, queued_at) index.
+    woken by an answer, a deadline or a resume, then fresh runs, each class higher priority first
+    and then in the order it was queued (the seed's order; `runstate.set_status` stamps the class).
+    One walk of the `run_queue_order` index; held runs (class 3) are past its end.
 
     Several hosts may claim from one queue at once (the active host and runner hosts): on PostgreSQL
     the rows read are locked until the claim commits and rows another claim holds are skipped
     (`Dialect.skip_locked`), so two hosts take different runs instead of conflicting on one."""
     placeholders = ",".join("?" * len(exclude)) or "''"
-    return [str(row[0]) for row in ctx.conn.execute(
-        f"""SELECT run_id FROM run
-            WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
+    return [dict(zip(SLOT_COLUMNS, row, strict=True)) for row in ctx.conn.execute(
+        f"""SELECT {_CANDIDATE_COLUMNS} FROM run
+            WHERE status = 'queued' AND queue_class < {QUEUE_HELD} AND pause_requested = 0 AND cancel_requested = 0
               AND run_id NOT IN ({placeholders})
               AND run_id NOT IN (SELECT run_id FROM run_claim)
-            ORDER BY queue_class, queued_at LIMIT ?{dialect_of(ctx.conn).skip_locked}""",
+            ORDER BY queue_class, priority DESC, queued_at LIMIT ?{dialect_of(ctx.conn).skip_locked}""",
         (*exclude, limit))]
+
+
+#: Passes of the queue one claim makes when the runs it read were held back by their limits.
+_CLAIM_PASSES = 4
 
 
 @command("scheduler.claim_next")
@@ -54,13 +61,27 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     empty). Without `slots` the args are one slot and the answer is one
     claimed run or None. Each claimed run is marked `starting`, gets a claim
     and a `run_worker` row (with the worker's pid when it is known already).
+
+    A fresh run over its concurrency limit or its fan-out's `max_parallel` (or whose parent is
+    paused) is not claimed: it is held (`QUEUE_HELD`) until a run of its key ends. The check is made
+    run by run in this transaction, after the claims before it, so a limit holds across hosts.
     """
     single = "slots" not in args
     slots = [args] if single else list(args["slots"])
-    run_ids = _eligible(ctx, list(args.get("exclude", [])), len(slots))
+    exclude = list(args.get("exclude", []))
+    claimed: list[dict[str, Any]] = []
+    for _ in range(_CLAIM_PASSES):
+        held = False
+        for run in _candidates(ctx, exclude, len(slots) - len(claimed)):
+            exclude.append(run["run_id"])
+            if needs_check(run) and blocked_by(ctx.conn, run) is not None:
+                ctx.conn.execute(f"UPDATE run SET queue_class = {QUEUE_HELD} WHERE run_id = ?", (run["run_id"],))
+                held = True
+                continue
+            claimed.append(_claim(ctx, run["run_id"], slots[len(claimed)], float(args["claim_lease_s"])))
+        if not held or len(claimed) == len(slots):
+            break
     # Fewer eligible runs than slots leave the last slots unused.
-    claimed = [_claim(ctx, run_id, slot, float(args["claim_lease_s"]))
-               for run_id, slot in zip(run_ids, slots, strict=False)]
     if single:
         return claimed[0] if claimed else None
     return claimed

@@ -23,7 +23,7 @@ from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import stop_request_clocks
 from piwf_actors.store.commands.worker_ops import operation, start_attempt
 from piwf_actors.store.events import append_event
-from piwf_actors.store.runstate import release_claim, run_row, set_status
+from piwf_actors.store.runstate import park_waiting, run_row, set_status, wake_waiting
 from piwf_actors.workflows.contracts import check_decision, contract_digest, request_id_for
 
 _REQUEST_COLUMNS = ("request_id", "run_id", "node_id", "attempt_id", "kind", "target_session_id", "audience",
@@ -57,11 +57,7 @@ def _submission(ctx: WriteContext, submission_id: str) -> dict[str, Any] | None:
 
 
 def _park_waiting(ctx: WriteContext, run: dict[str, Any], request_id: str, attempt_id: str) -> None:
-    ctx.conn.execute("UPDATE node_attempt SET status = 'waiting' WHERE attempt_id = ? AND status = 'running'",
-                     (attempt_id,))
-    set_status(ctx, run["run_id"], "parked", "run_parked", park_reason="waiting", park_detail=request_id,
-               payload={"reason": "waiting", "request_id": request_id})
-    release_claim(ctx, run["run_id"])
+    park_waiting(ctx, run["run_id"], attempt_id, request_id, {"request_id": request_id})
 
 
 # --- worker operations ---------------------------------------------------------------
@@ -190,21 +186,7 @@ def _settle(ctx: WriteContext, request: dict[str, Any], submission_id: str) -> i
 
 
 def _wake_run(ctx: WriteContext, run_id: str, reason: str) -> None:
-    """A parked-waiting run goes back to the queue to consume its answer."""
-    run = run_row(ctx.conn, run_id)
-    if run["status"] == "parked" and run["park_reason"] == "waiting":
-        if run["cancel_requested"]:
-            set_status(ctx, run_id, "cancelled", "run_cancelled", payload={"after": reason})
-            return
-        if run["pause_requested"]:
-            # Paused while it waited (answers are refused and deadlines stand still meanwhile, so
-            # this is an answer settled before the pause, e.g. a deadline of a run paused before
-            # schema v11): it stays parked, now as paused, and `run.resume` lets it consume it.
-            ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
-            set_status(ctx, run_id, "parked", "run_parked", park_reason="paused",
-                       payload={"reason": "paused", "after": reason})
-            return
-        set_status(ctx, run_id, "queued", "run_requeued", payload={"after": reason})
+    wake_waiting(ctx, run_id, reason)
 
 
 def _open_request(ctx: WriteContext, request_id: str, kind: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from piwf_actors.ids import new_id
 from piwf_actors.resources.policy import BadResult, check_finalizers, merge_status, owned_run_id, settle
 from piwf_actors.store.blobs import get_blob
 from piwf_actors.store.commands.registry import WriteContext, command
-from piwf_actors.store.commands.runs import _insert_run
+from piwf_actors.store.commands.runs import insert_run
 from piwf_actors.store.resource_state import (
     append_resource_event,
     make_applying_ambiguous,
@@ -221,7 +221,7 @@ def _workflow_ensure(ctx: WriteContext, row: dict[str, Any], payload: dict[str, 
     spec = dict(payload["spec"])
     spec.update(run_id=run_id, input=payload.get("input"), project_path=row["project_path"], session_id=None,
                 parent_run_id=None)
-    _insert_run(ctx, spec)
+    insert_run(ctx, spec)
     append_resource_event(ctx, manager, key, uid, "run_ensured",
                           {"run_id": run_id, "ensure_key": ensure_key, "workflow": spec["workflow"]})
     return {"run_id": run_id, "status": "queued", "output": None, "error": None, "created": True}

@@ -1,4 +1,4 @@
-"""The clocks of a run's open requests: a deadline counts only while someone could answer.
+"""The clocks of a run's open requests and message waits: a deadline counts only while someone could answer.
 
 A checkpoint's or agent step's `timeout_s` and a decision's `on_timeout.after_s` become the
 request's `deadline_at` when it is created. Answers to a paused run are refused, so while the run
@@ -30,6 +30,13 @@ def stop_request_clocks(ctx: WriteContext, run_id: str) -> int:
         (ctx.now, ctx.now, ctx.now, run_id)).rowcount
     if changed:
         ctx.changes.touch("interactive_request", run_id)
+    # A message wait's timeout stands still too (a sleep's wake-up time does not: it is a time).
+    if ctx.conn.execute(
+            """UPDATE run_wait SET paused_remaining_s = CASE WHEN wake_at > ? THEN wake_at - ? ELSE 0 END,
+                   wake_at = NULL
+               WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND wake_at IS NOT NULL""",
+            (ctx.now, ctx.now, run_id)).rowcount:
+        ctx.changes.touch("run_wait", run_id)
     return int(changed)
 
 
@@ -42,4 +49,9 @@ def restart_request_clocks(ctx: WriteContext, run_id: str) -> int:
         (ctx.now, ctx.now, run_id)).rowcount
     if changed:
         ctx.changes.touch("interactive_request", run_id)
+    if ctx.conn.execute(
+            """UPDATE run_wait SET wake_at = ? + paused_remaining_s, paused_remaining_s = NULL
+               WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND paused_remaining_s IS NOT NULL""",
+            (ctx.now, run_id)).rowcount:
+        ctx.changes.touch("run_wait", run_id)
     return int(changed)

@@ -16,11 +16,13 @@ from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.idempotency import Adopted, recorded, refusal_in
+from piwf_actors.store.commands.mailbox import deliver_resumed
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import restart_request_clocks, stop_request_clocks
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import (
     QUEUE_FRESH,
+    QUEUE_HELD,
     bump_revision,
     cancel_open_requests,
     claim_row,
@@ -29,15 +31,20 @@ from piwf_actors.store.runstate import (
 )
 from piwf_actors.store.values import put_value
 
+#: Run columns a spec may set beyond the basics (schema v14): priority, limits, a child's place.
+_PLACEMENT = ("priority", "concurrency_key", "concurrency_max", "parent_node_id", "parent_wait_id", "child_index",
+              "fanout_max")
 
-def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
-                source_sha: str | None = None) -> dict[str, Any]:
+
+def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
+               source_sha: str | None = None, queue_class: int = QUEUE_FRESH, check_id: bool = True) -> dict[str, Any]:
     """Insert a queued run. `stored_input` is an (inline JSON, blob key) pair already stored (a
-    restart reuses its parent's), else the spec's `input` is stored."""
+    restart reuses its parent's), else the spec's `input` is stored. `check_id` False: the caller
+    knows the id is new (a child's, derived and checked by the caller)."""
     run_id = spec.get("run_id")
     if run_id is None:
         run_id = new_id("run", ctx.now)  # time-ordered and random: cannot exist already
-    elif ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
+    elif check_id and ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
         raise Rejected(f"run {run_id} already exists")
     input_json, input_sha = stored_input or put_value(ctx.conn, spec.get("input"), ctx.now)
     source = spec.get("source")
@@ -47,14 +54,18 @@ def _insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[
         """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
                source_sha256, input_sha256, input_json, project_path, session_id, parent_run_id, status,
                revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
-               queue_class, queued_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?)""",
+               queue_class, queued_at, priority, concurrency_key, concurrency_max, parent_node_id, parent_wait_id,
+               child_index, fanout_max)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
          spec.get("definition_digest"), source_sha, input_sha, input_json, spec.get("project_path"),
-         spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, QUEUE_FRESH, ctx.now),
+         spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, queue_class, ctx.now,
+         int(spec.get("priority") or 0), *(spec.get(key) for key in _PLACEMENT[1:])),
     )
-    append_event(ctx.conn, run_id, "run_created", ctx.now,
-                 payload={"workflow": spec["workflow"], "parent_run_id": spec.get("parent_run_id")})
+    created: dict[str, Any] = {"workflow": spec["workflow"], "parent_run_id": spec.get("parent_run_id")}
+    if spec.get("parent_node_id") is not None:
+        created.update(parent_node_id=spec["parent_node_id"], child_index=spec.get("child_index"))
+    append_event(ctx.conn, run_id, "run_created", ctx.now, payload=created)
     ctx.changes.touch("run", run_id)
     return {"run_id": run_id, "status": "queued", "revision": 1}
 
@@ -67,7 +78,7 @@ def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
     def apply() -> dict[str, Any]:
         refusal_in(args)
-        return _insert_run(ctx, args["spec"])
+        return insert_run(ctx, args["spec"])
 
     return recorded(ctx, args, apply)
 
@@ -149,19 +160,32 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if run["pause_requested"]:
             ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
             restart_request_clocks(ctx, run_id)
+            _release_held_children(ctx, run_id)
             append_event(ctx.conn, run_id, "pause_cancelled", ctx.now)
+            deliver_resumed(ctx, run_id)  # messages that came meanwhile (may queue a run parked on one)
             revision = bump_revision(ctx, run_id)
             return {"run_id": run_id, "status": run["status"], "revision": revision}
         if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):
             ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
             restart_request_clocks(ctx, run_id)
+            _release_held_children(ctx, run_id)
             revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"from": run["park_reason"]})
+            deliver_resumed(ctx, run_id)
             return {"run_id": run_id, "status": "queued", "revision": revision}
         if run["status"] == "parked" and run["park_reason"] == "ambiguous_effect":
             raise Rejected(f"run {run_id} waits for effect {run['park_detail']}: use effect.resolve")
         raise Rejected(f"run {run_id} is {run['status']} and not paused")
 
     return recorded(ctx, args, apply)
+
+
+def _release_held_children(ctx: WriteContext, run_id: str) -> None:
+    """A resumed parent's children that the claim held while it was paused may be claimed again (the
+    claim holds those still over their fan-out's limit: store/slots.py)."""
+    if ctx.conn.execute(f"UPDATE run SET queue_class = {QUEUE_FRESH} WHERE parent_run_id = ? "
+                        f"AND parent_node_id IS NOT NULL AND status = 'queued' AND queue_class = {QUEUE_HELD}",
+                        (run_id,)).rowcount:
+        ctx.changes.touch("run")
 
 
 def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None) -> str:
@@ -212,7 +236,8 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             raise Rejected(f"run {run_id} has unsettled effect(s) {', '.join(unsettled)}: resolve them first "
                            "(effect.resolve confirm|retry), then restart")
         spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
-                                          "project_path", "session_id")}
+                                          "project_path", "session_id", "priority", "concurrency_key",
+                                          "concurrency_max")}
         source_sha = run["source_sha256"]
         fresh = args.get("spec")
         if fresh:
@@ -235,7 +260,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
             return Adopted(receipt)
         spec.update(parent_run_id=run_id, run_id=child_id)
-        _insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha)
+        insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha)
         if from_node is not None:
             _copy_before(ctx, run_id, child_id, from_node)
         append_event(ctx.conn, run_id, "run_restarted", ctx.now,

@@ -21,7 +21,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound, Rejected
 from piwf_actors.store.commands.idempotency import Adopted, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
-from piwf_actors.store.commands.runs import _insert_run
+from piwf_actors.store.commands.runs import insert_run
 
 _CLOCK_KINDS = ("scheduled", "catch_up")
 
@@ -74,7 +74,7 @@ def _record_fire(ctx: WriteContext, name: str, fire: dict[str, Any], run_id: str
     ctx.changes.touch("schedule_fire")
     spec = fire.get("spec")
     if spec is not None and not ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (run_id,)).fetchone():
-        _insert_run(ctx, {**spec, "run_id": run_id})
+        insert_run(ctx, {**spec, "run_id": run_id})
     return True
 
 

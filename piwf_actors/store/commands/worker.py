@@ -35,6 +35,7 @@ from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
 from piwf_actors.store.commands.interactions import consume_request
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext, command
+from piwf_actors.store.commands.waits import consume_wait
 from piwf_actors.store.commands.worker_ops import claim_generation, lookup_operation, operation, start_attempt
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import release_claim, set_status
@@ -353,6 +354,8 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
         raise Rejected(f"attempt {attempt_id} of run {run_id} is not running")
     if payload.get("request_id") is not None:
         consume_request(ctx, run_id, payload["request_id"])
+    if payload.get("wait_id") is not None:
+        consume_wait(ctx, run_id, payload["wait_id"])
     effect_id = payload.get("effect_id")
     if effect_id is not None:
         effect_status = "applied" if outcome == "ok" else "failed"

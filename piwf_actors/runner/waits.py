@@ -1,0 +1,87 @@
+"""What a waiting node asks the host for (`wait_request`), computed in the worker from its spec.
+
+User callbacks run here, in the worker, like every other node's: a sleep's `until(ctx)`, a topic
+function, a fan-out's `items(ctx)` and `input(item, ctx)`, a child workflow's concurrency key. A
+child workflow is named by its attribute in the module the parent was loaded from
+(`Workflow.namespace`), so the child run loads it from the same snapshot.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from piwf_actors.workflows import Workflow, evaluate
+from piwf_actors.workflows.context import NodeContext
+from piwf_actors.workflows.model import is_number, thaw
+from piwf_actors.workflows.waits import (
+    MAX_CHILDREN,
+    MapWorkflowSpec,
+    ParallelSpec,
+    RunWorkflowSpec,
+    SleepSpec,
+    WaitMessageSpec,
+    concurrency_key,
+)
+
+
+class WaitRequestError(Exception):
+    """The node's spec could not be turned into a request (its callback raised or returned nonsense)."""
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise WaitRequestError("sleep until= returned a naive datetime; give it a time zone")
+        return value.timestamp()
+    if is_number(value):
+        return float(value)
+    raise WaitRequestError(f"sleep until= must return epoch seconds or an aware datetime, got {type(value).__name__}")
+
+
+def _child(parent: Workflow, child: Workflow, run_input: Any) -> dict[str, Any]:
+    attr = parent.namespace.get(child.digest)
+    if attr is None:
+        raise WaitRequestError(
+            f"child workflow {child.name!r} is not a module-level attribute of "
+            f"{parent.source_path or 'the parent workflow file'}: define or import it there")
+    start: dict[str, Any] = {"workflow": child.name, "workflow_attr": attr, "definition_digest": child.digest,
+                             "input": run_input}
+    limited = concurrency_key(child, run_input)
+    if limited is not None:
+        start.update(concurrency_key=limited[0], concurrency_max=limited[1])
+    return start
+
+
+def wait_payload(workflow: Workflow, spec: Any, ctx: NodeContext) -> dict[str, Any]:
+    """The `wait_request` fields of a waiting node (besides node_id and attempt_id)."""
+    if isinstance(spec, SleepSpec):
+        if spec.until is not None:
+            return {"kind": "sleep", "until": _epoch(spec.until(ctx))}
+        return {"kind": "sleep", "seconds": spec.seconds}
+    if isinstance(spec, WaitMessageSpec):
+        topic = evaluate(spec.topic, ctx)
+        if not isinstance(topic, str) or not topic.strip():
+            raise WaitRequestError(f"topic must be a non-empty string, got {topic!r}")
+        payload: dict[str, Any] = {"kind": "message", "topic": topic, "timeout_s": spec.timeout_s}
+        if spec.on_timeout is not None:
+            payload["on_timeout"] = thaw(spec.on_timeout)
+        return payload
+    base = {"kind": "children", "on_failure": spec.on_failure}
+    if isinstance(spec, RunWorkflowSpec):
+        child_input = ctx.input if spec.input is None else spec.input(ctx)
+        return {**base, "mode": "run", "children": [_child(workflow, spec.child, child_input)]}
+    if isinstance(spec, MapWorkflowSpec):
+        items = spec.items(ctx)
+        if not isinstance(items, (list, tuple)):
+            raise WaitRequestError(f"items must return a list, got {type(items).__name__}")
+        if len(items) > MAX_CHILDREN:
+            raise WaitRequestError(f"items returned {len(items)} items; a node starts at most {MAX_CHILDREN} children")
+        inputs = [item if spec.input is None else spec.input(item, ctx) for item in items]
+        return {**base, "mode": "map", "max_parallel": spec.max_parallel,
+                "children": [_child(workflow, spec.child, child_input) for child_input in inputs]}
+    assert isinstance(spec, ParallelSpec)
+    names = list(spec.workflows)
+    children = [_child(workflow, spec.workflows[name], ctx.input if spec.input is None else spec.input(name, ctx))
+                for name in names]
+    return {**base, "mode": "parallel", "names": names, "children": children}

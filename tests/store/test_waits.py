@@ -1,0 +1,342 @@
+"""Waits, mailboxes, child runs and limits through the real writer on a real SQLite file, with a clock
+the test moves: each test drives the commands a worker, the scheduler, the housekeeper and a client
+send, and reads the rows the host would.
+
+The whole-host behaviour (real workers, crashes, a runner host on PostgreSQL) is in
+tests/integration/test_flow_crashes.py and tests/examples/test_readme_flow.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from actors.writer_store import TOKEN, WriterStore
+
+from piwf_actors.store import queries
+from piwf_actors.store.flow_queries import flow_view
+from piwf_actors.store.runstate import QUEUE_HELD, QUEUE_WOKEN
+
+
+@pytest.fixture
+def store(state_dir: Path) -> Iterator[WriterStore]:
+    s = WriterStore(state_dir)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def claim(store: WriterStore, slots: int = 4) -> list[dict[str, Any]]:
+    store.messages += 1
+    claimed = store.writer.call("scheduler.claim_next", {
+        "slots": [{"token_hash": TOKEN, "launch_id": f"l{store.messages}-{i}"} for i in range(slots)],
+        "claim_lease_s": 600})
+    for item in claimed:
+        store.claims[item["run_id"]] = item
+    return claimed
+
+
+def launch(store: WriterStore, run_id: str) -> None:
+    """Claim `run_id` (it must be the one claimable run) and mark it running."""
+    assert [c["run_id"] for c in claim(store, 1)] == [run_id]
+    store.worker(run_id, "ready", {"want_state": False})
+
+
+def finish(store: WriterStore, run_id: str, node_id: str, report: dict[str, Any], nxt: dict[str, Any]) -> Any:
+    return store.worker(run_id, "node_finished", {"node_id": node_id, **report, "next": nxt})
+
+
+def settled(answer: dict[str, Any]) -> dict[str, Any]:
+    assert answer["status"] == "settled", answer
+    return {"outcome": answer["result"]["outcome"], "output": answer["result"].get("output"),
+            "attempt_id": answer["attempt_id"], "wait_id": answer["wait_id"]}
+
+
+def consume(store: WriterStore, run_id: str, node_id: str, answer: dict[str, Any], nxt: dict[str, Any]) -> None:
+    got = settled(answer)
+    finish(store, run_id, node_id, {"outcome": got["outcome"], "output": got["output"],
+                                    "attempt_id": got["attempt_id"], "wait_id": got["wait_id"]}, nxt)
+
+
+def q(store: WriterStore, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in store.reader.all(sql, params)]
+
+
+def run_row(store: WriterStore, run_id: str, columns: str) -> tuple[Any, ...]:
+    return q(store, f"SELECT {columns} FROM run WHERE run_id = ?", (run_id,))[0]
+
+
+# --- sleep ----------------------------------------------------------------------------------------
+
+
+def test_a_sleep_parks_without_a_claim_and_wakes_once_at_its_time(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    launch(store, "r1")
+    start = store.time
+    parked = store.worker("r1", "wait_request", {"node_id": "nap", "attempt_id": "a1", "kind": "sleep",
+                                                 "seconds": 30})
+    assert parked["status"] == "waiting" and parked["directive"] == "stop"
+    assert run_row(store, "r1", "status, park_reason") == ("parked", "waiting")
+    assert q(store, "SELECT count(*) FROM run_claim")[0] == (0,)
+    assert queries.next_wake(store.reader) == pytest.approx(start + 30)
+
+    store.time += 29
+    assert store.writer.call("waits.wake", {})["woken"] == {}
+    store.time += 2
+    assert list(store.writer.call("waits.wake", {})["woken"].values()) == ["slept"]
+    assert store.writer.call("waits.wake", {})["woken"] == {}  # once
+    status, queue_class, queued_at = run_row(store, "r1", "status, queue_class, queued_at")
+    assert (status, queue_class) == ("queued", QUEUE_WOKEN)
+    assert queued_at == pytest.approx(start + 30)  # among the woken, in wake order
+
+    launch(store, "r1")
+    answer = store.worker("r1", "wait_request", {"node_id": "nap", "attempt_id": "a2", "kind": "sleep",
+                                                 "seconds": 30})
+    assert settled(answer)["output"] == {"slept_until": pytest.approx(start + 30)}
+    assert settled(answer)["attempt_id"] == "a1"  # the attempt the wait was made for
+    consume(store, "r1", "nap", answer, {"finish": True})
+    assert run_row(store, "r1", "status, output_json") == ("done", '{"slept_until":%r}' % (start + 30))
+    assert q(store, "SELECT status FROM run_wait") == [("consumed",)]
+
+
+def test_a_sleeper_paused_past_its_time_wakes_at_once_when_resumed(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    launch(store, "r1")
+    store.worker("r1", "wait_request", {"node_id": "nap", "attempt_id": "a1", "kind": "sleep", "seconds": 10})
+    store.writer.call("run.pause", {"run_id": "r1"})
+    wake_at = q(store, "SELECT wake_at FROM run_wait")[0][0]
+    assert wake_at == pytest.approx(store.time + 10)  # a pause keeps the wake-up time
+    store.time += 60
+    store.writer.call("waits.wake", {})
+    assert run_row(store, "r1", "status, park_reason") == ("parked", "paused")
+    store.writer.call("run.resume", {"run_id": "r1"})
+    assert run_row(store, "r1", "status")[0] == "queued"
+    launch(store, "r1")
+    assert settled(store.worker("r1", "wait_request", {"node_id": "nap", "attempt_id": "a2", "kind": "sleep",
+                                                       "seconds": 10}))["outcome"] == "ok"
+
+
+def test_a_time_that_passed_already_goes_on_without_parking(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    launch(store, "r1")
+    answer = store.worker("r1", "wait_request", {"node_id": "nap", "attempt_id": "a1", "kind": "sleep",
+                                                 "until": store.time - 5})
+    assert settled(answer)["output"] == {"slept_until": pytest.approx(store.time - 5)}
+    assert run_row(store, "r1", "status")[0] == "running"
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def send(store: WriterStore, run_id: str, topic: str, payload: Any, key: str | None = None) -> dict[str, Any]:
+    args = {"to_run_id": run_id, "topic": topic, "message": payload, "client_id": "c" if key else None,
+            "idempotency_key": key, "payload": {"run_id": run_id, "topic": topic, "payload": payload}}
+    return store.writer.call("message.send", args)
+
+
+def test_messages_sent_before_the_wait_are_taken_once_in_send_order(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    first = send(store, "r1", "go", {"n": 1}, key="k1")
+    assert send(store, "r1", "go", {"n": 1}, key="k1")["outcome"] == "adopted"  # same key: same message
+    send(store, "r1", "go", {"n": 2}, key="k2")
+    send(store, "r1", "other", {"n": 3})
+    assert first["receipt"]["status"] == "pending" and first["receipt"]["seq"] == 1
+    launch(store, "r1")
+    view = flow_view(store.reader, queries.run_view(store.reader, "r1") | {"generation": 1, "fanout_max": None,
+                                                                             "concurrency_max": None,
+                                                                             "parent_wait_id": None})
+    assert view["mailbox"] == {"go": 2, "other": 1}
+    one = store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a1", "kind": "message", "topic": "go"})
+    assert settled(one)["output"] == {"n": 1}
+    consume(store, "r1", "w", one, {"node": "w"})
+    two = store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a2", "kind": "message", "topic": "go"})
+    assert settled(two)["output"] == {"n": 2}
+    assert q(store, "SELECT topic, seq, status FROM run_message ORDER BY seq") == [
+        ("go", 1, "consumed"), ("go", 2, "consumed"), ("other", 3, "pending")]
+
+
+def test_a_message_to_a_parked_wait_queues_the_run_in_the_same_commit(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    launch(store, "r1")
+    store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a1", "kind": "message", "topic": "go"})
+    assert run_row(store, "r1", "status")[0] == "parked"
+    receipt = send(store, "r1", "go", {"ok": True}, key="k")["receipt"]
+    assert receipt["status"] == "consumed" and receipt["consumed_by"] is not None
+    assert run_row(store, "r1", "status")[0] == "queued"
+    launch(store, "r1")
+    assert settled(store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a2", "kind": "message",
+                                                       "topic": "go"}))["output"] == {"ok": True}
+
+
+def test_a_paused_run_keeps_its_messages_and_its_timeout_stands_still(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    launch(store, "r1")
+    store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a1", "kind": "message", "topic": "go",
+                                        "timeout_s": 10})
+    store.time += 4
+    store.writer.call("run.pause", {"run_id": "r1"})
+    assert q(store, "SELECT wake_at, paused_remaining_s FROM run_wait") == [(None, pytest.approx(6))]
+    store.time += 100
+    assert store.writer.call("waits.wake", {})["woken"] == {}
+    assert send(store, "r1", "go", "late")["receipt"]["status"] == "pending"  # not taken while paused
+    store.writer.call("run.resume", {"run_id": "r1"})
+    launch(store, "r1")
+    assert settled(store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a2", "kind": "message",
+                                                       "topic": "go"}))["output"] == "late"
+
+
+def test_a_message_timeout_applies_the_default_or_fails_the_node(store: WriterStore) -> None:
+    for run_id in ("with", "without"):
+        store.writer.call("run.create", {"workflow": "w", "run_id": run_id, "input": {}})
+        launch(store, run_id)
+    extra = {"on_timeout": {"verdict": "none"}}
+    store.worker("with", "wait_request", {"node_id": "w", "attempt_id": "a1", "kind": "message", "topic": "go",
+                                          "timeout_s": 5, **extra})
+    store.worker("without", "wait_request", {"node_id": "w", "attempt_id": "a2", "kind": "message", "topic": "go",
+                                             "timeout_s": 5})
+    store.time += 6
+    assert sorted(store.writer.call("waits.wake", {})["woken"].values()) == ["default_applied", "timed_out"]
+    launch(store, "with")
+    assert settled(store.worker("with", "wait_request", {"node_id": "w", "kind": "message", "topic": "go"}))[
+        "output"] == {"verdict": "none"}
+    launch(store, "without")
+    failed = store.worker("without", "wait_request", {"node_id": "w", "kind": "message", "topic": "go"})
+    assert failed["result"]["outcome"] == "failed" and failed["result"]["error_code"] == "message_timeout"
+
+
+def test_a_message_to_a_finished_run_is_refused_and_nothing_is_kept(store: WriterStore) -> None:
+    store.finished_run("r1")
+    with pytest.raises(Exception, match="done: a message to it would never be read"):
+        send(store, "r1", "go", 1)
+    assert q(store, "SELECT count(*) FROM run_message")[0] == (0,)
+
+
+# --- children -------------------------------------------------------------------------------------
+
+
+def children_request(count: int, **extra: Any) -> dict[str, Any]:
+    return {"node_id": "fan", "attempt_id": "a1", "kind": "children", "mode": "map",
+            "children": [{"workflow": "kid", "workflow_attr": "kid", "definition_digest": "d", "input": i}
+                         for i in range(count)], **extra}
+
+
+def child_ids(store: WriterStore) -> list[str]:
+    return [r[0] for r in q(store, "SELECT run_id FROM run WHERE parent_node_id = 'fan' "
+                                               "ORDER BY child_index")]
+
+
+def test_a_fan_out_starts_each_child_once_runs_at_most_max_parallel_and_wakes_its_parent_last(
+        store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    parked = store.worker("p", "wait_request", children_request(5, max_parallel=2))
+    assert parked["status"] == "waiting"
+    kids = child_ids(store)
+    assert len(kids) == 5
+    assert [r[0] for r in q(store, "SELECT queue_class FROM run WHERE parent_node_id = 'fan' "
+                                               "ORDER BY child_index")] == [2, 2, QUEUE_HELD, QUEUE_HELD, QUEUE_HELD]
+    assert [c["run_id"] for c in claim(store, 4)] == kids[:2]  # max_parallel 2, with slots to spare
+    for index, kid in enumerate(kids):
+        if kid not in store.claims:
+            assert kid in [c["run_id"] for c in claim(store, 4)]  # let go by an earlier child's end
+        assert q(store, "SELECT count(*) FROM run WHERE parent_node_id = 'fan' AND generation > 0 "
+                        "AND status NOT IN ('done', 'failed', 'cancelled')")[0][0] <= 2
+        store.worker(kid, "ready", {"want_state": False})
+        finish(store, kid, "a", {"outcome": "ok", "output": {"i": index}}, {"finish": True})
+        if index < 4:
+            assert run_row(store, "p", "status")[0] == "parked"
+    assert run_row(store, "p", "status")[0] == "queued"  # the last child's end woke it
+    launch(store, "p")
+    answer = store.worker("p", "wait_request", {"node_id": "fan", "kind": "children", "probe": True})
+    assert settled(answer)["output"] == [{"i": i} for i in range(5)]
+
+
+def test_fail_fast_fails_the_node_and_cancels_the_other_children(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", children_request(3))
+    kids = child_ids(store)
+    claim(store, 1)
+    store.worker(kids[0], "ready", {"want_state": False})
+    finish(store, kids[0], "a", {"outcome": "failed", "error": "boom"}, {"fail": {"code": "node_failed",
+                                                                                 "message": "boom"}})
+    assert [run_row(store, kid, "status")[0] for kid in kids] == ["failed", "cancelled", "cancelled"]
+    launch(store, "p")
+    failed = store.worker("p", "wait_request", {"node_id": "fan", "kind": "children", "probe": True})
+    assert failed["result"]["outcome"] == "failed" and failed["result"]["error_code"] == "child_failed"
+    assert kids[0] in failed["result"]["error"]
+
+
+def test_collect_reports_the_failures_and_the_outputs_in_order(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", children_request(3, on_failure="collect"))
+    kids = child_ids(store)
+    claim(store, 3)
+    for index, kid in enumerate(kids):
+        store.worker(kid, "ready", {"want_state": False})
+        if index == 1:
+            finish(store, kid, "a", {"outcome": "failed", "error": "no"}, {"fail": {"code": "node_failed",
+                                                                                   "message": "no"}})
+        else:
+            finish(store, kid, "a", {"outcome": "ok", "output": index}, {"finish": True})
+    launch(store, "p")
+    output = settled(store.worker("p", "wait_request", {"node_id": "fan", "kind": "children", "probe": True}))[
+        "output"]
+    assert output["outputs"] == [0, None, 2]
+    assert [(f["index"], f["run_id"], f["error"]["code"]) for f in output["failed"]] == [(1, kids[1], "node_failed")]
+
+
+def test_cancelling_the_parent_cancels_its_children_and_a_paused_parent_starts_none(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", children_request(3))
+    kids = child_ids(store)
+    store.writer.call("run.pause", {"run_id": "p"})
+    assert claim(store, 4) == []  # its children are held while it is paused
+    reason = flow_view(store.reader, dict(zip(*_columns(store, kids[0]), strict=True)))["queue_reason"]
+    assert reason == "its parent run p is paused"
+    store.writer.call("run.resume", {"run_id": "p"})
+    assert len(claim(store, 1)) == 1
+    store.writer.call("run.cancel", {"run_id": "p"})
+    statuses = [run_row(store, kid, "status, cancel_requested") for kid in kids]
+    assert statuses[0] == ("starting", 1)  # claimed: its runner stops it
+    assert statuses[1:] == [("cancelled", 0), ("cancelled", 0)]
+
+
+def _columns(store: WriterStore, run_id: str) -> tuple[list[str], tuple[Any, ...]]:
+    cursor = store.reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
+    return [d[0] for d in cursor.description], cursor.fetchone()
+
+
+# --- limits and priorities ------------------------------------------------------------------------
+
+
+def test_a_concurrency_limit_holds_the_others_until_a_slot_is_free(store: WriterStore) -> None:
+    for n in range(4):
+        store.writer.call("run.create", {"workflow": "deploy", "run_id": f"d{n}", "input": {},
+                                         "concurrency_key": "deploy[eu]", "concurrency_max": 2})
+    store.writer.call("run.create", {"workflow": "deploy", "run_id": "us", "input": {},
+                                     "concurrency_key": "deploy[us]", "concurrency_max": 2})
+    assert [c["run_id"] for c in claim(store, 8)] == ["d0", "d1", "us"]
+    reason = flow_view(store.reader, dict(zip(*_columns(store, "d2"), strict=True)))["queue_reason"]
+    assert reason == "waiting for a concurrency slot of deploy[eu] (2 of 2 in use)"
+    assert claim(store, 8) == []
+    for run_id in ("d0", "d1"):  # one parks waiting: it still holds its slot
+        store.worker(run_id, "ready", {"want_state": False})
+    store.worker("d0", "wait_request", {"node_id": "s", "attempt_id": "x", "kind": "sleep", "seconds": 100})
+    assert claim(store, 8) == []
+    finish(store, "d1", "a", {"outcome": "ok", "output": 1}, {"finish": True})
+    assert [c["run_id"] for c in claim(store, 8)] == ["d2"]  # one slot freed: one run let go
+
+
+def test_a_higher_priority_fresh_run_is_claimed_first_after_the_woken(store: WriterStore) -> None:
+    for n in range(3):
+        store.writer.call("run.create", {"workflow": "w", "run_id": f"f{n}", "input": {}})
+    store.writer.call("run.create", {"workflow": "w", "run_id": "urgent", "input": {}, "priority": 10})
+    store.writer.call("run.create", {"workflow": "w", "run_id": "low", "input": {}, "priority": -1})
+    assert [c["run_id"] for c in claim(store, 2)] == ["urgent", "f0"]
+    assert [c["run_id"] for c in claim(store, 5)] == ["f1", "f2", "low"]
