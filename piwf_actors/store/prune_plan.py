@@ -32,6 +32,8 @@ BLOB_REFERENCES: tuple[tuple[str, str, str], ...] = (
     ("node_attempt", "attempt_id", "output_sha256"),
     ("effect", "effect_id", "output_sha256"),
     ("interactive_request", "request_id", "contract_sha256"),
+    ("run_wait", "wait_id", "result_sha256"),
+    ("run_message", "message_id", "payload_sha256"),
 )
 
 
@@ -73,7 +75,8 @@ def check_prune_args(before: Any, limit: Any) -> tuple[float, int]:
 # looked up among the live runs (status index), never among all runs.
 def _eligible(conn: Any) -> str:
     """Terminal runs finished before `?`, except those something still needs: a claim, a live child
-    (a restart's parent), or a resource that owns it (`resource_run`): its manager's `ensure` finds
+    (a restart's or a child run's parent), a live parent (a child run: its parent's wait reads the
+    outputs of its children when the last one ends), or a resource that owns it (`resource_run`): its manager's `ensure` finds
     the run by an id derived from the resource and its key, so a pruned run would be started again,
     effects and all. A resource's runs are pruned once it is deleted (its resource_run rows go with it)."""
     unindexed = "+" if dialect_of(conn).name == "sqlite" else ""
@@ -83,7 +86,9 @@ def _eligible(conn: Any) -> str:
       AND NOT EXISTS (SELECT 1 FROM run_claim c WHERE c.run_id = r.run_id)
       AND NOT EXISTS (SELECT 1 FROM resource_run o WHERE o.run_id = r.run_id)
       AND r.run_id NOT IN (SELECT parent_run_id FROM run
-                           WHERE status IN {LIVE_SQL} AND parent_run_id IS NOT NULL)"""
+                           WHERE status IN {LIVE_SQL} AND parent_run_id IS NOT NULL)
+      AND NOT (r.parent_node_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM run p WHERE p.run_id = r.parent_run_id AND p.status IN {LIVE_SQL}))"""
 
 
 def _blob_candidates() -> str:

@@ -789,6 +789,9 @@ V14_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
     (Run, Run.index(Run.parent_wait_id, Run.status, Run.queue_class, Run.child_index, name="run_parent_wait",
                     where=Run.parent_wait_id.is_null(False))),
     (Run, Run.index(Run.parent_run_id, Run.child_index, name="run_parent_run", where=Run.parent_run_id.is_null(False))),
+    # state.prune looks up the blobs a wait's result and a message's payload keep (BLOB_REFERENCES).
+    (RunWait, _blob_prefix_index(RunWait, RunWait.result_sha256, "run_wait_result_sha256_prefix")),
+    (RunMessage, _blob_prefix_index(RunMessage, RunMessage.payload_sha256, "run_message_payload_sha256_prefix")),
 )
 for _model, _index in V14_INDEXES:
     _model.add_index(_index)

@@ -217,8 +217,8 @@ def test_a_message_to_a_finished_run_is_refused_and_nothing_is_kept(store: Write
 # --- children -------------------------------------------------------------------------------------
 
 
-def children_request(count: int, **extra: Any) -> dict[str, Any]:
-    return {"node_id": "fan", "attempt_id": "a1", "kind": "children", "mode": "map",
+def children_request(count: int, attempt_id: str = "a1", **extra: Any) -> dict[str, Any]:
+    return {"node_id": "fan", "attempt_id": attempt_id, "kind": "children", "mode": "map",
             "children": [{"workflow": "kid", "workflow_attr": "kid", "definition_digest": "d", "input": i}
                          for i in range(count)], **extra}
 
@@ -340,3 +340,32 @@ def test_a_higher_priority_fresh_run_is_claimed_first_after_the_woken(store: Wri
     store.writer.call("run.create", {"workflow": "w", "run_id": "low", "input": {}, "priority": -1})
     assert [c["run_id"] for c in claim(store, 2)] == ["urgent", "f0"]
     assert [c["run_id"] for c in claim(store, 5)] == ["f1", "f2", "low"]
+
+
+# --- prune ----------------------------------------------------------------------------------------
+
+
+def test_prune_takes_a_runs_waits_and_mailbox_and_spares_the_children_of_a_live_parent(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    big = {"text": "x" * 5000}  # stored as a blob, not inline
+    send(store, "r1", "go", big)
+    send(store, "r1", "left", big)  # never taken: pruned with its run all the same
+    launch(store, "r1")
+    consume(store, "r1", "w", store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a1",
+                                                                   "kind": "message", "topic": "go"}),
+            {"finish": True})
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", children_request(2, attempt_id="a-p"))
+    kid = child_ids(store)[0]
+    claim(store, 1)
+    store.worker(kid, "ready", {"want_state": False})
+    finish(store, kid, "a", {"outcome": "ok", "output": 1}, {"finish": True})
+    assert q(store, "SELECT count(*) FROM blob WHERE size > 4000")[0][0] >= 1
+    store.time += 10
+    receipt = store.writer.call("state.prune", {"before": store.time, "apply": True})["receipt"]
+    assert receipt["runs"] == ["r1"]  # not the finished child: its parent still waits for its sibling
+    assert q(store, "SELECT count(*) FROM run_wait WHERE run_id = 'r1'")[0][0] == 0
+    assert q(store, "SELECT count(*) FROM run_message")[0][0] == 0
+    assert q(store, "SELECT count(*) FROM blob WHERE size > 4000")[0][0] == 0
+    assert run_row(store, kid, "status")[0] == "done"

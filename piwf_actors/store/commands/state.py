@@ -42,7 +42,7 @@ RECEIPT_RUN_IDS = 100
 #: schedule's cursor (`schedule.next_fire_at`, only ever moving forward) is what keeps a clock fire
 #: from happening twice, not the record; an `every_s=1` schedule would otherwise add 86,400 rows a day.
 _RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_worker",
-               "worker_message", "session_message", "schedule_fire")
+               "worker_message", "session_message", "schedule_fire", "run_wait", "run_message")
 
 
 def incremental_vacuum(conn: Any) -> int:
