@@ -141,7 +141,7 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
 def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: LeaseClaim,
               supervisor: pykka.ActorRef[Any]) -> tuple[pykka.ActorRef[Any], pykka.ActorRef[Any] | None]:
     """Start what only the lease holder runs, in order: lease renewal, orphan reaping, recovery of
-    earlier hosts' runs, scheduler, housekeeper (deadlines, pruning), runner watch, channels,
+    earlier hosts' runs, the waits that came due meanwhile, scheduler, housekeeper (deadlines, pruning), runner watch, channels,
     schedules. Returns the channel manager and the schedule keeper (None when `config.schedules` is
     off): the gateway needs them.
 
@@ -163,6 +163,16 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
         reconciles = parts.writer.call("resource.recover", {})
         if reconciles:
             log.info("reconciles interrupted by an earlier host, due again: %s", ", ".join(reconciles))
+        # Sleeps and message timeouts that came due while no host ran wake before the scheduler
+        # starts: their runs are queued among the woken, in wake order, ahead of every fresh run.
+        woken = 0
+        while True:
+            answer = parts.writer.call("waits.wake", {})
+            woken += len(answer["woken"])
+            if not answer["more"]:
+                break
+        if woken:
+            log.info("woke %d wait(s) that came due while no host ran", woken)
     finally:
         reader.close()
     _start_scheduler(parts, config, paths, supervisor, host_duties=True)

@@ -396,9 +396,10 @@ def next_wake(reader: StoreReader) -> float | None:
 
 
 def claimable_exists(reader: StoreReader, exclude: list[str]) -> bool:
-    """Is any run waiting to be claimed? (A cheap read before asking the writer to claim.)"""
+    """Is any run waiting to be claimed? (A cheap read before asking the writer to claim.) Runs held
+    back by a limit (queue class 3) are not: they wait until a run of their key ends."""
     marks = ",".join("?" * len(exclude)) or "''"
     row = reader.one(
-        f"""SELECT 1 FROM run WHERE status = 'queued' AND pause_requested = 0 AND cancel_requested = 0
-            AND run_id NOT IN ({marks}) LIMIT 1""", tuple(exclude))
+        f"""SELECT 1 FROM run WHERE status = 'queued' AND queue_class < 3 AND pause_requested = 0
+            AND cancel_requested = 0 AND run_id NOT IN ({marks}) LIMIT 1""", tuple(exclude))
     return row is not None
