@@ -4,6 +4,7 @@ read-only commands, the state database of a stopped host)."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from rich.console import Console
 from piwf_actors.cli import ids, render
 from piwf_actors.cli.refused import Refused
 from piwf_actors.client import Client, HostNotRunning
-from piwf_actors.client.connection import ContentReader
+from piwf_actors.client.connection import ContentReader, Response
 from piwf_actors.paths import StatePaths
 
 __all__ = ["Ctx", "Refused"]  # Refused lives in cli/refused.py (a leaf: cli/ids.py raises it too)
@@ -23,11 +24,21 @@ __all__ = ["Ctx", "Refused"]  # Refused lives in cli/refused.py (a leaf: cli/ids
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
 
 
+def keyed_client_id() -> str:
+    """The client id of a command whose idempotency key the user names (`piwf send --key K`): the same in
+    every `piwf` process of this user, because the host records a key per client id, and a key that
+    is to name one message across invocations needs the same client each time."""
+    return f"piwf-cli-{os.getuid()}"
+
+
 @dataclass
 class Ctx:
     args: argparse.Namespace
     out: Console
     err: Console
+    #: The requests' client id; None: a fresh one for this process (see `keyed_client_id`). Set it
+    #: before the first request: the client is made once.
+    client_id: str | None = None
     _client: ContentReader | None = None
 
     @property
@@ -39,7 +50,7 @@ class Ctx:
         read-only `LocalStore` on it (saying so on stderr). Commands that read pass `offline_ok` in
         their first call."""
         if self._client is None:
-            client = Client(self.args.state_dir, timeout=timeout)
+            client = Client(self.args.state_dir, timeout=timeout, client_id=self.client_id)
             if offline_ok:
                 try:
                     client.connect()
@@ -75,11 +86,16 @@ class Ctx:
             self._client = None
 
     def call(self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any) -> Any:
-        """Send one request; the receipt when accepted/adopted, else `Refused`."""
+        """Send one request; the receipt when accepted/adopted, else `Refused`. `envelope`: run_id,
+        expected_revision, idempotency_key (default: a fresh one, so the request is recorded once)."""
+        return self.answer(operation, payload, **envelope).receipt
+
+    def answer(self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any) -> Response:
+        """Like `call`, but the whole answer (its outcome tells `accepted` from `adopted`)."""
         answer = self.client().request(operation, payload, **envelope)
         if not answer.ok:
             raise Refused(answer)
-        return answer.receipt
+        return answer
 
     def resolve(self, kind: str, value: str) -> str:
         """The full id a (prefix) argument names; see `cli/ids.py`."""

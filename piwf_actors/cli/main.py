@@ -27,6 +27,7 @@ from piwf_actors.cli import (
     inbox,
     live,
     logs,
+    messages,
     render,
     render_state,
     resources,
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     workflows.add_command(add, sub)
     runs.add_commands(add, sub)
+    messages.add_commands(add, sub)
     logs.add_command(add, sub)
     effect = add(sub, "effect", "settle side effects", None).add_subparsers(dest="effect_command", required=True,
                                                                            metavar="ACTION")

@@ -61,7 +61,8 @@ class LocalStore(ContentReader):
         if status is not None and status not in RUN_STATUSES:
             return Response(None, "rejected", error=f"run.list: unknown status {status!r}")
         runs = queries.run_list(reader, status, min(payload.get("limit") or 100, 1000),
-                                workflow=payload.get("workflow"), since=payload.get("since"))
+                                workflow=payload.get("workflow"), since=payload.get("since"),
+                                parent=payload.get("parent"))
         return Response(None, "accepted", receipt={"runs": runs})
 
     @staticmethod

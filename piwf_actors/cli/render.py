@@ -198,6 +198,8 @@ def runs_table(runs: list[dict[str, Any]], counts: dict[str, int] | None = None,
 
 
 def run_summary(view: dict[str, Any]) -> Table:
+    from piwf_actors.cli import render_flow  # it builds on this module's helpers: imported when used
+
     table = kv_table()
     table.add_row("run", text(view.get("run_id")))
     table.add_row("workflow", text(view.get("workflow")))
@@ -207,10 +209,13 @@ def run_summary(view: dict[str, Any]) -> Table:
     for flag in ("pause_requested", "cancel_requested"):
         if view.get(flag):
             status.append(f" [{flag.replace('_', ' ')}]", style="dim")
+    if view.get("queue_reason"):  # why a queued run does not start yet (a full limit, a paused parent)
+        status.append(f" — {view['queue_reason']}", style="yellow")
     table.add_row("status", status)
     table.add_row("revision", text(view.get("revision")))
-    for key, label in (("parent_run_id", "parent"), ("session_id", "session"), ("project_path", "project"),
-                       ("current_node", "current node")):
+    for label, value in render_flow.place_rows(view):  # parent, priority, limit key
+        table.add_row(label, value)
+    for key, label in (("session_id", "session"), ("project_path", "project"), ("current_node", "current node")):
         if view.get(key):
             table.add_row(label, text(view[key]))
     table.add_row("steps", text(view.get("steps")))
@@ -222,6 +227,8 @@ def run_summary(view: dict[str, Any]) -> Table:
     for waiting in view.get("waiting") or []:
         table.add_row("waiting on", text(f"{waiting.get('node_id')} ({waiting.get('kind')}): "
                                          + _waiting_clock(waiting)))
+    for label, value in render_flow.summary_rows(view):
+        table.add_row(label, value)
     if view.get("output") is not None:
         table.add_row("output", text(compact(view.get("output"), 200)))
     if view.get("error"):
@@ -345,12 +352,17 @@ def failure_details(view: dict[str, Any]) -> list[RenderableType]:
 
 
 def run_view(view: dict[str, Any] | None) -> RenderableType:
+    from piwf_actors.cli import render_flow
+
     if view is None:
         return Text("the run no longer exists", style="red")
     parts: list[RenderableType] = [run_summary(view), nodes_table(view.get("nodes") or [])]
     answers = answers_table(view.get("nodes") or [])
     if answers is not None:
         parts.append(answers)
+    children = render_flow.children_table(view)
+    if children is not None:
+        parts.append(children)
     if view.get("effects"):
         parts.append(effects_table(view["effects"]))
     parts.extend(failure_details(view))

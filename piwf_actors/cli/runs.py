@@ -34,6 +34,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("--input", type=json_value, help="the run's input as JSON")
     p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
     p.add_argument("--session", help="session id the run belongs to")
+    p.add_argument("--priority", type=int, metavar="N",
+                   help="among queued runs a higher priority starts first (default 0; at most 1000000 either way)")
     p.add_argument("--wait", action="store_true",
                    help="follow the run node by node until it ends, saying how to answer it when it waits; "
                    "exit 1 unless it is done")
@@ -44,6 +46,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
     p.add_argument("--since", type=cutoff, metavar="DATE",
                    help="only runs created since: an ISO date/datetime, or an age such as 2h, 30m, 7d")
+    p.add_argument("--parent", metavar="RUN", help="only the child runs of this run (a fan-out's, a "
+                   "run_workflow's)")
     p.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
     p = add(sub, "show", "one run with its nodes and effects", cmd_show,
             "One run: its nodes and effects; when it failed, the error with the traceback of the workflow code that "
@@ -95,6 +99,8 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
                                "project_path": os.path.abspath(args.project or os.getcwd())}
     if args.session:
         payload["session_id"] = args.session
+    if args.priority is not None:
+        payload["priority"] = args.priority
     receipt = ctx.call("run.start", payload)
     run_id = receipt["run_id"]
     if not args.wait:
@@ -150,6 +156,8 @@ def cmd_list(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     if args.since is not None:
         payload["since"] = float(args.since)
     ctx.client(offline_ok=True)
+    if args.parent:
+        payload["parent"] = ctx.resolve("run", args.parent)
     receipt = ctx.call("run.list", payload)
     ctx.show(receipt, lambda r: render.runs_table(r.get("runs") or []))
     return EXIT_OK

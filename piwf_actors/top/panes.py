@@ -18,6 +18,7 @@ from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES
 from piwf_actors.cli.render import duration as seconds_text
+from piwf_actors.cli.render_flow import wait_text
 from piwf_actors.top.cells import (
     NARROW,
     SHORT_ID,
@@ -208,8 +209,22 @@ def detail_want(snapshot: Snapshot, state: UiState) -> int:
     if view is None:
         return 2
     traceback = _traceback_lines(view.get("error"))
-    return (2 + bool(view.get("park_reason")) + bool(view.get("error")) + (1 + len(traceback) if traceback else 0)
-            + 1 + max(1, len(view.get("nodes") or [])) + len(view.get("effects") or []))
+    return (2 + bool(view.get("park_reason")) + len(_flow_lines(view, snapshot.taken_at)) + bool(view.get("error"))
+            + (1 + len(traceback) if traceback else 0) + 1 + max(1, len(view.get("nodes") or []))
+            + len(view.get("effects") or []))
+
+
+def _flow_lines(view: dict[str, Any], now: float) -> list[Text]:
+    """Why a queued run does not start (run.get's `queue_reason`), and what a parked run waits for
+    (its open `waits`: a sleep, a message, children). run.list rows have neither: the detail only."""
+    lines = []
+    if view.get("queue_reason"):
+        lines.append(line(("queued ", "bold"), cell(view.get("queue_reason"), "yellow")))
+    for wait in view.get("waits") or []:
+        if isinstance(wait, dict):
+            lines.append(line(("wait ", "bold"), cell(wait.get("node_id"), "cyan"), "  ",
+                              cell(wait_text(wait, now), "yellow")))
+    return lines
 
 
 def _view(snapshot: Snapshot, state: UiState) -> dict[str, Any] | None:
@@ -219,7 +234,8 @@ def _view(snapshot: Snapshot, state: UiState) -> dict[str, Any] | None:
 
 
 def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> RenderableType:
-    """The selected run: status and revision, park reason, error and traceback, ambiguous effects, nodes."""
+    """The selected run: status and revision, park reason, queue reason and open waits, error and traceback,
+    ambiguous effects, nodes."""
     run = selected_run(snapshot, state)
     view = _view(snapshot, state)
     title = pane_title("detail", False)
@@ -250,6 +266,7 @@ def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> R
             park.append("  ")
             park.append(clean(view.get("park_detail")))
         top.append(park)
+    top += _flow_lines(view, snapshot.taken_at)
     error = view.get("error")
     if error:
         top.append(line(("error ", "bold red"), _error_line(error)))

@@ -107,7 +107,7 @@ def test_the_transcript_runs_as_written(host: HostHandle, state_dir: Path) -> No
 
 
 FORMS_FLOWS = textwrap.dedent('''
-    from piwf_actors.workflows import agent, checkpoint, define_workflow, shell
+    from piwf_actors.workflows import agent, checkpoint, define_workflow, shell, wait_message
 
     gate = define_workflow(name="gate", start_at="wait", nodes={"wait": checkpoint(prompt="a number?")}, edges=[])
     summarize = define_workflow(name="summarize", start_at="step", nodes={
@@ -118,6 +118,7 @@ FORMS_FLOWS = textwrap.dedent('''
     gated = define_workflow(name="gated", start_at="wait", nodes={"wait": shell(
         command=lambda ctx: ["sh", "-c", 'while [ ! -e "$1" ]; do sleep 0.1; done', "sh", ctx.input["trigger"]])},
         edges=[])
+    listen = define_workflow(name="listen", start_at="w", nodes={"w": wait_message("go", timeout_s=600)}, edges=[])
 ''')
 
 
@@ -148,17 +149,18 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         return wait_until(find, 30, f"the pending request of {run_id}")
 
     try:
-        start = "piwf start WORKFLOW [--input JSON | key=value …] [--project DIR] [--session S] [--wait]"
+        start = "piwf start WORKFLOW [--input JSON | key=value …] [--project DIR] [--session S] [--priority N] [--wait]"
         done = json.loads(run(start, "start", "pipeline", "--input", '{"text": "a b c"}', "--project", str(project),
-                              "--session", "s1", "--wait", "--json").stdout)
+                              "--session", "s1", "--priority", "3", "--wait", "--json").stdout)
         assert done["status"] == "done" and done["output"] == {"first": "a", "words": 3}
         run_id = done["run_id"]
         run(start, "start", str(REPO / "examples" / "workflows" / "pipeline.py"), "text=x y")
         listing = json.loads(run("piwf workflows [--project DIR]", "workflows", "--project", str(project),
                                  "--json").stdout)
         assert {"pipeline", "release", "gate", "summarize", "gated"} <= {w["name"] for w in listing["workflows"]}
-        run("piwf list [--status S] [--workflow NAME] [--since DATE] [--limit N]",
-            "list", "--status", "done", "--workflow", "pipeline", "--since", "1h", "--limit", "5")
+        run("piwf list [--status S] [--workflow NAME] [--since DATE] [--parent RUN] [--limit N]",
+            "list", "--status", "done", "--workflow", "pipeline", "--since", "1h", "--parent", run_id[:20], "--limit",
+            "5")
         run("piwf show RUN", "show", run_id[:20])  # a prefix (runs of one second share 12 characters)
         run("piwf logs RUN [NODE] [-f]", "logs", run_id, "count")
         run("piwf logs RUN [NODE] [-f]", "logs", run_id[:20], "-f")
@@ -169,6 +171,10 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         wait_status(state_dir, gated, ("running",))
         for action in ("pause", "resume", "cancel"):
             run("piwf cancel|pause|resume RUN", action, gated)
+        listening = ok_json(piwf(state_dir, "start", "listen", "--json", cwd=project))["run_id"]
+        run("piwf send RUN TOPIC [--value JSON] [--key KEY]", "send", listening[:20], "go", "--value", '{"ok": 1}',
+            "--key", "k1")
+        wait_status(state_dir, listening, ("done",))
         run("piwf restart RUN [--from NODE] [--same-code]", "restart", run_id, "--from", "report", "--same-code")
         effect = done["effects"][0]["effect_id"]
         refused = run("piwf effect resolve EFFECT confirm|retry [--output JSON]",

@@ -86,11 +86,12 @@ def test_deploy_example_runs_at_most_two_per_cluster(
     reasons = set()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        views = [host.get_run(run_id) for run_id in eu]
-        active = [v for v in views if v.status in ("starting", "running")]
-        assert len(active) <= 2
-        reasons |= {v.queue_reason for v in views if v.queue_reason}
-        if all(v.finished for v in views):
+        # One statement, so one snapshot: the statuses of all of them at one instant.
+        statuses = {row.run_id: row.status for row in host.list_runs(limit=10) if row.run_id in eu}
+        assert sum(status in ("starting", "running") for status in statuses.values()) <= 2, statuses
+        queued = [run_id for run_id, status in statuses.items() if status == "queued"]
+        reasons |= {reason for run_id in queued if (reason := host.get_run(run_id).queue_reason)}
+        if all(status == "done" for status in statuses.values()):
             break
         time.sleep(0.02)
     assert reasons == {"waiting for a concurrency slot of deploy[cluster=eu] (2 of 2 in use)"}

@@ -14,6 +14,7 @@ import io
 from rich.console import Console
 from top_fixtures import AMBIGUOUS, BUSY, DECISION, DETAIL, NOW, OLD_RUNS, RELEASE, snapshot
 
+from piwf_actors.cli.render import when
 from piwf_actors.top.model import Snapshot, WorkerRow
 from piwf_actors.top.render import HELP, render
 from piwf_actors.top.state import Command, Confirm, Prompt, UiState, normalize
@@ -210,3 +211,20 @@ def test_a_standby_host_says_so_and_names_the_active_one() -> None:
     has_all(text, "standby (active: host-a)")
     assert "standby" in screen(snapshot(host=host))  # 80 columns: the role stays
     assert "standby" not in screen(snapshot())
+
+
+def test_detail_pane_says_why_a_run_is_queued_and_what_a_parked_run_waits_for() -> None:
+    queued = dict(DETAIL, status="queued", error=None, effects=[], nodes=[], waits=[],
+                  queue_reason="waiting for a concurrency slot of deploy[cluster=eu] (2 of 2 in use)")
+    text = screen(snapshot(detail_run_id=BUSY, detail=queued), UiState(selected_run_id=BUSY, detail_open=True))
+    has_all(text, "queued waiting for a concurrency slot of deploy[cluster=eu] (2 of 2 in use)")
+    waits = [{"wait_id": "wait_1", "node_id": "nap", "kind": "sleep", "wake_at": NOW + 12, "remaining_s": 9.0},
+             {"wait_id": "wait_2", "node_id": "w", "kind": "message", "topic": "go", "deadline_at": NOW + 30,
+              "clock": "running", "remaining_s": 27.0},
+             {"wait_id": "wait_3", "node_id": "m", "kind": "children", "children_total": 10, "children_open": 3}]
+    parked = dict(DETAIL, status="parked", park_reason="waiting", park_detail="wait_1", error=None, effects=[],
+                  queue_reason=None, waits=waits)
+    text = screen(snapshot(detail_run_id=BUSY, detail=parked), UiState(selected_run_id=BUSY, detail_open=True))
+    # Relative to the snapshot's time, not the clock (nor run.get's remaining_s).
+    has_all(text, "park waiting  wait_1", f"wait nap  sleeping until {when(NOW + 12)} (in 12.0s)",
+            "wait w  waiting for a message on 'go' (timeout in 30.0s)", "wait m  waiting for children: 3 of 10 open")
