@@ -10,7 +10,9 @@ It owns three of them, each a write command sent through the writer:
   of a pending wait (a durable sleep, a message wait's timeout). Sleeping
   runs cost one index probe per tick however many there are; when the
   nearest time comes before the next tick, an `Alarm` (one thread) rings at
-  it, so a sleeper wakes on time, not up to a tick late;
+  it, so a sleeper wakes on time, not up to a tick late. A commit that
+  changed waits (the writer's change notice names `run_wait`) makes it look
+  again at once, so a sleep shorter than a tick is not woken a tick late;
 - **automatic pruning** (`state.prune` with `apply`): every
   `prune_every_s`, while no run or reconcile is active, finished runs older
   than `retention_days` are pruned (at most 1,000 per pass), and client
@@ -44,14 +46,14 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import PollingActor, WriteReplies
+from piwf_actors.actors.base import PollingActor, WriteReplies, safe_tell
 from piwf_actors.actors.ticker import Alarm, Ticker
-from piwf_actors.actors.writer import WriterHandle
+from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.requests import WriteResult
+from piwf_actors.store.requests import ChangeNotice, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -163,15 +165,25 @@ class Housekeeper(PollingActor):
         self._replies = WriteReplies(self._writer, self.actor_ref)
         self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper").start()
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
+        self._writer.ref.tell(Subscribe(self.actor_ref))
 
     def release_resources(self) -> None:
+        safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
         if self._alarm is not None:
             self._alarm.stop()
             self._alarm = None
         super().release_resources()
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {HousekeepingTick: self._tick, WriteResult: self._written}
+        return {HousekeepingTick: self._tick, WriteResult: self._written, ChangeNotice: self._changed}
+
+    def _changed(self, notice: ChangeNotice) -> None:
+        """Runs in the housekeeper's thread: a wait was made or settled; its time may be the nearest."""
+        if "run_wait" not in notice.tables or self._reader is None or self._alarm is None:
+            return
+        wake = queries.next_wake(self._reader)
+        if wake is not None:
+            self._alarm.arm(wake)
 
     def _tick(self, _message: HousekeepingTick) -> None:
         """Runs in the housekeeper's thread, on every tick."""
@@ -213,6 +225,10 @@ class Housekeeper(PollingActor):
             log.warning("waking waits failed: %s", result.error)
         elif result.value.get("more"):
             self.actor_ref.tell(HousekeepingTick())  # a batch of many wake-ups: the next one now
+        elif self._reader is not None and self._alarm is not None:
+            wake = queries.next_wake(self._reader)  # one may have come due while this one was out
+            if wake is not None:
+                self._alarm.arm(wake)
 
     def _pruned(self, result: WriteResult) -> None:
         self._state = replace(self._state, pruning=False)

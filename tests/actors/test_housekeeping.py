@@ -6,6 +6,8 @@ so a barrier command after a tick shows whether that tick sent anything."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pykka
 import pytest
 from testsupport import wait_for
-from writer_store import WriterStore
+from writer_store import TOKEN, WriterStore
 
 from piwf_actors.actors.housekeeping import (
     PRUNE_MAX_RUNS,
@@ -183,3 +185,31 @@ def test_answers_it_did_not_ask_for_are_ignored(store: WriterStore) -> None:
         wait_for(lambda: keeper.ask(HousekeepingTick()) is None, 5, "the housekeeper to go on ticking")
     finally:
         keeper.stop()
+
+
+def test_a_sleep_shorter_than_a_tick_wakes_by_the_alarm_the_writers_notice_armed(store: WriterStore) -> None:
+    """The housekeeper's tick is an hour here: only the change notice of the new wait (it arms the
+    alarm at the wake-up time) can wake the sleeper within the test's wait."""
+    follow = threading.Event()
+
+    def real_time() -> None:  # the writer's and the housekeeper's clock follows the wall clock
+        while not follow.wait(0.01):
+            store.time = time.time()
+
+    clock = threading.Thread(target=real_time, daemon=True)
+    store.time = time.time()
+    clock.start()
+    keeper = _start(store, HostBoard())
+    try:
+        store.writer.call("run.create", {"workflow": "w", "run_id": "nap", "input": {}})
+        claimed = store.writer.call("scheduler.claim_next", {"token_hash": TOKEN, "launch_id": "re-nap",
+                                                             "claim_lease_s": 60})
+        store.claims["nap"] = claimed
+        store.worker("nap", "ready", {"want_state": False})
+        store.worker("nap", "wait_request", {"node_id": "s", "attempt_id": "a1", "kind": "sleep", "seconds": 0.3})
+        assert store.status("nap") == "parked"
+        wait_for(lambda: store.status("nap") == "queued", 30, "the sleeper is woken")
+    finally:
+        keeper.stop()
+        follow.set()
+        clock.join()
