@@ -12,6 +12,7 @@ from testsupport import wait_for
 
 from piwf_actors import HostHandle
 from piwf_actors.actors.writer import start_writer
+from piwf_actors.paths import StatePaths
 from piwf_actors.workflows import resolve
 
 FLOWS = '''
@@ -51,7 +52,7 @@ def test_sleeps_that_came_due_while_no_host_ran_wake_first_and_in_wake_order(
     # Fresh runs queued while no host runs (as a host that stopped right after accepting them would
     # leave them): the next host must not take them before the sleepers that came due.
     fresh = [f"run_fresh{n}" for n in range(3)]
-    writer = start_writer(state_dir / "state.db")
+    writer = start_writer(StatePaths.resolve(state_dir).database)  # (PostgreSQL's under make test-pg)
     try:
         identity = {"host_id": "t", "token_hash": "t" * 64, "pid": os.getpid(), "process_start_identity": "1"}
         epoch = writer.call("lease.acquire", {**identity, "lease_s": 60})["epoch"]
