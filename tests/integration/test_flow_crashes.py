@@ -1,0 +1,461 @@
+"""Waiting, children and flow control under real SIGKILLs (DESIGN.md "Waiting, children and flow
+control"), with real `bin/piwf-host` processes and an oracle file outside the database that the
+nodes append to (workflows in `wf/flow_flows.py`):
+
+1. a fan-out of 200 children, `max_parallel=4`, while the host is SIGKILLed three times: one
+   child run per index (a child is never started twice, only its node re-run after a kill), never
+   more than four children executing at once, the parent `done` with the outputs in item order;
+2. a durable sleep whose wake-up passes while no host runs (SIGKILL or a clean stop), and one
+   whose host comes back before it: the node after it runs once, not before the wake time, and
+   `slept_until` is the wake time the wait recorded;
+3. messages: sent before the run waits (kept in the mailbox, consumed once); sent twice under one
+   client id + key (one message, the resend `adopted`, also after the run ended); sent while the
+   host is SIGKILLed, retried with the same key until a receipt comes (each consumed once);
+4. `limit(2)` on PostgreSQL under a burst of 50 runs executed by the active host and a runner
+   host: never three running at once;
+5. `run.start {priority}`: a run queued behind 100 fresh ones starts among the next claims.
+
+Times in the oracle are `time.time()` of this machine: hosts, runner and workers all run here.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testsupport import BIN_PIWF_HOST, database_rows, host_database, replaced_host_lease_s
+from wf import harness
+from wf.flow_flows import FAN_CHILDREN, FAN_MAX_PARALLEL, LIMIT, NAP_S
+from wf.harness import WF, rows, wait_for
+
+from piwf_actors.client import Client
+from piwf_actors.client.connection import HostNotRunning
+from piwf_actors.errors import PiwfError
+
+guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
+
+FINISHED = ("done", "failed", "cancelled")
+
+
+def fflow(attr: str) -> str:
+    """The `run.start` spec of a workflow in wf/flow_flows.py."""
+    return f"{WF / 'flow_flows.py'}:{attr}"
+
+
+# --- the oracle -------------------------------------------------------------------------------------
+
+
+def _lines(path: Path) -> list[list[str]]:
+    try:
+        return [line.split(" ") for line in path.read_text().splitlines() if line]
+    except FileNotFoundError:
+        return []
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant (an interval ending when another starts does not
+    overlap it)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    open_now = most = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most
+
+
+# --- hosts --------------------------------------------------------------------------------------------
+
+
+def _piwf_host(guard, state_dir: Path, *extra: str, workers: int = 4, database: str | None = None,
+               lease_s: float | None = None):
+    """A real `bin/piwf-host` on `state_dir` (its state.db, or under $PIWF_TEST_DATABASE=postgresql
+    the directory's own database); returns its script once it serves (`role` active or runner)."""
+    database = database or host_database(state_dir)
+    args = ["--state-dir", str(state_dir), "--max-workers", str(workers),
+            "--lease-s", str(lease_s or replaced_host_lease_s()), *extra]
+    if database is not None:
+        args += ["--database", database]
+    script = guard.start_script(args, command=[BIN_PIWF_HOST])
+    role = "runner" if "runner" in extra else "active"
+
+    def serving() -> bool:
+        if script.proc.poll() is not None:
+            pytest.fail(f"piwf-host exited with {script.proc.returncode}:\n{script.log()}")
+        try:
+            with Client(state_dir, timeout=2, retries=0) as client:
+                return client.status()["role"] == role
+        except (HostNotRunning, OSError, TimeoutError, PiwfError):
+            return False
+
+    wait_for(serving, 30, lambda: f"piwf-host on {state_dir} to serve as {role}; log:\n{script.log()}", poll=0.05)
+    return script
+
+
+def _sigkill(guard, script) -> float:
+    """SIGKILL the host's process group; returns the time just before the signal. Its workers lead
+    sessions of their own and live on until the next host reaps them (they are tracked)."""
+    for worker in script.descendants():
+        guard.track(worker.pid)
+    killed_at = time.time()
+    assert script.sigkill() == -signal.SIGKILL
+    return killed_at
+
+
+def _status(state_dir: Path, run_id: str) -> str | None:
+    found = rows(state_dir, "SELECT status FROM run WHERE run_id = ?", (run_id,))
+    return found[0]["status"] if found else None
+
+
+def _wait_settled(state_dir: Path, run_id: str, timeout: float) -> dict[str, Any]:
+    """The run's view once it finished or parked for anything but a wait."""
+
+    def settled() -> bool:
+        found = rows(state_dir, "SELECT status, park_reason FROM run WHERE run_id = ?", (run_id,))
+        return bool(found) and (found[0]["status"] in FINISHED or
+                                (found[0]["status"] == "parked" and found[0]["park_reason"] != "waiting"))
+
+    wait_for(settled, timeout, lambda: f"run {run_id} to settle (is {_status(state_dir, run_id)})", poll=0.05)
+    with Client(state_dir) as client:
+        return client.get(run_id)
+
+
+def _send(client: Client, run_id: str, topic: str, payload: Any, key: str) -> tuple[str, dict[str, Any]]:
+    """`message.send`: (outcome, receipt)."""
+    answer = client.request("message.send", {"run_id": run_id, "topic": topic, "payload": payload},
+                            idempotency_key=key)
+    assert answer.ok, (answer.outcome, answer.error)
+    return answer.outcome, answer.receipt
+
+
+def _messages(state_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    return rows(state_dir, "SELECT message_id, topic, seq, status, wait_id FROM run_message WHERE run_id = ? "
+                           "ORDER BY seq", (run_id,))
+
+
+# --- 1. a fan-out of 200 children, four at once, the host SIGKILLed three times ---------------------
+
+
+def test_fan_out_of_200_children_with_max_parallel_4_survives_three_host_sigkills(guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    # More worker slots than the fan-out may use: the limit, not the pool, keeps it at four.
+    workers = FAN_MAX_PARALLEL + 2
+    script = _piwf_host(guard, state_dir, workers=workers)
+    with Client(state_dir) as client:
+        parent = client.start(fflow("fan"), {"n": FAN_CHILDREN, "oracle": str(oracle)})["run_id"]
+
+    def ended() -> int:
+        return len({line[1] for line in _lines(oracle) if line[0] == "end"})
+
+    kills: list[float] = []
+    for ended_before_kill in (25, 85, 145):
+        wait_for(lambda n=ended_before_kill: ended() >= n, 30,
+                 lambda n=ended_before_kill: f"{n} children to end (have {ended()})", poll=0.005)
+        kills.append(_sigkill(guard, script))
+        assert _status(state_dir, parent) == "parked", "the parent finished before a kill"
+        script = _piwf_host(guard, state_dir, workers=workers)
+    view = _wait_settled(state_dir, parent, timeout=60)
+    assert view["status"] == "done", view
+
+    # The output: every child's output, in item order.
+    assert view["output"] == [{"index": i, "square": i * i} for i in range(FAN_CHILDREN)]
+
+    # One child run per index, in the oracle and in the database: a child is never started twice.
+    records = _lines(oracle)
+    run_ids: dict[int, set[str]] = defaultdict(set)
+    for _word, index, run_id, _at, _pid in records:
+        run_ids[int(index)].add(run_id)
+    assert sorted(run_ids) == list(range(FAN_CHILDREN))
+    twice = {index: ids for index, ids in run_ids.items() if len(ids) != 1}
+    assert not twice, f"indexes with more than one child run: {twice}"
+    children = rows(state_dir, "SELECT run_id, child_index, status FROM run WHERE parent_run_id = ? "
+                               "AND parent_node_id = 'children'", (parent,))
+    assert len(children) == FAN_CHILDREN
+    assert {row["child_index"]: row["run_id"] for row in children} == {i: next(iter(ids)) for i, ids in run_ids.items()}
+    assert {row["status"] for row in children} == {"done"}
+
+    # Never more than four children executing at once. An execution is the interval between its
+    # start and end records (matched by index and worker pid); one cut by a kill, so without an
+    # end, ends at the kill or at the next start of its index, whichever comes first.
+    starts = [(int(i), float(at), pid) for word, i, _run, at, pid in records if word == "start"]
+    ends: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for word, index, _run, at, pid in records:
+        if word == "end":
+            ends[(int(index), pid)].append(float(at))
+    intervals = []
+    for index, started, pid in starts:
+        end = min((at for at in ends[(index, pid)] if at >= started), default=None)
+        if end is None:
+            later = [at for other, at, _ in starts if other == index and at > started] + \
+                    [at for at in kills if at > started]
+            assert later, f"child {index} started at {started} (pid {pid}) and never ended"
+            end = min(later)
+        intervals.append((started, end))
+    most = max_overlap(intervals)
+    assert most <= FAN_MAX_PARALLEL, f"{most} children executed at once (max_parallel {FAN_MAX_PARALLEL})"
+    # The fan-out did run children side by side (the bound above is not met by running one at a time).
+    assert most >= 2, most
+
+    # The kills landed among running children: some execution spans a kill.
+    spanning = [k for k in kills if any(start < k < end for start, end in intervals)]
+    assert spanning, f"no kill landed while a child ran (kills {kills})"
+    # A child's node ran again only after a kill (at most once per kill).
+    executions = Counter(index for index, _, _ in starts)
+    assert max(executions.values()) <= 1 + len(kills), executions.most_common(3)
+
+
+# --- 2. a durable sleep whose wake-up passes while no host runs -------------------------------------
+
+
+@pytest.mark.parametrize("how", ["sigkill", "stop", "sigkill-back-early"])
+def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> None:
+    """`sigkill` / `stop`: the host dies (or stops cleanly) while the run sleeps and no host runs
+    until its wake-up has passed; `sigkill-back-early`: the next host is back before it."""
+    oracle = state_dir / "oracle"
+    script = _piwf_host(guard, state_dir)
+    with Client(state_dir) as client:
+        run_id = client.start(fflow("napper"), {"oracle": str(oracle)})["run_id"]
+
+    def sleeping() -> dict[str, Any] | None:
+        with Client(state_dir) as client:
+            view = client.get(run_id)
+        return view if view["status"] == "parked" and view["park_reason"] == "waiting" and view["waits"] else None
+
+    view = wait_for(sleeping, 10, f"run {run_id} to sleep")
+    (wait,) = view["waits"]
+    assert wait["kind"] == "sleep", wait
+    wake_at = wait["wake_at"]
+    assert wake_at > time.time(), "woke before the host went away"
+    if how == "stop":
+        script.proc.send_signal(signal.SIGTERM)
+        assert script.proc.wait(15) == 0, script.log()
+    else:
+        _sigkill(guard, script)
+
+    if how != "sigkill-back-early":
+        # No host runs: the wake-up passes with nobody to act on it.
+        wait_for(lambda: time.time() > wake_at + 0.5, NAP_S + 5, "the wake-up time to pass")
+        assert _status(state_dir, run_id) == "parked"
+    restarted_at = time.time()
+    _piwf_host(guard, state_dir)
+    view = _wait_settled(state_dir, run_id, timeout=NAP_S + 20)
+    assert view["status"] == "done", view
+
+    after = [line for line in _lines(oracle) if line[0] == "after"]
+    assert len(after) == 1, f"the node after the sleep ran {len(after)} times: {after}"
+    (_, ran_for, at, _pid) = after[0]
+    assert ran_for == run_id
+    assert float(at) >= wake_at, "the node after the sleep ran before the wake-up"
+    assert float(at) >= restarted_at
+    assert view["output"] == {"slept_until": wake_at}
+    (nap,) = [node for node in view["nodes"] if node["node_id"] == "nap"]
+    assert nap["output"] == {"slept_until": wake_at}
+    assert rows(state_dir, "SELECT status FROM run_wait WHERE run_id = ?", (run_id,)) == [{"status": "consumed"}]
+
+
+# --- 3. messages ------------------------------------------------------------------------------------
+
+
+def test_message_sent_before_the_run_waits_is_kept_and_consumed_once(guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    _piwf_host(guard, state_dir)
+    with Client(state_dir) as client:
+        run_id = client.start(fflow("late_listener"), {"oracle": str(oracle)})["run_id"]
+        outcome, receipt = _send(client, run_id, "go", {"n": 7}, "early")
+    # The run sleeps 1 s before its wait: the message waits for it in the mailbox.
+    assert (outcome, receipt["status"], receipt["consumed_by"]) == ("accepted", "pending", None), receipt
+    view = _wait_settled(state_dir, run_id, timeout=20)
+    assert view["status"] == "done", view
+    assert view["output"] == {"n": 7}
+    assert [line for line in _lines(oracle) if line[0] == "got"] == [["got", run_id, "7"]]
+    (message,) = _messages(state_dir, run_id)
+    (wait,) = rows(state_dir, "SELECT wait_id, status FROM run_wait WHERE run_id = ? AND kind = 'message'", (run_id,))
+    assert (message["message_id"], message["status"], message["wait_id"]) == \
+           (receipt["message_id"], "consumed", wait["wait_id"])
+    assert view["mailbox"] == {}
+
+
+def test_message_sent_twice_under_one_key_is_one_message(guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    _piwf_host(guard, state_dir)
+    with Client(state_dir, client_id="sender-a") as client:
+        run_id = client.start(fflow("late_listener"), {"oracle": str(oracle)})["run_id"]
+        first = _send(client, run_id, "go", {"n": 1}, "key-1")
+    with Client(state_dir, client_id="sender-a") as client:  # a new connection, the same client id
+        second = _send(client, run_id, "go", {"n": 1}, "key-1")
+    assert first[0] == "accepted" and second[0] == "adopted", (first, second)
+    assert second[1]["message_id"] == first[1]["message_id"], (first, second)
+
+    view = _wait_settled(state_dir, run_id, timeout=20)
+    assert view["status"] == "done", view
+    assert [line for line in _lines(oracle) if line[0] == "got"] == [["got", run_id, "1"]]
+    assert [(m["message_id"], m["status"]) for m in _messages(state_dir, run_id)] == \
+           [(first[1]["message_id"], "consumed")]
+    # Sent once more after the run ended: still the one message (a replay, not a refusal).
+    with Client(state_dir, client_id="sender-a") as client:
+        third = _send(client, run_id, "go", {"n": 1}, "key-1")
+    assert third[0] == "adopted" and third[1]["message_id"] == first[1]["message_id"], third
+    assert len(_messages(state_dir, run_id)) == 1
+
+
+class _Sender(threading.Thread):
+    """Sends message `n` to run `n` (payload {"n": n}, key `key-n`) one after the other; a send
+    that gets no receipt (the host is gone, or not serving yet) is sent again with the same key
+    until one comes."""
+
+    def __init__(self, state_dir: Path, run_ids: list[str], client_id: str) -> None:
+        super().__init__(daemon=True)
+        self.state_dir, self.run_ids, self.client_id = state_dir, run_ids, client_id
+        self.receipts: list[tuple[str, dict[str, Any]]] = []
+        self.failures: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for n, run_id in enumerate(self.run_ids):
+                self.receipts.append(self._send_until_received(n, run_id))
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _send_until_received(self, n: int, run_id: str) -> tuple[str, dict[str, Any]]:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(self.state_dir, client_id=self.client_id, timeout=5, retries=0) as client:
+                    answer = client.request("message.send", {"run_id": run_id, "topic": "go", "payload": {"n": n}},
+                                            idempotency_key=f"key-{n}")
+                if answer.ok:
+                    return answer.outcome, answer.receipt
+                if answer.outcome != "unavailable":  # a host not serving yet answers unavailable
+                    raise AssertionError(f"message {n} refused: {answer.outcome} {answer.error}")
+                self.failures.append(f"{n}: unavailable")
+            except (HostNotRunning, OSError, TimeoutError) as exc:
+                self.failures.append(f"{n}: {type(exc).__name__}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no receipt for message {n} within 60 s: {self.failures[-5:]}")
+            time.sleep(0.02)
+
+
+def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    runs = 16
+    script = _piwf_host(guard, state_dir)
+    with Client(state_dir) as client:
+        run_ids = [client.start(fflow("listener"), {"oracle": str(oracle)})["run_id"] for _ in range(runs)]
+
+    def all_waiting() -> bool:
+        found = rows(state_dir, "SELECT count(*) AS n FROM run_wait WHERE kind = 'message' AND status = 'pending'")
+        return found[0]["n"] == runs
+
+    wait_for(all_waiting, 20, "every run to wait for its message")
+    sender = _Sender(state_dir, run_ids, client_id="sender-c")
+    sender.start()
+    wait_for(lambda: len(sender.receipts) >= 4 or sender.error, 20, "four messages to be received")
+    _sigkill(guard, script)
+    assert len(sender.receipts) < runs, "every message was received before the kill"
+    _piwf_host(guard, state_dir)
+    sender.join(90)
+    assert not sender.is_alive() and sender.error is None, sender.error
+    assert sender.failures, "no send met the dead host"
+    assert [outcome for outcome, _ in sender.receipts if outcome not in ("accepted", "adopted")] == []
+
+    # The test plays the person for an ambiguous effect (the action after the wait was cut by the
+    # kill): it looks at the world (the oracle) and confirms what happened, or has it done.
+    views, resolved = {}, []
+    for run_id in run_ids:
+        while True:
+            view = _wait_settled(state_dir, run_id, timeout=30)
+            if view["status"] != "parked":
+                break
+            assert view["park_reason"] == "ambiguous_effect", view
+            acted = [line for line in _lines(oracle) if line[:2] == ["got", run_id]]
+            (wait_node,) = [node for node in view["nodes"] if node["node_id"] == "wait"]
+            with Client(state_dir) as client:
+                answer = client.request("effect.resolve", {"effect_id": view["park_detail"],
+                                                           "action": "confirm" if acted else "retry",
+                                                           "output": wait_node["output"]})
+            assert answer.ok, (answer.outcome, answer.error)
+            resolved.append(run_id)
+        views[run_id] = view
+
+    got = Counter((line[1], line[2]) for line in _lines(oracle) if line[0] == "got")
+    for n, run_id in enumerate(run_ids):
+        assert views[run_id]["status"] == "done", views[run_id]
+        assert views[run_id]["output"] == {"n": n}
+        assert got[(run_id, str(n))] == 1, f"payload {n} consumed {got[(run_id, str(n))]} times"
+        # One message per key, whichever host's receipt the sender got, consumed by the run's wait.
+        assert [(m["message_id"], m["status"]) for m in _messages(state_dir, run_id)] == \
+               [(sender.receipts[n][1]["message_id"], "consumed")]
+    assert sum(got.values()) == runs, got
+    assert len(resolved) == len(set(resolved)), f"a run parked on its effect twice: {resolved}"
+
+
+# --- 4. a concurrency limit across the active host and a runner host (PostgreSQL) -------------------
+
+
+def test_concurrency_limit_holds_across_an_active_and_a_runner_host(guard, state_dir, pg_database) -> None:
+    url = pg_database.url
+    oracle = state_dir / "oracle"
+    (state_dir / "host-a").mkdir()
+    (state_dir / "runner-1").mkdir()
+    # One worker on the active host, three on the runner: the second slot of the limit can only be
+    # the runner's, and the runner alone has a worker more than the limit allows.
+    _piwf_host(guard, state_dir / "host-a", "--host-id", "host-a", workers=1, database=url, lease_s=5)
+    _piwf_host(guard, state_dir / "runner-1", "--role", "runner", "--host-id", "runner-1", workers=3,
+               database=url, lease_s=5)
+    with Client(state_dir / "host-a") as client:
+        run_ids = [client.start(fflow("limited"), {"oracle": str(oracle), "cluster": "eu", "sleep": 0.1})["run_id"]
+                   for _ in range(50)]
+
+    def finished() -> int:
+        return database_rows(url, "SELECT count(*) AS n FROM run WHERE workflow = 'limited' AND status IN "
+                                  "('done', 'failed', 'cancelled')")[0]["n"]
+
+    wait_for(lambda: finished() == len(run_ids), 60, lambda: f"every run to finish ({finished()} of 50)", poll=0.1)
+    assert database_rows(url, "SELECT DISTINCT status FROM run WHERE workflow = 'limited'") == [{"status": "done"}]
+
+    records = _lines(oracle)
+    starts = {run_id: float(at) for word, run_id, at, _pid in records if word == "start"}
+    ends = {run_id: float(at) for word, run_id, at, _pid in records if word == "end"}
+    assert sorted(starts) == sorted(ends) == sorted(run_ids)
+    assert len(records) == 2 * len(run_ids), "a run's node ran twice"
+    most = max_overlap([(starts[r], ends[r]) for r in run_ids])
+    assert most <= LIMIT, f"{most} runs of limited[cluster=eu] executed at once (limit {LIMIT})"
+    assert most == LIMIT, f"the limit's slots were never both used ({most})"
+    executors = Counter(row["executed_by"] for row in database_rows(
+        url, "SELECT executed_by FROM node_attempt WHERE status = 'succeeded'"))
+    assert set(executors) == {"host-a", "runner-1"}, executors
+
+
+# --- 5. a priority run queued behind 100 fresh ones -------------------------------------------------
+
+
+def test_priority_run_starts_before_the_queue_of_fresh_runs(guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    gate = state_dir / "gate"
+    workers = 4
+    _piwf_host(guard, state_dir, workers=workers)
+    run_input = {"oracle": str(oracle), "gate": str(gate), "sleep": 0.1}
+    with Client(state_dir) as client:
+        # The first runs to start hold their workers until the gate opens: the rest stay queued.
+        fresh = [client.start(fflow("queued"), run_input)["run_id"] for _ in range(100)]
+        urgent = client.start(fflow("queued"), run_input, priority=10)["run_id"]
+        assert client.get(urgent)["priority"] == 10
+    started_before_gate = len(_lines(oracle))
+    assert started_before_gate <= workers
+    gate.touch()
+
+    def finished() -> int:
+        return rows(state_dir, "SELECT count(*) AS n FROM run WHERE status = 'done'")[0]["n"]
+
+    wait_for(lambda: finished() == len(fresh) + 1, 60, lambda: f"every run to finish ({finished()})", poll=0.1)
+    order = [run_id for _word, run_id, _at, _pid in sorted(_lines(oracle), key=lambda line: float(line[2]))]
+    assert sorted(order) == sorted([*fresh, urgent]), "a run started twice or never"
+    position = order.index(urgent)
+    # Only the runs already holding a worker when it was queued, and those claimed alongside it
+    # when the workers freed, start before it: it starts before at least 93 of the 100 others.
+    assert position < 2 * workers, f"the priority run was the {position + 1}th of {len(order)} to start"
