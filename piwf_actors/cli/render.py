@@ -12,153 +12,32 @@ wherever it takes an id, and `--json` prints the full ids.
 
 from __future__ import annotations
 
-import base64
-import json
-import re
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-TERMINAL = ("done", "failed", "cancelled")
-#: Lines of a failed shell node's stderr that `piwf show` prints.
-STDERR_TAIL_LINES = 20
-STATUS_STYLES = {"queued": "cyan", "starting": "cyan", "running": "blue", "parked": "yellow", "done": "green",
-                 "failed": "red", "cancelled": "magenta"}
-
-
-# --- plain values ---------------------------------------------------------------------
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"$base64": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
-def to_json(value: Any, *, indent: int | None = 2) -> str:
-    return json.dumps(value, indent=indent, sort_keys=indent is not None, ensure_ascii=False, default=_json_default)
-
-
-def compact(value: Any, limit: int = 80) -> str:
-    """One-line JSON of `value`, cut to `limit` characters."""
-    if value is None:
-        return ""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def when(ts: float | None, *, precise: bool = False) -> str:
-    if not ts:
-        return ""
-    try:
-        base = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-    except (OverflowError, OSError, ValueError):
-        return str(ts)
-    return f"{base}.{int((ts % 1) * 1000):03d}" if precise else base
-
-
-def ago(ts: float | None, now: float | None = None) -> str:
-    """`3.2 s ago` / `in 12.0 s`."""
-    if not ts:
-        return ""
-    delta = (now if now is not None else time.time()) - ts
-    return f"{delta:.1f} s ago" if delta >= 0 else f"in {-delta:.1f} s"
-
-
-def request_clock(request: dict[str, Any], now: float | None = None) -> str:
-    """A pending request's deadline: when it comes, `paused (… left)` while its run is paused (the clock
-    stands still: docs/protocol.md), `—` without one."""
-    if request.get("paused_remaining_s") is not None:
-        return f"paused ({duration(request['paused_remaining_s'])} left)"
-    if request.get("deadline_at"):
-        left = request["deadline_at"] - (time.time() if now is None else now)
-        return f"{when(request['deadline_at'])} (in {duration(left)})"
-    return "—"
-
-
-def duration(seconds: float | None) -> str:
-    """`45ms`, `2.4s`, `3m12s`, `2h05m`, `3d04h`."""
-    if seconds is None:
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
-
-
-def run_duration(run: dict[str, Any], now: float | None = None) -> str:
-    """finished_at − created_at, or how long an unfinished run has existed (`… so far`)."""
-    created, finished = run.get("created_at"), run.get("finished_at")
-    if not isinstance(created, (int, float)):
-        return ""
-    if isinstance(finished, (int, float)):
-        return duration(finished - created)
-    return duration((time.time() if now is None else now) - created) + " so far"
-
-
-_KIND_PREFIX = re.compile(r"^[a-z]+_")
-
-
-def short_ids(ids: Iterable[Any], min_chars: int = 8) -> dict[str, str]:
-    """Each id → its shortest prefix unique among `ids`, keeping at least `min_chars` characters after
-    a kind prefix (`run_`, `req_` …). In sorted order an id shares its longest common prefix with a
-    neighbour, so only neighbours are compared."""
-    unique = sorted({str(i) for i in ids if i})
-    short: dict[str, str] = {}
-    for index, full in enumerate(unique):
-        head = _KIND_PREFIX.match(full)
-        need = (head.end() if head else 0) + min_chars
-        for other in unique[max(0, index - 1):index] + unique[index + 1:index + 2]:
-            common = next((n for n, (a, b) in enumerate(zip(full, other, strict=False)) if a != b),
-                          min(len(full), len(other)))
-            need = max(need, common + 1)
-        short[full] = full[:need]
-    return short
-
-
-def id_column(table: Table, header: str) -> None:
-    table.add_column(header, no_wrap=True, overflow="ignore")
-
-
-def one_line(value: Any, style: str = "") -> Text:
-    """A cell that stays one line, cut with "…" when its column must give way (the column itself is left
-    wrappable, so Rich narrows it before the no_wrap id columns)."""
-    return Text("" if value is None else str(value), style=style, no_wrap=True, overflow="ellipsis")
-
-
-def text(value: Any, style: str = "") -> Text:
-    return Text("" if value is None else str(value), style=style)
-
-
-def status_text(status: Any, park_reason: Any = None) -> Text:
-    label = str(status or "")
-    if park_reason:
-        label += f" ({park_reason})"
-    return Text(label, style=STATUS_STYLES.get(str(status), ""))
-
-
-def error_text(error: Any) -> Text:
-    if not error:
-        return Text("")
-    if isinstance(error, dict):
-        code, message = error.get("code"), error.get("message")
-        return Text(f"{code}: {message}" if code else str(message), style="red")
-    return Text(str(error), style="red")
+from piwf_actors.cli import render_flow
+from piwf_actors.cli.render_text import (  # noqa: F401  (re-exported: callers use render.X)
+    STATUS_STYLES,
+    STDERR_TAIL_LINES,
+    TERMINAL,
+    ago,
+    compact,
+    duration,
+    error_text,
+    id_column,
+    one_line,
+    request_clock,
+    run_duration,
+    short_ids,
+    status_text,
+    text,
+    to_json,
+    when,
+)
 
 
 def kv_table(title: str | None = None) -> Table:
@@ -198,7 +77,6 @@ def runs_table(runs: list[dict[str, Any]], counts: dict[str, int] | None = None,
 
 
 def run_summary(view: dict[str, Any]) -> Table:
-    from piwf_actors.cli import render_flow  # it builds on this module's helpers: imported when used
 
     table = kv_table()
     table.add_row("run", text(view.get("run_id")))
@@ -352,7 +230,6 @@ def failure_details(view: dict[str, Any]) -> list[RenderableType]:
 
 
 def run_view(view: dict[str, Any] | None) -> RenderableType:
-    from piwf_actors.cli import render_flow
 
     if view is None:
         return Text("the run no longer exists", style="red")

@@ -20,7 +20,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render import duration, id_column, one_line, short_ids, status_text, text, when
+from piwf_actors.cli.render_text import duration, id_column, one_line, short_ids, status_text, text, when
 
 
 def child_of(view: dict[str, Any]) -> str | None:

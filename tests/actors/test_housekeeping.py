@@ -201,6 +201,8 @@ def test_a_sleep_shorter_than_a_tick_wakes_by_the_alarm_the_writers_notice_armed
     clock.start()
     keeper = _start(store, HostBoard())
     try:
+        keeper.ask(HousekeepingTick())  # answered after on_start, which subscribed to the writer …
+        store.barrier()  # … and the writer took the subscription before the commands below
         store.writer.call("run.create", {"workflow": "w", "run_id": "nap", "input": {}})
         claimed = store.writer.call("scheduler.claim_next", {"token_hash": TOKEN, "launch_id": "re-nap",
                                                              "claim_lease_s": 60})
