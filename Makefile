@@ -37,6 +37,8 @@ $(BENCH_STAMP): $(STAMP) setup.cfg
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
+# fanout.py ~40 s, sleepers.py --quick ~100 s (the full 100,000 sleepers take ~8 min, 7 of them to
+# fill: run bench/sleepers.py by hand), messages.py ~10 s.
 bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first use, not with `make test`
 	$(PY) bench/writer.py
 	$(PY) bench/spawn.py
@@ -44,6 +46,9 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/protocol.py
 	$(PY) bench/latency.py
 	$(PY) bench/growth.py
+	$(PY) bench/fanout.py
+	$(PY) bench/sleepers.py --quick
+	$(PY) bench/messages.py
 
 # Random SIGKILLs of hosts, workers and runner hosts on SQLite and PostgreSQL, checked against an
 # oracle file (bench/README.md); ~9 minutes with the defaults, exit 1 on any loss or repeat.
