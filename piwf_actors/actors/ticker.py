@@ -71,13 +71,15 @@ class Alarm:
                 if self._stopped:
                     return
                 at = self._at
-            timeout = None if at is None else max(0.0, at - time.time())
+            # At most an hour at a time: Event.wait refuses a timeout past threading.TIMEOUT_MAX (a
+            # sleep until the year 2300), and a clock stepped back is noticed within the hour.
+            timeout = None if at is None else min(max(0.0, at - time.time()), 3600.0)
             if self._changed.wait(timeout):
                 self._changed.clear()
                 continue
             with self._lock:
-                if self._at != at:
-                    continue
+                if self._at != at or (at is not None and at > time.time()):
+                    continue  # moved, or woken early by the hour's cap: wait again
                 self._at = None
             try:
                 self._owner.tell(self._message)

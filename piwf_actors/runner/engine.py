@@ -216,6 +216,8 @@ class RunEngine:
         run_input = state["input"]
         outputs: dict[str, Any] = dict(state["outputs"])
         attempts: dict[str, int] = dict(state["attempts"])
+        # Attempts that ended (not cut off by a crash): with the step, what names a node's messages.
+        finished: dict[str, int] = dict(state.get("finished_attempts") or {})
         confirmed: dict[str, Any] = dict(state["confirmed_effects"])
         # Nodes the host's watchdog stopped: their failure is reported and routed, not run again.
         timed_out: dict[str, Any] = dict(state.get("timed_out") or {})
@@ -240,7 +242,7 @@ class RunEngine:
             else:
                 attempts[node_id] = attempts.get(node_id, 0) + 1
                 report = self._execute(node_id, spec, run_input, outputs, confirmed.pop(node_id, None),
-                                       attempts[node_id])
+                                       attempts[node_id], (steps, finished.get(node_id, 0)))
             if report is None:
                 return  # the host parked or ended the run at this boundary
             if report.pop("interrupted", False):
@@ -250,6 +252,8 @@ class RunEngine:
                 return
             outcome, output, error = report["outcome"], report.get("output"), report.get("error")
             retry = outcome == "failed" and attempts[node_id] <= spec.retries
+            if stopped is None:  # (an attempt the watchdog stopped is counted in the state already)
+                finished[node_id] = finished.get(node_id, 0) + 1
             if retry:
                 report["next"] = {"retry": True}
             else:
@@ -282,7 +286,8 @@ class RunEngine:
             node_id = report["next"]["node"]
 
     def _execute(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
-                 confirmed: dict[str, Any] | None, attempt_no: int) -> dict[str, Any] | None:
+                 confirmed: dict[str, Any] | None, attempt_no: int,
+                 visit: tuple[int, int] = (0, 0)) -> dict[str, Any] | None:
         """Run one node; returns the node_finished payload (without `next`), or None to stop."""
         report: dict[str, Any] = {"node_id": node_id}
         if confirmed is not None:
@@ -310,7 +315,7 @@ class RunEngine:
                                  "timeout_s": spec.timeout_s})
         try:
             ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
-                               attempt_id=attempt_id, messenger=self._messenger(node_id, attempt_no))
+                               attempt_id=attempt_id, messenger=self._messenger(node_id, visit))
             if isinstance(spec, ShellSpec):
                 streamer = OutputStreamer(self.link.notify, node_id, attempt_id)
                 result = run_shell(spec, ctx, on_spawn=self._register_child, on_output=streamer.feed)
@@ -347,15 +352,16 @@ class RunEngine:
 
     # --- waiting nodes ---------------------------------------------------------------
 
-    def _messenger(self, node_id: str, attempt_no: int) -> Any:
-        """`ctx.send_message` of one attempt: the n-th message it sends is keyed (node, attempt
-        number, n), so the host keeps it once however often the attempt runs."""
+    def _messenger(self, node_id: str, visit: tuple[int, int]) -> Any:
+        """`ctx.send_message` of one attempt: the n-th message it sends is keyed (node, step, attempts
+        of the node that ended before, n), which an attempt run again after a crash (a crash ends no
+        attempt) shares with the first: the host keeps the message once."""
         sent = itertools.count()
 
         def send(run_id: str, topic: str, payload: Any = None) -> dict[str, Any]:
             answer = self.link.request("message_send", {
                 "node_id": node_id, "run_id": run_id, "topic": topic, "payload": payload,
-                "key": [node_id, attempt_no, next(sent)]}, fenced=False)
+                "key": [node_id, *visit, next(sent)]}, fenced=False)
             if answer.get("outcome") != "accepted":
                 raise MessageRefused(str(answer.get("error") or answer.get("outcome")))
             value: dict[str, Any] = answer["value"]

@@ -27,6 +27,7 @@ from piwf_actors.runner.engine import NodeTimeout, deadline, user_traceback
 from piwf_actors.runner.supervisor_link import SupervisorLink
 from piwf_actors.workflows import json_problem, resolve
 from piwf_actors.workflows.resource_manager import load_manager
+from piwf_actors.workflows.waits import concurrency_key
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ class ResourceWorkflows:
             resolved = resolve(name, self._project_path)
             spec = {"workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
                     "definition_digest": resolved.workflow.digest, "source": resolved.source}
+            limited = concurrency_key(resolved.workflow, input)  # its limit holds for a resource's runs too
+            if limited is not None:
+                spec.update(concurrency_key=limited[0], concurrency_max=limited[1])
             found = self._link.accepted("workflow_ensure", {"key": key, "input": input, "name": name, "spec": spec},
                                         fenced=False)
         return {field: found.get(field) for field in ("run_id", "status", "output", "error")}

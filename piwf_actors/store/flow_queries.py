@@ -45,7 +45,8 @@ def flow_view(reader: StoreReader, run: dict[str, Any]) -> dict[str, Any]:
 def queue_reason(reader: StoreReader, run: dict[str, Any]) -> str | None:
     if run["status"] != "queued":
         return None
-    return blocked_by(reader.conn, {key: run[key] for key in SLOT_COLUMNS})
+    block = blocked_by(reader.conn, {key: run[key] for key in SLOT_COLUMNS})
+    return None if block is None else block.reason
 
 
 def children(reader: StoreReader, run_id: str, limit: int) -> list[dict[str, Any]]:

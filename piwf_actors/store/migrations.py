@@ -197,7 +197,7 @@ def _v14_waits_children_limits(db: Any) -> None:
     _add_columns(db, (("run", "priority", "INTEGER NOT NULL DEFAULT 0"), ("run", "concurrency_key", "TEXT"),
                       ("run", "concurrency_max", "INTEGER"), ("run", "parent_node_id", "TEXT"),
                       ("run", "parent_wait_id", "TEXT"), ("run", "child_index", "INTEGER"),
-                      ("run", "fanout_max", "INTEGER"), ("run", "copied_from", "TEXT")))
+                      ("run", "fanout_max", "INTEGER"), ("run", "copied_from", "TEXT"), ("run", "held_by", "TEXT")))
     with _BIND_LOCK, db.bind_ctx(schema.V14_MODELS + (schema.Run,)):
         db.create_tables(schema.V14_MODELS, safe=True)
         for model, index in schema.V14_INDEXES:

@@ -76,7 +76,8 @@ def check_prune_args(before: Any, limit: Any) -> tuple[float, int]:
 def _eligible(conn: Any) -> str:
     """Terminal runs finished before `?`, except those something still needs: a claim, a live child
     (a restart's or a child run's parent), a live parent (a child run: its parent's wait reads the
-    outputs of its children when the last one ends), or a resource that owns it (`resource_run`): its manager's `ensure` finds
+    outputs of its children when the last one ends) or a live restart of its parent (which re-uses
+    the children that finished), or a resource that owns it (`resource_run`): its manager's `ensure` finds
     the run by an id derived from the resource and its key, so a pruned run would be started again,
     effects and all. A resource's runs are pruned once it is deleted (its resource_run rows go with it)."""
     unindexed = "+" if dialect_of(conn).name == "sqlite" else ""
@@ -88,7 +89,10 @@ def _eligible(conn: Any) -> str:
       AND r.run_id NOT IN (SELECT parent_run_id FROM run
                            WHERE status IN {LIVE_SQL} AND parent_run_id IS NOT NULL)
       AND NOT (r.parent_node_id IS NOT NULL AND EXISTS (
-               SELECT 1 FROM run p WHERE p.run_id = r.parent_run_id AND p.status IN {LIVE_SQL}))"""
+               SELECT 1 FROM run p WHERE p.run_id = r.parent_run_id AND p.status IN {LIVE_SQL}))
+      AND NOT (r.parent_node_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM run x WHERE x.parent_run_id = r.parent_run_id AND x.parent_node_id IS NULL
+                 AND x.status IN {LIVE_SQL}))"""
 
 
 def _blob_candidates() -> str:

@@ -133,6 +133,17 @@ def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     return {**dict(zip(keys, row[:5], strict=True)), "source": None if row[5] is None else bytes(row[5])}
 
 
+def run_input(reader: StoreReader, run_id: str) -> Any:
+    """A run's input value, whatever its size (None when there is no such run)."""
+    row = reader.one("SELECT input_json, input_sha256 FROM run WHERE run_id = ?", (run_id,))
+    if row is None:
+        return None
+    if row[0] is not None:
+        return json.loads(row[0])
+    data = reader.one("SELECT data FROM blob WHERE sha256 = ?", (row[1],)) if row[1] else None
+    return None if data is None else json.loads(bytes(data[0]).decode())
+
+
 def control_requests(reader: StoreReader, run_ids: list[str]) -> list[tuple[str, bool, bool]]:
     """(run id, cancel requested, pause requested) of those of `run_ids` with either pending."""
     if not run_ids:

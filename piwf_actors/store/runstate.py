@@ -87,7 +87,8 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
     extra = f", {also}" if also else ""
     if status == "queued":
         row = ctx.conn.execute(
-            f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ? WHERE run_id = ? {_RETURNING}",
+            f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ?, held_by = NULL "
+            f"WHERE run_id = ? {_RETURNING}",
             (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id)).fetchone()
     else:
         # Not touching queued_at/queue_class spares their index on every other transition.

@@ -128,6 +128,9 @@ class Run(_Base):
     child_index = pw.IntegerField(null=True)
     fanout_max = pw.IntegerField(null=True)
     copied_from = pw.TextField(null=True)
+    # What a held run (queue_class 3) waits for: `concurrency_key:<key>`, `parent_wait_id:<wait>` or
+    # `parent_run_id:<run>` (a paused parent); what frees that lets it go (store/commands/holds.py).
+    held_by = pw.TextField(null=True)
 
     class Meta:
         table_name = "run"
@@ -789,6 +792,9 @@ V14_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
     (Run, Run.index(Run.parent_wait_id, Run.status, Run.queue_class, Run.child_index, name="run_parent_wait",
                     where=Run.parent_wait_id.is_null(False))),
     (Run, Run.index(Run.parent_run_id, Run.child_index, name="run_parent_run", where=Run.parent_run_id.is_null(False))),
+    # The held runs of one key, in the order they are let go (a fan-out's share priority and queue time).
+    (Run, Run.index(Run.held_by, Run.priority.desc(), Run.queued_at, Run.child_index, name="run_held_by",
+                    where=Run.held_by.is_null(False))),
     # state.prune looks up the blobs a wait's result and a message's payload keep (BLOB_REFERENCES).
     (RunWait, _blob_prefix_index(RunWait, RunWait.result_sha256, "run_wait_result_sha256_prefix")),
     (RunMessage, _blob_prefix_index(RunMessage, RunMessage.payload_sha256, "run_message_payload_sha256_prefix")),

@@ -10,6 +10,7 @@ not started while its parent run is paused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.store.dialect import Connection
@@ -41,25 +42,37 @@ def waiting_fresh(conn: Connection, column: str, key: str) -> int:
                             (key,)).fetchone()[0])
 
 
-def blocked_by(conn: Connection, run: dict[str, Any]) -> str | None:
-    """Why the fresh run `run` (SLOT_COLUMNS at least) may not start now, or None."""
+@dataclass(frozen=True, slots=True)
+class Block:
+    """What keeps a fresh run from starting: every fresh run of the same `column` = `key` is kept by it
+    too (a full concurrency key or fan-out, a paused parent), so the claim holds them all at once."""
+
+    column: str  # concurrency_key | parent_wait_id | parent_run_id (a paused parent)
+    key: str
+    reason: str
+
+
+def blocked_by(conn: Connection, run: dict[str, Any]) -> Block | None:
+    """What keeps the fresh run `run` (SLOT_COLUMNS at least) from starting now, or None."""
     if run["generation"]:
         return None  # it holds its slots already
     if run["parent_node_id"] is not None:
         parent = conn.execute("SELECT pause_requested, status, park_reason FROM run WHERE run_id = ?",
                               (run["parent_run_id"],)).fetchone()
         if parent is not None and (parent[0] or (parent[1] == "parked" and parent[2] == "paused")):
-            return f"its parent run {run['parent_run_id']} is paused"
+            return Block("parent_run_id", run["parent_run_id"], f"its parent run {run['parent_run_id']} is paused")
     if run["parent_wait_id"] is not None and run["fanout_max"]:
         used = holders(conn, "parent_wait_id", run["parent_wait_id"])
         if used >= run["fanout_max"]:
-            return (f"waiting for a slot of fan-out {run['parent_node_id']} of {run['parent_run_id']} "
-                    f"(max_parallel {run['fanout_max']}, {used} running)")
+            return Block("parent_wait_id", run["parent_wait_id"],
+                         f"waiting for a slot of fan-out {run['parent_node_id']} of {run['parent_run_id']} "
+                         f"(max_parallel {run['fanout_max']}, {used} running)")
     if run["concurrency_key"] is not None and run["concurrency_max"]:
         used = holders(conn, "concurrency_key", run["concurrency_key"])
         if used >= run["concurrency_max"]:
-            return (f"waiting for a concurrency slot of {run['concurrency_key']} "
-                    f"({used} of {run['concurrency_max']} in use)")
+            return Block("concurrency_key", run["concurrency_key"],
+                         f"waiting for a concurrency slot of {run['concurrency_key']} "
+                         f"({used} of {run['concurrency_max']} in use)")
     return None
 
 

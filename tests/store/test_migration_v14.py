@@ -16,8 +16,8 @@ from piwf_actors.store.database import open_store, schema_version
 from piwf_actors.store.migrations import LATEST_VERSION
 
 NEW_COLUMNS = ("priority", "concurrency_key", "concurrency_max", "parent_node_id", "parent_wait_id", "child_index",
-               "fanout_max", "copied_from")
-NEW_RUN_INDEXES = ("run_queue_order", "run_concurrency_key", "run_parent_wait", "run_parent_run")
+               "fanout_max", "copied_from", "held_by")
+NEW_RUN_INDEXES = ("run_queue_order", "run_concurrency_key", "run_parent_wait", "run_parent_run", "run_held_by")
 
 
 def _make_v13(execute: object) -> None:

@@ -369,3 +369,76 @@ def test_prune_takes_a_runs_waits_and_mailbox_and_spares_the_children_of_a_live_
     assert q(store, "SELECT count(*) FROM run_message")[0][0] == 0
     assert q(store, "SELECT count(*) FROM blob WHERE size > 4000")[0][0] == 0
     assert run_row(store, kid, "status")[0] == "done"
+
+
+def test_a_run_held_for_another_reason_passes_the_free_slot_on(store: WriterStore) -> None:
+    """limit 1: X runs; a child C of parent P and an unrelated Y are held behind it. P is paused, X ends:
+    the slot X frees must reach Y, even though the first held run it is offered to (C) cannot take it."""
+    limited = {"concurrency_key": "deploy", "concurrency_max": 1}
+    store.writer.call("run.create", {"workflow": "deploy", "run_id": "x", "input": {}, **limited})
+    assert [c["run_id"] for c in claim(store, 1)] == ["x"]
+    store.worker("x", "ready", {"want_state": False})
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", {"node_id": "fan", "attempt_id": "a-p", "kind": "children", "mode": "run",
+                                       "children": [{"workflow": "deploy", "workflow_attr": "deploy",
+                                                     "definition_digest": "d", "input": 0, **limited}]})
+    store.writer.call("run.create", {"workflow": "deploy", "run_id": "y", "input": {}, **limited})
+    assert claim(store, 4) == []  # both held behind x
+    store.writer.call("run.pause", {"run_id": "p"})
+    finish(store, "x", "a", {"outcome": "ok", "output": 1}, {"finish": True})
+    assert [c["run_id"] for c in claim(store, 4)] == ["y"]
+
+
+def test_runs_blocked_by_a_full_key_do_not_keep_the_claim_from_the_runs_behind_them(store: WriterStore) -> None:
+    limited = {"concurrency_key": "deploy", "concurrency_max": 1}
+    for n in range(40):
+        store.writer.call("run.create", {"workflow": "deploy", "run_id": f"d{n:02}", "input": {}, **limited})
+    store.writer.call("run.create", {"workflow": "other", "run_id": "zz-other", "input": {}})
+    assert [c["run_id"] for c in claim(store, 1)] == ["d00"]
+    # One claim holds every run of the full key at once and reaches the run behind them.
+    assert [c["run_id"] for c in claim(store, 1)] == ["zz-other"]
+
+
+def test_a_wait_made_while_a_pause_is_pending_takes_no_message_until_the_run_is_resumed(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "r1", "input": {}})
+    send(store, "r1", "go", "early")
+    launch(store, "r1")
+    store.writer.call("run.pause", {"run_id": "r1"})  # lands at the next boundary: this request
+    parked = store.worker("r1", "wait_request", {"node_id": "w", "attempt_id": "a1", "kind": "message",
+                                                 "topic": "go"})
+    assert parked["status"] == "waiting"
+    assert q(store, "SELECT status FROM run_message") == [("pending",)]
+    store.writer.call("run.resume", {"run_id": "r1"})
+    assert q(store, "SELECT status FROM run_message") == [("consumed",)]
+    assert run_row(store, "r1", "status")[0] == "queued"
+
+
+def test_one_client_key_sent_to_two_runs_is_two_messages(store: WriterStore) -> None:
+    for run_id in ("r1", "r2"):
+        store.writer.call("run.create", {"workflow": "w", "run_id": run_id, "input": {}})
+    first = store.writer.call("message.send", {"to_run_id": "r1", "topic": "go", "message": 1, "client_id": "c",
+                                               "idempotency_key": "k"})
+    store.writer.call("state.prune", {"before": store.time + 1, "apply": True, "idempotency_before": store.time + 1})
+    second = store.writer.call("message.send", {"to_run_id": "r2", "topic": "go", "message": 1, "client_id": "c",
+                                                "idempotency_key": "k"})
+    assert first["receipt"]["run_id"] == "r1" and second["receipt"]["run_id"] == "r2"
+    assert q(store, "SELECT run_id FROM run_message ORDER BY run_id") == [("r1",), ("r2",)]
+
+
+def test_prune_keeps_the_children_a_live_restart_may_re_use(store: WriterStore) -> None:
+    store.writer.call("run.create", {"workflow": "w", "run_id": "p", "input": {}})
+    launch(store, "p")
+    store.worker("p", "wait_request", children_request(1, attempt_id="a-p"))
+    [kid] = child_ids(store)
+    claim(store, 1)
+    store.worker(kid, "ready", {"want_state": False})
+    finish(store, kid, "a", {"outcome": "ok", "output": 1}, {"finish": True})
+    launch(store, "p")
+    consume(store, "p", "fan", store.worker("p", "wait_request", {"node_id": "fan", "kind": "children",
+                                                                   "probe": True}), {"finish": True})
+    revision = run_row(store, "p", "revision")[0]
+    store.writer.call("run.restart", {"run_id": "p", "expected_revision": revision})  # queued: live
+    store.time += 10
+    receipt = store.writer.call("state.prune", {"before": store.time, "apply": True})["receipt"]
+    assert receipt["runs"] == []  # neither the restarted run nor its child

@@ -170,7 +170,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         return _refused("run.start", args, err)
     try:
         limited = concurrency_key(resolved.workflow, input)
-    except Exception as exc:  # the workflow's own key function: its failure refuses this start
+    except (Exception, SystemExit) as exc:  # the workflow's own key function: its failure refuses this start
         err = Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
                        f"{type(exc).__name__}: {exc}"[:1000])
         return _refused("run.start", args, err)
@@ -280,6 +280,25 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
                            "restart with the stored code (same_code)") from None
         args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
-                        "source": resolved.source}
+                        "source": resolved.source, **_restart_limit(resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
     return args
+
+
+def _restart_limit(resolved: ResolvedWorkflow, database: DatabaseLocation, run_id: str) -> dict[str, Any]:
+    """The concurrency key a restart running `resolved` counts against: the new code's limit applied
+    to the run's input (a limit removed is gone; one added applies)."""
+    if resolved.workflow.concurrency is None:
+        return {"concurrency_key": None, "concurrency_max": None}
+    reader = StoreReader(database)
+    try:
+        run_input = queries.run_input(reader, run_id)
+    finally:
+        reader.close()
+    try:
+        limited = concurrency_key(resolved.workflow, run_input)
+    except (Exception, SystemExit) as exc:
+        raise Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
+                       f"{type(exc).__name__}: {exc}"[:1000]) from None
+    assert limited is not None
+    return {"concurrency_key": limited[0], "concurrency_max": limited[1]}

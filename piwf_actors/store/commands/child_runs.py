@@ -22,12 +22,12 @@ from typing import Any
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
 from piwf_actors.statuses import TERMINAL_SQL, TERMINAL_STATUSES
+from piwf_actors.store.commands.holds import held_by, let_go
 from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.commands.runs import insert_run
 from piwf_actors.store.commands.waits import cancel_open_waits, settle, wait_row
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, claim_row, on_run_finished, set_status
-from piwf_actors.store.slots import holders, waiting_fresh
 from piwf_actors.store.values import get_value, put_value
 from piwf_actors.workflows.waits import MAX_CHILDREN
 
@@ -69,6 +69,8 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
         held = max_parallel is not None and admitted >= max_parallel
         admitted += 1
         open_ += 1
+        if held:  # beyond max_parallel: let go as the first ones end (store/commands/holds.py)
+            spec["held_by"] = held_by("parent_wait_id", wait["wait_id"])
         insert_run(ctx, spec, stored_input=stored, source_sha=run["source_sha256"],
                    queue_class=QUEUE_HELD if held else QUEUE_FRESH, check_id=False)
     ctx.conn.execute("UPDATE run_wait SET children_total = ?, children_open = ? WHERE wait_id = ?",
@@ -184,20 +186,6 @@ def cancel_children(ctx: WriteContext, wait_id: str) -> None:
             set_status(ctx, child_id, "cancelled", "run_cancelled", payload={"by": "parent"})
 
 
-def _let_go(ctx: WriteContext, column: str, key: str, maximum: int | None, order: str) -> None:
-    """A run of `key` ended: let as many held runs of it go as there are free slots."""
-    if not maximum:
-        return
-    free = maximum - holders(ctx.conn, column, key) - waiting_fresh(ctx.conn, column, key)
-    if free <= 0:
-        return
-    if ctx.conn.execute(
-            f"""UPDATE run SET queue_class = {QUEUE_FRESH} WHERE run_id IN (
-                    SELECT run_id FROM run WHERE {column} = ? AND status = 'queued' AND queue_class = {QUEUE_HELD}
-                    ORDER BY {order} LIMIT ?)""", (key, free)).rowcount:
-        ctx.changes.touch("run")
-
-
 @on_run_finished
 def _on_run_finished(ctx: WriteContext, run_id: str, status: str, limits: tuple[Any, ...]) -> None:
     parent_wait_id, fanout_max, concurrency_key, concurrency_max = limits
@@ -206,7 +194,8 @@ def _on_run_finished(ctx: WriteContext, run_id: str, status: str, limits: tuple[
             cancel_children(ctx, wait["wait_id"])
     if parent_wait_id is not None:
         _child_ended(ctx, run_id, status, parent_wait_id)
-        _let_go(ctx, "parent_wait_id", parent_wait_id, fanout_max, "child_index")
-    if concurrency_key is not None:
-        _let_go(ctx, "concurrency_key", concurrency_key, concurrency_max, "priority DESC, queued_at")
+        if fanout_max:
+            let_go(ctx, "parent_wait_id", parent_wait_id, fanout_max)
+    if concurrency_key is not None and concurrency_max:
+        let_go(ctx, "concurrency_key", concurrency_key, concurrency_max)
 

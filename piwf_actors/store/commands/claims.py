@@ -17,6 +17,7 @@ from typing import Any
 from piwf_actors.errors import Rejected
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
+from piwf_actors.store.commands.holds import hold_blocked
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.resources import resolve_resource_effect
@@ -48,8 +49,9 @@ def _candidates(ctx: WriteContext, exclude: list[str], limit: int) -> list[dict[
         (*exclude, limit))]
 
 
-#: Passes of the queue one claim makes when the runs it read were held back by their limits.
-_CLAIM_PASSES = 4
+#: Passes of the queue one claim makes while the runs it read were held back (each pass holds
+#: at least one whole group: a key, a fan-out, a paused parent's children).
+_CLAIM_PASSES = 16
 
 
 @command("scheduler.claim_next")
@@ -63,8 +65,9 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     and a `run_worker` row (with the worker's pid when it is known already).
 
     A fresh run over its concurrency limit or its fan-out's `max_parallel` (or whose parent is
-    paused) is not claimed: it is held (`QUEUE_HELD`) until a run of its key ends. The check is made
-    run by run in this transaction, after the claims before it, so a limit holds across hosts.
+    paused) is not claimed: it is held, with every fresh run of the same key (store/commands/holds.py),
+    until a run of that key ends. The check is made run by run in this transaction, after the
+    claims before it, so a limit holds across hosts.
     """
     single = "slots" not in args
     slots = [args] if single else list(args["slots"])
@@ -74,9 +77,9 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
         held = False
         for run in _candidates(ctx, exclude, len(slots) - len(claimed)):
             exclude.append(run["run_id"])
-            if needs_check(run) and blocked_by(ctx.conn, run) is not None:
-                ctx.conn.execute(f"UPDATE run SET queue_class = {QUEUE_HELD} WHERE run_id = ?", (run["run_id"],))
-                held = True
+            block = blocked_by(ctx.conn, run) if needs_check(run) else None
+            if block is not None:
+                held = hold_blocked(ctx, block) > 0 or held
                 continue
             claimed.append(_claim(ctx, run["run_id"], slots[len(claimed)], float(args["claim_lease_s"])))
         if not held or len(claimed) == len(slots):

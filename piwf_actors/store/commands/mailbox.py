@@ -123,8 +123,10 @@ def message_send(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
     def apply() -> dict[str, Any]:
         key = args.get("idempotency_key")
-        message_id = (message_id_for("client", args.get("client_id"), key) if key and args.get("client_id")
-                      else new_id("msg", ctx.now))
+        # The target is part of the name: a key reused for another run (after its record was pruned)
+        # is another message, never the first one's receipt.
+        message_id = (message_id_for("client", args.get("client_id"), key, args["to_run_id"])
+                      if key and args.get("client_id") else new_id("msg", ctx.now))
         return post(ctx, str(args["to_run_id"]), args.get("topic"), args.get("message"), _peer(args), message_id)
 
     return recorded(ctx, args, apply)

@@ -15,6 +15,7 @@ from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.commands.holds import let_go
 from piwf_actors.store.commands.idempotency import Adopted, recorded, refusal_in
 from piwf_actors.store.commands.mailbox import deliver_resumed
 from piwf_actors.store.commands.registry import WriteContext, command
@@ -22,7 +23,6 @@ from piwf_actors.store.commands.request_clocks import restart_request_clocks, st
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import (
     QUEUE_FRESH,
-    QUEUE_HELD,
     bump_revision,
     cancel_open_requests,
     claim_row,
@@ -33,7 +33,7 @@ from piwf_actors.store.values import put_value
 
 #: Run columns a spec may set beyond the basics (schema v14): priority, limits, a child's place.
 _PLACEMENT = ("priority", "concurrency_key", "concurrency_max", "parent_node_id", "parent_wait_id", "child_index",
-              "fanout_max")
+              "fanout_max", "held_by")
 
 
 def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
@@ -55,8 +55,8 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
                source_sha256, input_sha256, input_json, project_path, session_id, parent_run_id, status,
                revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
                queue_class, queued_at, priority, concurrency_key, concurrency_max, parent_node_id, parent_wait_id,
-               child_index, fanout_max)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               child_index, fanout_max, held_by)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
          spec.get("definition_digest"), source_sha, input_sha, input_json, spec.get("project_path"),
          spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, queue_class, ctx.now,
@@ -160,7 +160,7 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if run["pause_requested"]:
             ctx.conn.execute("UPDATE run SET pause_requested = 0 WHERE run_id = ?", (run_id,))
             restart_request_clocks(ctx, run_id)
-            _release_held_children(ctx, run_id)
+            let_go(ctx, "parent_run_id", run_id)  # its children held while it was paused
             append_event(ctx.conn, run_id, "pause_cancelled", ctx.now)
             deliver_resumed(ctx, run_id)  # messages that came meanwhile (may queue a run parked on one)
             revision = bump_revision(ctx, run_id)
@@ -168,7 +168,7 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):
             ctx.conn.execute("UPDATE run SET start_failures = 0 WHERE run_id = ?", (run_id,))
             restart_request_clocks(ctx, run_id)
-            _release_held_children(ctx, run_id)
+            let_go(ctx, "parent_run_id", run_id)  # its children held while it was paused
             revision = set_status(ctx, run_id, "queued", "run_resumed", payload={"from": run["park_reason"]})
             deliver_resumed(ctx, run_id)
             return {"run_id": run_id, "status": "queued", "revision": revision}
@@ -177,15 +177,6 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         raise Rejected(f"run {run_id} is {run['status']} and not paused")
 
     return recorded(ctx, args, apply)
-
-
-def _release_held_children(ctx: WriteContext, run_id: str) -> None:
-    """A resumed parent's children that the claim held while it was paused may be claimed again (the
-    claim holds those still over their fan-out's limit: store/slots.py)."""
-    if ctx.conn.execute(f"UPDATE run SET queue_class = {QUEUE_FRESH} WHERE parent_run_id = ? "
-                        f"AND parent_node_id IS NOT NULL AND status = 'queued' AND queue_class = {QUEUE_HELD}",
-                        (run_id,)).rowcount:
-        ctx.changes.touch("run")
 
 
 def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None) -> str:
@@ -243,6 +234,8 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         if fresh:
             spec.update({key: fresh.get(key) for key in ("workflow", "workflow_path", "workflow_attr",
                                                            "definition_digest")})
+            if "concurrency_key" in fresh:  # the new code's limit (built by protocol/catalog/runs.py)
+                spec.update(concurrency_key=fresh["concurrency_key"], concurrency_max=fresh["concurrency_max"])
             source_sha = None
             spec["source"] = fresh.get("source")
         from_node = args.get("from_node")

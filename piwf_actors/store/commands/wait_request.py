@@ -44,7 +44,9 @@ def _wait_request(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any
         # A launch that was interrupted left the attempt `interrupted`; this launch carries it on.
         ctx.conn.execute("UPDATE node_attempt SET status = 'running' WHERE attempt_id = ? "
                          "AND status IN ('waiting', 'interrupted')", (wait["attempt_id"],))
-    if wait["status"] == "pending":
+    if wait["status"] == "pending" and not run["pause_requested"]:
+        # (With a pause pending the run parks now; what came meanwhile is taken when it is resumed:
+        # a due sleep by waits.wake, a message by run.resume.)
         if wait["kind"] == "sleep" and wait["wake_at"] is not None and wait["wake_at"] <= ctx.now:
             settle(ctx, wait, {"outcome": "ok", "output": {"slept_until": wait["wake_at"]}}, reason="sleep")
         elif wait["kind"] == "message":

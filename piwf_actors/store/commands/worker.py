@@ -188,17 +188,22 @@ def _latest_outputs(ctx: WriteContext, run_id: str, values: _LaunchValues) -> di
     return {node_id: values.load(sha, ["outputs", node_id], inline) for node_id, (sha, inline) in latest.items()}
 
 
-def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], bool]:
-    """Attempts per node, and whether the watchdog stopped one (its failure is still to be routed)."""
+def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], dict[str, int], bool]:
+    """Attempts per node, those of them that finished (not cut off by a crash: a node's messages are
+    keyed by these, runner/engine.py), and whether the watchdog stopped one (its failure is still to
+    be routed)."""
     counts: dict[str, int] = {}
+    finished: dict[str, int] = {}
     timed_out = False
-    for node, count, stopped in ctx.conn.execute(
-            "SELECT node_id, count(*), max(CASE WHEN status = 'timed_out' THEN 1 ELSE 0 END) FROM node_attempt "
+    for node, count, ended, stopped in ctx.conn.execute(
+            "SELECT node_id, count(*), sum(CASE WHEN status IN ('succeeded', 'failed', 'timed_out') THEN 1 ELSE 0 "
+            "END), max(CASE WHEN status = 'timed_out' THEN 1 ELSE 0 END) FROM node_attempt "
             "WHERE run_id = ? GROUP BY node_id",
             (run_id,)):
         counts[node] = count
+        finished[node] = int(ended or 0)
         timed_out = timed_out or bool(stopped)
-    return counts, timed_out
+    return counts, finished, timed_out
 
 
 @operation("ready", fenced=False)
@@ -238,7 +243,8 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
         # The first launch of a run that starts at the beginning (not a fork of another run's
         # outputs): no attempt, output or effect can exist yet.
         state: dict[str, Any] = {"input": values.load(run["input_sha256"], ["input"], run["input_json"]), "current_node": None,
-                                 "steps": 0, "outputs": {}, "attempts": {}, "confirmed_effects": {},
+                                 "steps": 0, "outputs": {}, "attempts": {}, "finished_attempts": {},
+                                 "confirmed_effects": {},
                                  "timed_out": {}, "session_id": run["session_id"]}
         if values.refs:
             state["content_refs"] = values.refs
@@ -249,7 +255,7 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
                AND resolution = 'confirmed'""", (run_id,)):
         confirmed[node_id] = {"effect_id": effect_id,
                               "output": values.load(sha, ["confirmed_effects", node_id, "output"])}
-    attempts, any_timed_out = _attempt_counts(ctx, run_id)
+    attempts, finished, any_timed_out = _attempt_counts(ctx, run_id)
     timed_out = {} if not any_timed_out else {
         node_id: {"attempt_id": attempt_id, "error": error or "timed out"}
         for node_id, attempt_id, error in ctx.conn.execute(
@@ -261,6 +267,7 @@ def launch_state(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
         "steps": run["steps"],
         "outputs": _latest_outputs(ctx, run_id, values),
         "attempts": attempts,
+        "finished_attempts": finished,
         "confirmed_effects": confirmed,
         "timed_out": timed_out,
         "session_id": run["session_id"],
