@@ -33,6 +33,7 @@ from typing import Any
 import direct_commands  # noqa: F401  (registers the test-only write commands)
 import pytest
 import testsupport
+from actors.writer_store import WriterStore
 from pg_cluster import PgCluster, PgUnavailable
 
 from piwf_actors import HostConfig, HostHandle, start_host
@@ -172,3 +173,14 @@ def hosts() -> Iterator[Callable[..., HostHandle]]:
     finally:
         for host in started:
             host.stop("test teardown")
+
+
+@pytest.fixture
+def writer_store(state_dir: Path) -> Iterator[WriterStore]:
+    """A real writer on a fresh SQLite store in the test's state directory, with a clock the test
+    moves (tests/actors/writer_store.py); closed after the test."""
+    store = WriterStore(state_dir)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pykka
-import pytest
 from testsupport import wait_for
 from writer_store import TOKEN, WriterStore
 
@@ -85,52 +82,43 @@ def test_nothing_is_sent_while_the_lease_is_suspended() -> None:
 # --- the actor against a real writer -----------------------------------------------------------------
 
 
-@pytest.fixture
-def store(state_dir: Path) -> Iterator[WriterStore]:
-    s = WriterStore(state_dir)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-def _start(store: WriterStore, board: HostBoard, **options: Any) -> pykka.ActorRef[Any]:
+def _start(writer_store: WriterStore, board: HostBoard, **options: Any) -> pykka.ActorRef[Any]:
     # A tick an hour apart: the test's own ticks are the only ones.
-    return Housekeeper.start(store.writer, store.database, supervisor=None, board=board, tick_s=3600.0,
-                             clock=store.now, **options)
+    return Housekeeper.start(writer_store.writer, writer_store.database, supervisor=None, board=board, tick_s=3600.0,
+                             clock=writer_store.now, **options)
 
 
-def test_a_finished_run_past_retention_is_pruned_only_while_no_run_is_active(store: WriterStore) -> None:
-    store.finished_run("old")
-    assert store.status("old") == "done"
+def test_a_finished_run_past_retention_is_pruned_only_while_no_run_is_active(writer_store: WriterStore) -> None:
+    writer_store.finished_run("old")
+    assert writer_store.status("old") == "done"
     board = HostBoard()
     board.publish(Section.SCHEDULER, BUSY)
-    keeper = _start(store, board, retention_days=1.0, prune_every_s=60.0)
+    keeper = _start(writer_store, board, retention_days=1.0, prune_every_s=60.0)
     try:
-        store.time += 2 * DAY  # past the retention and the prune interval
+        writer_store.time += 2 * DAY  # past the retention and the prune interval
         keeper.ask(HousekeepingTick())
-        store.barrier()
-        assert store.status("old") == "done"  # a run is active: no prune was sent
+        writer_store.barrier()
+        assert writer_store.status("old") == "done"  # a run is active: no prune was sent
         board.publish(Section.SCHEDULER, IDLE)
         keeper.ask(HousekeepingTick())
-        store.barrier()
-        assert store.status("old") is None
+        writer_store.barrier()
+        assert writer_store.status("old") is None
     finally:
         keeper.stop()
 
 
-def test_a_recent_run_or_retention_off_prunes_nothing(store: WriterStore) -> None:
-    store.finished_run("recent")
+def test_a_recent_run_or_retention_off_prunes_nothing(writer_store: WriterStore) -> None:
+    writer_store.finished_run("recent")
     board = HostBoard()
     board.publish(Section.SCHEDULER, IDLE)
-    keeper = _start(store, board, retention_days=3.0, prune_every_s=60.0)
-    off = _start(store, board, retention_days=0.0, prune_every_s=60.0)
+    keeper = _start(writer_store, board, retention_days=3.0, prune_every_s=60.0)
+    off = _start(writer_store, board, retention_days=0.0, prune_every_s=60.0)
     try:
-        store.time += 2 * DAY  # past the interval, within the retention
+        writer_store.time += 2 * DAY  # past the interval, within the retention
         keeper.ask(HousekeepingTick())
         off.ask(HousekeepingTick())
-        store.barrier()
-        assert store.status("recent") == "done"
+        writer_store.barrier()
+        assert writer_store.status("recent") == "done"
     finally:
         keeper.stop()
         off.stop()
@@ -140,44 +128,44 @@ DECISION = {"kind": "decision", "audience": "ops", "title": "t", "choices": {"ye
             "default_response": {"choice": "yes"}, "timeout_s": 10}
 
 
-def _request_status(store: WriterStore, request_id: str) -> str:
-    row = store.reader.one("SELECT status FROM interactive_request WHERE request_id = ?", (request_id,))
+def _request_status(writer_store: WriterStore, request_id: str) -> str:
+    row = writer_store.reader.one("SELECT status FROM interactive_request WHERE request_id = ?", (request_id,))
     assert row is not None
     return str(row[0])
 
 
-def test_a_passed_deadline_is_applied_with_the_default_response(store: WriterStore) -> None:
-    store.claimed_run("r1")
-    store.worker("r1", "ready", {"start_at": "n"})
-    asked = store.worker("r1", "interaction_request", {
+def test_a_passed_deadline_is_applied_with_the_default_response(writer_store: WriterStore) -> None:
+    writer_store.claimed_run("r1")
+    writer_store.worker("r1", "ready", {"start_at": "n"})
+    asked = writer_store.worker("r1", "interaction_request", {
         "node_id": "n", "attempt_id": "att1", "kind": "decision", "contract": DECISION, "after_s": 10,
         "default_response": DECISION["default_response"]})
     request_id = asked["request_id"]
-    assert _request_status(store, request_id) == "pending"
+    assert _request_status(writer_store, request_id) == "pending"
     board = HostBoard()
     board.publish(Section.SCHEDULER, IDLE)
-    keeper = _start(store, board)
+    keeper = _start(writer_store, board)
     try:
-        store.time += 5  # before the deadline: nothing is sent
+        writer_store.time += 5  # before the deadline: nothing is sent
         keeper.ask(HousekeepingTick())
-        store.barrier()
-        assert _request_status(store, request_id) == "pending"
-        store.time += 6  # past it
+        writer_store.barrier()
+        assert _request_status(writer_store, request_id) == "pending"
+        writer_store.time += 6  # past it
         keeper.ask(HousekeepingTick())
-        store.barrier()
-        assert _request_status(store, request_id) == "settled"
-        submissions = store.reader.all("SELECT outcome, provenance FROM interactive_submission WHERE request_id = ?",
+        writer_store.barrier()
+        assert _request_status(writer_store, request_id) == "settled"
+        submissions = writer_store.reader.all("SELECT outcome, provenance FROM interactive_submission WHERE request_id = ?",
                                        (request_id,))
         assert len(submissions) == 1 and submissions[0][0] == "accepted" and '"timeout"' in submissions[0][1]
-        assert store.status("r1") == "queued"  # woken by the deadline
+        assert writer_store.status("r1") == "queued"  # woken by the deadline
     finally:
         keeper.stop()
 
 
-def test_answers_it_did_not_ask_for_are_ignored(store: WriterStore) -> None:
+def test_answers_it_did_not_ask_for_are_ignored(writer_store: WriterStore) -> None:
     board = HostBoard()
     board.publish(Section.SCHEDULER, IDLE)
-    keeper = _start(store, board)
+    keeper = _start(writer_store, board)
     try:
         for token in ("prune", "expire", None, "state.prune:0123456789ab"):
             keeper.ask(WriteResult(True, {"receipt": {"run_count": 3}}, correlation_id=token))
@@ -187,30 +175,30 @@ def test_answers_it_did_not_ask_for_are_ignored(store: WriterStore) -> None:
         keeper.stop()
 
 
-def test_a_sleep_shorter_than_a_tick_wakes_by_the_alarm_the_writers_notice_armed(store: WriterStore) -> None:
+def test_a_sleep_shorter_than_a_tick_wakes_by_the_alarm_the_writers_notice_armed(writer_store: WriterStore) -> None:
     """The housekeeper's tick is an hour here: only the change notice of the new wait (it arms the
     alarm at the wake-up time) can wake the sleeper within the test's wait."""
     follow = threading.Event()
 
     def real_time() -> None:  # the writer's and the housekeeper's clock follows the wall clock
         while not follow.wait(0.01):
-            store.time = time.time()
+            writer_store.time = time.time()
 
     clock = threading.Thread(target=real_time, daemon=True)
-    store.time = time.time()
+    writer_store.time = time.time()
     clock.start()
-    keeper = _start(store, HostBoard())
+    keeper = _start(writer_store, HostBoard())
     try:
         keeper.ask(HousekeepingTick())  # answered after on_start, which subscribed to the writer …
-        store.barrier()  # … and the writer took the subscription before the commands below
-        store.writer.call("run.create", {"workflow": "w", "run_id": "nap", "input": {}})
-        claimed = store.writer.call("scheduler.claim_next", {"token_hash": TOKEN, "launch_id": "re-nap",
+        writer_store.barrier()  # … and the writer took the subscription before the commands below
+        writer_store.writer.call("run.create", {"workflow": "w", "run_id": "nap", "input": {}})
+        claimed = writer_store.writer.call("scheduler.claim_next", {"token_hash": TOKEN, "launch_id": "re-nap",
                                                              "claim_lease_s": 60})
-        store.claims["nap"] = claimed
-        store.worker("nap", "ready", {"want_state": False})
-        store.worker("nap", "wait_request", {"node_id": "s", "attempt_id": "a1", "kind": "sleep", "seconds": 0.3})
-        assert store.status("nap") == "parked"
-        wait_for(lambda: store.status("nap") == "queued", 30, "the sleeper is woken")
+        writer_store.claims["nap"] = claimed
+        writer_store.worker("nap", "ready", {"want_state": False})
+        writer_store.worker("nap", "wait_request", {"node_id": "s", "attempt_id": "a1", "kind": "sleep", "seconds": 0.3})
+        assert writer_store.status("nap") == "parked"
+        wait_for(lambda: writer_store.status("nap") == "queued", 30, "the sleeper is woken")
     finally:
         keeper.stop()
         follow.set()
