@@ -179,7 +179,12 @@ class Housekeeper(PollingActor):
 
     def _changed(self, notice: ChangeNotice) -> None:
         """Runs in the housekeeper's thread: a wait was made or settled; its time may be the nearest."""
-        if "run_wait" not in notice.tables or self._reader is None or self._alarm is None:
+        if "run_wait" in notice.tables:
+            self._arm_next_wake()
+
+    def _arm_next_wake(self) -> None:
+        """Ring at the nearest wake-up of a pending wait (one index probe)."""
+        if self._reader is None or self._alarm is None:
             return
         wake = queries.next_wake(self._reader)
         if wake is not None:
@@ -225,10 +230,8 @@ class Housekeeper(PollingActor):
             log.warning("waking waits failed: %s", result.error)
         elif result.value.get("more"):
             self.actor_ref.tell(HousekeepingTick())  # a batch of many wake-ups: the next one now
-        elif self._reader is not None and self._alarm is not None:
-            wake = queries.next_wake(self._reader)  # one may have come due while this one was out
-            if wake is not None:
-                self._alarm.arm(wake)
+        else:
+            self._arm_next_wake()  # one may have come due while this one was out
 
     def _pruned(self, result: WriteResult) -> None:
         self._state = replace(self._state, pruning=False)

@@ -169,10 +169,8 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
     except PiwfError as err:
         return _refused("run.start", args, err)
     try:
-        limited = concurrency_key(resolved.workflow, input)
-    except (Exception, SystemExit) as exc:  # the workflow's own key function: its failure refuses this start
-        err = Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
-                       f"{type(exc).__name__}: {exc}"[:1000])
+        limited = _limit(resolved, input)
+    except Rejected as err:
         return _refused("run.start", args, err)
     args["spec"] = {
         "workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
@@ -182,6 +180,17 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "concurrency_max": None if limited is None else limited[1],
     }
     return WriteCommand("run.start", args)
+
+
+def _limit(resolved: ResolvedWorkflow, run_input: Any) -> tuple[str, int] | None:
+    """The (concurrency key, max) a run of `resolved` with `run_input` counts against, or None. The
+    workflow's own key function runs here, on the host: whatever it raises (SystemExit too) refuses
+    the run with one line naming it."""
+    try:
+        return concurrency_key(resolved.workflow, run_input)
+    except (Exception, SystemExit) as exc:
+        raise Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
+                       f"{type(exc).__name__}: {exc}"[:1000]) from None
 
 
 def _refused(name: str, args: dict[str, Any], err: PiwfError) -> WriteCommand:
@@ -295,10 +304,6 @@ def _restart_limit(resolved: ResolvedWorkflow, database: DatabaseLocation, run_i
         run_input = queries.run_input(reader, run_id)
     finally:
         reader.close()
-    try:
-        limited = concurrency_key(resolved.workflow, run_input)
-    except (Exception, SystemExit) as exc:
-        raise Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
-                       f"{type(exc).__name__}: {exc}"[:1000]) from None
+    limited = _limit(resolved, run_input)
     assert limited is not None
     return {"concurrency_key": limited[0], "concurrency_max": limited[1]}
