@@ -5,6 +5,9 @@ one process, each with its own file, so every query is executed through an
 explicit database (`db.execute(query)`) or connection. The models are the
 single description of the tables; `migrations.py` creates them.
 
+The tables of two areas have modules of their own, listed here with the rest:
+resource managers (`schema_resources.py`) and waiting runs (`schema_waits.py`).
+
 Times are REAL seconds since the epoch. JSON documents are stored as text
 (canonical JSON, readable with the sqlite3 shell); large payloads live once
 in `blob`, keyed by sha256.
@@ -14,14 +17,12 @@ from __future__ import annotations
 
 import peewee as pw
 
-
-class _Base(pw.Model):
-    class Meta:
-        database = None
-        legacy_table_names = False
+from piwf_actors.store.schema_base import Base
+from piwf_actors.store.schema_resources import RESOURCE_MODELS
+from piwf_actors.store.schema_waits import RunMessage, RunWait
 
 
-class HostState(_Base):
+class HostState(Base):
     """The single host lease row (id = 1)."""
 
     id = pw.IntegerField(primary_key=True)
@@ -39,7 +40,7 @@ class HostState(_Base):
         table_name = "host_state"
 
 
-class HostCommand(_Base):
+class HostCommand(Base):
     """A client command recorded for idempotency (client id, idempotency key)."""
 
     client_id = pw.TextField()
@@ -61,7 +62,7 @@ class HostCommand(_Base):
         indexes = ((("client_id", "request_id"), True), (("created_at",), False))
 
 
-class Blob(_Base):
+class Blob(Base):
     sha256 = pw.TextField(primary_key=True)
     size = pw.IntegerField()
     data = pw.BlobField()
@@ -71,7 +72,7 @@ class Blob(_Base):
         table_name = "blob"
 
 
-class Run(_Base):
+class Run(Base):
     run_id = pw.TextField(primary_key=True)
     workflow = pw.TextField()
     workflow_path = pw.TextField(null=True)
@@ -137,7 +138,7 @@ class Run(_Base):
         indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False))
 
 
-class RunCount(_Base):
+class RunCount(Base):
     """How many runs are in each status (schema v5): what `host.status` and the metrics gauge read,
     instead of counting the `run` table on every call.
 
@@ -174,7 +175,7 @@ RUN_COUNT_TRIGGERS: dict[str, str] = {
 }
 
 
-class RunnerHost(_Base):
+class RunnerHost(Base):
     """A runner host's lease (schema v10, docs/runners.md): one row per runner id, its epoch grows
     with every start; renewed every third of its length; fences every write the runner sends."""
 
@@ -195,7 +196,7 @@ class RunnerHost(_Base):
         table_name = "runner_host"
 
 
-class RunClaim(_Base):
+class RunClaim(Base):
     """The current claim on an active run: the scheduler's fencing record."""
 
     run_id = pw.TextField(primary_key=True)
@@ -215,7 +216,7 @@ class RunClaim(_Base):
         table_name = "run_claim"
 
 
-class NodeAttempt(_Base):
+class NodeAttempt(Base):
     attempt_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
     node_id = pw.TextField()
@@ -243,7 +244,7 @@ class NodeAttempt(_Base):
         indexes = ((("run_id", "step"), False),)
 
 
-class RunEvent(_Base):
+class RunEvent(Base):
     run_id = pw.TextField()
     seq = pw.IntegerField()
     kind = pw.TextField()
@@ -259,7 +260,7 @@ class RunEvent(_Base):
         without_rowid = True
 
 
-class RunWorker(_Base):
+class RunWorker(Base):
     worker_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
     generation = pw.IntegerField()
@@ -280,7 +281,7 @@ class RunWorker(_Base):
         indexes = ((("run_id",), False),)
 
 
-class ChildProcess(_Base):
+class ChildProcess(Base):
     """Every child process the host started, for exact orphan reaping."""
 
     pid = pw.IntegerField()
@@ -302,7 +303,7 @@ class ChildProcess(_Base):
         primary_key = pw.CompositeKey("pid", "create_time")
 
 
-class WorkerMessage(_Base):
+class WorkerMessage(Base):
     """A worker message recorded for idempotency (launch id, message id)."""
 
     launch_id = pw.TextField()
@@ -320,7 +321,7 @@ class WorkerMessage(_Base):
         without_rowid = True
 
 
-class Effect(_Base):
+class Effect(Base):
     effect_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
     node_id = pw.TextField()
@@ -338,7 +339,7 @@ class Effect(_Base):
         indexes = ((("run_id", "status"), False),)
 
 
-class InteractiveRequest(_Base):
+class InteractiveRequest(Base):
     request_id = pw.TextField(primary_key=True)
     run_id = pw.TextField()
     node_id = pw.TextField()
@@ -365,63 +366,7 @@ class InteractiveRequest(_Base):
         indexes = ((("status", "deadline_at"), False), (("run_id",), False))
 
 
-class RunWait(_Base):
-    """What a waiting node waits for (schema v14): a sleep's wake-up, a message on a topic, its child runs.
-
-    `pending` until its condition holds, then `settled` with the node's `result` (JSON: outcome,
-    output, error), in the transaction that made the condition true; `consumed` by the
-    `node_finished` that completes the node, so a wait completes its node once. `wake_at` is when
-    a timer settles it (a sleep's wake-up, a message wait's timeout); a message wait's clock stands
-    still while its run is paused (`paused_remaining_s`), a sleep's does not. `children_open`
-    counts the children that have not ended.
-    """
-
-    wait_id = pw.TextField(primary_key=True)
-    run_id = pw.TextField()
-    node_id = pw.TextField()
-    attempt_id = pw.TextField()
-    kind = pw.TextField()  # sleep | message | children
-    status = pw.TextField()  # pending | settled | consumed | cancelled
-    wake_at = pw.FloatField(null=True)
-    paused_remaining_s = pw.FloatField(null=True)
-    topic = pw.TextField(null=True)
-    detail = pw.TextField(null=True)  # JSON: the kind's options (a default, the children's shape)
-    result = pw.TextField(null=True)  # JSON, once settled (inline when small; else `result_sha256`)
-    result_sha256 = pw.TextField(null=True)
-    children_total = pw.IntegerField(default=0)
-    children_open = pw.IntegerField(default=0)
-    created_at = pw.FloatField()
-    settled_at = pw.FloatField(null=True)
-    consumed_at = pw.FloatField(null=True)
-
-    class Meta:
-        table_name = "run_wait"
-        indexes = ((("run_id", "node_id"), False),)
-
-
-class RunMessage(_Base):
-    """A message in a run's mailbox (schema v14): `pending` until a `wait_message` on its topic consumes
-    it (`consumed`, naming the wait), once, in `seq` order per run. `message_id` derives from the
-    sender's key, so a message sent again under the same key is the same row."""
-
-    message_id = pw.TextField(primary_key=True)
-    run_id = pw.TextField()
-    topic = pw.TextField()
-    seq = pw.IntegerField()
-    status = pw.TextField()  # pending | consumed
-    payload_json = pw.TextField(null=True)
-    payload_sha256 = pw.TextField(null=True)
-    sender = pw.TextField()  # JSON: who sent it (a client and its process, or a run's node)
-    wait_id = pw.TextField(null=True)
-    created_at = pw.FloatField()
-    consumed_at = pw.FloatField(null=True)
-
-    class Meta:
-        table_name = "run_message"
-        indexes = ((("run_id", "topic", "status", "seq"), False),)
-
-
-class InteractiveSubmission(_Base):
+class InteractiveSubmission(Base):
     submission_id = pw.TextField(primary_key=True)
     request_id = pw.TextField()
     idempotency_key = pw.TextField()
@@ -438,7 +383,7 @@ class InteractiveSubmission(_Base):
         indexes = ((("request_id", "idempotency_key"), True),)
 
 
-class SessionMessage(_Base):
+class SessionMessage(Base):
     """A durable notification in a session's outbox."""
 
     message_id = pw.TextField(primary_key=True)
@@ -454,7 +399,7 @@ class SessionMessage(_Base):
         indexes = ((("session_id", "acked_at"), False),)
 
 
-class ChannelEffect(_Base):
+class ChannelEffect(Base):
     """One message a channel sends or edits (schema v3), recorded before it is attempted.
 
     At most once: `applying` is committed before the attempt; the attempt's
@@ -488,7 +433,7 @@ class ChannelEffect(_Base):
         indexes = ((("profile", "status"), False), (("request_id",), False))
 
 
-class ChannelCursor(_Base):
+class ChannelCursor(Base):
     """Before schema v12: a cursor per profile name (replaced by `ChannelStream`, per bot)."""
 
     profile = pw.TextField(primary_key=True)
@@ -499,7 +444,7 @@ class ChannelCursor(_Base):
         table_name = "channel_cursor"
 
 
-class ChannelStream(_Base):
+class ChannelStream(Base):
     """Where one bot's update stream stands (schema v12): the next update id to ask for.
 
     Keyed by the stream (`<channel type>:<fingerprint of the bot token>`), not the profile:
@@ -518,7 +463,7 @@ class ChannelStream(_Base):
         table_name = "channel_stream"
 
 
-class ChannelChatMove(_Base):
+class ChannelChatMove(Base):
     """A chat the service moved (schema v12): a Telegram group that became a supergroup has a
     new id; the profile's deliveries and answers follow it until channels.toml names the new id."""
 
@@ -532,7 +477,7 @@ class ChannelChatMove(_Base):
         primary_key = pw.CompositeKey("profile", "chat_id")
 
 
-class ChannelAdapterEpoch(_Base):
+class ChannelAdapterEpoch(Base):
     """The adapter epoch currently allowed to write for a profile: a replaced adapter is fenced off."""
 
     profile = pw.TextField(primary_key=True)
@@ -544,7 +489,7 @@ class ChannelAdapterEpoch(_Base):
         table_name = "channel_adapter"
 
 
-class ScheduleRecord(_Base):
+class ScheduleRecord(Base):
     """A schedule the host has seen (schema v7): its pause flag and where its fires stand.
 
     `next_fire_at` is the cursor: the earliest fire time not yet handled (only grows while
@@ -570,7 +515,7 @@ class ScheduleRecord(_Base):
         table_name = "schedule"
 
 
-class ScheduleFire(_Base):
+class ScheduleFire(Base):
     """One fire of a schedule (schema v7), recorded in the transaction that inserts its run: a fire
     key is used once, so a fire happens at most once across crashes and restarts.
 
@@ -591,114 +536,7 @@ class ScheduleFire(_Base):
         table_name = "schedule_fire"
         primary_key = pw.CompositeKey("schedule", "fire_key")
         indexes = ((("run_id",), False), (("schedule", "fire_time"), False))
-class Resource(_Base):
-    """A resource a resource manager owns (schema v9): its spec, status and finalizers, and its place in
-    the reconcile queue with the claim of the reconcile running now.
-
-    `generation` grows when the spec changes; `resource_version` on every change of spec, status,
-    finalizers or deletion (never for queue or claim bookkeeping). Queued: `available_at` is the time
-    it is due (NULL: not queued); `queue_version` grows with every enqueue, so a reconcile can tell
-    that it was enqueued again while it ran. Claimed: `claim_token_hash` and `claim_generation` (grows
-    with every claim) fence what the reconcile's worker writes, like a run's claim.
-    """
-
-    manager = pw.TextField()
-    resource_key = pw.TextField()
-    uid = pw.TextField(unique=True)
-    project_path = pw.TextField()
-    manager_path = pw.TextField()
-    manager_digest = pw.TextField()
-    spec_json = pw.TextField()
-    status_json = pw.TextField()
-    finalizers_json = pw.TextField()
-    generation = pw.IntegerField()
-    resource_version = pw.IntegerField()
-    observed_generation = pw.IntegerField(default=0)
-    deletion_requested_at = pw.FloatField(null=True)
-    created_at = pw.FloatField()
-    updated_at = pw.FloatField()
-    available_at = pw.FloatField(null=True)
-    queue_version = pw.IntegerField(default=0)
-    consecutive_errors = pw.IntegerField(default=0)
-    last_result = pw.TextField(null=True)
-    last_error = pw.TextField(null=True)
-    reconciled_at = pw.FloatField(null=True)
-    claim_token_hash = pw.TextField(null=True)
-    claim_generation = pw.IntegerField(default=0)
-    claim_queue_version = pw.IntegerField(null=True)
-    claim_launch_id = pw.TextField(null=True)
-    claim_host_epoch = pw.IntegerField(null=True)
-    claimed_at = pw.FloatField(null=True)
-    claim_expires_at = pw.FloatField(null=True)
-
-    class Meta:
-        table_name = "resource"
-        primary_key = pw.CompositeKey("manager", "resource_key")
-        indexes = ((("available_at",), False), (("claim_expires_at",), False))
-
-
-class ResourceEvent(_Base):
-    """What happened to a resource (schema v9), numbered per (manager, key); kept after the resource
-    is deleted (its `uid` tells a recreated resource's events from the old one's)."""
-
-    manager = pw.TextField()
-    resource_key = pw.TextField()
-    seq = pw.IntegerField()
-    uid = pw.TextField()
-    kind = pw.TextField()
-    payload = pw.TextField(null=True)
-    created_at = pw.FloatField()
-
-    class Meta:
-        table_name = "resource_event"
-        primary_key = pw.CompositeKey("manager", "resource_key", "seq")
-
-
-class ResourceEffect(_Base):
-    """An at-most-once effect of a reconcile (`ctx.effect(key, fn)`, schema v9): `applying` before fn
-    runs, then `applied` (with its result) or `failed`; one left `applying` by a reconcile that died is
-    `ambiguous` until a person resolves it (`effect.resolve`)."""
-
-    effect_id = pw.TextField(primary_key=True)
-    uid = pw.TextField()
-    manager = pw.TextField()
-    resource_key = pw.TextField()
-    effect_key = pw.TextField()
-    status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
-    result_json = pw.TextField(null=True)
-    error = pw.TextField(null=True)
-    resolution = pw.TextField(null=True)  # confirmed | retry, when a person settled it
-    attempts = pw.IntegerField(default=1)
-    generation = pw.IntegerField()  # the resource's generation when it was reserved
-    claim_generation = pw.IntegerField()
-    reserved_at = pw.FloatField()
-    settled_at = pw.FloatField(null=True)
-
-    class Meta:
-        table_name = "resource_effect"
-        indexes = ((("uid", "effect_key"), True), (("status",), False))
-
-
-class ResourceRun(_Base):
-    """A run a resource owns (`ctx.workflows.ensure`, schema v9): when it ends, its resource is enqueued."""
-
-    run_id = pw.TextField(primary_key=True)
-    manager = pw.TextField()
-    resource_key = pw.TextField()
-    uid = pw.TextField()
-    ensure_key = pw.TextField()
-    created_at = pw.FloatField()
-
-    class Meta:
-        table_name = "resource_run"
-        indexes = ((("manager", "resource_key"), False),)
-
-
-#: The tables of resource managers (schema v9).
-RESOURCE_MODELS: tuple[type[_Base], ...] = (Resource, ResourceEvent, ResourceEffect, ResourceRun)
-
-
-ALL_MODELS: tuple[type[_Base], ...] = (
+ALL_MODELS: tuple[type[Base], ...] = (
     HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
@@ -706,13 +544,13 @@ ALL_MODELS: tuple[type[_Base], ...] = (
     RunnerHost, RunWait, RunMessage,
 )
 #: The tables of schema v14 (waits and mailboxes).
-V14_MODELS: tuple[type[_Base], ...] = (RunWait, RunMessage)
+V14_MODELS: tuple[type[Base], ...] = (RunWait, RunMessage)
 #: The tables of schema v12 (a cursor per bot, chats that moved).
-V12_MODELS: tuple[type[_Base], ...] = (ChannelStream, ChannelChatMove)
+V12_MODELS: tuple[type[Base], ...] = (ChannelStream, ChannelChatMove)
 #: The tables of schema v10 (runner hosts).
-V10_MODELS: tuple[type[_Base], ...] = (RunnerHost,)
+V10_MODELS: tuple[type[Base], ...] = (RunnerHost,)
 #: The tables of schema v7 (schedules).
-V7_MODELS: tuple[type[_Base], ...] = (ScheduleRecord, ScheduleFire)
+V7_MODELS: tuple[type[Base], ...] = (ScheduleRecord, ScheduleFire)
 
 
 # --- indexes added by schema v5 ------------------------------------------------------------------
@@ -730,14 +568,14 @@ def _blob_prefix(field: pw.Field) -> pw.Node:
     return pw.fn.substr(field, 1, BLOB_PREFIX_CHARS)
 
 
-def _blob_prefix_index(model: type[_Base], field: pw.Field, name: str) -> pw.ModelIndex:
+def _blob_prefix_index(model: type[Base], field: pw.Field, name: str) -> pw.ModelIndex:
     """A digest-prefix index over the rows that hold a digest at all: most values are small and
     kept inline (schema v6), and their rows need no entry."""
     return model.index(_blob_prefix(field), name=name, where=field.is_null(False))
 
 
 #: (model, index) pairs, in the order migration v5 creates them; v1 creates them with their tables.
-V5_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+V5_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     # run.list --workflow NAME: the newest runs of one workflow, without walking every run.
     (Run, Run.index(Run.workflow, Run.created_at, name="run_workflow_created_at")),
     # state.prune deletes a run's rows by run_id.
@@ -772,7 +610,7 @@ for _model, _index in V5_INDEXES:
 
 #: Indexes of schema v12: the channel messages surely not sent, being tried again (channel.status,
 #: the `piwf_channel_messages_undelivered` gauge), found without walking the channel's history.
-V12_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+V12_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (ChannelEffect, ChannelEffect.index(ChannelEffect.status, name="channel_effect_failed",
                                         where=ChannelEffect.status == "failed")),
 )
@@ -783,7 +621,7 @@ for _model, _index in V12_INDEXES:
 #: four hold only the rows their statements ask for: the next wake-up of a pending wait (the
 #: housekeeper reads only the nearest), the runs of a concurrency key and the children of a wait
 #: (active ones counted in the claim, held ones let go when one ends), and a run's children.
-V14_INDEXES: tuple[tuple[type[_Base], pw.ModelIndex], ...] = (
+V14_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (Run, Run.index(Run.status, Run.queue_class, Run.priority.desc(), Run.queued_at, name="run_queue_order")),
     (RunWait, RunWait.index(RunWait.wake_at, name="run_wait_wake_at",
                             where=(RunWait.status == "pending") & RunWait.wake_at.is_null(False))),
