@@ -1,20 +1,24 @@
 """`RunnerSupervisor`: one per worker slot, for the host's lifetime.
 
 It owns its slot's worker process and supervises the runs that worker
-executes, one launch after another: it sends the worker a launch, forwards
-each worker request to the writer as a `worker.message` command and answers
-the worker only after the writer committed (or refused) it, in the order the
-requests came (pure results arrive pipelined; see runner/engine.py). When
-the worker ends a launch, dies, or must be stopped (cancel, claim lost,
-timeout, host stopping) it reports the exit to the writer (`runner.exit`,
-which settles an interrupted run) unless the launch's last transition
-already ended it, and then tells the scheduler the slot is free. A worker
-that died or was killed is replaced at once, so the slot stays warm.
+executes, one launch after another: it sends the worker a launch, and each
+launch's `LaunchLink` (worker_link.py) takes the worker's requests to the
+writer as `worker.message` commands and answers the worker only after the
+writer committed (or refused) each, in the order the requests came (pure
+results arrive pipelined; see runner/engine.py). When the worker ends a
+launch, dies, or must be stopped (cancel, claim lost, timeout, host
+stopping) it reports the exit to the writer (`runner.exit`, which settles an
+interrupted run) unless the launch's last transition already ended it, and
+then tells the scheduler the slot is free. A worker that died or was killed
+is replaced at once, so the slot stays warm.
 
-The worker's socket is read by the scheduler's one `WorkerSockets` thread,
-which hands this actor the frames (`WorkerFrames`); a running shell node's
-live output goes from that thread straight to the watchers, and a node's
-`node_begin` arms the watchdog there, without an actor message.
+The worker's socket is read by the scheduler's one `WorkerSockets` thread.
+Per node nothing passes through this actor: that thread hands the launch's
+requests to the writer, the writer's thread sends the answers back, a
+running shell node's live output goes from that thread straight to the
+watchers, and a node's `node_begin` arms the watchdog there. This actor is
+told the rest (`WorkerFrames`: `content.read`, `run_over`), a claim the
+writer found lost (`LaunchClaimLost`) and a broken protocol (`LinkBroken`).
 
 A supervisor's crash is contained: `on_failure` kills its worker, reports
 the launch's exit, and the scheduler starts a new supervisor for the slot
@@ -41,45 +45,25 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.content_exchange import ContentExchange
+from piwf_actors.actors.worker_link import COMMANDS, Launch, LaunchClaimLost, LaunchLink, LinkBroken
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
-from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.runner.process import WorkerProcess
 from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
 
+__all__ = ["HoldRun", "Launch", "RunnerFinished", "RunnerSupervisor", "SlotReady", "StopRunner", "WatchdogTick",
+           "WorkerInfo", "describe_exit"]
+
 log = logging.getLogger(__name__)
-
-#: Requests after which no node is running any more (the watchdog stands down).
-_NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed", "finish"})
-
-#: The write commands of each launch kind: (worker requests, the exit of a launch that ended without its result).
-_COMMANDS = {"run": ("worker.message", "runner.exit"), "reconcile": ("reconcile.message", "reconcile.exit")}
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """A claimed run, told by the scheduler to an idle supervisor."""
-
-    run_id: str
-    generation: int
-    launch_id: str
-    token_hash: str
-    revision: int
-    envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes, state
-    worker_pid: int | None = None  # the worker recorded with the claim (None: attach after spawning)
-    #: "run", or "reconcile": a resource manager's reconcile (runner/reconcile.py), whose `run_id` is its
-    #: launch id, `generation` its claim generation, and `fence` the resource it claimed ({manager, key}).
-    kind: str = "run"
-    fence: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,23 +135,6 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-@dataclass(slots=True)
-class _Serving:
-    """What the supervisor knows of the launch it is serving."""
-
-    launch: Launch
-    content: ContentExchange
-    ready_deadline: float | None
-    # (node id, attempt id, timeout_s, deadline), set by the socket thread on `node_begin`.
-    watch: tuple[str, str, float, float] | None = None
-    sent_epoch: dict[str, int | None] = field(default_factory=dict)  # host epoch each message went with
-    exit_reported: bool = False
-    claim_released: bool = False
-    reusable: bool = False
-    load_failure: str | None = None
-    stop_reason: str | None = None
-
-
 class RunnerSupervisor(CoreActor):
     actor_name = "runner"
 
@@ -194,10 +161,8 @@ class RunnerSupervisor(CoreActor):
         self._worker_log_level = worker_log_level
         self._worker_log_format = worker_log_format
         self._worker: WorkerProcess | None = None
-        self._serving: _Serving | None = None
+        self._serving: LaunchLink | None = None
         self._stopped = False
-        # Frames to send when the current message is handled, with the worker each was meant for.
-        self._outbox: list[tuple[WorkerProcess, bytes]] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -232,7 +197,7 @@ class RunnerSupervisor(CoreActor):
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
         return {Launch: self._start_launch, WorkerFrames: self._frames, WriteResult: self._written,
                 WorkerGone: self._gone, StopRunner: self._stop_runner, HoldRun: self._hold,
-                WatchdogTick: self._watchdog}
+                WatchdogTick: self._watchdog, LaunchClaimLost: self._claim_lost, LinkBroken: self._link_broken}
 
     # --- the worker process ------------------------------------------------------------------
 
@@ -266,9 +231,14 @@ class RunnerSupervisor(CoreActor):
         return code
 
     def _on_frames(self, pid: int, frames: list[dict[str, Any]]) -> None:
-        """In the socket thread: live output and watchdog arming are handled here; the rest goes
-        to the actor as one message."""
+        """In the socket thread: a launch's requests go to its link (and on to the writer), live
+        output to the watchers, `node_begin` arms the watchdog; the rest goes to the actor as one
+        message. (`content.read` is only sent while no other request is outstanding, and
+        `run_over` after every answer was read, so what goes to the actor cannot overtake a
+        request or be overtaken by one.)"""
         serving = self._serving
+        worker = self._worker
+        current = (serving is not None and not serving.exit_reported and worker is not None and worker.pid == pid)
         forward = []
         for frame in frames:
             kind = frame.get("kind")
@@ -278,7 +248,10 @@ class RunnerSupervisor(CoreActor):
                     self._output({**frame, "run_id": serving.launch.run_id})
             elif kind == "node_begin":
                 if serving is not None:
-                    self._arm_watchdog(serving, frame)
+                    serving.arm_watchdog(frame)
+            elif current and (kind == "content" or (kind == "request" and frame.get("op") != "content.read")):
+                assert serving is not None
+                serving.from_worker(frame)
             else:
                 forward.append(frame)
         if forward:
@@ -289,31 +262,42 @@ class RunnerSupervisor(CoreActor):
     def _start_launch(self, launch: Launch) -> None:
         """Hand a claimed run to the worker. Whatever goes wrong is reported as the launch's exit
         (`launchFailed`): the run must not stay `starting` with its claim renewed for ever."""
-        serving = _Serving(launch, ContentExchange(self._database), self._clock() + self._ready_timeout_s)
-        self._serving = serving
+        worker = self._worker
+        serving = self._link(launch, worker)
         try:
-            worker = self._worker
             if worker is None or not worker.alive():
                 if worker is not None:
                     self._kill_worker("gone before its launch")
                 worker = self._spawn_worker()
+                serving = self._link(launch, worker)
             if launch.worker_pid != worker.pid and launch.kind == "run":
                 self._writer.submit(WriteCommand("runner.attach", {
                     "run_id": launch.run_id, "launch_id": launch.launch_id, "pid": worker.pid,
                     "create_time": worker.create_time}))
                 safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
             worker.launches += 1
-            try:
-                self._send(serving, self._launch_frame(serving), under=("state",))
-            except OSError as exc:
-                self._gone(WorkerGone(worker.pid, f"could not send the launch: {exc}"))
+            serving.send(self._launch_frame(serving), under=("state",))
         except Exception as exc:  # the launch could not start: settle it, free the slot
             log.exception("run %s: the launch could not start", launch.run_id)
             code = self._kill_worker("launchFailed")
             self._exit(serving, "launchFailed", reusable=False, exit_code=code,
                        diagnostic=f"the launch could not start: {type(exc).__name__}: {exc}")
 
-    def _launch_frame(self, serving: _Serving) -> dict[str, Any]:
+    def _link(self, launch: Launch, worker: WorkerProcess | None) -> LaunchLink:
+        """The launch's link to `worker`, made the slot's current launch (the socket thread takes
+        the worker's requests to it from now on)."""
+        ref = self.actor_ref
+        link = LaunchLink(launch, ContentExchange(self._database), writer=self._writer, sockets=self._sockets,
+                          sock=worker.sock if worker is not None else None,
+                          ready_deadline=self._clock() + self._ready_timeout_s,
+                          tell=lambda message: safe_tell(ref, message), clock=self._clock,
+                          watchdog_grace_s=self._watchdog_grace_s)
+        previous, self._serving = self._serving, link
+        if previous is not None and previous is not link:
+            previous.content.close()
+        return link
+
+    def _launch_frame(self, serving: LaunchLink) -> dict[str, Any]:
         """The launch envelope; large stored values (the state's, the source) as content references."""
         launch = serving.launch
         envelope = dict(launch.envelope)
@@ -331,35 +315,6 @@ class RunnerSupervisor(CoreActor):
                  "launch_id": launch.launch_id, "revision": launch.revision, **envelope}
         return serving.content.point_at(frame, stored)
 
-    def on_receive(self, message: Any) -> Any:
-        """Frames for the worker that one message produces (the answers to a batch of results) go
-        out in one `sendall`: one system call, and one wake-up of the worker, instead of one each."""
-        if self._outbox is not None:  # within a message already (a WriteResults' parts)
-            return super().on_receive(message)
-        self._outbox = []
-        try:
-            return super().on_receive(message)
-        finally:
-            outbox, self._outbox = self._outbox, None
-            worker = self._worker
-            # Only what was meant for the slot's current worker (one killed meanwhile gets nothing).
-            data = b"".join(frame for meant_for, frame in outbox if meant_for is worker)
-            if data and worker is not None:
-                try:
-                    worker.sock.sendall(data)
-                except OSError:
-                    pass  # the socket thread reports the broken connection
-
-    def _send(self, serving: _Serving, frame: dict[str, Any], under: tuple[str, ...]) -> None:
-        """Send a frame to the worker (at the end of the message being handled, see on_receive),
-        cutting large values under `under` out as readable content."""
-        assert self._worker is not None
-        data = serving.content.encode(frame, under)
-        if self._outbox is None:
-            self._worker.sock.sendall(data)
-        else:
-            self._outbox.append((self._worker, data))
-
     # --- worker protocol ---------------------------------------------------------------------
 
     def _frames(self, message: WorkerFrames) -> None:
@@ -369,27 +324,12 @@ class RunnerSupervisor(CoreActor):
                 return  # a killed worker's last words, or frames between launches (hello)
             self._frame(serving, frame)
 
-    def _frame(self, serving: _Serving, frame: dict[str, Any]) -> None:
+    def _frame(self, serving: LaunchLink, frame: dict[str, Any]) -> None:
         kind = frame.get("kind")
-        if kind == "request":
-            serving.ready_deadline = None  # the worker is up and talking
-            op = frame.get("op")
-            if op in _NODE_ENDS:
-                self._disarm_watchdog(serving, frame)
-            if op == "content.read":
-                self._answer(serving, frame.get("message_id"), serving.content.read(frame.get("payload") or {}))
-                return
-            try:
-                frame = serving.content.complete(frame)
-            except DecodeError as exc:
-                self._answer(serving, frame.get("message_id"), {"outcome": "rejected", "error": exc.one_line()})
-                return
-            self._forward(serving, frame)
-        elif kind == "content":
-            try:
-                serving.content.receive(frame)
-            except DecodeError as exc:
-                self._protocol_error(serving, f"bad content frame: {exc.one_line()}")
+        if kind == "request" and frame.get("op") == "content.read":
+            serving.answer(frame.get("message_id"), serving.content.read(frame.get("payload") or {}))
+        elif kind == "request" or kind == "content":  # sent before this launch's link took over
+            serving.from_worker(frame)
         elif kind == "run_over":
             if serving.claim_released:
                 # The last transition ended the launch in the same commit (done, failed,
@@ -401,106 +341,29 @@ class RunnerSupervisor(CoreActor):
         elif kind != "hello":
             log.warning("run %s: unexpected worker frame %r", serving.launch.run_id, kind)
 
-    def _forward(self, serving: _Serving, frame: dict[str, Any]) -> None:
-        launch = serving.launch
-        if (frame.get("run_id") != launch.run_id or frame.get("generation") != launch.generation
-                or frame.get("launch_id") != launch.launch_id):
-            self._answer(serving, frame.get("message_id"),
-                         {"outcome": "claimLost", "error": "message for another launch"})
-            return
-        if frame.get("op") == "run_failed" and (frame.get("payload") or {}).get("code") == "workflow_load_failed":
-            serving.load_failure = str(frame["payload"].get("message", ""))
-        args = {**self._fence(launch), "launch_id": launch.launch_id, "token_hash": launch.token_hash,
-                "message_id": frame.get("message_id"), "op": frame.get("op"),
-                "expected_revision": frame.get("expected_revision"), "payload": frame.get("payload")}
-        correlation = f"msg:{frame.get('message_id')}"
-        serving.sent_epoch[correlation] = self._writer.host_epoch
-        self._writer.submit(WriteCommand(_COMMANDS[launch.kind][0], args, correlation_id=correlation), self.actor_ref)
-
-    @staticmethod
-    def _fence(launch: Launch) -> dict[str, Any]:
-        """What names the claim a launch's writes are fenced by: the run and its claim generation, or
-        the resource and its claim generation."""
-        if launch.kind == "reconcile":
-            assert launch.fence is not None
-            return {**launch.fence, "claim_generation": launch.generation}
-        return {"run_id": launch.run_id, "generation": launch.generation}
-
     def _written(self, result: WriteResult) -> None:
+        """The writer's answer to this actor's own commands: the exit of a launch."""
         serving = self._serving
-        if serving is None:
-            return
-        correlation = result.correlation_id or ""
-        if correlation == "exit":
+        if serving is not None and result.correlation_id == "exit":
             self._exited_recorded(serving, result)
-            return
-        if not correlation.startswith("msg:") or serving.exit_reported:
-            return
-        message_id = correlation[4:]
-        sent_epoch = serving.sent_epoch.pop(correlation, None)
-        expires_at = self._writer.lease_expires_at
-        if result.ok and result.value.get("released"):
-            serving.claim_released = True
-        if result.ok and expires_at is not None and time.time() >= expires_at:
-            # Committed under the lease, but the lease ran out before the answer went out (the
-            # host was paused): the worker must not go on now. It sends the message again and
-            # gets the recorded answer once the lease is held again.
-            answer = {"outcome": "unavailable", "error": "the host's lease expired; try again"}
-        elif result.ok:
-            answer = dict(result.value)
-            answer.setdefault("outcome", "accepted")
-        elif result.error_code == "stale_epoch" and sent_epoch == self._writer.host_epoch:
-            # The host's epoch is over and did not move on: this host lost its lease, and the
-            # run's claim with it. (Had the host taken the lease again at a higher epoch, its
-            # claims moved with it and the worker just sends the message again: `unavailable`.)
-            answer = {"outcome": "claimLost", "error": result.error}
-        else:
-            answer = {"outcome": outcome_for(result.error_code), "error": result.error}
-        self._answer(serving, message_id, answer)
-        if answer["outcome"] == "claimLost" and not serving.claim_released:
-            # (After the launch's own transition released the claim, the requests the worker
-            # pipelined behind it are refused this way; it reads past them and ends the launch.)
+
+    def _claim_lost(self, message: LaunchClaimLost) -> None:
+        serving = self._serving
+        if serving is not None and not serving.exit_reported and serving.launch.launch_id == message.launch_id:
             self._stop_launch(serving, "claimLost")
 
-    def _answer(self, serving: _Serving, message_id: Any, answer: dict[str, Any]) -> None:
-        value = answer.get("value")
-        if isinstance(value, dict) and value.get("content_refs"):
-            # A `ready` answer carries the launch state; its large values stay in the store.
-            value = dict(value)
-            stored = value.pop("content_refs")
-            answer = serving.content.point_at({**answer, "value": value}, stored, "value")
-        try:
-            self._send(serving, {"kind": "response", "message_id": message_id, **answer}, under=("value",))
-        except OSError:
-            pass  # the socket thread reports the broken connection
+    def _link_broken(self, message: LinkBroken) -> None:
+        serving = self._serving
+        if serving is not None and not serving.exit_reported and serving.launch.launch_id == message.launch_id:
+            self._protocol_error(serving, message.detail)
 
-    def _protocol_error(self, serving: _Serving, detail: str) -> None:
+    def _protocol_error(self, serving: LaunchLink, detail: str) -> None:
         pid = self._worker.pid if self._worker is not None else None
         log.warning("run %s: worker %s broke the protocol: %s", serving.launch.run_id, pid, detail)
         code = self._kill_worker("crashed")
         self._exit(serving, "crashed", reusable=False, exit_code=code, diagnostic=detail)
 
     # --- the watchdog ---------------------------------------------------------------------------
-
-    def _arm_watchdog(self, serving: _Serving, frame: dict[str, Any]) -> None:
-        """`node_begin {node_id, attempt_id, timeout_s}`: the node must be over by timeout_s + grace.
-        Runs in the socket thread (one attribute assignment, read by the actor's thread)."""
-        timeout_s = frame.get("timeout_s")
-        if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0:
-            serving.watch = (str(frame.get("node_id")), str(frame.get("attempt_id")), float(timeout_s),
-                             self._clock() + float(timeout_s) + self._watchdog_grace_s)
-
-    @staticmethod
-    def _disarm_watchdog(serving: _Serving, frame: dict[str, Any]) -> None:
-        """A request that ends the watched node stands the watchdog down. The socket thread may
-        already have armed it for the next node (both frames came in one read), so only the
-        watched attempt's own end counts."""
-        watch = serving.watch
-        if watch is None:
-            return
-        payload = frame.get("payload") or {}
-        if frame.get("op") == "run_failed" or payload.get("attempt_id") in (None, watch[1]):
-            serving.watch = None
 
     def _watchdog(self, _message: WatchdogTick) -> None:
         serving = self._serving
@@ -531,10 +394,7 @@ class RunnerSupervisor(CoreActor):
         serving = self._serving
         if serving is None or serving.exit_reported or serving.launch.run_id != message.run_id:
             return
-        try:
-            self._send(serving, {"kind": "hold"}, under=())
-        except OSError:
-            pass  # the socket thread reports the broken connection
+        serving.send({"kind": "hold"})
 
     def _stop_runner(self, message: StopRunner) -> None:
         serving = self._serving
@@ -542,7 +402,7 @@ class RunnerSupervisor(CoreActor):
             return
         self._stop_launch(serving, message.reason)
 
-    def _stop_launch(self, serving: _Serving, reason: str) -> None:
+    def _stop_launch(self, serving: LaunchLink, reason: str) -> None:
         serving.stop_reason = reason
         pid = self._worker.pid if self._worker is not None else None
         log.info("run %s: stopping worker %s (%s)", serving.launch.run_id, pid, reason)
@@ -567,7 +427,7 @@ class RunnerSupervisor(CoreActor):
         self._exit(serving, outcome, reusable=False, exit_code=code,
                    diagnostic=f"{message.detail}; {describe_exit(code)}")
 
-    def _exit(self, serving: _Serving, outcome: str, *, reusable: bool, exit_code: int | None = None,
+    def _exit(self, serving: LaunchLink, outcome: str, *, reusable: bool, exit_code: int | None = None,
               diagnostic: str | None = None, timed_out: dict[str, Any] | None = None) -> None:
         if serving.exit_reported:
             return
@@ -579,42 +439,42 @@ class RunnerSupervisor(CoreActor):
         args = self._exit_args(serving, outcome, exit_code, diagnostic)
         if timed_out is not None:
             args["timed_out"] = timed_out
-        self._writer.submit(WriteCommand(_COMMANDS[serving.launch.kind][1], args, correlation_id="exit"),
+        self._writer.submit(WriteCommand(COMMANDS[serving.launch.kind][1], args, correlation_id="exit"),
                             self.actor_ref)
 
     @staticmethod
-    def _exit_args(serving: _Serving, outcome: str, exit_code: int | None, diagnostic: str | None,
+    def _exit_args(serving: LaunchLink, outcome: str, exit_code: int | None, diagnostic: str | None,
                    requeue: bool = False) -> dict[str, Any]:
         launch = serving.launch
-        return {**RunnerSupervisor._fence(launch), "launch_id": launch.launch_id,
+        return {**launch.claim_fence(), "launch_id": launch.launch_id,
                 "token_hash": launch.token_hash, "outcome": outcome, "exit_code": exit_code,
                 "diagnostic": diagnostic and diagnostic[:2000], "load_failure": serving.load_failure,
                 "requeue": requeue}
 
-    def _report_exit_blocking(self, serving: _Serving, outcome: str) -> None:
+    def _report_exit_blocking(self, serving: LaunchLink, outcome: str) -> None:
         serving.exit_reported = True
         try:
-            result = self._writer.execute(_COMMANDS[serving.launch.kind][1], self._exit_args(
+            result = self._writer.execute(COMMANDS[serving.launch.kind][1], self._exit_args(
                 serving, outcome, None, "host stopping", requeue=True), timeout=10)
             if result.ok:
                 self._reap_children(serving, result.value.get("children") or [])
         except Exception as exc:  # the next host's recovery settles the run
             log.warning("run %s: could not report runner exit: %s", serving.launch.run_id, exc)
 
-    def _reap_children(self, serving: _Serving, children: list[dict[str, Any]]) -> None:
+    def _reap_children(self, serving: LaunchLink, children: list[dict[str, Any]]) -> None:
         for child in children:
             if is_same_process(child["pid"], child["create_time"]):
                 log.info("run %s: terminating leftover command pid %d", serving.launch.run_id, child["pid"])
                 terminate_tree(child["pid"], child["create_time"], grace_s=self._grace_s)
             self._writer.submit(WriteCommand("child.release", {**child, "run_id": serving.launch.run_id}))
 
-    def _exited_recorded(self, serving: _Serving, result: WriteResult) -> None:
+    def _exited_recorded(self, serving: LaunchLink, result: WriteResult) -> None:
         status = result.value.get("status") if result.ok and isinstance(result.value, dict) else None
         if result.ok and isinstance(result.value, dict):
             self._reap_children(serving, result.value.get("children") or [])
         self._finished(serving, status, keep_worker=serving.reusable)
 
-    def _finished(self, serving: _Serving, status: str | None, *, keep_worker: bool) -> None:
+    def _finished(self, serving: LaunchLink, status: str | None, *, keep_worker: bool) -> None:
         """The launch is over: free the slot, with a warm worker for the next one."""
         serving.content.close()
         self._serving = None

@@ -1,16 +1,24 @@
-"""`WorkerSockets`: one thread that reads the sockets of every worker process.
+"""`WorkerSockets`: one thread that reads the sockets of every worker process, and the way to write to them.
 
 A thread per worker (blocked in `recv`) costs a thread start per launch and
 a context switch per frame; one `selectors` loop reads whatever any worker
 sent, decodes the complete frames and hands each socket's frames, in order
 and as one list, to that socket's callback. The callbacks run in this
-thread: they must be quick (the runner supervisor's just tells its actor).
+thread: they must be quick (the runner supervisor's puts a worker's requests
+straight into the writer's queue, see worker_link.py).
+
+Writes come from any thread (the writer's, with the answers to a worker's
+requests; the supervisor's, with a launch): `send` tries a non-blocking send
+at once under the socket's lock and keeps what did not fit, which this
+thread writes out when the socket can take more, so frames leave in the
+order they were sent and no sender ever blocks on a worker that is slow to
+read. `remove` takes the same lock, so no send reaches a socket after it was
+removed (and closed by its owner, whose file descriptor may be reused).
 
 Owned by the Scheduler, which starts it in `on_start` and closes it in
 `release_resources`; sockets are added and removed from any thread (a
-wake-up pair interrupts the `select`). Sends stay with the socket's owner
-(the runner supervisor writes answers with a blocking `sendall`); this
-thread only reads, with `MSG_DONTWAIT`, so the socket can stay blocking.
+wake-up pair interrupts the `select`). Reads and writes use `MSG_DONTWAIT`,
+so the socket itself can stay blocking.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from piwf_actors.errors import DecodeError
@@ -41,6 +49,10 @@ class _Reader:
     decoder: FrameDecoder
     on_frames: OnFrames
     on_gone: OnGone
+    #: Held around every send and by `remove`: sends are ordered, and none comes after the removal.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    unsent: bytearray = field(default_factory=bytearray)  # what a send could not write yet
+    removed: bool = False
 
 
 class WorkerSockets:
@@ -52,6 +64,7 @@ class WorkerSockets:
         self._wake_w: socket.socket | None = None
         self._lock = threading.Lock()
         self._changes: list[tuple[str, socket.socket, _Reader | None]] = []
+        self._readers: dict[socket.socket, _Reader] = {}  # the sockets added and not removed (under _lock)
         self._closing = False
         self._thread: threading.Thread | None = None
 
@@ -68,11 +81,47 @@ class WorkerSockets:
     def add(self, sock: socket.socket, on_frames: OnFrames, on_gone: OnGone) -> None:
         """Read `sock` from now on. `on_gone(detail)` is called once when it closes or breaks (and
         the socket is then no longer read); it is not called after `remove`."""
-        self._change("add", sock, _Reader(sock, FrameDecoder(), on_frames, on_gone))
+        reader = _Reader(sock, FrameDecoder(), on_frames, on_gone)
+        with self._lock:
+            self._readers[sock] = reader
+        self._change("add", sock, reader)
 
     def remove(self, sock: socket.socket) -> None:
-        """Stop reading `sock` (before closing it). Frames already handed over stay handed over."""
+        """Stop reading and writing `sock` (before closing it). Frames already handed over stay
+        handed over; what was sent and not written yet is dropped with the socket."""
+        with self._lock:
+            reader = self._readers.pop(sock, None)
+        if reader is not None:
+            with reader.lock:  # waits for a send in progress; none starts after this
+                reader.removed = True
+                reader.unsent.clear()
         self._change("remove", sock, None)
+
+    def send(self, sock: socket.socket, data: bytes) -> bool:
+        """Write `data` to `sock` after everything sent to it before, from any thread, without
+        blocking. False when `sock` is not (or no longer) added or its connection broke: the
+        reading side reports a broken connection to its `on_gone`."""
+        with self._lock:
+            reader = self._readers.get(sock)
+        if reader is None or not data:
+            return reader is not None
+        with reader.lock:
+            if reader.removed:
+                return False
+            if reader.unsent:  # earlier frames are still waiting: these go after them
+                reader.unsent += data
+                return True
+            try:
+                sent = sock.send(data, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                return False
+            if sent == len(data):
+                return True
+            reader.unsent += memoryview(data)[sent:]
+        self._change("write", sock, reader)
+        return True
 
     def close(self) -> None:
         """Stop the thread; call once, from the owner."""
@@ -110,6 +159,8 @@ class WorkerSockets:
             try:
                 if what == "add":
                     self._selector.register(sock, selectors.EVENT_READ, reader)
+                elif what == "write":
+                    self._selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, reader)
                 else:
                     self._selector.unregister(sock)
             except (KeyError, ValueError, OSError):
@@ -119,7 +170,7 @@ class WorkerSockets:
     def _loop(self) -> None:
         assert self._selector is not None and self._wake_r is not None
         while self._apply_changes():
-            for key, _events in self._selector.select():
+            for key, events in self._selector.select():
                 reader: _Reader | None = key.data
                 if reader is None:
                     try:
@@ -128,7 +179,31 @@ class WorkerSockets:
                     except (BlockingIOError, OSError):
                         pass
                     continue
-                self._read(reader)
+                if events & selectors.EVENT_WRITE:
+                    self._write(reader)
+                if events & selectors.EVENT_READ:
+                    self._read(reader)
+
+    def _write(self, reader: _Reader) -> None:
+        """Write out what sends left behind; read-only again once it is all out."""
+        assert self._selector is not None
+        with reader.lock:
+            if reader.removed:
+                return
+            try:
+                sent = reader.sock.send(reader.unsent, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                reader.unsent.clear()  # the reading side reports the broken connection
+                sent = 0
+            del reader.unsent[:sent]
+            if reader.unsent:
+                return
+            try:
+                self._selector.modify(reader.sock, selectors.EVENT_READ, reader)
+            except (KeyError, ValueError, OSError):
+                pass
 
     def _read(self, reader: _Reader) -> None:
         try:

@@ -41,7 +41,16 @@ from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, 
 
 log = logging.getLogger(__name__)
 
-ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | Callable[[WriteResult], None] | None
+class BatchReply:
+    """A reply target that takes all of its answers of one batch in one call, in batch order: a
+    worker's answers go back to its socket in one send (see worker_link.py). `deliver_all` runs in
+    the writer's thread, after COMMIT: it must be quick and must not block."""
+
+    def deliver_all(self, results: list[WriteResult]) -> None:
+        raise NotImplementedError
+
+
+ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | BatchReply | Callable[[WriteResult], None] | None
 #: `(commands in the batch, seconds in its transaction, committed)`: see DatabaseWriter.
 BatchObserver = Callable[[int, float, bool], None]
 
@@ -82,6 +91,10 @@ class WriterStats:
     commits_per_s: float
     commands_per_s: float
     last_batch_size: int
+    #: Batches PostgreSQL refused for a conflict with another host's transaction and that were run
+    #: again (SERIALIZABLE; always 0 on SQLite), and how many of those batches were given up.
+    conflict_retries: int = 0
+    conflicts_given_up: int = 0
 
 
 def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
@@ -89,6 +102,8 @@ def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
         return
     if isinstance(reply_to, pykka.ActorRef):
         safe_tell(reply_to, result)
+    elif isinstance(reply_to, BatchReply):
+        reply_to.deliver_all([result])
     elif isinstance(reply_to, pykka.Future):
         reply_to.set(result)
     else:
@@ -96,13 +111,22 @@ def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
 
 
 def _deliver_batch(batch: list[tuple[WriteCommand, ReplyTo]], results: list[WriteResult]) -> None:
-    """Answer a batch: futures and callables one by one, each actor once (its results in order)."""
+    """Answer a batch: futures and callables one by one, each actor and each BatchReply once (its
+    results in order)."""
     to_actors: dict[str, tuple[pykka.ActorRef[Any], list[WriteResult]]] = {}
+    to_batches: dict[int, tuple[BatchReply, list[WriteResult]]] = {}
     for (_, reply_to), result in zip(batch, results, strict=True):
         if isinstance(reply_to, pykka.ActorRef):
             to_actors.setdefault(reply_to.actor_urn, (reply_to, []))[1].append(result)
+        elif isinstance(reply_to, BatchReply):
+            to_batches.setdefault(id(reply_to), (reply_to, []))[1].append(result)
         else:
             deliver(reply_to, result)
+    for reply, answers in to_batches.values():
+        try:
+            reply.deliver_all(answers)
+        except Exception:  # one reply target's bug must not leave the batch's other senders unanswered
+            log.exception("a batch reply failed")
     for ref, answers in to_actors.values():
         safe_tell(ref, answers[0] if len(answers) == 1 else WriteResults(tuple(answers)))
 
@@ -318,6 +342,8 @@ class DatabaseWriter(CoreActor):
         self._commands = 0
         self._failed_batches = 0
         self._last_batch = 0
+        self._conflict_retries = 0
+        self._conflicts_given_up = 0
         self._recent: deque[tuple[float, int]] = deque(maxlen=4096)
         self._board = board
         self._published_at = 0.0
@@ -431,6 +457,9 @@ class DatabaseWriter(CoreActor):
                               clock=self._clock)
         seconds = time.perf_counter() - started if observer is not None else 0.0
         self._last_batch = len(batch)
+        if outcome.conflict_retries:
+            self._conflict_retries += outcome.conflict_retries
+            self._conflicts_given_up += not outcome.committed
         if outcome.committed:
             self._wal_dirty = True
             self._last_commit_at = now
@@ -491,6 +520,7 @@ class DatabaseWriter(CoreActor):
         return {"commits": stats.commits, "commands": stats.commands, "failed_batches": stats.failed_batches,
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
+                "conflict_retries": stats.conflict_retries, "conflicts_given_up": stats.conflicts_given_up,
                 "disk_full": self._room.state(),
                 "at": now}
 
@@ -504,6 +534,7 @@ class DatabaseWriter(CoreActor):
             commits=self._commits, commands=self._commands, failed_batches=self._failed_batches,
             queue_depth=self._queue.pending.qsize(), commits_per_s=len(window) / span,
             commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
+            conflict_retries=self._conflict_retries, conflicts_given_up=self._conflicts_given_up,
         )
 
 

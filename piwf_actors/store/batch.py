@@ -70,6 +70,9 @@ class BatchOutcome:
     results: list[WriteResult]
     changes: ChangeSet
     committed: bool
+    #: How many times PostgreSQL refused the batch for a conflict with another host's transaction
+    #: before it committed (or was given up): SERIALIZABLE's price, counted by the writer.
+    conflict_retries: int = 0
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
@@ -226,9 +229,11 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
         try:
             conn = db.connection()  # (re)connects when the last batch found the connection broken
             try:
-                return _run(conn, dialect, commands, now, commit_seq, savepoints, clock)
+                outcome = _run(conn, dialect, commands, now, commit_seq, savepoints, clock)
             except NeedsSavepoints:
-                return _run(conn, dialect, commands, now, commit_seq, True, clock)
+                outcome = _run(conn, dialect, commands, now, commit_seq, True, clock)
+            outcome.conflict_retries = attempt
+            return outcome
         except (*dialect.driver_errors, _StorageAbort) as exc:
             cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, dialect)
             err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
@@ -244,7 +249,7 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, 0.001 * 2 ** attempt)))
                 continue
             log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
-            return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False)
+            return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False, attempt)
 
 
 def _close_quietly(db: Any) -> None:
