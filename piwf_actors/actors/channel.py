@@ -188,7 +188,7 @@ class ChannelAdapter(CoreActor):
                                        poll_timeout_s=self._poll_timeout_s,
                                        lease_expires_at=lambda: self._writer.lease_expires_at)
         self._threads.start()
-        self._writer.ref.tell(Subscribe(self.actor_ref))
+        self._writer.ref.tell(Subscribe(self.actor_ref, _WATCHED))
         self._ticker = Ticker(self.actor_ref, ChannelTick(), self._tick_s, f"channel-{self._profile.profile}").start()
         self._ready = True
         self._threads.poll_from(self._cursor)

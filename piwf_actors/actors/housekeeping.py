@@ -165,7 +165,7 @@ class Housekeeper(PollingActor):
         self._replies = WriteReplies(self._writer, self.actor_ref)
         self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper").start()
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
-        self._writer.ref.tell(Subscribe(self.actor_ref))
+        self._writer.ref.tell(Subscribe(self.actor_ref, frozenset({"run_wait"})))
 
     def release_resources(self) -> None:
         safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))

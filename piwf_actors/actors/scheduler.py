@@ -145,7 +145,7 @@ class Scheduler(CoreActor):
         """Runs in the scheduler's thread: reader, change notices, warm workers, ticker."""
         self._reader = StoreReader(self._database)
         self._replies = WriteReplies(self._writer, self.actor_ref)
-        self._writer.ref.tell(Subscribe(self.actor_ref))
+        self._writer.ref.tell(Subscribe(self.actor_ref, frozenset({"run", "run_control"})))
         self._sockets = WorkerSockets().start()
         self._slots = [_Slot(index, self._start_supervisor(index)) for index in range(self._max_workers)]
         self._ticker = Ticker(self.actor_ref, SchedulerTick(), self._tick_s, "scheduler").start()

@@ -170,8 +170,8 @@ class LaunchLink(BatchReply):
         self._sent_epoch[correlation] = self._writer.host_epoch
         self._writer.submit(WriteCommand(self._request_command, {
             **self._fence, "message_id": frame.get("message_id"), "op": op,
-            "expected_revision": frame.get("expected_revision"), "payload": payload}, correlation_id=correlation),
-            self)
+            "expected_revision": frame.get("expected_revision"), "payload": payload}, correlation_id=correlation,
+            pipelined=frame.get("posted") is True), self)
 
     def arm_watchdog(self, frame: dict[str, Any]) -> None:
         """`node_begin {node_id, attempt_id, timeout_s}`: the node must be over by timeout_s + grace."""

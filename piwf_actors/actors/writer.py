@@ -67,9 +67,12 @@ class IdleTick:
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Tell `subscriber` a ChangeNotice after every commit that changed something."""
+    """Tell `subscriber` a ChangeNotice after every commit that changed something, or with `tables`
+    only after those that changed one of them: a notice is a thread hand-off, and most commits
+    (a node's result) are news to few subscribers."""
 
     subscriber: pykka.ActorRef[Any]
+    tables: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,13 @@ class WriterQueue:
             except queue.Empty:
                 break
         return batch
+
+    def wait_for_one(self, timeout: float) -> tuple[WriteCommand, ReplyTo] | None:
+        """The next queued item, waiting at most `timeout` seconds for one (None: none came)."""
+        try:
+            return self.pending.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
     def fail_all(self) -> None:
         """Answer everything still queued with WriterStopped."""
@@ -313,6 +323,9 @@ class WriterHandle:
 #: none arrived for GATHER_QUIET_S, and never longer than GATHER_MAX_S.
 GATHER_QUIET_S = 0.00005
 GATHER_MAX_S = 0.0005
+#: How long a batch of nothing but pipelined results waits for the next ones (see _gather).
+PIPELINE_QUIET_S = 0.0005
+PIPELINE_MAX_S = 0.002
 
 
 class DatabaseWriter(CoreActor):
@@ -337,7 +350,7 @@ class DatabaseWriter(CoreActor):
         self._clock = clock
         self._queue = writer_queue
         self._db: Any = None
-        self._subscribers: list[pykka.ActorRef[Any]] = []
+        self._subscribers: dict[pykka.ActorRef[Any], frozenset[str] | None] = {}  # → the tables it follows
         self._commits = 0
         self._commands = 0
         self._failed_batches = 0
@@ -397,12 +410,10 @@ class DatabaseWriter(CoreActor):
             self._wal_dirty = False
 
     def _subscribe(self, message: Subscribe) -> None:
-        if message.subscriber not in self._subscribers:
-            self._subscribers.append(message.subscriber)
+        self._subscribers[message.subscriber] = message.tables
 
     def _unsubscribe(self, message: Unsubscribe) -> None:
-        if message.subscriber in self._subscribers:
-            self._subscribers.remove(message.subscriber)
+        self._subscribers.pop(message.subscriber, None)
 
     def _drain(self, _message: Drain) -> None:
         self._queue.woken()
@@ -410,7 +421,7 @@ class DatabaseWriter(CoreActor):
             batch = self._queue.take(self._max_batch)
             if not batch:
                 return
-            if self._last_batch > 1 and len(batch) < self._max_batch:
+            if len(batch) < self._max_batch:
                 batch = self._gather(batch)
             try:
                 self._apply(batch)
@@ -422,29 +433,45 @@ class DatabaseWriter(CoreActor):
                 raise
 
     def _gather(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> list[tuple[WriteCommand, ReplyTo]]:
-        """Wait a bounded moment for late senders, when there are several.
+        """Wait a bounded moment for late senders, when it is likely to save a commit.
 
         With many senders each waiting for its answer, the ones answered by
         the last commit send again while the next batch is applied: left
         alone, the writer settles into alternating half-batches (measured: 16
-        senders, 8 commands per commit). Yielding the GIL until no command
-        arrived for GATHER_QUIET_S (at most GATHER_MAX_S) lets them catch up,
-        and one fsync serves them all. A lone sender (last batch of one) never
-        waits.
+        senders, 8 commands per commit). Waiting until no command arrived for
+        GATHER_QUIET_S (at most GATHER_MAX_S) lets them catch up, and one
+        fsync serves them all; a lone sender (last batch of one) that waits
+        for its answer is never held.
+
+        A batch of nothing but pipelined results (`WriteCommand.pipelined`: a
+        worker that goes on to its next node without waiting) is held longer,
+        PIPELINE_QUIET_S between arrivals and at most PIPELINE_MAX_S: the next
+        node's result is usually on its way, and one commit for a run's
+        `ready` and its nodes instead of one each is most of a run's cost. The
+        wait ends as soon as a command arrives whose sender waits for it.
+
+        The wait blocks on the queue: the GIL is free for the senders, and no
+        CPU is spent spinning.
         """
-        deadline = time.perf_counter() + GATHER_MAX_S
-        quiet_until = time.perf_counter() + GATHER_QUIET_S
-        while True:
-            time.sleep(0)  # let the senders run
-            more = self._queue.take(self._max_batch - len(batch))
-            now = time.perf_counter()
-            if more:
-                batch += more
-                quiet_until = now + GATHER_QUIET_S
-                if len(batch) >= self._max_batch:
-                    return batch
-            elif now >= quiet_until or now >= deadline:
-                return batch
+        started = time.perf_counter()
+        patient = all(command.pipelined for command, _ in batch)
+        while len(batch) < self._max_batch:
+            if patient:
+                quiet, longest = PIPELINE_QUIET_S, PIPELINE_MAX_S
+            elif self._last_batch > 1:
+                quiet, longest = GATHER_QUIET_S, GATHER_MAX_S
+            else:
+                break
+            wait = min(quiet, started + longest - time.perf_counter())
+            if wait <= 0:
+                break
+            item = self._queue.wait_for_one(wait)
+            if item is None:
+                break
+            more = [item, *self._queue.take(self._max_batch - len(batch) - 1)]
+            batch += more
+            patient = patient and all(command.pipelined for command, _ in more)
+        return batch
 
     def _apply(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> None:
         now = self._clock()
@@ -479,11 +506,13 @@ class DatabaseWriter(CoreActor):
         if outcome.committed and outcome.changes.finished:
             log_finished_runs(outcome.changes.finished)
         if outcome.committed and (outcome.changes.tables or outcome.changes.runs):
-            notice = ChangeNotice(seq, tuple(sorted(outcome.changes.tables)),
-                                  tuple(sorted(outcome.changes.runs)), now)
-            for subscriber in list(self._subscribers):
+            changed = outcome.changes.tables
+            notice = ChangeNotice(seq, tuple(sorted(changed)), tuple(sorted(outcome.changes.runs)), now)
+            for subscriber, tables in list(self._subscribers.items()):
+                if tables is not None and tables.isdisjoint(changed):
+                    continue
                 if not safe_tell(subscriber, notice):
-                    self._subscribers.remove(subscriber)
+                    del self._subscribers[subscriber]
         if observer is not None:
             try:
                 observer(len(batch), seconds, outcome.committed)

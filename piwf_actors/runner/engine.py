@@ -273,8 +273,8 @@ class RunEngine:
                     self.link.poll()  # a pause at an earlier boundary stops the chain here
                 elif self.link.accepted("node_finished", report).get("directive") == "stop":
                     return
-            else:  # the end of the run: it waits for every result before it
-                self.link.accepted("node_finished", report)
+            else:  # the end of the run: in one commit with the results before it, then every answer
+                self.link.last("node_finished", report)
                 return
             if retry:
                 if spec.retry_backoff_s:

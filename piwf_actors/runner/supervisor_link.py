@@ -117,7 +117,7 @@ class SupervisorLink:
         accepted, by the next `settle` (which every waiting request does first)."""
         while len(self._outstanding) >= PIPELINE_WINDOW:
             self._take_pipelined()
-        self._send_request(op, payload or {}, fenced)
+        self._send_request(op, payload or {}, fenced, posted=True)
 
     def request(self, op: str, payload: dict[str, Any] | None = None, *, fenced: bool = True) -> dict[str, Any]:
         """Settle what is outstanding, then send one request and wait for its answer; returns
@@ -132,6 +132,20 @@ class SupervisorLink:
         if answer.get("outcome") != "accepted":
             raise ProtocolBroken(f"{op} was {answer.get('outcome')}: {answer.get('error')}")
         return answer.get("value")
+
+    def last(self, op: str, payload: dict[str, Any] | None = None, *, fenced: bool = True) -> None:
+        """Send the launch's last request (the result that ends the run) right behind the pipelined
+        ones, then read every answer, as `settle` does (RunStopped for its own stop directive).
+
+        Unlike `request` it does not settle first, so the results and the end of the run reach the
+        host together and are committed in one transaction, in order. Nothing that must not run on
+        an uncommitted past comes after it in this launch, and it cannot be committed without the
+        results before it: its expected revision is predicted, so a refusal of one of them refuses
+        it too. It is not marked posted: the worker waits for it, the writer must not hold it."""
+        while len(self._outstanding) >= PIPELINE_WINDOW:
+            self._take_pipelined()
+        self._send_request(op, payload or {}, fenced)
+        self.settle()
 
     def settle(self) -> None:
         """Read the answers of every pipelined request. A refusal ends the launch (ProtocolBroken);
@@ -199,9 +213,12 @@ class SupervisorLink:
                 "generation": self.generation, "launch_id": self.launch_id,
                 "expected_revision": expected, "payload": payload}
 
-    def _send_request(self, op: str, payload: dict[str, Any], fenced: bool) -> None:
+    def _send_request(self, op: str, payload: dict[str, Any], fenced: bool, *, posted: bool = False) -> None:
         expected = self._expected if fenced else None
         frame = self._frame(op, payload, expected)
+        if posted:
+            # Not waited for: the host may hold its commit a moment to take the next results along.
+            frame["posted"] = True
         wire = self._encode(frame)
         self._send(wire)
         self._outstanding.append(_Sent(op, frame["message_id"], wire))

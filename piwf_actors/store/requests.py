@@ -29,17 +29,23 @@ class WriteCommand:
     correlation_id: str | None = None
     runner_id: str | None = None
     runner_lease_epoch: int | None = None
+    #: The sender does not wait for this answer (a worker's pipelined result, runner/supervisor_link.py)
+    #: and is likely to send more at once: the writer may hold such a batch a moment to take the
+    #: next ones into the same commit (DatabaseWriter._gather).
+    pipelined: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": "write_command", "name": self.name, "args": self.args,
                 "host_epoch": self.host_epoch, "correlation_id": self.correlation_id,
-                "runner_id": self.runner_id, "runner_lease_epoch": self.runner_lease_epoch}
+                "runner_id": self.runner_id, "runner_lease_epoch": self.runner_lease_epoch,
+                "pipelined": self.pipelined}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> WriteCommand:
         try:
             if data.get("kind") != "write_command" or set(data) != {
-                "kind", "name", "args", "host_epoch", "correlation_id", "runner_id", "runner_lease_epoch"}:
+                "kind", "name", "args", "host_epoch", "correlation_id", "runner_id", "runner_lease_epoch",
+                "pipelined"}:
                 raise errors.DecodeError("not a write_command record")
             name, args, epoch, corr = data["name"], data["args"], data["host_epoch"], data["correlation_id"]
             runner_id, runner_lease_epoch = data["runner_id"], data["runner_lease_epoch"]
@@ -54,9 +60,11 @@ class WriteCommand:
                 raise errors.DecodeError("write_command host_epoch must be an int")
             if corr is not None and not isinstance(corr, str):
                 raise errors.DecodeError("write_command correlation_id must be a str")
+            if not isinstance(data["pipelined"], bool):
+                raise errors.DecodeError("write_command pipelined must be a bool")
         except (AttributeError, TypeError) as exc:
             raise errors.DecodeError("not a write_command record") from exc
-        return cls(name, args, epoch, corr, runner_id, runner_lease_epoch)
+        return cls(name, args, epoch, corr, runner_id, runner_lease_epoch, data["pipelined"])
 
 
 @dataclass(frozen=True, slots=True)
