@@ -1,6 +1,6 @@
 """Trivial 3-node runs through the host's Unix socket, next to DBOS and to the ceiling, in one run.
 
-The figures of issue 11 ("Performance"), each measured here in the same run:
+The figures of issue 21, each measured here in the same run:
 
   piwf     a real host, `bin/piwf-host --state-dir D --max-workers m` in its own
            process (durable: synchronous=FULL unless --synchronous says
@@ -56,12 +56,29 @@ The figures of issue 11 ("Performance"), each measured here in the same run:
            it reaped during the phase), host + workers, and the bench's own
            clients.
 
+  PostgreSQL  with `--database pg-temp` (a temporary cluster started here) or
+           `--database postgresql://…` (a fresh database per host there), each m
+           gets two hosts, one after the other: first a fresh SQLite host, as
+           without --database, then a fresh host on its own PostgreSQL
+           database, with the same phases; the summary compares their runs/s
+           per m and phase. Each PostgreSQL phase also prints its SERIALIZABLE
+           retries: the delta of `writer.conflict_retries` (write batches
+           PostgreSQL refused for a serialization conflict and ran again) and
+           `writer.conflicts_given_up` (given up after the last try) in
+           `host.status`, and retries per 1,000 runs. The writer publishes them
+           when it commits, at most every 0.2 s, so after a phase the bench
+           polls host.status until they stop moving for 0.5 s and then starts
+           one trivial run (outside any measurement) to have them republished
+           with the phase's last commits. `--runners` prints them per host
+           (each runner host waits for its lease renewal, within ~5 s, instead).
+
   DBOS     DBOS Transact on SQLite (the `bench` extra): three @DBOS.step
            functions in one @DBOS.workflow called from m threads of this
            process (closed loop; the caller's thread runs the workflow), right
-           after piwf's phases for the same m. WAL system database (`--dbos-journal
-           delete` keeps the rollback journal DBOS creates by itself),
-           synchronous=FULL. DBOS is launched once, before the piwf phases.
+           after piwf's phases for the same m (with --database, after both
+           hosts'; the DBOS targets compare it with the SQLite host). WAL
+           system database (`--dbos-journal delete` keeps the rollback journal
+           DBOS creates by itself), synchronous=FULL. DBOS is launched once, before the piwf phases.
 
   ceiling  `<repo>/../shared/bench/ceiling.py --quick` (or --ceiling PATH) as a
            subprocess of this one with the venv's python, before anything else:
@@ -70,17 +87,26 @@ The figures of issue 11 ("Performance"), each measured here in the same run:
            `runs_per_s` for "warm-pool W=16 N=1000 FULL" is the ceiling for
            the 8-worker phases; "latency warm-pool W=1 FULL" the latency floor.
 
-`--profile DIR`: after the measured burst of the largest m, two more bursts of
---profile-runs runs (default 1000, a few seconds of samples), each recorded with `py-spy record --pid <host> --rate 250
---format raw --nonblocking --threads` (the second also with `--gil`); writes
-DIR/host-burst.txt and DIR/host-burst-gil.txt and prints their top entries
-(bench/profile_top.py). The measured burst itself is never profiled.
+`--profile DIR`: after the measured burst of the largest m (of the PostgreSQL
+host with --database), two more bursts of --profile-runs runs (default 1000, a
+few seconds of samples), each recorded with `py-spy record --pid <host> --rate
+250 --format raw --nonblocking --threads` (the second also with `--gil`);
+writes DIR/host-burst.txt and DIR/host-burst-gil.txt and prints their top
+entries (bench/profile_top.py). The measured burst itself is never profiled.
 
-The summary at the end prints each target of the issue with the figure reached.
+The summary at the end prints each target of issue 21 with the figure reached
+and met / NOT met: at max_workers 8, closed loop and burst, ≥ 6× DBOS (8
+threads) and ≥ 25 % of the ceiling; CPU per run host + workers ≤ 1.5 ms and host
+alone ≤ 1 ms; at max_workers 1 (closed loop, 1 client) runs/s ≥ 1.5× DBOS's (1
+thread) and start→done p50 ≤ 0.7× DBOS's; PostgreSQL (one host) ≥ 0.6× SQLite's
+runs/s per m and phase (with --database; else it says how to measure it). The
+fan-out, sleepers and messages targets are measured by bench/fanout.py,
+bench/sleepers.py and bench/messages.py.
 
 Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8]
      [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos]
      [--ceiling PATH | --no-ceiling] [--profile DIR [--profile-runs 1000]]
+     [--database URL|pg-temp] [--runners K ...]
 """
 
 from __future__ import annotations
@@ -102,7 +128,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -410,6 +436,7 @@ class Phase:
     bench_cpu_s: float
     machine_busy: float
     notes: list[str] = field(default_factory=list)
+    conflicts: Conflicts | None = None  # on PostgreSQL: the SERIALIZABLE retries during the phase
 
     @property
     def rate(self) -> float:
@@ -563,6 +590,106 @@ def burst(host: HostProcess, spec: str, runs: int, on_start: Callable[[], None] 
     return phase
 
 
+# --- PostgreSQL's SERIALIZABLE retries (host.status → writer) -----------------------------------------
+
+# The writer publishes its stats (host.status → writer) when it commits, at most every 0.2 s: after the last
+# commit of a phase, the board can lag until the next commit. An idle host's next commit is its lease renewal,
+# every lease_s / 3 (5 s by default); WRITER_REPUBLISH_S waits a little longer than that.
+WRITER_QUIET_S = 0.5
+WRITER_REPUBLISH_S = 6.5
+
+
+@dataclass
+class WriterCounters:
+    """The writer's cumulative counters as one `host.status` showed them."""
+
+    commits: int
+    retries: int  # writer.conflict_retries: batches PostgreSQL refused for a serialization conflict, run again
+    given_up: int  # writer.conflicts_given_up: batches given up after the last try
+    fresh: bool = True  # False: not republished after the phase's last commits (its last ≤ 0.2 s may be missing)
+
+
+@dataclass
+class Conflicts:
+    """SERIALIZABLE retries between two WriterCounters, over `runs` runs."""
+
+    retries: int
+    given_up: int
+    runs: float
+    fresh: bool
+
+    @classmethod
+    def between(cls, before: WriterCounters | None, after: WriterCounters | None, runs: float) -> Conflicts | None:
+        if before is None or after is None:
+            return None
+        return cls(after.retries - before.retries, after.given_up - before.given_up, runs,
+                   before.fresh and after.fresh)
+
+    @staticmethod
+    def total(parts: list[Conflicts], runs: float) -> Conflicts:
+        return Conflicts(sum(c.retries for c in parts), sum(c.given_up for c in parts), runs,
+                         all(c.fresh for c in parts))
+
+    @property
+    def per_1000(self) -> float:
+        return self.retries * 1000 / self.runs if self.runs else float("nan")
+
+    def describe(self, runs_name: str = "runs") -> str:
+        text = (f"{self.retries} SERIALIZABLE retr{'y' if self.retries == 1 else 'ies'} "
+                f"({self.per_1000:.1f} per 1,000 {runs_name}), {self.given_up} batch"
+                f"{'' if self.given_up == 1 else 'es'} given up")
+        if not self.fresh:
+            text += " (the writer's stats were not republished after the phase: its last ≤ 0.2 s may be missing)"
+        return text
+
+
+def _writer_counters(client: Client) -> WriterCounters | None:
+    writer = client.status().get("writer") or {}
+    if writer.get("conflict_retries") is None or writer.get("commits") is None:
+        return None  # a host that does not report them
+    return WriterCounters(int(writer["commits"]), int(writer["conflict_retries"]),
+                          int(writer.get("conflicts_given_up") or 0))
+
+
+def settled_counters(socket_path: str, nudge: Callable[[Client], None] | None = None) -> WriterCounters | None:
+    """The writer's counters once a phase has settled, covering its last commits.
+
+    Polls host.status until the writer's figures have not moved for WRITER_QUIET_S; then, since the board
+    may still lack the commits of the writer's last 0.2 s, waits for the next republication: `nudge` (one
+    trivial run, outside any measurement) makes the writer commit at once; without it (a runner host), the
+    lease renewal does within WRITER_REPUBLISH_S. None when the host does not report the counters.
+    """
+    with Client(socket_path=socket_path, timeout=WAIT_S) as client:
+        last = _writer_counters(client)
+        if last is None:
+            return None
+        quiet_since = time.monotonic()
+        deadline = quiet_since + 20.0
+        while time.monotonic() - quiet_since < WRITER_QUIET_S and time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = _writer_counters(client)
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+        if last is None:
+            return None
+        if nudge is not None:
+            nudge(client)
+        deadline = time.monotonic() + WRITER_REPUBLISH_S
+        while time.monotonic() < deadline:
+            now = _writer_counters(client)
+            if now is not None and now.commits != last.commits:
+                return now
+            time.sleep(0.05)
+        return replace(last, fresh=False)
+
+
+def nudge_run(spec: str) -> Callable[[Client], None]:
+    """One trivial run, started and waited for: it makes the host's writer commit (see settled_counters)."""
+    def nudge(client: Client) -> None:
+        client.wait(_start_retrying(client, spec, {"nudge": True}), timeout=WAIT_S)
+    return nudge
+
+
 def print_phase(phase: Phase) -> None:
     lat = [s * 1000 for s in phase.latencies_s]
     db = [s * 1000 for s in phase.db_latencies_s]
@@ -580,6 +707,8 @@ def print_phase(phase: Phase) -> None:
           f"{cpu.host_s / phase.elapsed_s:.0%} of a core, machine busy {phase.machine_busy:.0%} of "
           f"{os.cpu_count()} cores")
     print(f"    host by thread, ms/run: {threads}")
+    if phase.conflicts is not None:
+        print(f"    PostgreSQL during the phase: {phase.conflicts.describe()}")
     for note in phase.notes:
         print(f"    {note}")
 
@@ -640,19 +769,36 @@ def profile_bursts(host: HostProcess, spec: str, runs: int, directory: Path) -> 
 
 def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
                databases: PgDatabases | None = None) -> dict[str, Phase]:
+    """A fresh host with `workers` workers (on SQLite in its state dir, or on a fresh PostgreSQL database of
+    `databases`): warm-up, closed loop, burst. On PostgreSQL each phase gets its SERIALIZABLE retries."""
     database = None if databases is None else databases.fresh()
-    host = HostProcess(base / f"piwf-{workers}", workers, args.synchronous, database)
+    host = HostProcess(base / (f"piwf-{workers}" if databases is None else f"piwf-pg-{workers}"), workers,
+                       args.synchronous, database)
+    on_pg = databases is not None
+
+    def counters() -> WriterCounters | None:
+        return settled_counters(host.socket_path, nudge_run(spec)) if on_pg else None
+
     try:
         host.wait_ready()
         closed_loop(host, spec, max(2 * workers, 8), workers, args.client_mode, args.done_via, args.poll_ms / 1000)
-        phases = {"closed": closed_loop(host, spec, args.runs, workers, args.client_mode, args.done_via,
-                                        args.poll_ms / 1000),
-                  "burst": burst(host, spec, args.runs)}
+        before = counters()
+        closed = closed_loop(host, spec, args.runs, workers, args.client_mode, args.done_via, args.poll_ms / 1000)
+        between = counters()
+        flood = burst(host, spec, args.runs)
+        after = counters()
+        if on_pg:
+            closed.conflicts = Conflicts.between(before, between, closed.runs)
+            flood.conflicts = Conflicts.between(between, after, flood.runs)
+            if after is None:
+                flood.notes.append("the host's host.status has no writer.conflict_retries: retries not measured")
+        phases = {"closed": closed, "burst": flood}
         engine = "SQLite, synchronous=" + args.synchronous if databases is None else f"PostgreSQL ({databases.label})"
         print(f"piwf through the socket, max_workers={workers} (host pid {host.pid}, {engine}):")
         for phase in phases.values():
             print_phase(phase)
-        if args.profile is not None and workers == max(args.workers):
+        # --profile records the hosts of the engine asked for: PostgreSQL's with --database, else SQLite's.
+        if args.profile is not None and workers == max(args.workers) and on_pg == (args.database is not None):
             profile_bursts(host, spec, args.profile_runs, Path(args.profile))
         return phases
     finally:
@@ -695,6 +841,27 @@ def bench_runners(base: Path, spec: str, workers: int, runners: int, args: argpa
         for runner in others:
             runner.wait_ready()
         burst(active, spec, max(4 * workers * (runners + 1), 16))  # warm-up
+        hosts = {"host-a": active, **{f"runner-{i}": r for i, r in enumerate(others, 1)}}
+
+        def counters() -> dict[str, WriterCounters | None]:
+            """Each host's writer counters, settled (PostgreSQL only: on SQLite they stay 0)."""
+            if databases is None:
+                return {}
+            # The active host first, with a nudge run; the runner hosts then in parallel, each until its
+            # writer republishes (the nudge's claims or the lease renewal).
+            found = {"host-a": settled_counters(active.socket_path, nudge_run(spec))}
+            def read(name: str, host: HostProcess) -> None:
+                found[name] = settled_counters(host.socket_path)
+
+            readers = [threading.Thread(target=read, args=(name, host), name=f"bench-counters-{name}", daemon=True)
+                       for name, host in hosts.items() if name != "host-a"]
+            for t in readers:
+                t.start()
+            for t in readers:
+                t.join()
+            return found
+
+        before_conflicts = counters()
         before_runs = executed_counts(database)
         before_cpu: dict[str, HostCpu] = {}
         phase = burst(active, spec, args.runs,
@@ -703,6 +870,15 @@ def bench_runners(base: Path, spec: str, workers: int, runners: int, args: argpa
         after_runs = executed_counts(database)
         executed = {host: (after_runs.get(host, 0) - before_runs.get(host, 0)) / STEPS_PER_RUN
                     for host in ["host-a", *after_cpu]}
+        after_conflicts = counters()
+        conflicts = {name: Conflicts.between(before_conflicts.get(name), after_conflicts.get(name), executed[name])
+                     for name in hosts} if databases is not None else {}
+        if conflicts and all(c is not None for c in conflicts.values()):
+            phase.conflicts = Conflicts.total([c for c in conflicts.values() if c is not None], phase.runs)
+            phase.notes.append("SERIALIZABLE retries: all hosts' writers together, per 1,000 runs of the burst; "
+                               "per host below, per 1,000 runs it executed")
+        elif conflicts:
+            phase.notes.append("a host's host.status has no writer.conflict_retries: retries not measured")
         engine = "SQLite file shared" if databases is None else f"PostgreSQL ({databases.label})"
         print(f"piwf with {runners} runner host(s) beside the active host, {workers} worker(s) each ({engine}):")
         print_phase(phase)
@@ -716,6 +892,9 @@ def bench_runners(base: Path, spec: str, workers: int, runners: int, args: argpa
             print(f"    {host:>9}: executed {runs:5.0f} runs ({runs / max(phase.elapsed_s, 1e-9):6.1f}/s); cpu ms per "
                   f"run it executed: host process {per(use.host_s):.2f} + workers {per(use.workers_s):.2f} = "
                   f"{per(use.host_s + use.workers_s):.2f}")
+            host_conflicts = conflicts.get(host)
+            if host_conflicts is not None:
+                print(f"    {'':>9}  its writer: {host_conflicts.describe('runs it executed')}")
         return phase
     finally:
         for runner in others:
@@ -950,44 +1129,72 @@ def verdict(ok: bool) -> str:
 
 
 def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure], ceiling: Ceiling | None,
-                  done_via: str) -> None:
-    print("targets of issue 11, figures from this run:")
+                  done_via: str, pg: dict[int, dict[str, Phase]] | None = None) -> None:
+    """Each target of issue 21 with the figure of this run. `piwf`: the SQLite hosts' phases per m; `pg`: the
+    PostgreSQL hosts' (with --database), compared with them."""
+    print("targets of issue 21, figures from this run" + (" (SQLite hosts unless said)" if pg is not None else "")
+          + ":")
     eight = piwf.get(8)
     if eight is None:
-        print("  socket, 8 workers: not measured (--workers has no 8)")
+        print("  socket, max_workers 8: not measured (--workers has no 8)")
     else:
-        for key, name in (("closed", "closed loop, 8 clients"), ("burst", "burst")):
+        for key, name in (("closed", "closed loop, 8 clients"), ("burst", f"burst, {eight['burst'].runs} runs up "
+                                                                          f"front")):
             phase = eight[key]
-            parts = [f"  socket, 8 workers, {name}: {phase.rate:.0f} runs/s"]
+            parts = [f"  socket, max_workers 8, {name}: {phase.rate:.0f} runs/s"]
             if 8 in dbos:
                 ratio = phase.rate / dbos[8].rate
-                parts.append(f" = {ratio:.1f}× DBOS (target ≥ 6×: {verdict(ratio >= 6)})")
+                parts.append(f" = {ratio:.2f}× DBOS's {dbos[8].rate:.0f} (8 threads; target ≥ 6×: "
+                             f"{verdict(ratio >= 6)})")
             else:
                 parts.append(" (DBOS not measured)")
             if ceiling is not None:
                 share = phase.rate / ceiling.runs_per_s
-                parts.append(f", {share:.0%} of ceiling (target ≥ 50 %: {verdict(share >= 0.5)})")
+                parts.append(f", {share:.0%} of the ceiling's {ceiling.runs_per_s:.0f} (target ≥ 25 %: "
+                             f"{verdict(share >= 0.25)})")
             else:
                 parts.append(", ceiling not measured")
             print("".join(parts))
         for key, name in (("closed", "closed loop"), ("burst", "burst")):
             phase = eight[key]
-            print(f"  CPU per run host+worker, 8 workers, {name}: {phase.total_cpu_ms:.2f} ms (host "
-                  f"{phase.cpu_ms(phase.cpu.host_s):.2f} + workers {phase.cpu_ms(phase.cpu.workers_s):.2f}; "
-                  f"target ≤ 2 ms: {verdict(phase.total_cpu_ms <= 2.0)})")
+            host_ms = phase.cpu_ms(phase.cpu.host_s)
+            print(f"  CPU per run, max_workers 8, {name}: host + workers {phase.total_cpu_ms:.2f} ms (host "
+                  f"{host_ms:.2f} + workers {phase.cpu_ms(phase.cpu.workers_s):.2f}; target ≤ 1.5 ms: "
+                  f"{verdict(phase.total_cpu_ms <= 1.5)}); host alone {host_ms:.2f} ms (target ≤ 1 ms: "
+                  f"{verdict(host_ms <= 1.0)})")
         print(f"    (the closed loop's host CPU includes what seeing runs done costs it, --done-via {done_via}; "
               f"in the burst that is one host.status every 20 ms)")
     one = piwf.get(1)
     if one is None:
-        print("  1 client p50: not measured (--workers has no 1)")
+        print("  1 worker, 1 client: not measured (--workers has no 1)")
     else:
-        p50 = pct(one["closed"].latencies_s, 0.5) * 1000
-        floor = f"; ceiling's W=1 p50 {ceiling.latency_ms:.1f} ms" if ceiling and ceiling.latency_ms else ""
+        closed = one["closed"]
+        p50 = pct(closed.latencies_s, 0.5) * 1000
+        floor = f"; the ceiling's W=1 p50 is {ceiling.latency_ms:.1f} ms" if ceiling and ceiling.latency_ms else ""
         if 1 in dbos:
+            ratio = closed.rate / dbos[1].rate
             dbos_p50 = pct(dbos[1].latencies_s, 0.5) * 1000
-            print(f"  1 client p50: {p50:.1f} ms vs DBOS {dbos_p50:.1f} ms (target ≤: {verdict(p50 <= dbos_p50)}){floor}")
+            print(f"  1 worker, 1 client (closed loop, max_workers 1): {closed.rate:.0f} runs/s = {ratio:.2f}× DBOS's "
+                  f"{dbos[1].rate:.0f} (1 thread; target ≥ 1.5×: {verdict(ratio >= 1.5)}); start→done p50 "
+                  f"{p50:.1f} ms = {p50 / dbos_p50:.2f}× DBOS's {dbos_p50:.1f} ms (target ≤ 0.7×: "
+                  f"{verdict(p50 <= 0.7 * dbos_p50)}){floor}")
         else:
-            print(f"  1 client p50: {p50:.1f} ms (DBOS not measured){floor}")
+            print(f"  1 worker, 1 client (closed loop, max_workers 1): {closed.rate:.0f} runs/s, start→done p50 "
+                  f"{p50:.1f} ms (DBOS not measured){floor}")
+    if pg is None:
+        print("  PostgreSQL, one host, ≥ 0.6× SQLite's runs/s: not measured (SQLite only); `--database pg-temp` "
+              "(or a postgresql:// URL) measures the same phases on PostgreSQL and on SQLite in one run")
+    else:
+        print("  PostgreSQL, one host, runs/s / SQLite's in this run (target ≥ 0.6× each):")
+        for workers, phases in pg.items():
+            for key, name in (("closed", "closed loop"), ("burst", "burst")):
+                phase, base = phases[key], piwf[workers][key]
+                ratio = phase.rate / base.rate
+                retries = f"; {phase.conflicts.describe()}" if phase.conflicts is not None else ""
+                print(f"    max_workers {workers}, {name}: {phase.rate:.0f} / {base.rate:.0f} = {ratio:.2f}× "
+                      f"({verdict(ratio >= 0.6)}){retries}")
+    print("  fan-out, sleepers and messages: measured by bench/fanout.py, bench/sleepers.py and bench/messages.py, "
+          "not here")
 
 
 # --- main ----------------------------------------------------------------------------------------------
@@ -1049,8 +1256,12 @@ def main() -> None:
             if dbos is not None:
                 print(f"{dbos.description}; each concurrency is measured right after piwf's")
         piwf: dict[int, dict[str, Phase]] = {}
+        pg: dict[int, dict[str, Phase]] | None = None if args.database is None else {}
         dbos_figures: dict[int, DbosFigure] = {}
         databases = None if args.database is None else PgDatabases(args.database)
+        if databases is not None and args.runners is None:
+            print(f"hosts on SQLite and on PostgreSQL ({databases.label}): per m, a fresh SQLite host, then a fresh "
+                  f"PostgreSQL host (its own database), then DBOS")
         if args.runners is not None:
             try:
                 rates = {k: bench_runners(base, spec, max(args.workers), k, args, databases).rate
@@ -1060,24 +1271,30 @@ def main() -> None:
                     databases.close()
             print("runs/s by runner hosts: " + ", ".join(f"K={k}: {rate:.1f}" for k, rate in rates.items()))
             return
+        tag = " (SQLite)" if pg is not None else ""
         try:
             for workers in args.workers:
-                phases = piwf[workers] = bench_piwf(base, spec, workers, args, databases)
+                phases = piwf[workers] = bench_piwf(base, spec, workers, args)
+                if pg is not None:
+                    pg_phases = pg[workers] = bench_piwf(base, spec, workers, args, databases)
+                    print(f"piwf PostgreSQL / SQLite at {workers}: closed loop "
+                          f"{pg_phases['closed'].rate / phases['closed'].rate:.2f}×, burst "
+                          f"{pg_phases['burst'].rate / phases['burst'].rate:.2f}×")
                 if dbos is not None:
                     figure = dbos_figures[workers] = dbos.measure(args.runs, workers)
                     closed, flood = phases["closed"], phases["burst"]
-                    print(f"piwf / DBOS at {workers}: throughput {closed.rate / figure.rate:.2f}× (burst "
+                    print(f"piwf{tag} / DBOS at {workers}: throughput {closed.rate / figure.rate:.2f}× (burst "
                           f"{flood.rate / figure.rate:.2f}×), p50 latency "
                           f"{pct(closed.latencies_s, 0.5) / pct(figure.latencies_s, 0.5):.2f}×")
                 if ceiling is not None and workers == 8:
-                    print(f"piwf / ceiling at 8: closed loop {phases['closed'].rate / ceiling.runs_per_s:.0%}, burst "
+                    print(f"piwf{tag} / ceiling at 8: closed loop {phases['closed'].rate / ceiling.runs_per_s:.0%}, burst "
                           f"{phases['burst'].rate / ceiling.runs_per_s:.0%}")
         finally:
             if dbos is not None:
                 dbos.close()
             if databases is not None:
                 databases.close()
-        print_summary(piwf, dbos_figures, ceiling, args.done_via)
+        print_summary(piwf, dbos_figures, ceiling, args.done_via, pg)
         print(f"total {time.perf_counter() - began:.0f} s; load average now "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
