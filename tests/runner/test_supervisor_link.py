@@ -150,3 +150,44 @@ def test_small_requests_are_one_frame_without_references(pair) -> None:
     link = SupervisorLink(worker_sock, LAUNCH)
     link.accepted("node_finished", {"node_id": "a", "output": "x" * (FRAME_BUDGET // 2)})
     assert [f["kind"] for f in far.frames] == ["request"] and "refs" not in far.frames[0]
+
+
+def test_the_last_result_goes_right_behind_the_pipelined_ones_to_be_committed_with_them(pair) -> None:
+    """`last` does not wait for the answers of the results before it: the host gets them all at once
+    and commits them in one transaction. Only the posted ones are marked `posted` (the writer may hold
+    those a moment for more; the last one, the worker waits for)."""
+    worker_sock, supervisor_sock = pair
+    seen = threading.Event()
+    held: list[dict[str, Any]] = []
+
+    def answer(frame: dict[str, Any]) -> dict[str, Any] | None:
+        held.append(frame)
+        if len(held) < 3:
+            return None  # the answers are held back until all three requests are in
+        seen.set()
+        for earlier in held[:-1]:
+            send_frame(supervisor_sock, {"kind": "response", "message_id": earlier["message_id"],
+                                         "outcome": "accepted", "value": {}, "revision": 0})
+        return {"outcome": "accepted", "value": {"directive": None}, "revision": 0}
+
+    far = Supervisor(supervisor_sock, answer)
+    link = SupervisorLink(worker_sock, LAUNCH)
+    link.post("node_finished", {"node_id": "a", "outcome": "ok"})
+    link.post("node_finished", {"node_id": "b", "outcome": "ok"})
+    link.last("node_finished", {"node_id": "c", "outcome": "ok"})
+    assert seen.is_set() and link.outstanding == 0
+    requests = [frame for frame in far.frames if frame["kind"] == "request"]
+    assert [frame["payload"]["node_id"] for frame in requests] == ["a", "b", "c"]
+    assert [frame.get("posted") for frame in requests] == [True, True, None]
+    assert [frame["expected_revision"] for frame in requests] == [0, 1, 2]
+
+
+def test_a_refused_earlier_result_ends_the_launch_at_the_last_one(pair) -> None:
+    worker_sock, supervisor_sock = pair
+    answers = iter([{"outcome": "conflict", "error": "progress conflict"},
+                    {"outcome": "conflict", "error": "progress conflict"}])
+    Supervisor(supervisor_sock, lambda _frame: next(answers))
+    link = SupervisorLink(worker_sock, LAUNCH)
+    link.post("node_finished", {"node_id": "a", "outcome": "ok"})
+    with pytest.raises(ProtocolBroken, match="conflict"):
+        link.last("node_finished", {"node_id": "b", "outcome": "ok"})
