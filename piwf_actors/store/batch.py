@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors import errors
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.command_records import RecordedRefusal
 from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
@@ -264,6 +265,7 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
     changes = ChangeSet()
     results: list[WriteResult] = []
     conn.execute(dialect.begin_write)
+    conn = BatchConnection(conn)  # the batch's run events are inserted together (batch_connection.py)
     try:
         if dialect.name == "postgresql" and clock is not None:
             # The database's clock, read inside the transaction, is the writer's clock here.

@@ -6,6 +6,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.dialect import Connection
 
 
@@ -17,8 +18,12 @@ def append_event(conn: Connection, run_id: str, kind: str, now: float, *,
     One statement: the next number is max(seq) + 1 for the run, read under the
     writer's transaction, and the row is only inserted when the run exists.
     Events are deleted only together with their run (prune), so the sequence
-    of a living run only grows.
+    of a living run only grows. Inside a write batch (`BatchConnection`) the
+    event is held back and inserted with the batch's other events.
     """
+    encoded = None if payload is None else canonical_json(payload)
+    if isinstance(conn, BatchConnection):
+        return conn.append_event(run_id, kind, now, node_id, attempt_id, encoded)
     row = conn.execute(
         """INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at)
            SELECT run.run_id,
@@ -26,7 +31,7 @@ def append_event(conn: Connection, run_id: str, kind: str, now: float, *,
                   ?, ?, ?, ?, ?
            FROM run WHERE run.run_id = ?
            RETURNING seq""",
-        (kind, node_id, attempt_id, None if payload is None else canonical_json(payload), now, run_id),
+        (kind, node_id, attempt_id, encoded, now, run_id),
     ).fetchone()
     if row is None:
         raise NotFound("run", run_id)

@@ -107,6 +107,16 @@ class PgConnection:
             self.total_changes += cursor.rowcount
         return cursor
 
+    def executemany(self, sql: str, rows: Any) -> Any:
+        """One statement for many rows (psycopg sends them pipelined: one round trip, not one each)."""
+        rows = list(rows)
+        translated, changing = translate(sql)
+        cursor = self.raw.cursor()
+        cursor.executemany(translated, rows)
+        if changing:
+            self.total_changes += max(cursor.rowcount, 0) if cursor.rowcount != len(rows) else len(rows)
+        return cursor
+
     @property
     def in_transaction(self) -> bool:
         return self.raw.info.transaction_status != TransactionStatus.IDLE

@@ -347,7 +347,7 @@ def test_no_hot_path_statement_scans_a_large_table(exercised: Path, statement_lo
         print(f"\n{len(statements)} statements\n" + "\n".join(report))
     # The exercise reached the paths it is about (a guard against recording nothing).
     shapes = "\n".join(statements)
-    for expected in ("FROM run_count", "ORDER BY queue_class, priority DESC, queued_at", "coalesce(max(seq), ?) + ?",
+    for expected in ("FROM run_count", "ORDER BY queue_class, priority DESC, queued_at", "coalesce(max(seq), ?) FROM run_event",
                      "FROM run_event WHERE run_id = ? AND seq > ?", "FROM interactive_request r WHERE",
                      "DELETE FROM run_event WHERE run_id IN", "FROM node_attempt WHERE run_id = ?"):
         assert expected in shapes, f"no statement with {expected!r} was recorded"

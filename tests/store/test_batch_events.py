@@ -1,0 +1,115 @@
+"""A batch's run events are held back and inserted together (store/batch_connection.py); what a
+command sees and what commits must be exactly what one INSERT per event gave:
+
+- the events of one run across a batch's commands are numbered on from what the run had;
+- a command that refuses after appending an event leaves no event (its batch-mates' commit);
+- a command that reads a run's events in the same batch sees the ones appended before it;
+- an event for a run that does not exist is NotFound, and nothing of that command is kept.
+
+On both engines (PIWF_TEST_DATABASE=postgresql runs them on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from piwf_actors.errors import Rejected
+from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.database import StoreOptions, open_store
+from piwf_actors.store.events import append_event
+from piwf_actors.store.requests import WriteCommand
+
+NOW = 1000.0
+
+
+@command("test.events_note")
+def _note(ctx: WriteContext, args: dict[str, Any]) -> int:
+    seq = 0
+    for n in range(args.get("count", 1)):
+        seq = append_event(ctx.conn, args["run_id"], "note", ctx.now, payload={"n": n, "tag": args.get("tag")})
+    ctx.changes.touch("run_event", args["run_id"])
+    if args.get("refuse"):
+        raise Rejected("refused after appending")
+    return seq
+
+
+@command("test.events_read")
+def _read(ctx: WriteContext, args: dict[str, Any]) -> list[int]:
+    return [row[0] for row in ctx.conn.execute("SELECT seq FROM run_event WHERE run_id = ? ORDER BY seq",
+                                               (args["run_id"],))]
+
+
+class _Store:
+    def __init__(self, database: Any) -> None:
+        self.db = open_store(database, StoreOptions(synchronous="OFF"))
+        self.epoch = 0
+        self.epoch = self.apply([("lease.acquire", {"host_id": "h", "token_hash": "t" * 64, "pid": os.getpid(),
+                                                    "process_start_identity": "1", "lease_s": 6000})])[0].unwrap()[
+                                                        "epoch"]
+
+    def apply(self, commands: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        outcome = apply_batch(self.db, [WriteCommand(name, args, self.epoch) for name, args in commands], NOW)
+        assert outcome.committed
+        return outcome.results
+
+    def events(self, run_id: str) -> list[tuple[int, str]]:
+        return [(seq, payload) for seq, payload in self.db.execute_sql(
+            "SELECT seq, payload FROM run_event WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall()]
+
+
+@pytest.fixture
+def store(database: Any) -> Iterator[_Store]:
+    s = _Store(database)
+    yield s
+    s.db.close()
+
+
+def _run(store: _Store) -> str:
+    return store.apply([("run.start", {"spec": {"workflow": "w"}})])[0].unwrap()["receipt"]["run_id"]
+
+
+def test_events_across_a_batch_are_numbered_on_and_all_commit(store: _Store) -> None:
+    run_id = _run(store)
+    before = [seq for seq, _ in store.events(run_id)]
+    results = store.apply([("test.events_note", {"run_id": run_id, "count": 2, "tag": "a"}),
+                           ("test.events_note", {"run_id": run_id, "count": 3, "tag": "b"})])
+    last = before[-1]
+    assert [r.unwrap() for r in results] == [last + 2, last + 5]
+    assert [seq for seq, _ in store.events(run_id)] == list(range(1, last + 6))
+
+
+def test_a_refusal_after_appending_takes_its_events_with_it(store: _Store) -> None:
+    run_id = _run(store)
+    before = store.events(run_id)
+    results = store.apply([("test.events_note", {"run_id": run_id, "tag": "kept-1"}),
+                           ("test.events_note", {"run_id": run_id, "count": 2, "tag": "undone", "refuse": True}),
+                           ("test.events_note", {"run_id": run_id, "tag": "kept-2"})])
+    assert [r.ok for r in results] == [True, False, True]
+    after = store.events(run_id)
+    assert [seq for seq, _ in after] == list(range(1, len(before) + 3))
+    tags = [payload for _, payload in after[len(before):]]
+    assert all("kept" in tag for tag in tags) and len(tags) == 2
+
+
+def test_a_command_sees_the_events_appended_before_it_in_its_batch(store: _Store) -> None:
+    run_id = _run(store)
+    first = len(store.events(run_id))
+    results = store.apply([("test.events_note", {"run_id": run_id, "count": 2}),
+                           ("test.events_read", {"run_id": run_id}),
+                           ("test.events_note", {"run_id": run_id})])
+    assert results[1].unwrap() == list(range(1, first + 3))
+    assert results[2].unwrap() == first + 3
+
+
+def test_an_event_of_a_run_that_does_not_exist_is_not_found(store: _Store) -> None:
+    run_id = _run(store)
+    results = store.apply([("test.events_note", {"run_id": "run_missing"}),
+                           ("test.events_note", {"run_id": run_id, "tag": "kept"})])
+    assert not results[0].ok and results[0].error_code == "not_found"
+    assert results[1].ok
+    assert store.db.execute_sql("SELECT count(*) FROM run_event WHERE run_id = 'run_missing'").fetchone()[0] == 0
