@@ -113,6 +113,10 @@ class _Submits(Protocol):
 
     def submit(self, command: WriteCommand, reply_to: Any = None) -> None: ...
 
+    def offer(self, command: WriteCommand, reply_to: Any) -> None: ...
+
+    def withdraw_offer(self, correlation_id: str | None) -> bool: ...
+
 
 class WriteReplies:
     """An actor's writes in flight, each with the handler of its answer.
@@ -134,6 +138,21 @@ class WriteReplies:
         token = f"{name}:{secrets.token_hex(6)}"
         self._pending[token] = on_result
         self._writer.submit(WriteCommand(name, args, correlation_id=token), self._reply_to)
+
+    def offer(self, name: str, args: dict[str, Any], on_result: Callable[[WriteResult], None]) -> str:
+        """`submit`, but left with the writer as its standing offer (WriterQueue.offer); returns the
+        token that `withdraw` takes back."""
+        token = f"{name}:{secrets.token_hex(6)}"
+        self._pending[token] = on_result
+        self._writer.offer(WriteCommand(name, args, correlation_id=token), self._reply_to)
+        return token
+
+    def withdraw(self, token: str) -> bool:
+        """Take the offer back; False when the writer took it already (its answer is on the way)."""
+        if not self._writer.withdraw_offer(token):
+            return False
+        self._pending.pop(token, None)
+        return True
 
     def answer(self, result: WriteResult) -> None:
         on_result = self._pending.pop(result.correlation_id or "", None)

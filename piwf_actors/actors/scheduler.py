@@ -130,6 +130,7 @@ class Scheduler(CoreActor):
         self._slots: list[_Slot] = []
         self._active: dict[str, _Slot] = {}  # run id → the slot serving it
         self._claiming = False  # one claim in flight at a time
+        self._offer_token: str | None = None  # the claim standing with the writer (see _offer_claim)
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
@@ -159,6 +160,7 @@ class Scheduler(CoreActor):
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
+        self._withdraw_offer()
         safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
         # Each supervisor stops its worker; one serving a launch reports its exit first
         # (the run goes back to the queue).
@@ -188,6 +190,7 @@ class Scheduler(CoreActor):
         """The disk is full past the lease: claim nothing, let runners keep their workers
         (they hold their results and resend them) until the lease is held again."""
         self._suspended = True
+        self._withdraw_offer()
         self._publish()
 
     def _lease_regained(self, _message: LeaseRegained) -> None:
@@ -226,6 +229,8 @@ class Scheduler(CoreActor):
         launch on a warm worker needs no `runner.attach`. Nothing is sent when
         no run is eligible.
         """
+        if self._offer_token is not None and not self._withdraw_offer():
+            return  # the writer took the standing claim: its answer is on the way
         if self._stopping or self._claiming or self._suspended:
             return
         idle = [slot for slot in self._slots if slot.launch is None and slot.ref.is_alive()]
@@ -237,20 +242,51 @@ class Scheduler(CoreActor):
                           reconciles_waiting=self._host_duties
                           and resource_queries.reconcile_due(self._reader, time.time()))
         if plan is None:
+            self._offer_claim(idle)
             return
         kind, count = plan
         if kind == "reconcile":
             self._claim_reconcile(idle[0])
             return
-        idle = idle[:count]
+        offered, args = self._claim_args(idle[:count])
         self._claiming = True
-        # (slot, token, launch id) of each offer: the answer is matched to its slot by launch id.
-        offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in idle]
-        slots = [{"token_hash": token_hash(token), "launch_id": launch_id,
-                  **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
-                 for slot, token, launch_id in offered]
-        args = {"exclude": list(self._active), "slots": slots, "claim_lease_s": self._claim_lease_s}
         self._submit("scheduler.claim_next", args, lambda result: self._claimed(result, offered))
+
+    def _claim_args(self, slots: list[_Slot]) -> tuple[list[tuple[_Slot, str, str]], dict[str, Any]]:
+        """(slot, token, launch id) of each offered slot (the answer is matched to its slot by launch
+        id), and the claim's arguments."""
+        offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in slots]
+        wire = [{"token_hash": token_hash(token), "launch_id": launch_id,
+                 **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
+                for slot, token, launch_id in offered]
+        return offered, {"exclude": list(self._active), "slots": wire, "claim_lease_s": self._claim_lease_s}
+
+    def _offer_claim(self, idle: list[_Slot]) -> None:
+        """Nothing to claim now: leave the claim for the idle slots with the writer, which applies it
+        in the same transaction as the next `run.start` (WriterQueue.offer). A fresh run then starts
+        without a commit and two thread hand-offs of its own. Withdrawn (`_withdraw_offer`) before
+        this scheduler claims anything else, when it suspends and when it stops."""
+        if self._replies is None:
+            return
+        offered, args = self._claim_args(idle)
+        self._claiming = True
+
+        def answered(result: WriteResult) -> None:
+            self._offer_token = None
+            self._claimed(result, offered)
+
+        self._offer_token = self._replies.offer("scheduler.claim_next", args, answered)
+
+    def _withdraw_offer(self) -> bool:
+        """Take the standing claim back. False when the writer took it already (then this scheduler
+        is still claiming until its answer comes)."""
+        if self._offer_token is None or self._replies is None:
+            return True
+        if not self._replies.withdraw(self._offer_token):
+            return False
+        self._offer_token = None
+        self._claiming = False
+        return True
 
     # --- write results -----------------------------------------------------------------
 

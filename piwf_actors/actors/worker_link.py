@@ -38,7 +38,7 @@ from typing import Any
 
 from piwf_actors.actors.content_exchange import ContentExchange
 from piwf_actors.actors.worker_sockets import WorkerSockets
-from piwf_actors.actors.writer import BatchReply, WriterHandle
+from piwf_actors.actors.writer_handle import BatchReply, WriterHandle
 from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.store.requests import WriteCommand, WriteResult
 

@@ -19,12 +19,10 @@ says so, and has the WAL truncated before writing resumes.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
@@ -32,32 +30,34 @@ import pykka
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.disk_room import DiskRoom
 from piwf_actors.actors.ticker import Ticker
+from piwf_actors.actors.writer_handle import (
+    CLAIM_TAKERS,
+    BatchReply,
+    Drain,
+    GetWriterStats,
+    ReplyTo,
+    WriterHandle,
+    WriterQueue,
+    WriterStats,
+    deliver,
+    deliver_batch,
+)
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.errors import DiskFull, WriterStopped
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
-from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult, WriteResults
+from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+
+# The way in (writer_handle.py) is re-exported here: `from piwf_actors.actors.writer import WriterHandle`.
+__all__ = ["BatchReply", "DatabaseWriter", "Drain", "GetWriterStats", "IdleTick", "ReplyTo", "Subscribe",
+           "Unsubscribe", "WriterHandle", "WriterQueue", "WriterStats", "deliver", "log_finished_runs",
+           "start_writer"]
 
 log = logging.getLogger(__name__)
 
-class BatchReply:
-    """A reply target that takes all of its answers of one batch in one call, in batch order: a
-    worker's answers go back to its socket in one send (see worker_link.py). `deliver_all` runs in
-    the writer's thread, after COMMIT: it must be quick and must not block."""
-
-    def deliver_all(self, results: list[WriteResult]) -> None:
-        raise NotImplementedError
-
-
-ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | BatchReply | Callable[[WriteResult], None] | None
 #: `(commands in the batch, seconds in its transaction, committed)`: see DatabaseWriter.
 BatchObserver = Callable[[int, float, bool], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Apply whatever is queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,60 +80,6 @@ class Unsubscribe:
     subscriber: pykka.ActorRef[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class GetWriterStats:
-    """Answered with a WriterStats."""
-
-
-@dataclass(frozen=True, slots=True)
-class WriterStats:
-    commits: int
-    commands: int
-    failed_batches: int
-    queue_depth: int
-    commits_per_s: float
-    commands_per_s: float
-    last_batch_size: int
-    #: Batches PostgreSQL refused for a conflict with another host's transaction and that were run
-    #: again (SERIALIZABLE; always 0 on SQLite), and how many of those batches were given up.
-    conflict_retries: int = 0
-    conflicts_given_up: int = 0
-
-
-def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
-    if reply_to is None:
-        return
-    if isinstance(reply_to, pykka.ActorRef):
-        safe_tell(reply_to, result)
-    elif isinstance(reply_to, BatchReply):
-        reply_to.deliver_all([result])
-    elif isinstance(reply_to, pykka.Future):
-        reply_to.set(result)
-    else:
-        reply_to(result)
-
-
-def _deliver_batch(batch: list[tuple[WriteCommand, ReplyTo]], results: list[WriteResult]) -> None:
-    """Answer a batch: futures and callables one by one, each actor and each BatchReply once (its
-    results in order)."""
-    to_actors: dict[str, tuple[pykka.ActorRef[Any], list[WriteResult]]] = {}
-    to_batches: dict[int, tuple[BatchReply, list[WriteResult]]] = {}
-    for (_, reply_to), result in zip(batch, results, strict=True):
-        if isinstance(reply_to, pykka.ActorRef):
-            to_actors.setdefault(reply_to.actor_urn, (reply_to, []))[1].append(result)
-        elif isinstance(reply_to, BatchReply):
-            to_batches.setdefault(id(reply_to), (reply_to, []))[1].append(result)
-        else:
-            deliver(reply_to, result)
-    for reply, answers in to_batches.values():
-        try:
-            reply.deliver_all(answers)
-        except Exception:  # one reply target's bug must not leave the batch's other senders unanswered
-            log.exception("a batch reply failed")
-    for ref, answers in to_actors.values():
-        safe_tell(ref, answers[0] if len(answers) == 1 else WriteResults(tuple(answers)))
-
-
 run_log = logging.getLogger("piwf_actors.runs")
 
 
@@ -147,176 +93,6 @@ def log_finished_runs(finished: list[tuple[str, str, str, str | None, str | None
         else:
             run_log.info("run %s %s (workflow %s)", run_id, status, workflow,
                          extra={"run_id": run_id, "workflow": workflow, "status": status})
-
-
-class WriterQueue:
-    """Commands waiting for the writer, plus the "a Drain is already on its way" flag.
-
-    Shared by the writer actor and every WriterHandle; both sides are
-    thread-safe (SimpleQueue, and a lock around the flag).
-    """
-
-    def __init__(self) -> None:
-        self.pending: queue.SimpleQueue[tuple[WriteCommand, ReplyTo]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._wake_sent = False
-
-    def put(self, item: tuple[WriteCommand, ReplyTo]) -> bool:
-        """Queue `item`; True when the caller must tell the writer a Drain."""
-        self.pending.put(item)
-        with self._lock:
-            if self._wake_sent:
-                return False
-            self._wake_sent = True
-            return True
-
-    def woken(self) -> None:
-        """Called by the writer before it drains: the next put must wake it again."""
-        with self._lock:
-            self._wake_sent = False
-
-    def take(self, limit: int) -> list[tuple[WriteCommand, ReplyTo]]:
-        batch: list[tuple[WriteCommand, ReplyTo]] = []
-        while len(batch) < limit:
-            try:
-                batch.append(self.pending.get_nowait())
-            except queue.Empty:
-                break
-        return batch
-
-    def wait_for_one(self, timeout: float) -> tuple[WriteCommand, ReplyTo] | None:
-        """The next queued item, waiting at most `timeout` seconds for one (None: none came)."""
-        try:
-            return self.pending.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def fail_all(self) -> None:
-        """Answer everything still queued with WriterStopped."""
-        while True:
-            batch = self.take(1000)
-            if not batch:
-                return
-            for command, reply_to in batch:
-                deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
-                                              command.correlation_id))
-
-
-class _Waiter:
-    """The lightest blocking reply slot: a lock the writer releases.
-
-    `execute` is on the hot path of every edge caller; a pykka future costs a
-    Queue with two Conditions, this costs one lock.
-    """
-
-    __slots__ = ("_lock", "_result")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._result: WriteResult | None = None
-
-    def __call__(self, result: WriteResult) -> None:
-        self._result = result
-        self._lock.release()
-
-    def wait(self, timeout: float) -> WriteResult:
-        if not self._lock.acquire(timeout=timeout):
-            raise TimeoutError(f"no answer from the database writer within {timeout} s")
-        assert self._result is not None
-        return self._result
-
-
-class _LeaseCell:
-    """The host epoch a handle stamps on commands and when the host's lease runs out, shared by
-    every holder of that handle: the lease actor moves both (renewals, taking the lease again)
-    and every actor sees it at once. On a runner host (docs/runners.md) it holds the runner
-    identity (runner id, runner lease epoch) stamped instead, and its runner lease's expiry."""
-
-    __slots__ = ("epoch", "expires_at", "runner")
-
-    def __init__(self, epoch: int | None) -> None:
-        self.epoch = epoch
-        self.expires_at: float | None = None
-        self.runner: tuple[str, int] | None = None
-
-
-class WriterHandle:
-    """Thread-safe way in to the writer: the only object other code holds.
-
-    `submit` never blocks; `execute` blocks on the result and is for the
-    edges only (CLI, tests, embedding, start-up), never between actors. A
-    handle made `with_epoch` stamps that host epoch on every command; the
-    lease keeps `lease_expires_at` current and moves the epoch forward
-    (`advance_epoch`) when it takes the lease again.
-    """
-
-    def __init__(self, ref: pykka.ActorRef[Any], writer_queue: WriterQueue, host_epoch: int | None = None) -> None:
-        self.ref = ref
-        self._queue = writer_queue
-        self._lease = _LeaseCell(host_epoch)
-
-    @property
-    def host_epoch(self) -> int | None:
-        return self._lease.epoch
-
-    @property
-    def lease_expires_at(self) -> float | None:
-        """When the host's lease runs out (None: not known, e.g. a handle without a lease)."""
-        return self._lease.expires_at
-
-    def with_epoch(self, epoch: int) -> WriterHandle:
-        return WriterHandle(self.ref, self._queue, epoch)
-
-    def advance_epoch(self, epoch: int) -> None:
-        """Stamp `epoch` from now on, for every holder of this handle (called by the lease only)."""
-        self._lease.epoch = epoch
-
-    @property
-    def runner(self) -> tuple[str, int] | None:
-        """(runner id, runner lease epoch) this handle stamps on commands; None on a host."""
-        return self._lease.runner
-
-    def as_runner(self, runner_id: str, lease_epoch: int) -> None:
-        """Stamp this runner identity on every command from now on, for every holder of this handle: a
-        runner host's writes are fenced by its runner lease, never by a host epoch (called once, at
-        the runner's start, before any other actor holds the handle)."""
-        self._lease.runner = (runner_id, lease_epoch)
-
-    def lease_renewed(self, expires_at: float) -> None:
-        """Record the lease's new expiry (called by the lease only)."""
-        self._lease.expires_at = expires_at
-
-    def submit(self, command: WriteCommand, reply_to: ReplyTo = None) -> None:
-        runner = self._lease.runner
-        if runner is not None:
-            if command.runner_id is None:
-                command = replace(command, runner_id=runner[0], runner_lease_epoch=runner[1])
-        elif command.host_epoch is None and self.host_epoch is not None:
-            command = replace(command, host_epoch=self.host_epoch)
-        if not self.ref.is_alive():
-            deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()), command.correlation_id))
-            return
-        if self._queue.put((command, reply_to)) and not safe_tell(self.ref, Drain()):
-            self._queue.fail_all()
-
-    def future(self, name: str, args: dict[str, Any], host_epoch: int | None = None) -> pykka.Future[WriteResult]:
-        fut: pykka.Future[WriteResult] = pykka.ThreadingFuture()
-        self.submit(WriteCommand(name, args, host_epoch), fut)
-        return fut
-
-    def execute(self, name: str, args: dict[str, Any], *, host_epoch: int | None = None,
-                timeout: float = 30.0) -> WriteResult:
-        waiter = _Waiter()
-        self.submit(WriteCommand(name, args, self.host_epoch if host_epoch is None else host_epoch), waiter)
-        return waiter.wait(timeout)
-
-    def call(self, name: str, args: dict[str, Any], **kwargs: Any) -> Any:
-        """`execute(...).unwrap()`: the value, or the typed error."""
-        return self.execute(name, args, **kwargs).unwrap()
-
-    def stats(self, timeout: float = 5.0) -> WriterStats:
-        return self.ref.ask(GetWriterStats(), timeout=timeout)
 
 
 #: How long the writer waits for late senders before a batch (see DatabaseWriter._gather): until
@@ -423,6 +199,10 @@ class DatabaseWriter(CoreActor):
                 return
             if len(batch) < self._max_batch:
                 batch = self._gather(batch)
+            if any(command.name in CLAIM_TAKERS for command, _ in batch):
+                offer = self._queue.take_offer()
+                if offer is not None:
+                    batch.append(offer)  # last: it claims what the batch made claimable
             try:
                 self._apply(batch)
             except BaseException:
@@ -502,7 +282,7 @@ class DatabaseWriter(CoreActor):
         if self._board is not None and now - self._published_at >= 0.2:
             self._publish(now)
         seq = self._commits
-        _deliver_batch(batch, outcome.results)
+        deliver_batch(batch, outcome.results)
         if outcome.committed and outcome.changes.finished:
             log_finished_runs(outcome.changes.finished)
         if outcome.committed and (outcome.changes.tables or outcome.changes.runs):
@@ -534,7 +314,7 @@ class DatabaseWriter(CoreActor):
         self._failed_batches += 1
         self._last_batch = len(batch)
         error = self._room.refusal(now)
-        _deliver_batch(batch, [WriteResult(False, None, DiskFull.code, error, command.correlation_id)
+        deliver_batch(batch, [WriteResult(False, None, DiskFull.code, error, command.correlation_id)
                                for command, _ in batch])
         if self._board is not None and now - self._published_at >= 0.2:
             self._publish(now)

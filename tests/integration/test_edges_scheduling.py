@@ -1,4 +1,5 @@
-"""Scheduling order: a run woken by an answer goes before fresh runs that queued earlier.
+"""Scheduling order: a run woken by an answer goes before fresh runs that queued earlier; and a
+fresh run on an idle host is claimed in the very commit that starts it.
 
 The order is: submissions waiting for validation, then runs woken by an
 answer, a deadline or a resume, then fresh runs in creation order. With one
@@ -41,3 +42,19 @@ def test_a_fresh_run_flood_does_not_delay_a_woken_run(guard, state_dir) -> None:
     for run_id in flood:
         wait_for_status(host, run_id, ("done", "failed"), timeout=30)
     wait_for(lambda: oracle.counts()["work"] == FLOOD, 5, "every fresh run")
+
+
+def test_a_fresh_run_on_an_idle_host_is_claimed_in_the_commit_that_starts_it(guard, state_dir) -> None:
+    """The scheduler leaves its claim for idle slots with the writer (WriterQueue.offer), which applies
+    it in the transaction of the next run.start: `run_created` and `run_claimed` share that
+    transaction's `now`. (Without the standing claim the claim is a commit of its own, later.)
+    The scheduler takes the claim back for a moment whenever it looks at the queue, so a start may
+    meet it away: most of the starts, not every one, must be claimed at once."""
+    host = guard.start_host(state_dir, max_workers=1, warm_workers=1)
+    at_once = 0
+    for _ in range(6):
+        run_id = host.start_run(edge_flow("quick"))["receipt"]["run_id"]
+        assert wait_for_status(host, run_id, ("done", "failed"))["status"] == "done"
+        times = {event.kind: event.created_at for event in host.run_events(run_id)}
+        at_once += times["run_created"] == times["run_claimed"]
+    assert at_once >= 4, f"only {at_once} of 6 fresh runs were claimed in the commit that started them"
