@@ -1,6 +1,6 @@
 """The host's end of content transfer for one launch (see `messages/content.py`).
 
-Owned by a `RunnerSupervisor` and used only from its thread. It
+Owned by a launch's `LaunchLink` (worker_link.py says which thread uses which side). It
 
 - builds frames for the worker with their large values as references:
   stored values (the launch state's, the workflow source) point at the blob

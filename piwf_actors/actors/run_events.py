@@ -34,7 +34,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.writer import Subscribe, Unsubscribe
+from piwf_actors.actors.writer import Subscribe, Subscribed, Unsubscribe
 from piwf_actors.errors import PiwfError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.results import RunError, RunEvent, RunView
@@ -132,7 +132,11 @@ class RunEventsSubscription(CoreActor):
     def on_start(self) -> None:
         """Runs in the subscription's thread: opens its reader, subscribes, catches up on named runs."""
         self._reader = StoreReader(self._database)
-        safe_tell(self._writer_ref, Subscribe(self.actor_ref))
+        # The named runs are read once the writer says this subscription is registered: a run that
+        # ends between a read made earlier and the registration would be told nothing of its end.
+        safe_tell(self._writer_ref, Subscribe(self.actor_ref, ack=True))
+
+    def _subscribed(self, _message: Subscribed) -> None:
         if self._runs:
             self._mark_dirty(sorted(self._runs))
 
@@ -144,7 +148,7 @@ class RunEventsSubscription(CoreActor):
             self._reader = None
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {ChangeNotice: self._noticed, _Flush: self._flush, Tracked: self._tracked}
+        return {ChangeNotice: self._noticed, _Flush: self._flush, Tracked: self._tracked, Subscribed: self._subscribed}
 
     def _tracked(self, _message: Tracked) -> dict[str, int]:
         return {"following": len(self._cursors), "named": len(self._workflows), "finished": len(self._finished)}

@@ -251,7 +251,8 @@ class RunnerSupervisor(CoreActor):
                     serving.arm_watchdog(frame)
             elif current and (kind == "content" or (kind == "request" and frame.get("op") != "content.read")):
                 assert serving is not None
-                serving.from_worker(frame)
+                if not serving.from_worker(frame):
+                    return  # the link broke (and told this actor): the launch ends, nothing more is read
             else:
                 forward.append(frame)
         if forward:
@@ -327,9 +328,8 @@ class RunnerSupervisor(CoreActor):
     def _frame(self, serving: LaunchLink, frame: dict[str, Any]) -> None:
         kind = frame.get("kind")
         if kind == "request" and frame.get("op") == "content.read":
+            serving.ready_deadline = None  # the worker is up and talking (reading its launch's content)
             serving.answer(frame.get("message_id"), serving.content.read(frame.get("payload") or {}))
-        elif kind == "request" or kind == "content":  # sent before this launch's link took over
-            serving.from_worker(frame)
         elif kind == "run_over":
             if serving.claim_released:
                 # The last transition ended the launch in the same commit (done, failed,

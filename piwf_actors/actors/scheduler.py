@@ -67,7 +67,7 @@ from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.canonical import token_hash
-from piwf_actors.paths import DatabaseLocation
+from piwf_actors.paths import DatabaseLocation, PostgresDatabase
 from piwf_actors.resources.fairness import after_launch, next_claim
 from piwf_actors.store import queries, resource_queries
 from piwf_actors.store.reader import StoreReader
@@ -242,7 +242,8 @@ class Scheduler(CoreActor):
                           reconciles_waiting=self._host_duties
                           and resource_queries.reconcile_due(self._reader, time.time()))
         if plan is None:
-            self._offer_claim(idle)
+            if not isinstance(self._database, PostgresDatabase):
+                self._offer_claim(idle)
             return
         kind, count = plan
         if kind == "reconcile":
@@ -265,7 +266,11 @@ class Scheduler(CoreActor):
         """Nothing to claim now: leave the claim for the idle slots with the writer, which applies it
         in the same transaction as the next `run.start` (WriterQueue.offer). A fresh run then starts
         without a commit and two thread hand-offs of its own. Withdrawn (`_withdraw_offer`) before
-        this scheduler claims anything else, when it suspends and when it stops."""
+        this scheduler claims anything else, when it suspends and when it stops.
+
+        SQLite only: on PostgreSQL other hosts (runner hosts) may claim from the same queue, and a
+        claim inside a client's run.start transaction would tie that write to theirs under
+        SERIALIZABLE (more conflicts and retries for the client's batch)."""
         if self._replies is None:
             return
         offered, args = self._claim_args(idle)

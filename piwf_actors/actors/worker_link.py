@@ -19,17 +19,28 @@ three threads, each through its own methods:
 - the writer's thread: `deliver_all`, the answers of one batch;
 - the supervisor's: everything else.
 
-The state they share is a handful of attributes, each written by one of
-them with a single assignment (atomic under the GIL) and read by the
-others; the order that matters is carried by the worker itself (it sends
+The state they share is a handful of attributes, each changed with a
+single assignment (atomic under the GIL): `claim_released` by the writer's
+thread, `load_failure` by the socket thread, `exit_reported`, `stop_reason`
+and `reusable` by the supervisor; `watch` and `ready_deadline` are set and
+cleared by the socket thread and cleared by the supervisor (its watchdog,
+the exit), where the last write wins and either way the watchdog stands
+down. The order that matters is carried by the worker itself (it sends
 `run_over` only after it read the answer that released the claim, so the
 supervisor sees `claim_released` by then). The content exchange's upload
 side is the socket thread's alone; its download side is filled by whoever
 encodes a frame for the worker before the worker can ask for it.
+
+A bug in this hot path must not leave a launch hanging (its worker waiting
+for an answer that never comes): an exception in `from_worker` or
+`deliver_all` is logged and told to the supervisor as `LinkBroken`, which
+kills the worker and settles the launch, as a crash of the supervisor
+itself would have.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -41,6 +52,8 @@ from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer_handle import BatchReply, WriterHandle
 from piwf_actors.errors import DecodeError, outcome_for
 from piwf_actors.store.requests import WriteCommand, WriteResult
+
+log = logging.getLogger(__name__)
 
 #: Requests after which no node is running any more (the watchdog stands down).
 NODE_ENDS = frozenset({"node_finished", "interaction_request", "run_failed", "finish"})
@@ -141,8 +154,19 @@ class LaunchLink(BatchReply):
 
     # --- from the worker (the socket thread) ------------------------------------------------------
 
-    def from_worker(self, frame: dict[str, Any]) -> None:
-        """A `request` (other than `content.read`) or a `content` frame of this launch's worker."""
+    def from_worker(self, frame: dict[str, Any]) -> bool:
+        """A `request` (other than `content.read`) or a `content` frame of this launch's worker.
+        False when handling it failed: the supervisor was told `LinkBroken`."""
+        try:
+            self._from_worker(frame)
+            return True
+        except Exception as exc:
+            log.exception("run %s: a worker frame could not be handled", self.launch.run_id)
+            self._tell(LinkBroken(self.launch.launch_id, f"a worker frame could not be handled: "
+                                                         f"{type(exc).__name__}: {exc}"))
+            return False
+
+    def _from_worker(self, frame: dict[str, Any]) -> None:
         if frame.get("kind") == "content":
             try:
                 self.content.receive(frame)
@@ -164,7 +188,7 @@ class LaunchLink(BatchReply):
             self.answer(frame.get("message_id"), {"outcome": "claimLost", "error": "message for another launch"})
             return
         payload = frame.get("payload")
-        if op == "run_failed" and (payload or {}).get("code") == "workflow_load_failed":
+        if op == "run_failed" and isinstance(payload, dict) and payload.get("code") == "workflow_load_failed":
             self.load_failure = str(payload.get("message", ""))
         correlation = f"msg:{frame.get('message_id')}"
         self._sent_epoch[correlation] = self._writer.host_epoch
@@ -194,6 +218,14 @@ class LaunchLink(BatchReply):
 
     def deliver_all(self, results: list[WriteResult]) -> None:
         """The answers to this launch's requests in one batch, in order, in one send."""
+        try:
+            self._deliver_all(results)
+        except Exception as exc:
+            log.exception("run %s: the writer's answers could not be sent", self.launch.run_id)
+            self._tell(LinkBroken(self.launch.launch_id, f"the writer's answers could not be sent: "
+                                                         f"{type(exc).__name__}: {exc}"))
+
+    def _deliver_all(self, results: list[WriteResult]) -> None:
         if self.exit_reported:
             return  # the launch is over: its worker is gone, or ended it and waits for the next
         frames = []

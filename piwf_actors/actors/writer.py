@@ -51,7 +51,7 @@ from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
 # The way in (writer_handle.py) is re-exported here: `from piwf_actors.actors.writer import WriterHandle`.
 __all__ = ["BatchReply", "DatabaseWriter", "Drain", "GetWriterStats", "IdleTick", "ReplyTo", "Subscribe",
-           "Unsubscribe", "WriterHandle", "WriterQueue", "WriterStats", "deliver", "log_finished_runs",
+           "Subscribed", "Unsubscribe", "WriterHandle", "WriterQueue", "WriterStats", "deliver", "log_finished_runs",
            "start_writer"]
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,14 @@ class Subscribe:
 
     subscriber: pykka.ActorRef[Any]
     tables: frozenset[str] | None = None
+    #: Tell the subscriber `Subscribed` once it is registered: every commit after that reaches it.
+    ack: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """Told to a subscriber that asked for it: from now on every commit's notice reaches it, so
+    what it reads of the database now and the notices it gets after leave no gap between them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +195,8 @@ class DatabaseWriter(CoreActor):
 
     def _subscribe(self, message: Subscribe) -> None:
         self._subscribers[message.subscriber] = message.tables
+        if message.ack:
+            safe_tell(message.subscriber, Subscribed())
 
     def _unsubscribe(self, message: Unsubscribe) -> None:
         self._subscribers.pop(message.subscriber, None)
@@ -264,9 +274,8 @@ class DatabaseWriter(CoreActor):
                               clock=self._clock)
         seconds = time.perf_counter() - started if observer is not None else 0.0
         self._last_batch = len(batch)
-        if outcome.conflict_retries:
-            self._conflict_retries += outcome.conflict_retries
-            self._conflicts_given_up += not outcome.committed
+        self._conflict_retries += outcome.conflict_retries
+        self._conflicts_given_up += outcome.conflict_given_up
         if outcome.committed:
             self._wal_dirty = True
             self._last_commit_at = now

@@ -8,10 +8,11 @@ first reserves its effect (`effect_reserve`) so that a crash mid-effect is
 detectable. Pure nodes (compute, notify) are not announced before they
 run, and their results are pipelined: the engine goes on to the next node
 while the host commits them in order. Before anything that must not run on
-an uncommitted past — an effect, an interaction, the end of the run — the
-engine waits until every result sent so far is committed (`link.settle`,
-done by every waiting request). After a crash the uncommitted pure nodes
-simply run again. The argument is written down in docs/durability.md.
+an uncommitted past — an effect, an interaction — the engine waits until
+every result sent so far is committed (`link.settle`, done by every waiting
+request); the end of the run is sent right behind them and committed with
+them (`link.last`). After a crash the uncommitted pure nodes simply run
+again. The argument is written down in docs/durability.md.
 """
 
 from __future__ import annotations

@@ -140,8 +140,11 @@ class SupervisorLink:
         Unlike `request` it does not settle first, so the results and the end of the run reach the
         host together and are committed in one transaction, in order. Nothing that must not run on
         an uncommitted past comes after it in this launch, and it cannot be committed without the
-        results before it: its expected revision is predicted, so a refusal of one of them refuses
-        it too. It is not marked posted: the worker waits for it, the writer must not hold it."""
+        results before it: their expected revisions are predicted, so a refusal of a fenced one
+        refuses it too. The one unfenced request that may be outstanding, a posted `ready` (a run
+        whose first node is its last), is refused only by the claim's own checks, which refuse
+        this request as well. It is not marked posted: the worker waits for it, the writer must
+        not hold it."""
         while len(self._outstanding) >= PIPELINE_WINDOW:
             self._take_pipelined()
         self._send_request(op, payload or {}, fenced)

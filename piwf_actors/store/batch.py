@@ -74,6 +74,8 @@ class BatchOutcome:
     #: How many times PostgreSQL refused the batch for a conflict with another host's transaction
     #: before it committed (or was given up): SERIALIZABLE's price, counted by the writer.
     conflict_retries: int = 0
+    #: The batch was given up because PostgreSQL kept refusing it for conflicts (CONFLICT_RETRIES).
+    conflict_given_up: bool = False
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
@@ -250,7 +252,8 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, 0.001 * 2 ** attempt)))
                 continue
             log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
-            return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False, attempt)
+            return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False, attempt,
+                                isinstance(err, errors.TransactionConflict))
 
 
 def _close_quietly(db: Any) -> None:

@@ -8,9 +8,11 @@ outside can see them before COMMIT, so a batch holds them back and inserts them 
 
 - before COMMIT;
 - before any statement that names `run_event` (a command reading a run's events, prune);
-- before a savepoint is opened, released or rolled back to, so a command undone in the
-  batch's second pass takes its events with it; after a rollback the sequence numbers are
-  read again.
+- before a savepoint is opened or released. What is still held at a rollback to a
+  savepoint was appended inside it (every savepoint opened flushed what came before), so it
+  is dropped, never inserted: on PostgreSQL the transaction is aborted at that point (the
+  failed statement that brought the rollback) and would refuse the insert. After a rollback
+  the sequence numbers are read again.
 
 A run's next `seq` is read once per batch (max + 1, and whether the run exists: an event
 for a run that does not exist is `NotFound`, as before), then counted here. The events
@@ -31,7 +33,7 @@ _INSERT = ("INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, paylo
 _LAST_SEQ = ("SELECT (SELECT coalesce(max(seq), 0) FROM run_event WHERE run_id = run.run_id) "
              "FROM run WHERE run.run_id = ?")
 #: Statements before which the held events go in (a savepoint boundary, the end of the transaction).
-_BOUNDARIES = ("SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT")
+_BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
@@ -68,8 +70,8 @@ class BatchConnection:
     def execute(self, sql: str, params: Any = ()) -> Any:
         if self._rows:
             head = sql.lstrip()[:9].upper()
-            if head.startswith("ROLLBACK") and not head.startswith("ROLLBACK "):
-                self._rows = []  # the whole transaction is undone: nothing to insert
+            if head.startswith("ROLLBACK"):
+                self._rows = []  # undone with the transaction or the savepoint they were appended in
             elif "run_event" in sql or head.startswith(_BOUNDARIES):
                 self.flush_events()
         cursor = self._conn.execute(sql, params)

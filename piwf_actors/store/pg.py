@@ -114,7 +114,7 @@ class PgConnection:
         cursor = self.raw.cursor()
         cursor.executemany(translated, rows)
         if changing:
-            self.total_changes += max(cursor.rowcount, 0) if cursor.rowcount != len(rows) else len(rows)
+            self.total_changes += max(cursor.rowcount, 0)  # (psycopg sums rowcount over the rows)
         return cursor
 
     @property

@@ -113,3 +113,24 @@ def test_an_event_of_a_run_that_does_not_exist_is_not_found(store: _Store) -> No
     assert not results[0].ok and results[0].error_code == "not_found"
     assert results[1].ok
     assert store.db.execute_sql("SELECT count(*) FROM run_event WHERE run_id = 'run_missing'").fetchone()[0] == 0
+
+
+@command("test.events_then_bad_sql")
+def _events_then_bad_sql(ctx: WriteContext, args: dict[str, Any]) -> None:
+    append_event(ctx.conn, args["run_id"], "note", ctx.now, payload={"tag": "undone"})
+    ctx.conn.execute("SELECT * FROM no_such_table")
+
+
+def test_a_statement_that_fails_after_an_append_is_undone_alone(store: _Store) -> None:
+    """The failing command's held event is dropped at the rollback to its savepoint, never inserted
+    (on PostgreSQL the failed statement aborted the transaction up to that rollback: an insert there
+    would be refused and take the whole batch with it)."""
+    run_id = _run(store)
+    before = store.events(run_id)
+    results = apply_batch(store.db, [WriteCommand("test.events_then_bad_sql", {"run_id": run_id}, store.epoch),
+                                     WriteCommand("test.events_note", {"run_id": run_id, "tag": "kept"}, store.epoch)],
+                          NOW).results
+    assert not results[0].ok and results[0].error_code == "command_failed", results[0]
+    assert results[1].ok, results[1]
+    after = store.events(run_id)
+    assert len(after) == len(before) + 1 and "kept" in after[-1][1]
