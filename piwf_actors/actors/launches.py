@@ -1,17 +1,33 @@
 """The launches the scheduler hands its slots, built from what the claim commands answered.
 
-Pure functions (no read, no actor): `run_launch` and `reconcile_launch`
-turn a claim's answer into the `Launch` a runner supervisor runs, and
+Pure functions (no read, no actor): `claim_offer` is what a claim of runs
+for some slots is sent with, `run_launch` and `reconcile_launch` turn a
+claim's answer into the `Launch` a runner supervisor runs, and
 `unlaunched_exit` is the command that settles a claimed launch that never
 reached its runner, as if the runner had exited at once.
 """
 
 from __future__ import annotations
 
+import secrets
+import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from piwf_actors.actors.runner_supervisor import Launch
 from piwf_actors.canonical import token_hash
+
+
+def claim_offer(slots: Sequence[Any], active: Iterable[str],
+                claim_lease_s: float) -> tuple[list[tuple[Any, str, str]], dict[str, Any]]:
+    """For `scheduler.claim_next` on `slots` (each with its `worker`, pid and create_time or None): the
+    (slot, token, launch id) of each offered slot, which the answer is matched to by launch id, and
+    the command's arguments (only the token's hash travels; runs in `active` are not claimed)."""
+    offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in slots]
+    wire = [{"token_hash": token_hash(token), "launch_id": launch_id,
+             **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
+            for slot, token, launch_id in offered]
+    return offered, {"exclude": list(active), "slots": wire, "claim_lease_s": claim_lease_s}
 
 
 def run_launch(claimed: dict[str, Any], token: str) -> Launch:

@@ -50,7 +50,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, WriteReplies, safe_tell
-from piwf_actors.actors.launches import reconcile_launch, run_launch, unlaunched_exit
+from piwf_actors.actors.launches import claim_offer, reconcile_launch, run_launch, unlaunched_exit
 from piwf_actors.actors.lease import LeaseRegained, LeaseSuspended
 from piwf_actors.actors.runner_supervisor import (
     HoldRun,
@@ -241,26 +241,17 @@ class Scheduler(CoreActor):
                           runs_waiting=queries.claimable_exists(self._reader, list(self._active)),
                           reconciles_waiting=self._host_duties
                           and resource_queries.reconcile_due(self._reader, time.time()))
+        if plan is None and not isinstance(self._database, PostgresDatabase):
+            self._offer_claim(idle)  # (SQLite only: see there)
         if plan is None:
-            if not isinstance(self._database, PostgresDatabase):
-                self._offer_claim(idle)
             return
         kind, count = plan
         if kind == "reconcile":
             self._claim_reconcile(idle[0])
             return
-        offered, args = self._claim_args(idle[:count])
+        offered, args = claim_offer(idle[:count], self._active, self._claim_lease_s)
         self._claiming = True
         self._submit("scheduler.claim_next", args, lambda result: self._claimed(result, offered))
-
-    def _claim_args(self, slots: list[_Slot]) -> tuple[list[tuple[_Slot, str, str]], dict[str, Any]]:
-        """(slot, token, launch id) of each offered slot (the answer is matched to its slot by launch
-        id), and the claim's arguments."""
-        offered = [(slot, secrets.token_urlsafe(24), uuid.uuid4().hex) for slot in slots]
-        wire = [{"token_hash": token_hash(token), "launch_id": launch_id,
-                 **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
-                for slot, token, launch_id in offered]
-        return offered, {"exclude": list(self._active), "slots": wire, "claim_lease_s": self._claim_lease_s}
 
     def _offer_claim(self, idle: list[_Slot]) -> None:
         """Nothing to claim now: leave the claim for the idle slots with the writer, which applies it
@@ -273,7 +264,7 @@ class Scheduler(CoreActor):
         SERIALIZABLE (more conflicts and retries for the client's batch)."""
         if self._replies is None:
             return
-        offered, args = self._claim_args(idle)
+        offered, args = claim_offer(idle, self._active, self._claim_lease_s)
         self._claiming = True
 
         def answered(result: WriteResult) -> None:
@@ -283,8 +274,7 @@ class Scheduler(CoreActor):
         self._offer_token = self._replies.offer("scheduler.claim_next", args, answered)
 
     def _withdraw_offer(self) -> bool:
-        """Take the standing claim back. False when the writer took it already (then this scheduler
-        is still claiming until its answer comes)."""
+        """Take the standing claim back; False when the writer took it already (its answer is coming)."""
         if self._offer_token is None or self._replies is None:
             return True
         if not self._replies.withdraw(self._offer_token):
