@@ -24,7 +24,7 @@ the next, for --seconds:
                 (up to 1000, waiting for late senders like the writer's
                 `_gather`, with its constants), sends it, blocks on the
                 answers frame and wakes each sender (a lock-based waiter,
-                like the writer's `_Waiter`). One batch is in flight at a
+                the writer's own `Waiter`). One batch is in flight at a
                 time, as in the writer: the queue fills while the child
                 commits.
 
@@ -64,6 +64,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from piwf_actors.actors.writer import GATHER_MAX_S, GATHER_QUIET_S, start_writer  # noqa: E402
+from piwf_actors.actors.writer_handle import Waiter  # noqa: E402
 from piwf_actors.messages import encode_frame, recv_frame  # noqa: E402
 from piwf_actors.store.batch import apply_batch  # noqa: E402
 from piwf_actors.store.commands.registry import WriteContext, command  # noqa: E402
@@ -123,27 +124,6 @@ def child_main(db_path: Path, synchronous: str, fd: int) -> None:
 # --- the parent side of the process boundary --------------------------------------------------
 
 
-class _Waiter:
-    """A lock the forwarder releases (the writer's `_Waiter`)."""
-
-    __slots__ = ("_lock", "_result")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-        self._result: WriteResult | None = None
-
-    def __call__(self, result: WriteResult) -> None:
-        self._result = result
-        self._lock.release()
-
-    def wait(self, timeout: float) -> WriteResult:
-        if not self._lock.acquire(timeout=timeout):
-            raise TimeoutError(f"no answer from the writer process within {timeout} s")
-        assert self._result is not None
-        return self._result
-
-
 _STOP = object()
 
 
@@ -172,7 +152,7 @@ class ProcessWriter:
 
     def execute(self, name: str, args: dict[str, Any], host_epoch: int | None = None,
                 timeout: float = 30.0) -> WriteResult:
-        waiter = _Waiter()
+        waiter = Waiter()
         self._pending.put((WriteCommand(name, args, host_epoch), waiter))
         return waiter.wait(timeout)
 

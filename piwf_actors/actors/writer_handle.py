@@ -184,11 +184,12 @@ class WriterQueue:
                                               command.correlation_id))
 
 
-class _Waiter:
+class Waiter:
     """The lightest blocking reply slot: a lock the writer releases.
 
     `execute` is on the hot path of every edge caller; a pykka future costs a
-    Queue with two Conditions, this costs one lock.
+    Queue with two Conditions, this costs one lock. (bench/writer_process.py's
+    forwarder answers its senders with it too.)
     """
 
     __slots__ = ("_lock", "_result")
@@ -306,7 +307,7 @@ class WriterHandle:
 
     def execute(self, name: str, args: dict[str, Any], *, host_epoch: int | None = None,
                 timeout: float = 30.0) -> WriteResult:
-        waiter = _Waiter()
+        waiter = Waiter()
         self.submit(WriteCommand(name, args, self.host_epoch if host_epoch is None else host_epoch), waiter)
         return waiter.wait(timeout)
 
