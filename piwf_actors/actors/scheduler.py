@@ -62,12 +62,13 @@ from piwf_actors.actors.runner_supervisor import (
     WatchdogTick,
     WorkerInfo,
 )
+from piwf_actors.actors.standing_claim import StandingClaim
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.canonical import token_hash
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.resources.fairness import after_launch, next_claim
 from piwf_actors.store import queries, resource_queries
 from piwf_actors.store.reader import StoreReader
@@ -130,7 +131,7 @@ class Scheduler(CoreActor):
         self._slots: list[_Slot] = []
         self._active: dict[str, _Slot] = {}  # run id → the slot serving it
         self._claiming = False  # one claim in flight at a time
-        self._offer_token: str | None = None  # the claim standing with the writer (see _offer_claim)
+        self._standing = StandingClaim(database, host_duties=host_duties)  # left with the writer while idle
         self._last_renewal = 0.0
         self._stopping = False
         self._launched = 0
@@ -229,7 +230,7 @@ class Scheduler(CoreActor):
         launch on a warm worker needs no `runner.attach`. Nothing is sent when
         no run is eligible.
         """
-        if self._offer_token is not None and not self._withdraw_offer():
+        if self._standing.standing and not self._withdraw_offer():
             return  # the writer took the standing claim: its answer is on the way
         if self._stopping or self._claiming or self._suspended:
             return
@@ -241,9 +242,9 @@ class Scheduler(CoreActor):
                           runs_waiting=queries.claimable_exists(self._reader, list(self._active)),
                           reconciles_waiting=self._host_duties
                           and resource_queries.reconcile_due(self._reader, time.time()))
-        if plan is None and not isinstance(self._database, PostgresDatabase):
-            self._offer_claim(idle)  # (SQLite only: see there)
         if plan is None:
+            if self._standing.allowed(self._reader):
+                self._offer_claim(idle)
             return
         kind, count = plan
         if kind == "reconcile":
@@ -254,32 +255,19 @@ class Scheduler(CoreActor):
         self._submit("scheduler.claim_next", args, lambda result: self._claimed(result, offered))
 
     def _offer_claim(self, idle: list[_Slot]) -> None:
-        """Nothing to claim now: leave the claim for the idle slots with the writer, which applies it
-        in the same transaction as the next `run.start` (WriterQueue.offer). A fresh run then starts
-        without a commit and two thread hand-offs of its own. Withdrawn (`_withdraw_offer`) before
-        this scheduler claims anything else, when it suspends and when it stops.
-
-        SQLite only: on PostgreSQL other hosts (runner hosts) may claim from the same queue, and a
-        claim inside a client's run.start transaction would tie that write to theirs under
-        SERIALIZABLE (more conflicts and retries for the client's batch)."""
+        """Nothing to claim now: the claim for the idle slots stands with the writer (standing_claim.py)."""
         if self._replies is None:
             return
         offered, args = claim_offer(idle, self._active, self._claim_lease_s)
         self._claiming = True
-
-        def answered(result: WriteResult) -> None:
-            self._offer_token = None
-            self._claimed(result, offered)
-
-        self._offer_token = self._replies.offer("scheduler.claim_next", args, answered)
+        self._standing.offer(self._replies, args, lambda result: self._claimed(result, offered))
 
     def _withdraw_offer(self) -> bool:
         """Take the standing claim back; False when the writer took it already (its answer is coming)."""
-        if self._offer_token is None or self._replies is None:
+        if not self._standing.standing:
             return True
-        if not self._replies.withdraw(self._offer_token):
+        if not self._standing.withdraw(self._replies):
             return False
-        self._offer_token = None
         self._claiming = False
         return True
 

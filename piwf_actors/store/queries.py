@@ -52,6 +52,12 @@ def runner_hosts(reader: StoreReader, now: float) -> list[dict[str, Any]]:
     return sorted(found, key=lambda row: (not row["live"], row["runner_id"]))
 
 
+def live_runner_hosts_exist(reader: StoreReader, now: float) -> bool:
+    """Whether a runner host holds a live lease (one that may be claiming from the queue now)."""
+    return reader.one("SELECT 1 FROM runner_host WHERE released_at IS NULL AND expires_at > ? LIMIT 1",
+                      (now,)) is not None
+
+
 def dead_runner_work(reader: StoreReader, now: float) -> bool:
     """Whether a runner host whose lease is gone (expired, released, or a later epoch) left claims or
     unreleased child processes behind: then the active host runs `runners.recover`."""

@@ -10,7 +10,6 @@ one claimed, not the last.
 
 from __future__ import annotations
 
-from testsupport import sqlite_only
 from wf import harness
 from wf.harness import Oracle, edge_flow, wait_for, wait_for_oracle, wait_for_status
 
@@ -45,7 +44,6 @@ def test_a_fresh_run_flood_does_not_delay_a_woken_run(guard, state_dir) -> None:
     wait_for(lambda: oracle.counts()["work"] == FLOOD, 5, "every fresh run")
 
 
-@sqlite_only("the standing claim is SQLite's (on PostgreSQL other hosts may claim from the same queue)")
 def test_a_fresh_run_on_an_idle_host_is_claimed_in_the_commit_that_starts_it(guard, state_dir) -> None:
     """The scheduler leaves its claim for idle slots with the writer (WriterQueue.offer), which applies
     it in the transaction of the next run.start: `run_created` and `run_claimed` share that
