@@ -111,6 +111,10 @@ def _serve(sock: socket.socket) -> int:
         frame = recv_frame(sock)
         if frame is None or frame.get("kind") == "shutdown":
             return 0
+        if frame.get("kind") == "hold":
+            # Meant for the launch that just ended: the pause was asked for while its run_over was
+            # on the way. Nothing is running to hold.
+            continue
         if frame.get("kind") != "launch":
             log.error("unexpected frame %r", frame.get("kind"))
             return EXIT_PROTOCOL
