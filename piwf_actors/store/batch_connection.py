@@ -1,13 +1,15 @@
 """`BatchConnection`: the connection a write batch's commands see, with the run events they append
-inserted together.
+and the finished node attempts they record inserted together.
 
-Every transition appends a run event (store/events.py), so a trivial run costs seven of them,
+Every transition appends a run event (store/events.py) and every node's result records an
+attempt (store/commands/worker.py), so a trivial run costs seven events and three attempts,
 each a statement of its own (and on PostgreSQL a round trip). Within one transaction nobody
-outside can see them before COMMIT, so a batch holds them back and inserts them with one
+outside can see them before COMMIT, so a batch holds them back and inserts each kind with one
 `executemany` just before anything could look at them:
 
 - before COMMIT;
-- before any statement that names `run_event` (a command reading a run's events, prune);
+- before any statement that names their table (`run_event`, `node_attempt`: a command reading
+  a run's events or attempts, prune);
 - before a savepoint is opened or released. What is still held at a rollback to a
   savepoint was appended inside it (every savepoint opened flushed what came before), so it
   is dropped, never inserted: on PostgreSQL the transaction is aborted at that point (the
@@ -37,13 +39,14 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "dialect")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "dialect")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self.dialect = dialect_of(conn)
-        self._rows: list[tuple[Any, ...]] = []
+        self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
+        self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
 
     # --- events ------------------------------------------------------------------------------
 
@@ -60,19 +63,37 @@ class BatchConnection:
         self._rows.append((run_id, seq, kind, node_id, attempt_id, payload, now))
         return seq
 
+    def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
+        """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
+        returns nothing; one statement per table)."""
+        held = self._held.get(table)
+        if held is None:
+            self._held[table] = (sql, [row])
+        else:
+            held[1].append(row)
+
     def flush_events(self) -> None:
+        """Insert everything held back (events and rows)."""
         if self._rows:
             rows, self._rows = self._rows, []
             self._conn.executemany(_INSERT, rows)
+        if self._held:
+            held, self._held = self._held, {}
+            for sql, rows in held.values():
+                self._conn.executemany(sql, rows)
+
+    def _names_held(self, sql: str) -> bool:
+        return ("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
 
     # --- the connection ------------------------------------------------------------------------
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        if self._rows:
+        if self._rows or self._held:
             head = sql.lstrip()[:9].upper()
             if head.startswith("ROLLBACK"):
-                self._rows = []  # undone with the transaction or the savepoint they were appended in
-            elif "run_event" in sql or head.startswith(_BOUNDARIES):
+                # Undone with the transaction or the savepoint they were appended in.
+                self._rows, self._held = [], {}
+            elif head.startswith(_BOUNDARIES) or self._names_held(sql):
                 self.flush_events()
         cursor = self._conn.execute(sql, params)
         if sql.lstrip()[:8].upper().startswith("ROLLBACK"):
@@ -89,7 +110,7 @@ class BatchConnection:
     def total_changes(self) -> int:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
-        return self._conn.total_changes + len(self._rows)
+        return self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
 
     @property
     def in_transaction(self) -> bool:

@@ -134,3 +134,32 @@ def test_a_statement_that_fails_after_an_append_is_undone_alone(store: _Store) -
     assert results[1].ok, results[1]
     after = store.events(run_id)
     assert len(after) == len(before) + 1 and "kept" in after[-1][1]
+
+
+@command("test.attempt_hold")
+def _attempt_hold(ctx: WriteContext, args: dict[str, Any]) -> None:
+    from piwf_actors.store.commands.worker import _FINISHED_ATTEMPT
+
+    ctx.conn.hold_insert("node_attempt", _FINISHED_ATTEMPT, (
+        args["attempt_id"], args["run_id"], "n", 1, 0, "succeeded", "ok", None, None, None, None, None, 1,
+        ctx.now, ctx.now, None))
+    if args.get("refuse"):
+        raise Rejected("refused after holding an attempt")
+
+
+@command("test.attempt_count")
+def _attempt_count(ctx: WriteContext, args: dict[str, Any]) -> int:
+    return ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ?", (args["run_id"],)).fetchone()[0]
+
+
+def test_attempts_held_in_a_batch_are_seen_by_later_commands_and_undone_with_a_refusal(store: _Store) -> None:
+    run_id = _run(store)
+    results = store.apply([("test.attempt_hold", {"run_id": run_id, "attempt_id": "att-1"}),
+                           ("test.attempt_count", {"run_id": run_id}),
+                           ("test.attempt_hold", {"run_id": run_id, "attempt_id": "att-2", "refuse": True}),
+                           ("test.attempt_hold", {"run_id": run_id, "attempt_id": "att-3"})])
+    assert [r.ok for r in results] == [True, True, False, True]
+    assert results[1].unwrap() == 1
+    ids = [row[0] for row in store.db.execute_sql(
+        "SELECT attempt_id FROM node_attempt WHERE run_id = ? ORDER BY attempt_id", (run_id,)).fetchall()]
+    assert ids == ["att-1", "att-3"]

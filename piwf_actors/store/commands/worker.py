@@ -31,6 +31,7 @@ from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.messages.content import INLINE_BYTES
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
 from piwf_actors.store.commands.interactions import consume_request
@@ -349,9 +350,12 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
         if not isinstance(attempt_no, int) or isinstance(attempt_no, bool):
             attempt_no = ctx.conn.execute("SELECT count(*) FROM node_attempt WHERE run_id = ? AND node_id = ?",
                                           (run_id, node_id)).fetchone()[0] + 1
-        ctx.conn.execute(_FINISHED_ATTEMPT, (
-            attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_json, output_sha,
-            payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now, ctx.executed_by))
+        row = (attempt_id, run_id, node_id, attempt_no, run["steps"], status, outcome, output_json, output_sha,
+               payload.get("error_code"), error, trace, claim_generation(ctx, run), ctx.now, ctx.now, ctx.executed_by)
+        if isinstance(ctx.conn, BatchConnection):
+            ctx.conn.hold_insert("node_attempt", _FINISHED_ATTEMPT, row)  # inserted with the batch's others
+        else:
+            ctx.conn.execute(_FINISHED_ATTEMPT, row)
     elif ctx.conn.execute(
             """UPDATE node_attempt SET status = ?, outcome = ?, output_json = ?, output_sha256 = ?, error_code = ?,
                    error_message = ?, traceback = ?, finished_at = ?
