@@ -5,7 +5,9 @@ one process, each with its own file, so every query is executed through an
 explicit database (`db.execute(query)`) or connection. The models are the
 single description of the tables; `migrations.py` creates them.
 
-The tables of two areas have modules of their own, listed here with the rest:
+The tables of five areas have modules of their own, listed here with the rest:
+the run counters (`schema_counts.py`), the chat channels (`schema_channels.py`),
+schedules (`schema_schedules.py`),
 resource managers (`schema_resources.py`) and waiting runs (`schema_waits.py`).
 
 Times are REAL seconds since the epoch. JSON documents are stored as text
@@ -18,7 +20,16 @@ from __future__ import annotations
 import peewee as pw
 
 from piwf_actors.store.schema_base import Base
+from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table migrations still name
+    ChannelAdapterEpoch,
+    ChannelChatMove,
+    ChannelCursor,  # noqa: F401
+    ChannelEffect,
+    ChannelStream,
+)
+from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
+from piwf_actors.store.schema_schedules import ScheduleFire, ScheduleRecord
 from piwf_actors.store.schema_waits import RunMessage, RunWait
 
 
@@ -136,43 +147,6 @@ class Run(Base):
     class Meta:
         table_name = "run"
         indexes = ((("status", "created_at"), False), (("finished_at",), False), (("created_at",), False))
-
-
-class RunCount(Base):
-    """How many runs are in each status (schema v5): what `host.status` and the metrics gauge read,
-    instead of counting the `run` table on every call.
-
-    Kept exact by the triggers in `RUN_COUNT_TRIGGERS`, inside the same transaction as the change
-    to `run`, whoever makes it: a count can never drift from the rows, and no write command needs
-    to know the counters exist. A status that no run has any more keeps its row with n = 0.
-    `state.verify` compares every row with a real count (`run_count_mismatch`).
-    """
-
-    status = pw.TextField(primary_key=True)
-    n = pw.IntegerField()
-
-    class Meta:
-        table_name = "run_count"
-        without_rowid = True  # a handful of rows, looked up by status: one b-tree
-
-
-def _count_change(status: str, delta: int) -> str:
-    return (f"INSERT INTO run_count (status, n) VALUES ({status}, {delta}) "
-            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")  # SQLite's; PostgreSQL: store/pg_schema.py
-
-
-#: The triggers that keep `run_count` exact, by name (created by migration v5, which also counts the
-#: runs already there). An UPDATE that leaves the status as it was (most of a running run's
-#: updates) costs nothing: the WHEN clause skips it.
-RUN_COUNT_TRIGGERS: dict[str, str] = {
-    "run_count_insert": f"""CREATE TRIGGER IF NOT EXISTS run_count_insert AFTER INSERT ON run
-        BEGIN {_count_change("NEW.status", 1)} END""",
-    "run_count_update": f"""CREATE TRIGGER IF NOT EXISTS run_count_update AFTER UPDATE OF status ON run
-        WHEN OLD.status IS NOT NEW.status
-        BEGIN {_count_change("OLD.status", -1)} {_count_change("NEW.status", 1)} END""",
-    "run_count_delete": f"""CREATE TRIGGER IF NOT EXISTS run_count_delete AFTER DELETE ON run
-        BEGIN {_count_change("OLD.status", -1)} END""",
-}
 
 
 class RunnerHost(Base):
@@ -399,143 +373,6 @@ class SessionMessage(Base):
         indexes = ((("session_id", "acked_at"), False),)
 
 
-class ChannelEffect(Base):
-    """One message a channel sends or edits (schema v3), recorded before it is attempted.
-
-    At most once: `applying` is committed before the attempt; the attempt's
-    outcome settles it `applied` (with the channel's message reference in
-    `result`), `failed` (surely not sent: retried automatically up to three
-    attempts) or `ambiguous` (maybe sent: never re-sent unless a person says
-    so with `channel.recover`). The stable message id of an attempt is
-    `<effect_id>-<attempt>`.
-    """
-
-    effect_id = pw.TextField(primary_key=True)
-    profile = pw.TextField()
-    purpose = pw.TextField()  # delivery | settlement | input_prompt
-    request_id = pw.TextField()
-    chat_id = pw.IntegerField()
-    effect_key = pw.TextField(unique=True)  # profile, purpose, request, chat (and the asking user for a prompt)
-    attempt = pw.IntegerField()
-    status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
-    manual_retries = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
-    adapter_epoch = pw.TextField()
-    detail = pw.TextField(null=True)  # JSON: what the effect is about (a prompt's choice and user)
-    result = pw.TextField(null=True)  # JSON: {chat_id, message_id} once applied
-    error = pw.TextField(null=True)
-    created_at = pw.FloatField()
-    updated_at = pw.FloatField()
-    settled_at = pw.FloatField(null=True)
-    retry_at = pw.FloatField(null=True)  # failed: the earliest next attempt (schema v12)
-
-    class Meta:
-        table_name = "channel_effect"
-        indexes = ((("profile", "status"), False), (("request_id",), False))
-
-
-class ChannelCursor(Base):
-    """Before schema v12: a cursor per profile name (replaced by `ChannelStream`, per bot)."""
-
-    profile = pw.TextField(primary_key=True)
-    cursor = pw.IntegerField()
-    updated_at = pw.FloatField()
-
-    class Meta:
-        table_name = "channel_cursor"
-
-
-class ChannelStream(Base):
-    """Where one bot's update stream stands (schema v12): the next update id to ask for.
-
-    Keyed by the stream (`<channel type>:<fingerprint of the bot token>`), not the profile:
-    another bot under the same profile name has update ids of its own. `generation` counts
-    the times the service's ids restarted below the cursor (the cursor was re-based); an
-    answer's idempotency key carries it, so a reused update id is a new update.
-    """
-
-    stream = pw.TextField(primary_key=True)
-    profile = pw.TextField()
-    cursor = pw.IntegerField()
-    generation = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
-    updated_at = pw.FloatField()
-
-    class Meta:
-        table_name = "channel_stream"
-
-
-class ChannelChatMove(Base):
-    """A chat the service moved (schema v12): a Telegram group that became a supergroup has a
-    new id; the profile's deliveries and answers follow it until channels.toml names the new id."""
-
-    profile = pw.TextField()
-    chat_id = pw.IntegerField()
-    moved_to = pw.IntegerField()
-    moved_at = pw.FloatField()
-
-    class Meta:
-        table_name = "channel_chat_move"
-        primary_key = pw.CompositeKey("profile", "chat_id")
-
-
-class ChannelAdapterEpoch(Base):
-    """The adapter epoch currently allowed to write for a profile: a replaced adapter is fenced off."""
-
-    profile = pw.TextField(primary_key=True)
-    adapter_epoch = pw.TextField()
-    host_epoch = pw.IntegerField()
-    started_at = pw.FloatField()
-
-    class Meta:
-        table_name = "channel_adapter"
-
-
-class ScheduleRecord(Base):
-    """A schedule the host has seen (schema v7): its pause flag and where its fires stand.
-
-    `next_fire_at` is the cursor: the earliest fire time not yet handled (only grows while
-    `timing_key` stays; NULL until the keeper computes one, e.g. after `schedule.resume`).
-    The definition itself lives in the workflow file; `definition_digest`, `timing_key` and
-    `summary` record what the keeper last loaded. `paused` is 0 or 1 (an integer, portable).
-    """
-
-    name = pw.TextField(primary_key=True)
-    definition_digest = pw.TextField()
-    timing_key = pw.TextField()
-    summary = pw.TextField()  # JSON: workflow, timing, catch_up, source path, project
-    paused = pw.IntegerField(default=0)
-    last_fire_at = pw.FloatField(null=True)
-    next_fire_at = pw.FloatField(null=True)
-    fire_count = pw.IntegerField(default=0)
-    skipped_count = pw.IntegerField(default=0)
-    last_error = pw.TextField(null=True)
-    created_at = pw.FloatField()
-    updated_at = pw.FloatField()
-
-    class Meta:
-        table_name = "schedule"
-
-
-class ScheduleFire(Base):
-    """One fire of a schedule (schema v7), recorded in the transaction that inserts its run: a fire
-    key is used once, so a fire happens at most once across crashes and restarts.
-
-    `fire_key` is `at:<fire time>` for the clock's fires and `manual:<client>:<key>` for a
-    `schedule.trigger`; `kind` is scheduled | catch_up | manual. `run_id` is NULL when the fire
-    could not start a run (`error` says why: the workflow did not load, the input function raised).
-    """
-
-    schedule = pw.TextField()
-    fire_key = pw.TextField()
-    fire_time = pw.FloatField()
-    kind = pw.TextField()
-    run_id = pw.TextField(null=True)
-    error = pw.TextField(null=True)
-    created_at = pw.FloatField()
-
-    class Meta:
-        table_name = "schedule_fire"
-        primary_key = pw.CompositeKey("schedule", "fire_key")
-        indexes = ((("run_id",), False), (("schedule", "fire_time"), False))
 ALL_MODELS: tuple[type[Base], ...] = (
     HostState, HostCommand, Blob, Run, RunCount, RunClaim, NodeAttempt,
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
