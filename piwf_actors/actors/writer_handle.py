@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,13 +25,13 @@ from piwf_actors.store.requests import WriteCommand, WriteResult, WriteResults
 log = logging.getLogger(__name__)
 
 
-class BatchReply:
+class BatchReply(ABC):
     """A reply target that takes all of its answers of one batch in one call, in batch order: a
     worker's answers go back to its socket in one send (see worker_link.py). `deliver_all` runs in
     the writer's thread, after COMMIT: it must be quick and must not block."""
 
-    def deliver_all(self, results: list[WriteResult]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def deliver_all(self, results: list[WriteResult]) -> None: ...
 
 
 ReplyTo = pykka.Future[WriteResult] | pykka.ActorRef[Any] | BatchReply | Callable[[WriteResult], None] | None
