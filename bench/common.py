@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 WORKFLOW_SOURCE = '''\
 """Three trivial compute nodes: a → b → c."""
@@ -45,3 +47,10 @@ def thread_group(name: str) -> str:
     """
     grouped = _SERIAL.sub("", _RUN_ID.sub("run_*", name.strip()))
     return grouped or name
+
+
+def closing_line(began: float) -> str:
+    """The last line of a bench: how long it took (since `time.perf_counter()` was `began`) and the
+    load average then (a busy machine is what a surprising figure is checked against first)."""
+    return (f"total {time.perf_counter() - began:.0f} s; load average now "
+            f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -50,7 +50,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from common import pct  # noqa: E402  (bench/ is the script's directory)
+from common import closing_line, pct  # noqa: E402  (bench/ is the script's directory)
 from profile_top import read_stacks, summarise  # noqa: E402
 from throughput import FINAL, WAIT_S, CpuUse, HostProcess, MachineBusy, PySpyRecorder, burst, cpu_use, py_spy  # noqa: E402
 
@@ -247,8 +247,7 @@ def main() -> None:
             ratio = median[key] / median["independent"]
             print(f"  {key:<28} {median[key]:7.1f} children/s  host+workers {cpu[key]:.2f} ms CPU per child; "
                   f"{ratio:.2f}× the independent runs (target ≥ 0.8×: {'met' if ratio >= 0.8 else 'NOT met'})")
-        print(f"total {time.perf_counter() - began:.0f} s; load average now "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(closing_line(began))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -65,7 +65,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from common import WORKFLOW_SOURCE, pct  # noqa: E402  (bench/ is the script's directory)
+from common import WORKFLOW_SOURCE, closing_line, pct  # noqa: E402  (bench/ is the script's directory)
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
 from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
@@ -513,8 +513,7 @@ def main() -> None:
             if number in only:
                 section()
                 sys.stdout.flush()
-        print(f"total {time.perf_counter() - total:.0f} s; load average now "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(closing_line(total))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -37,7 +37,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from common import pct  # noqa: E402  (bench/ is the script's directory)
+from common import closing_line, pct  # noqa: E402  (bench/ is the script's directory)
 from throughput import WAIT_S, HostProcess, _seen_via_watch  # noqa: E402
 
 from piwf_actors.client import Client  # noqa: E402
@@ -135,8 +135,7 @@ def main() -> None:
             print(f"  {label:<26} {cells}")
         print("  message / reference, p50: " + ", ".join(
             f"{name} {figures['message'][key] / figures['reference'][key]:.2f}×" for key, name in columns))
-        print(f"total {time.perf_counter() - began:.0f} s; load average now "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(closing_line(began))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -57,7 +57,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from common import pct  # noqa: E402  (bench/ is the script's directory)
+from common import closing_line, pct  # noqa: E402  (bench/ is the script's directory)
 from throughput import FINAL, WAIT_S, HostProcess, cpu_use  # noqa: E402
 
 from piwf_actors.client import Client  # noqa: E402
@@ -370,8 +370,7 @@ def main() -> None:
         for name in ("empty", "sleeping"):
             print_lateness(name, lateness(hosts[name], spec, args.wakers, args.spread_s, args.lead_s), hosts[name])
             sys.stdout.flush()
-        print(f"total {time.perf_counter() - began:.0f} s; load average now "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(closing_line(began))
     finally:
         for host in hosts.values():
             host.stop()

@@ -138,7 +138,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from common import WORKFLOW_SOURCE, pct, thread_group  # noqa: E402  (bench/ is the script's directory)
+from common import WORKFLOW_SOURCE, closing_line, pct, thread_group  # noqa: E402  (bench/ is the script's directory)
 from profile_top import read_stacks, summarise  # noqa: E402
 
 from piwf_actors.client import Client, HostNotRunning  # noqa: E402
@@ -1295,8 +1295,7 @@ def main() -> None:
             if databases is not None:
                 databases.close()
         print_summary(piwf, dbos_figures, ceiling, args.done_via, pg)
-        print(f"total {time.perf_counter() - began:.0f} s; load average now "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(closing_line(began))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
