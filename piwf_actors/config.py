@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from piwf_actors.clock import TimerClock
 from piwf_actors.messages.limits import Limits
 
 
@@ -47,6 +49,13 @@ class HostConfig:
     # no host lease, claims runs from the shared queue (`database` must name it) under its own runner lease,
     # named `host_id` (default runner-<random>), and executes them in its own `max_workers` workers.
     role: str = "host"
+    # The clock workflow timers run on (piwf_actors/clock.py): None is the system clock. Embedding only (no
+    # piwf-host flag): the test kit (piwf_actors.testing) passes one it moves forward.
+    timer_clock: TimerClock | None = None
+    # OpenTelemetry traces of runs (the `otel` extra; docs/tracing.md): None traces nothing and loads no
+    # opentelemetry; an application's TracerProvider; "global" (opentelemetry.trace.get_tracer_provider() at
+    # start); "env" (a provider of the host's own, configured by the OTEL_* variables: what piwf-host uses).
+    tracer_provider: Any = None
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:

@@ -45,6 +45,7 @@ from piwf_actors.results import (
     RunSummary,
     RunView,
 )
+from piwf_actors.run_wait import timeout_message
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 
@@ -266,8 +267,10 @@ class HostHandle:
                 for row in self._read(lambda r: queries.run_list(r, None, limit, parent=run_id))]
 
     def get_run(self, run_id: str) -> RunView | None:
-        """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run."""
-        view = self._read(lambda r: queries.run_view(r, run_id))
+        """The run's view (status, values, nodes, effects) read in one snapshot; None if no such run.
+        Its clocks' `remaining_s` count on the host's timer clock (`HostConfig.timer_clock`)."""
+        now = self.config.timer_clock.now() if self.config.timer_clock is not None else None
+        view = self._read(lambda r: queries.run_view(r, run_id, now))
         return None if view is None else RunView.from_wire(view)
 
     def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunSummary]:
@@ -375,6 +378,20 @@ class HostHandle:
         return AnswerReceipt.from_wire(self._write("checkpoint.answer", payload, client_id=client_id,
                                                    idempotency_key=idempotency_key, peer=_embedded_peer()))
 
+    def submit_agent(self, request_id: str, value: Any, *, session_id: str | None = None,
+                     client_id: str | None = None, idempotency_key: str | None = None) -> str:
+        """Submit an agent step's output (`interaction.submit`); returns the submission id.
+
+        The submission starts `validating`: the run's worker checks it against the step's
+        `expected_output` and `validate`, and accepts or rejects it later (the socket's
+        `interaction.submit` waits for that verdict; `piwf_actors.testing` does too). A request
+        addressed to a session needs that `session_id`. Raises Rejected, Conflict, NotFound.
+        """
+        value = self._write("interaction.submit", {"request_id": request_id, "value": value,
+                                                   **_given(session_id=session_id)},
+                            client_id=client_id, idempotency_key=idempotency_key, peer=_embedded_peer())
+        return str(value["receipt"]["submission_id"])
+
     # --- following runs ---
 
     def subscribe(self, actor_ref: pykka.ActorRef[Any], runs: Iterable[str] | str | None = None) -> Subscription:
@@ -407,14 +424,21 @@ class HostHandle:
     def wait_for_run(self, run_id: str, statuses: tuple[str, ...] = ("done", "failed", "cancelled"),
                      timeout: float = 30.0, poll_s: float = 0.02) -> RunView:
         """Poll (with a deadline) until the run reaches one of `statuses`; returns its view.
-        Raises TimeoutError. (An actor should `subscribe` instead.)"""
+
+        A run that parks for a person (a checkpoint, a decision) is waited through, since an answer
+        may come from elsewhere (another thread, a channel, `piwf answer`); include "parked" in
+        `statuses` to get the view back at the park and answer it yourself. Raises TimeoutError
+        saying where the run stands — for a park, which request waits and the call that answers it.
+        (An actor should `subscribe` instead.)"""
         deadline = time.monotonic() + timeout
         while True:
             view = self.get_run(run_id)
             if view is not None and view.status in statuses:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"run {run_id} is {view and view.status} after {timeout} s")
+                pending = [r for r in self.pending_interactions() if r.run_id == run_id] \
+                    if view is not None and view.status == "parked" else []
+                raise TimeoutError(timeout_message(run_id, view, pending, timeout))
             time.sleep(poll_s)
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -17,8 +17,9 @@ What is exported:
   gauges (`piwf_runs{status}`, `piwf_decisions_pending`,
   `piwf_effects_ambiguous`, `piwf_channel_deliveries_ambiguous`), the worker
   gauges from the scheduler's board section, and the counters
-  `piwf_runs_started_total`, `piwf_runs_finished_total{status}` and the
-  histogram `piwf_node_duration_seconds{kind}`.
+  `piwf_runs_started_total`, `piwf_runs_resumed_total`,
+  `piwf_runs_finished_total{status}` and the histogram
+  `piwf_node_duration_seconds{kind}`.
 
 The counters and the node histogram count what happened while this host's
 exporter ran (from zero, like any Prometheus counter after a process
@@ -26,7 +27,8 @@ start). They are not totals of the database — those would drop when old
 runs are pruned, and a counter must never go down. Instead two followers
 (`RunFollower`, `AttemptFollower`) remember the highest rowid they have read
 and the rows they know are still unfinished, and count each run start, run
-end and finished node attempt exactly once as it appears (see
+resume (a run begun before the baseline that runs again), run end and
+finished node attempt exactly once as it appears (see
 `store/metrics_queries.py` for why rowids are safe here).
 """
 
@@ -103,19 +105,25 @@ def format_metrics_address(host: str, port: int) -> str:
 @dataclass
 class RunChanges:
     started: int = 0
+    resumed: int = 0
     finished: dict[str, int] = field(default_factory=dict)
 
 
 class RunFollower:
-    """Counts run starts (a `run_started` event appeared) and run ends (a terminal status), once each.
+    """Counts run starts (a `run_started` event appeared), resumes and run ends (a terminal status),
+    once each.
 
-    Watches the runs it has seen that have not finished (rowid → started);
-    a run leaves the watch list when it finishes. Rows above `after` are new.
+    A resume is a run that had begun before the baseline (under an earlier host, or before this
+    exporter started) and that a worker takes up again afterwards (its launches grow): counted once,
+    so each run that runs on this exporter's watch is counted as started or as resumed.
+    Watches the runs it has seen that have not finished (rowid → launches seen); a run leaves the
+    watch list when it finishes. Rows above `after` are new.
     """
 
     def __init__(self) -> None:
         self.after = 0
-        self._live: dict[int, bool] = {}
+        self._live: dict[int, int] = {}
+        self._inherited: dict[int, int] = {}  # begun before the baseline: rowid → launches then
 
     @property
     def watched(self) -> list[int]:
@@ -124,7 +132,9 @@ class RunFollower:
     def baseline(self, max_rowid: int, live: Iterable[mq.RunRow]) -> None:
         """What exists when the exporter starts is not counted; its live runs are watched."""
         self.after = max_rowid
-        self._live = {row.rowid: row.started for row in live}
+        live = list(live)
+        self._live = {row.rowid: row.launches for row in live}
+        self._inherited = {row.rowid: row.launches for row in live if row.started}
 
     def step(self, rows: Iterable[mq.RunRow], max_rowid: int) -> RunChanges:
         """`rows`: the watched runs (as read now) and every run above `after`."""
@@ -134,15 +144,21 @@ class RunFollower:
         for row in rows:
             gone.discard(row.rowid)
             top = max(top, row.rowid)
-            if row.started and not self._live.get(row.rowid, False):
+            if row.started and not self._live.get(row.rowid, 0):
                 changes.started += 1
+            inherited = self._inherited.get(row.rowid)
+            if inherited is not None and row.launches > inherited:
+                changes.resumed += 1
+                del self._inherited[row.rowid]
             if row.finished:
                 changes.finished[row.status] = changes.finished.get(row.status, 0) + 1
                 self._live.pop(row.rowid, None)
+                self._inherited.pop(row.rowid, None)
             else:
-                self._live[row.rowid] = row.started or self._live.get(row.rowid, False)
+                self._live[row.rowid] = max(row.launches, self._live.get(row.rowid, 0))
         for rowid in gone:  # deleted without finishing (not done by the host; never counted)
             del self._live[rowid]
+            self._inherited.pop(rowid, None)
         # Rowids are reused only after the newest rows were deleted: start again from the top.
         self.after = min(top, max_rowid)
         return changes
@@ -203,6 +219,7 @@ class StoreCollector(Collector):
         self._runs = RunFollower()
         self._attempts = AttemptFollower()
         self._started = 0
+        self._resumed = 0
         self._finished = dict.fromkeys(TERMINAL_STATUSES, 0)
         # Not registered: yielded by `collect` right after it has been brought up to date.
         self._node_duration = Histogram(
@@ -252,6 +269,7 @@ class StoreCollector(Collector):
             return []
         changes = self._runs.step(run_rows, max_run)
         self._started += changes.started
+        self._resumed += changes.resumed
         for status, count in changes.finished.items():
             self._finished[status] = self._finished.get(status, 0) + count
         for kind, seconds in self._attempts.step(attempt_rows, max_attempt):
@@ -274,11 +292,13 @@ class StoreCollector(Collector):
     def _counters(self) -> list[Metric]:
         started = CounterMetricFamily("piwf_runs_started", "Runs a worker began (run_started), since the "
                                       "exporter started", value=self._started)
+        resumed = CounterMetricFamily("piwf_runs_resumed", "Runs begun before the exporter started (under an "
+                                      "earlier host) that a worker took up again, each once", value=self._resumed)
         finished = CounterMetricFamily("piwf_runs_finished", "Runs that reached a terminal status, since the "
                                        "exporter started", labels=["status"])
         for status in TERMINAL_STATUSES:
             finished.add_metric([status], self._finished.get(status, 0))
-        return [started, finished]
+        return [started, resumed, finished]
 
     def _worker_gauges(self) -> list[Metric]:
         scheduler = self._board.snapshot(Section.SCHEDULER)

@@ -18,7 +18,8 @@ import piwf_actors
 PACKAGE = Path(piwf_actors.__file__).parent
 
 #: Packages below actors/: they must not import piwf_actors.actors.
-BELOW = ("protocol", "store", "runner", "client", "workflows", "messages", "resources", "channels", "testing")
+BELOW = ("protocol", "store", "runner", "client", "workflows", "messages", "resources", "channels", "testing",
+         "tracing")
 #: Top-level modules below actors/ (leaves and plain data).
 LOOSE_BELOW = ("metrics", "config", "errors", "paths", "ids", "canonical", "statuses", "logs", "results", "board",
                "run_notices", "wire_records", "actor_refs")

@@ -125,8 +125,10 @@ class ChannelAdapter(CoreActor):
         self._receipts_due: set[str] = set()  # of those, the ones to submit again on the next tick
         self._deferred: dict[tuple[Any, ...], float] = {}  # work the store said was not due, until (monotonic)
         self._update_failures: tuple[int, int] = (-1, 0)  # (update id, writes of it refused in a row)
-        self._prompts_in_flight: set[str] = set()  # effect ids of text prompts sent, receipt not yet written
-        self._reply_waits = False  # a reply waits for a prompt's receipt (it may answer that prompt)
+        # Effect ids of messages a reply may answer (prompts for text, deliveries: a checkpoint is answered
+        # by a reply), sent and their receipt not yet written.
+        self._replyable_in_flight: set[str] = set()
+        self._reply_waits = False  # a reply waits for such a receipt (it may answer that message)
         self._hold_until = 0.0  # the service asked us to slow down (429)
         self._cursor = 0
         self._stored_cursor = 0  # the cursor as the database has it
@@ -244,6 +246,8 @@ class ChannelAdapter(CoreActor):
                 wait = max(float(result.value.get("wait_s") or 0.0), 1.0)
                 self._deferred[work.key] = time.monotonic() + wait
             return
+        if work.kind == "present":
+            self._replyable_in_flight.add(str(result.value["effect_id"]))
         self._threads.send(Job(work.kind, work.chat_id, dict(result.value), presented=work.presented, ref=work.ref,
                                text=work.text))
 
@@ -284,8 +288,8 @@ class ChannelAdapter(CoreActor):
             log.warning("channel %s: a delivery's outcome was refused: %s", self._profile.profile, result.error)
         self._receipts.pop(effect_id, None)
         self._in_flight -= 1
-        if effect_id in self._prompts_in_flight:
-            self._prompts_in_flight.discard(effect_id)
+        if effect_id in self._replyable_in_flight:
+            self._replyable_in_flight.discard(effect_id)
             if self._reply_waits:
                 self._reply_waits = self._applying_event = False
                 self._next_event()
@@ -328,8 +332,10 @@ class ChannelAdapter(CoreActor):
             # Expected for a while after a restart: the previous poller's long poll is still open.
             self._conflict_since = now
             self._conflict_last = now
-            log.info("channel %s: another poller still reads this bot's updates (%s); waiting for it to end",
-                     self._profile.profile, message.error)
+            # Once per run of conflicts, at INFO: this is what every restart and takeover looks like.
+            log.info("channel %s: another poller still holds the bot's updates (409); retrying (a previous "
+                     "host's long poll ends within its timeout; lasting %.0f s, it is refused as a second host)",
+                     self._profile.profile, self._conflict_window_s)
             return
         self._conflict_last = now
         if now - self._conflict_since >= self._conflict_window_s:
@@ -382,9 +388,9 @@ class ChannelAdapter(CoreActor):
         outcome = read_update(self._reader, self._profile, self._moves, event, text_limit=self._text_limit)
         if isinstance(event, Tap | Reply) and outcome.notice is not None:
             self._notice(event, outcome.notice)
-        if isinstance(event, Reply) and not outcome.command and not outcome.notice and self._prompts_in_flight:
-            # A reply to a message the store does not know yet: perhaps the prompt just sent, whose
-            # receipt is on its way. Look again once it is written.
+        if isinstance(event, Reply) and not outcome.command and not outcome.notice and self._replyable_in_flight:
+            # A reply to a message the store does not know yet: perhaps the prompt or checkpoint just
+            # sent, whose receipt is on its way. Look again once it is written.
             self._events.appendleft(event)
             self._reply_waits = True
             return True
@@ -436,7 +442,7 @@ class ChannelAdapter(CoreActor):
             else:
                 assert prompt is not None and self._threads is not None
                 self._in_flight += 1  # its receipt comes back as a JobDone like any attempt
-                self._prompts_in_flight.add(str(value["effect_id"]))
+                self._replyable_in_flight.add(str(value["effect_id"]))
                 self._threads.send(Job("ask", prompt.chat_id, dict(value), presented=prompt.presented,
                                        choice=prompt.choice, user_id=prompt.user_id))
                 self._notice(event, "Reply to the question with your text.")

@@ -2,7 +2,8 @@
 
 `read_update` turns a tap or a reply into an `Outcome`: a notice for the
 person who sent it, and the write that applies it, if any (an answer, a
-located message, a prompt for text). The adapter (`actors/channel.py`)
+located message, a prompt for text). A reply answers a prompt for text or a
+checkpoint, by the message it replies to. The adapter (`actors/channel.py`)
 sends the notice, submits the write, and moves the cursor past the update
 once it is written.
 """
@@ -107,11 +108,32 @@ def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], ta
                                  target.found), choice.label)
 
 
+def _checkpoint_reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
+    """A reply to a delivered checkpoint: its text is the answer's input (`text.checkpoint_input`)."""
+    assert reply.reply_to is not None
+    checkpoint = channel_queries.checkpoint_for_reply(reader, profile.profile, reply.chat_id, reply.reply_to)
+    if checkpoint is None:
+        return NOTHING  # a reply to something else in the chat: not ours to answer
+    if not allows(profile, moves, reply.user_id, reply.chat_id):
+        log.info("channel %s: ignored a reply by user %d in chat %d (not allowed)", profile.profile, reply.user_id,
+                 reply.chat_id)
+        return Outcome("You may not answer here.")
+    if not checkpoint["open"]:
+        return Outcome("This checkpoint is no longer open.")
+    value, problem = channel_text.checkpoint_input(reply.text)
+    if problem is not None:
+        return Outcome(problem)  # nothing written: the person may simply reply again
+    return Outcome(None, ("channel.answer", {
+        "channel": profile.channel_type, "update_id": reply.update_id, "kind": "checkpoint",
+        "request_id": checkpoint["request_id"], "expected_revision": checkpoint["revision"], "input": value,
+        "user_id": reply.user_id, "chat_id": reply.chat_id}, "answer"), "your answer")
+
+
 def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
     assert reply.reply_to is not None
     prompt = channel_queries.prompt_for_reply(reader, profile.profile, reply.chat_id, reply.reply_to)
     if prompt is None:
-        return NOTHING  # a reply to something else in the chat: not ours to answer
+        return _checkpoint_reply(reader, profile, moves, reply)
     detail = prompt["detail"]
     if detail.get("user_id") != reply.user_id or not allows(profile, moves, reply.user_id, reply.chat_id):
         return Outcome("Not recorded: this question was asked of someone else.")

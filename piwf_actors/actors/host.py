@@ -48,10 +48,12 @@ from piwf_actors.actors.scheduler import Scheduler
 from piwf_actors.actors.schedules import ScheduleKeeper
 from piwf_actors.actors.standby import LeaseTaken, StandbyWatch
 from piwf_actors.actors.supervisor import HostParts, HostSupervisor, Shutdown, stop_ref
+from piwf_actors.actors.tracing import start_run_tracer
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import Section
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
+from piwf_actors.clock import TimerClock
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
 from piwf_actors.paths import StatePaths, ensure_private_dir
@@ -59,6 +61,7 @@ from piwf_actors.runner.termination import is_same_process, machine_identity, te
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.tracing.ids import TRACE_CONTEXT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +92,13 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
 
             parts.metrics = HostMetrics(config.metrics_address, paths.database, options, parts.board)
         parts.writer = start_writer(paths.database, options, supervisor=supervisor, board=parts.board,
-                                    batch_observer=parts.metrics.observe_batch if parts.metrics else None)
+                                    batch_observer=parts.metrics.observe_batch if parts.metrics else None,
+                                    timer_clock=config.timer_clock)
         _require_started("writer", parts.writer.ref)
+        if config.tracer_provider is not None:  # before any part that commits: every change is traced
+            tracer = start_run_tracer(parts.writer.ref, paths.database, config.tracer_provider)
+            parts.actors.append(("tracer", tracer))
+            _require_started("tracer", tracer)
         if config.role == "runner":
             _start_runner(parts, config, paths, supervisor)
             if parts.metrics is not None:
@@ -179,7 +187,7 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     # After the scheduler: it reads the scheduler's board section (is any run active?).
     housekeeper = Housekeeper.start(parts.writer, paths.database, supervisor=supervisor, board=parts.board,
                                     retention_days=config.retention_days, prune_every_s=config.prune_every_s,
-                                    idempotency_days=config.idempotency_days)
+                                    idempotency_days=config.idempotency_days, timer_clock=config.timer_clock)
     parts.actors.append(("housekeeper", housekeeper))
     _require_started("housekeeper", housekeeper)
     # Runner hosts that share the queue: their leases are watched, the work of a dead one recovered.
@@ -196,8 +204,10 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     _require_started("channels", channels)
     keeper = None
     if config.schedules:  # only the active host fires schedules (actors/schedules.py)
+        timer = config.timer_clock or TimerClock()  # fires are timer time (piwf_actors/clock.py)
         keeper = ScheduleKeeper.start(parts.writer, paths.database, projects=config.projects,
-                                      supervisor=supervisor, board=parts.board, resolver=parts.resolver)
+                                      supervisor=supervisor, board=parts.board, resolver=parts.resolver,
+                                      clock=timer.now)
         parts.actors.append(("schedules", keeper))
         _require_started("schedules", keeper)
     parts.board.publish(Section.ROLE, {"role": "active", "host_id": claim.host_id})
@@ -217,9 +227,19 @@ def _start_scheduler(parts: HostParts, config: HostConfig, paths: StatePaths, su
                                 board=parts.board, watchdog_grace_s=config.watchdog_grace_s,
                                 worker_ready_timeout_s=config.worker_ready_timeout_s,
                                 worker_log_level=config.log_level, worker_log_format=config.log_format,
-                                host_duties=host_duties, tick_s=0.5 if host_duties else 0.1)
+                                host_duties=host_duties, tick_s=0.5 if host_duties else 0.1,
+                                worker_env=_worker_env(config))
     parts.actors.append(("scheduler", scheduler))
     _require_started("scheduler", scheduler)
+
+
+def _worker_env(config: HostConfig) -> dict[str, str] | None:
+    """Variables added to the workers' environment: a test's timer clock (retry back-offs follow it:
+    piwf_actors/clock.py), and, when the host traces, that nodes get their trace context (docs/tracing.md)."""
+    env = dict(config.timer_clock.worker_env()) if config.timer_clock else {}
+    if config.tracer_provider is not None:
+        env[TRACE_CONTEXT_ENV] = "1"
+    return env or None
 
 
 def _start_runner(parts: HostParts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any]) -> None:

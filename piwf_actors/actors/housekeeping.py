@@ -33,6 +33,11 @@ what belongs to its own claims, renewing them and settling those whose
 runner left without a recorded exit (`scheduler.settle_abandoned`), on both
 kinds of host.
 
+Deadlines and wake-ups are timer time (piwf_actors/clock.py: the wall clock,
+but under a test's clock); pruning keeps host time, so skipping a test's
+clock a month ahead prunes nothing. After a skip the housekeeper looks at
+once (it subscribes to the timer clock) instead of at its next tick.
+
 `plan` is the step function: what to send after a tick, given a chosen `now`.
 """
 
@@ -50,6 +55,7 @@ from piwf_actors.actors.base import PollingActor, WriteReplies, safe_tell
 from piwf_actors.actors.ticker import Alarm, Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section
+from piwf_actors.clock import TimerClock
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
@@ -100,9 +106,10 @@ def scheduler_idle(section: Mapping[str, Any]) -> bool:
 
 
 def plan(state: HousekeepingState, scheduler: Mapping[str, Any], next_deadline: float | None, now: float,
-         retention: Retention, next_wake: float | None = None) -> HousekeepingStep:
+         retention: Retention, next_wake: float | None = None, timer_now: float | None = None) -> HousekeepingStep:
     """What to send after a tick at `now`, given the scheduler's board section, the nearest deadline
-    and the nearest wake-up of a wait.
+    and the nearest wake-up of a wait. Deadlines and wake-ups are compared with `timer_now` (timer
+    time; default `now`), pruning with `now`.
 
     Nothing while the lease is suspended. Deadlines and wake-ups first: one interaction.expire and
     one waits.wake at a time, once the nearest is due. Then a prune, when retention is on, the
@@ -110,10 +117,11 @@ def plan(state: HousekeepingState, scheduler: Mapping[str, Any], next_deadline: 
     """
     if scheduler.get("suspended"):
         return HousekeepingStep(state)
-    expire = next_deadline is not None and next_deadline <= now and not state.expiring
+    timer = now if timer_now is None else timer_now
+    expire = next_deadline is not None and next_deadline <= timer and not state.expiring
     if expire:
         state = replace(state, expiring=True)
-    wake = next_wake is not None and next_wake <= now and not state.waking
+    wake = next_wake is not None and next_wake <= timer and not state.waking
     if wake:
         state = replace(state, waking=True)
     if (retention.runs_s <= 0 or state.pruning or not scheduler_idle(scheduler)
@@ -139,9 +147,10 @@ class Housekeeper(PollingActor):
     def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, supervisor: pykka.ActorRef[Any] | None,
                  board: HostBoard, retention_days: float = 0.0, prune_every_s: float = 3600.0,
                  idempotency_days: float = 365.0, tick_s: float = 0.5,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, timer_clock: TimerClock | None = None) -> None:
         """Runs in the caller's thread: stores arguments only. `board` carries the scheduler's
-        section (started before this actor); `retention_days` 0 turns automatic pruning off."""
+        section (started before this actor); `retention_days` 0 turns automatic pruning off.
+        `clock` is host time (pruning); `timer_clock` what deadlines and wake-ups run on (None: `clock`)."""
         super().__init__(supervisor)
         self._writer = writer
         self._database = database
@@ -150,6 +159,9 @@ class Housekeeper(PollingActor):
                                     prune_every_s=prune_every_s)
         self._tick_s = tick_s
         self._clock = clock
+        self._timer_clock = timer_clock
+        self._timer_now = clock if timer_clock is None else timer_clock.now
+        self._unsubscribe_timer: Callable[[], None] | None = None
         self._state = HousekeepingState(last_prune=0.0)  # its clock starts in on_start
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
@@ -163,11 +175,23 @@ class Housekeeper(PollingActor):
         self._reader = StoreReader(self._database)
         _ = self._reader.conn  # connect here, not at the first tick: on_start opens what the actor holds
         self._replies = WriteReplies(self._writer, self.actor_ref)
-        self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper").start()
+        self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper", clock=self._timer_now).start()
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
         self._writer.ref.tell(Subscribe(self.actor_ref, frozenset({"run_wait"})))
+        if self._timer_clock is not None:
+            self._unsubscribe_timer = self._timer_clock.subscribe(self._timer_moved)
+
+    def _timer_moved(self) -> None:
+        """Runs in the thread that moved the timer clock (a test's): look at the timers now."""
+        alarm = self._alarm
+        if alarm is not None:
+            alarm.nudge()
+        safe_tell(self.actor_ref, HousekeepingTick())
 
     def release_resources(self) -> None:
+        if self._unsubscribe_timer is not None:
+            self._unsubscribe_timer()
+            self._unsubscribe_timer = None
         safe_tell(self._writer.ref, Unsubscribe(self.actor_ref))
         if self._alarm is not None:
             self._alarm.stop()
@@ -198,13 +222,14 @@ class Housekeeper(PollingActor):
         deadline = None if suspended else queries.next_deadline(self._reader)
         wake = None if suspended else queries.next_wake(self._reader)
         now = self._clock()
-        step = plan(self._state, scheduler, deadline, now, self._retention, wake)
+        timer_now = self._timer_now()
+        step = plan(self._state, scheduler, deadline, now, self._retention, wake, timer_now)
         self._state = step.state
         if step.expire:
             self._submit("interaction.expire", {}, self._expired)
         if step.wake:
             self._submit("waits.wake", {}, self._woken)
-        soon = [at for at in (deadline, wake) if at is not None and now < at < now + self._tick_s]
+        soon = [at for at in (deadline, wake) if at is not None and timer_now < at < timer_now + self._tick_s]
         if soon and self._alarm is not None:
             self._alarm.arm(min(soon))  # due before the next tick: ring then, not a tick late
         if step.prune is not None:

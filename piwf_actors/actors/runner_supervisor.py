@@ -42,6 +42,7 @@ replaced (the run is requeued). The scheduler's tick drives both checks.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -143,8 +144,10 @@ class RunnerSupervisor(CoreActor):
                  watchdog_grace_s: float = 5.0, ready_timeout_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic,
                  output: Callable[[dict[str, Any]], None] | None = None,
-                 worker_log_level: str = "WARNING", worker_log_format: str = "text") -> None:
-        """Runs in the scheduler's thread: stores arguments only."""
+                 worker_log_level: str = "WARNING", worker_log_format: str = "text",
+                 worker_env: dict[str, str] | None = None) -> None:
+        """Runs in the scheduler's thread: stores arguments only. `worker_env`: variables added to the
+        worker's environment (a test's timer clock, piwf_actors/clock.py)."""
         super().__init__(scheduler)
         self.actor_name = f"runner-{slot}"
         self.slot = slot
@@ -160,6 +163,7 @@ class RunnerSupervisor(CoreActor):
         self._output = output  # where a node's live output goes (the host board's "node_output" stream)
         self._worker_log_level = worker_log_level
         self._worker_log_format = worker_log_format
+        self._worker_env = worker_env
         self._worker: WorkerProcess | None = None
         self._serving: LaunchLink | None = None
         self._stopped = False
@@ -202,7 +206,8 @@ class RunnerSupervisor(CoreActor):
     # --- the worker process ------------------------------------------------------------------
 
     def _spawn_worker(self) -> WorkerProcess:
-        worker = WorkerProcess.spawn(log_level=self._worker_log_level, log_format=self._worker_log_format)
+        worker = WorkerProcess.spawn(log_level=self._worker_log_level, log_format=self._worker_log_format,
+                                     env={**os.environ, **self._worker_env} if self._worker_env else None)
         self._worker = worker
         pid, ref = worker.pid, self.actor_ref
         self._writer.submit(WriteCommand("child.register", {"pid": pid, "create_time": worker.create_time,

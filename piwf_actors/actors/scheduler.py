@@ -107,9 +107,10 @@ class Scheduler(CoreActor):
                  warm_workers: int | None = None, grace_s: float = 3.0, worker_log_level: str = "WARNING",
                  worker_log_format: str = "text", board: HostBoard | None = None,
                  watchdog_grace_s: float = 5.0, worker_ready_timeout_s: float = 30.0,
-                 reconcile_lease_s: float = 120.0, host_duties: bool = True) -> None:
+                 reconcile_lease_s: float = 120.0, host_duties: bool = True,
+                 worker_env: dict[str, str] | None = None) -> None:
         """Runs in the caller's thread: stores arguments only. `host_duties` False: a runner host's
-        scheduler (runs only; no reconciles)."""
+        scheduler (runs only; no reconciles). `worker_env`: variables added to the workers' environment."""
         super().__init__(supervisor)
         self._host_duties = host_duties
         self._watchdog_grace_s = watchdog_grace_s
@@ -125,6 +126,7 @@ class Scheduler(CoreActor):
         self._grace_s = grace_s
         self._worker_log_level = worker_log_level
         self._worker_log_format = worker_log_format
+        self._worker_env = worker_env
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
         self._sockets: WorkerSockets | None = None
@@ -211,7 +213,7 @@ class Scheduler(CoreActor):
             self._writer, self.actor_ref, self._sockets, index, keep_warm=index < self._warm,
             grace_s=self._grace_s, database=self._database, watchdog_grace_s=self._watchdog_grace_s,
             ready_timeout_s=self._ready_timeout_s, worker_log_level=self._worker_log_level,
-            worker_log_format=self._worker_log_format,
+            worker_log_format=self._worker_log_format, worker_env=self._worker_env,
             output=None if board is None else lambda p: board.emit(Stream.NODE_OUTPUT, p))
 
     def _slot_ready(self, message: SlotReady) -> None:

@@ -58,6 +58,28 @@ from piwf_actors.workflows.schedule_time import Due, ScheduleState, due_fires, f
 
 log = logging.getLogger(__name__)
 
+#: Said at start by a host given no project: it never looks in one (a plain `piwf-host` run from a project
+#: directory does not pick up that project's schedules).
+NO_PROJECT_HINT = "give --project DIR for a project's .piwf/workflows"
+
+
+def where_found(dirs: Sequence[tuple[str | None, Path]], found: ScheduleSet) -> str:
+    """Each directory the keeper looked in, with the schedules found there (the host's start line):
+    `2 in /p/.piwf/workflows (a, b); none found in ~/.config/piwf/workflows`."""
+    home = str(Path.home())
+    parts = []
+    for project, directory in dirs:
+        shown = "~" + str(directory)[len(home):] if str(directory).startswith(home + "/") else str(directory)
+        names = sorted(name for name, item in found.schedules.items() if item.project_path == project)
+        failed = sum(1 for failure in found.failures if Path(failure.path).parent == directory)
+        notes = [", ".join(names)] if names else []
+        if failed:
+            notes.append(f"{failed} file{'s' if failed > 1 else ''} failed to load, see piwf schedule list")
+        detail = f" ({'; '.join(notes)})" if notes else ""
+        parts.append(f"{len(names)} in {shown}{detail}" if names else f"none found in {shown}{detail}")
+    hint = "" if any(project is not None for project, _ in dirs) else f" ({NO_PROJECT_HINT})"
+    return "; ".join(parts) + hint
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +193,9 @@ class ScheduleKeeper(PollingActor):
         first = self._loaded.stamps is None
         before = set(self._loaded.schedules.schedules)
         self._loaded = _Loaded(found, stamps)
-        if first or before != set(found.schedules):
+        if first:
+            log.info("schedules: %s", where_found(self._dirs, found))
+        elif before != set(found.schedules):
             log.info("schedules loaded: %s", ", ".join(sorted(found.schedules)) or "none")
         self._publish()
 
@@ -210,7 +234,7 @@ class ScheduleKeeper(PollingActor):
         fires = []
         for fire_time in due.fires:
             key = fire_key(fire_time)
-            fire = {"fire_key": key, "fire_time": fire_time, "run_id": fire_run_id(item.name, key),
+            fire = {"fire_key": key, "fire_time": fire_time, "run_id": fire_run_id(item.name, key, fire_time),
                     "kind": "catch_up" if fire_time in due.missed else "scheduled"}
             try:
                 fire["spec"] = self._run_spec(item, fire_time, fire["run_id"])
@@ -258,7 +282,7 @@ class ScheduleKeeper(PollingActor):
         request = args.get("idempotency_key") or args.get("client_request_id") or uuid.uuid4().hex
         key = f"manual:{args.get('client_id') or '-'}:{request}"
         fire_time = self._clock()
-        run_id = fire_run_id(item.name, key)
+        run_id = fire_run_id(item.name, key, fire_time)  # a replay of this trigger adopts the recorded run
         try:
             spec = self._run_spec(item, fire_time, run_id)
         except Exception as exc:

@@ -43,6 +43,7 @@ from piwf_actors.actors.writer_handle import (
     deliver_batch,
 )
 from piwf_actors.board import HostBoard, Section
+from piwf_actors.clock import TimerClock
 from piwf_actors.errors import DiskFull, WriterStopped
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import apply_batch
@@ -119,8 +120,12 @@ class DatabaseWriter(CoreActor):
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
                  max_batch: int = 1000, clock: Callable[[], float] = time.time,
                  board: HostBoard | None = None, idle_s: float = 1.0,
-                 batch_observer: BatchObserver | None = None) -> None:
+                 batch_observer: BatchObserver | None = None, timer_clock: TimerClock | None = None) -> None:
         """Runs in the caller's thread: stores arguments only.
+
+        `clock` is host time (fences, claims, records); `timer_clock` is what workflow timers run on
+        (piwf_actors/clock.py; None: the same clock): its offset is read once per batch and the
+        commands see it as `ctx.timer_now`.
 
         `batch_observer(commands, seconds, committed)` is called in the writer's thread after every
         batch with the time spent in its transaction (the metrics exporter's hook); it must be cheap.
@@ -132,6 +137,7 @@ class DatabaseWriter(CoreActor):
         self._options = options
         self._max_batch = max_batch
         self._clock = clock
+        self._timer_clock = timer_clock
         self._queue = writer_queue
         self._db: Any = None
         self._subscribers: dict[pykka.ActorRef[Any], frozenset[str] | None] = {}  # → the tables it follows
@@ -271,7 +277,8 @@ class DatabaseWriter(CoreActor):
         observer = self._batch_observer
         started = time.perf_counter() if observer is not None else 0.0
         outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1,
-                              clock=self._clock)
+                              clock=self._clock,
+                              timer_offset=0.0 if self._timer_clock is None else self._timer_clock.offset())
         seconds = time.perf_counter() - started if observer is not None else 0.0
         self._last_batch = len(batch)
         self._conflict_retries += outcome.conflict_retries

@@ -2,7 +2,7 @@
 
 Decisions go out with `sendMessage` (plain text, at most 4,096 characters,
 one inline button per choice); a choice that needs text is asked for with a
-`force_reply` message; answers come in by long polling `getUpdates`
+`force_reply` message, and so is a checkpoint (answered by a reply); answers come in by long polling `getUpdates`
 (`callback_query` for taps, `message` for replies); a settled decision's
 messages are edited to show the outcome without buttons. Every tap is
 acknowledged with `answerCallbackQuery`, or the person's app keeps spinning
@@ -89,8 +89,10 @@ class TelegramIO:
             raise DeliveryUnknown(f"telegram {method}: outcome unknown: {detail}") from None
 
     def present(self, chat_id: int, presented: Presented) -> MessageRef:
-        message = self._do("sendMessage", lambda: self._api.send_message(
-            chat_id, presented.text, reply_markup=_buttons(presented.choices)))
+        # Without choices (a checkpoint) a reply answers it: the app opens a reply to it at once.
+        markup = _buttons(presented.choices) if presented.choices else {
+            "force_reply": True, "input_field_placeholder": "your answer"}
+        message = self._do("sendMessage", lambda: self._api.send_message(chat_id, presented.text, reply_markup=markup))
         return MessageRef(chat_id, int(message["message_id"]))
 
     def ask_text(self, chat_id: int, presented: Presented, choice: Choice, user_id: int) -> MessageRef:

@@ -72,7 +72,7 @@ def status_view(status: dict[str, Any]) -> Group:
                           "automatically (piwf channel recover PROFILE MESSAGE retry tries now):", style="yellow"))
         parts.append(_table(("profile", "message", "purpose", "request", "chat", "tries", "next try", "why"), [
             (str(item["profile"]), cut(item["message_id"]), str(item["purpose"]), cut(item["request_id"]),
-             str(item["chat_id"]), str(item.get("attempts") or ""), render.when(item.get("retry_at")),
+             str(item["chat_id"]), str(item.get("attempts") or ""), render.moment(item.get("retry_at")),
              str(item.get("error") or "")) for item in undelivered]))
     ambiguous = status.get("ambiguous") or []
     if ambiguous:

@@ -7,6 +7,7 @@ import argparse
 import os
 import shlex
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,9 @@ class Ctx:
         read-only `LocalStore` on it (saying so on stderr). Commands that read pass `offline_ok` in
         their first call."""
         if self._client is None:
-            client = Client(self.args.state_dir, timeout=timeout, client_id=self.client_id)
+            # `piwf-cli-…` names the program in an answer's provenance (`answered_by`: person via cli).
+            client = Client(self.args.state_dir, timeout=timeout,
+                            client_id=self.client_id or f"piwf-cli-{uuid.uuid4().hex[:12]}")
             if offline_ok:
                 try:
                     client.connect()

@@ -23,9 +23,58 @@ from piwf_actors import __version__
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import PiwfError
 from piwf_actors.logs import configure
-from piwf_actors.paths import default_state_dir
+from piwf_actors.paths import StatePaths, default_state_dir
 
 log = logging.getLogger("piwf.host")
+
+
+def host_gone(paths: StatePaths) -> bool:
+    """True once the host of `paths` has stopped: its socket is gone and its lock is released.
+
+    The lock is the last thing a host gives up (after its writer), and releasing it clears the
+    holder record first, so an empty record (or one naming a dead process: a host that was
+    killed) means the state directory is free. The lock file is only read, never locked: taking
+    it, even for a moment, could make a host starting right then refuse to start.
+    """
+    import json
+
+    from piwf_actors.actors.hostlock import holder_alive  # psutil: only for `piwf host stop`
+
+    if _listening(paths.socket):
+        return False
+    try:
+        record = paths.lock.read_text()
+    except FileNotFoundError:
+        return True
+    try:
+        holder = json.loads(record) if record.strip() else {}
+    except ValueError:
+        return True  # not a record a host writes: nobody holds it in our name
+    return not holder_alive(holder.get("pid"), holder.get("process_start_identity"))
+
+
+def _listening(path: os.PathLike[str]) -> bool:
+    """Something accepts connections on the socket `path` (a file left by a killed host does not)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(os.fspath(path))
+        except OSError:  # missing, refused, not a socket
+            return False
+    return True
+
+
+def wait_until_gone(paths: StatePaths, timeout: float, poll_s: float = 0.05) -> bool:
+    """Poll `host_gone` until it holds (True) or `timeout` seconds have passed (False)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not host_gone(paths):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def _metrics_address(text: str) -> str:
@@ -43,6 +92,23 @@ def _project_dir(text: str) -> str:
     if not os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text} is not a directory")
     return os.path.abspath(text)
+
+
+def _tracer_setting(flag: bool) -> str | None:
+    """"env" (a provider of the host's own, from the OTEL_* variables) when traces are asked for (`--otel`, or
+    the variables: piwf_actors/tracing/env.py) and the otel extra is installed, else None. Raises ValueError
+    when `--otel` asks for traces without the extra."""
+    from piwf_actors.tracing.env import otel_installed, tracing_requested
+
+    if not tracing_requested(os.environ, flag=flag):
+        return None
+    if otel_installed():
+        return "env"
+    if flag:
+        raise ValueError("--otel needs the otel extra: pip install 'piwf_actors[otel]'")
+    log.warning("OTEL_* variables ask for traces, but the otel extra is not installed "
+                "(pip install 'piwf_actors[otel]'): not tracing")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics", metavar="[HOST:]PORT", type=_metrics_address, default=None,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics; PORT or :PORT listens on "
                         "127.0.0.1 only, name an address (0.0.0.0, [::]) to expose it (default: off)")
+    parser.add_argument("--otel", action="store_true",
+                        help="export OpenTelemetry traces of runs, configured by the OTEL_* variables (needs the "
+                        "otel extra; on by itself when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set; "
+                        "docs/tracing.md)")
     parser.add_argument("--project", action="append", default=[], metavar="DIR", type=_project_dir,
                         help="run the schedules of DIR/.piwf/workflows/*.py (repeatable); those of "
                         "$XDG_CONFIG_HOME/piwf/workflows/ always run")
@@ -103,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                             synchronous=args.synchronous, retention_days=args.retention_days,
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,
-                            metrics_address=args.metrics, projects=tuple(args.project), role=args.role)
+                            metrics_address=args.metrics, projects=tuple(args.project), role=args.role,
+                            tracer_provider=_tracer_setting(args.otel))
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

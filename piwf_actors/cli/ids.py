@@ -1,12 +1,16 @@
-"""Id arguments: a unique prefix stands for the full id.
+"""Id arguments: a unique prefix (or end) stands for the full id.
 
-`piwf show run_01m8m1b5` works when one run id starts with it. A full id (the
-shape the host generates) is used as is, without a lookup; anything else is
-looked up with `ids.match` (or, for a channel delivery, among the deliveries
-`channel.status` lists). An id that is itself a match wins over the longer
-ids it is a prefix of (a run id chosen by a client may be anything). No
-match exits 1 ("no run matches 'run_01x'"), several exit 2 with the
-candidates listed, one per line, at most ten.
+`piwf show run_01m8m1b5` works when one run id starts with it, and so does
+`piwf show 01m8m1b5`: the kind (`run_`, `req_` …) may be left out. The end of
+an id works too, as piwf-top shows it (`…vqyrxvjp2mvr1rtt`, with `…` or `...`
+before it, or without them when no id starts with it). A full id (the shape
+the host generates: every run id has one, `ids.derived_id`) is used as is,
+without a lookup; anything else is looked up with `ids.match` (or, for a
+channel delivery, among the deliveries `channel.status` lists). An id that is
+itself a match wins over the longer ids it is a prefix of (a run id chosen by
+a client may be anything). No match exits 1 with what such ids look like
+("no run matches 'abc' (run ids look like run_01m8vs3a…; …)"), several exit 2
+with the candidates listed, one per line, at most ten.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from piwf_actors.cli.refused import Refused
+from piwf_actors.ids import new_id
 
-#: Generated ids: `new_id` (kind + 26 base32), a restart's run id (26 hex) and a request id (32 hex).
+#: Generated ids: `new_id` / `derived_id` (kind + 26 base32; an older host's restart: 26 hex) and a request id
+#: (32 hex).
 FULL_ID = {
     "run": re.compile(r"run_[0-9a-z]{26}"),
     "request": re.compile(r"req_[0-9a-f]{32}"),
@@ -27,6 +33,10 @@ FULL_ID = {
 }
 NOUNS = {"run": "run", "request": "request", "effect": "effect", "message": "message",
          "delivery": "ambiguous delivery"}
+#: The kind each id starts with, which an argument may leave out.
+KIND_PREFIX = {"run": "run_", "request": "req_", "effect": "eff_", "message": "msg_", "delivery": "chf_"}
+#: What marks the end of an id (piwf-top cuts ids at the front).
+ELLIPSES = ("…", "...")
 #: How many candidates an ambiguous prefix lists.
 CANDIDATES = 10
 
@@ -35,8 +45,21 @@ class NoMatch(Exception):
     """No id of the kind starts with the prefix (exit 1)."""
 
     def __init__(self, kind: str, prefix: str) -> None:
-        super().__init__(f"no {NOUNS.get(kind, kind)} matches {prefix!r}")
+        super().__init__(f"no {NOUNS.get(kind, kind)} matches {prefix!r}{hint(kind)}")
         self.kind, self.prefix = kind, prefix
+
+
+def hint(kind: str) -> str:
+    """What ids of `kind` look like (a run id starts with the time it was made: now's is shown)."""
+    head = KIND_PREFIX.get(kind)
+    if head is None:
+        return ""
+    if kind == "request":
+        example = f"{head}c7650159…"
+    else:
+        example = new_id(head[:-1])[:len(head) + 10] + "…"
+    return f" ({NOUNS.get(kind, kind)} ids look like {example}; give the start of one, with or without {head}, " \
+           "or its end)"
 
 
 class Ambiguous(Exception):
@@ -67,26 +90,49 @@ def is_full(kind: str, value: str) -> bool:
     return pattern is not None and pattern.fullmatch(value) is not None
 
 
+def tries(kind: str, value: str) -> list[tuple[str, str]]:
+    """The lookups `value` may stand for, in order: ("prefix" | "suffix", text). `…end` is an end only;
+    otherwise the value as typed, then with its kind put in front, then as an id's end."""
+    for mark in ELLIPSES:
+        if value.startswith(mark) and len(value) > len(mark):
+            return [("suffix", value[len(mark):])]
+    found = [("prefix", value)]
+    head = KIND_PREFIX.get(kind)
+    if head is not None and not value.startswith(head):
+        found.append(("prefix", head + value))
+    found.append(("suffix", value))
+    return found
+
+
 def resolve(client: Any, kind: str, value: str) -> str:
     """The full id of `kind` (run, request, effect, message) that `value` names, asking the host
     (`ids.match`) unless `value` already has a full id's shape. A host without `ids.match` takes `value`
-    as given."""
+    as given; one without ends (`suffix`) matches starts only."""
     if is_full(kind, value) or not value:
         return value
-    answer = client.request("ids.match", {"kind": kind, "prefix": value, "limit": CANDIDATES})
-    if not answer.ok:
-        if answer.outcome == "rejected" and "is not available" in (answer.error or ""):
-            return value  # an older host: let the operation itself say whether the id exists
-        raise Refused(answer)
-    return pick(kind, value, list(answer.receipt["matches"]), bool(answer.receipt["more"]))
+    for how, text in tries(kind, value):
+        answer = client.request("ids.match", {"kind": kind, how: text, "limit": CANDIDATES})
+        if not answer.ok:
+            error = answer.error or ""
+            if answer.outcome == "rejected" and "is not available" in error:
+                return value  # an older host: let the operation itself say whether the id exists
+            if answer.outcome == "rejected" and "unknown payload field" in error:
+                continue  # an older host that matches starts only
+            raise Refused(answer)
+        matches, more = list(answer.receipt["matches"]), bool(answer.receipt["more"])
+        if matches:
+            return pick(kind, text, matches, more)
+    raise NoMatch(kind, value)
 
 
 def resolve_among(kind: str, value: str, candidates: Iterable[str]) -> str | None:
-    """The candidate `value` names (exact, or the only one it prefixes); None when none starts with it
-    (the caller then passes `value` on unchanged); Ambiguous for several."""
+    """The candidate `value` names (exact, or the only one it starts or ends, see `tries`); None when
+    none does (the caller then passes `value` on unchanged); Ambiguous for several."""
     if is_full(kind, value):
         return value
-    matches = sorted({c for c in candidates if c.startswith(value)})
-    if not matches:
-        return None
-    return pick(kind, value, matches, False)
+    every = set(candidates)
+    for how, text in tries(kind, value):
+        matches = sorted(c for c in every if (c.startswith(text) if how == "prefix" else c.endswith(text)))
+        if matches:
+            return pick(kind, text, matches, False)
+    return None

@@ -82,10 +82,21 @@ def _messages_table(messages: list[dict[str, Any]]) -> Table:
     return table
 
 
+#: Why the messages part is usually empty: a run without a session writes no session message.
+NO_MESSAGES = "no session messages (notify nodes write them, and a run started with --session S tells S how it ended)"
+
+
+def inbox_view(receipt: dict[str, Any]) -> Group:
+    """Both parts of the inbox; an empty one is a line saying so, not a table with no rows."""
+    requests, messages = receipt.get("requests") or [], receipt.get("messages") or []
+    return Group(_requests_table(requests) if requests else Text("no pending requests", style="dim"),
+                 _messages_table(messages) if messages else Text(NO_MESSAGES, style="dim"))
+
+
 def cmd_inbox(ctx: Any, _parser: argparse.ArgumentParser) -> int:
     payload = {"session_id": ctx.args.session} if ctx.args.session else {}
     receipt = ctx.call("interaction.list", payload)
-    ctx.show(receipt, lambda r: Group(_requests_table(r["requests"]), _messages_table(r["messages"])))
+    ctx.show(receipt, inbox_view)
     return 0
 
 

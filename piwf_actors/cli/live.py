@@ -11,6 +11,7 @@ carries two topics: `run` (the run view, whenever it changed) and
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from rich.text import Text
 
 from piwf_actors.cli import render
 from piwf_actors.cli.context import Refused
+from piwf_actors.cli.progress import NodeProgress
 from piwf_actors.client import Client, HostNotRunning
 
 
@@ -28,12 +30,13 @@ class HostWentAway(HostNotRunning):
     """The host closed the watch connection (it stopped)."""
 
 
-def watch_events(client: Client, topic: str, run_id: str | None = None) -> Iterator[tuple[str, Any]]:
+def watch_events(client: Client, topic: str, run_id: str | None = None, *,
+                 output_so_far: bool = False) -> Iterator[tuple[str, Any]]:
     """Yield (topic, payload) of each event of a watch on a fresh connection; HostWentAway when the
-    host closes it."""
+    host closes it. `output_so_far`: a run watch starts with what its running node printed already."""
     watcher = Client(socket_path=client.socket_path, client_id=client.client_id, timeout=client.timeout)
     try:
-        for event in watcher.watch(topic, run_id=run_id):
+        for event in watcher.watch(topic, run_id=run_id, output_so_far=output_so_far):
             if event.get("topic") == "overflow":
                 raise HostWentAway(client.socket_path, "the host dropped this watch (overflow)")
             yield str(event.get("topic")), event.get("payload")
@@ -94,13 +97,74 @@ def follow_events(client: Client, run_id: str, after: int, emit: Callable[[dict[
     return after
 
 
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+def _run_state(run: dict[str, Any]) -> str:
+    """`status` plus why, when there is a why: `parked (waiting)`, `failed (node_failed)`."""
+    why = run.get("park_reason") if run.get("status") == "parked" else run.get("error_code")
+    return f"{run.get('status')}" + (f" ({why})" if why else "")
+
+
+class WatchLines:
+    """Successive watch views → plain lines, one per change (what `piwf watch` prints to a pipe or a file).
+
+    A `runs` view is the newest runs: a line for each run whose status (or park reason, error) differs
+    from the last one printed for it. A `run` view is one run: a line when its status changes and one per
+    node start and end (`progress.NodeProgress`, as `start --wait` prints them). Lines carry the time
+    and full ids; nothing is redrawn.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, str] = {}
+        self._nodes = NodeProgress()
+
+    def runs(self, view: dict[str, Any] | None) -> list[str]:
+        lines = []
+        for run in reversed((view or {}).get("runs") or []):  # oldest first, as they happened
+            run_id, state = str(run.get("run_id")), _run_state(run)
+            if self._states.get(run_id) != state:
+                self._states[run_id] = state
+                lines.append(f"{_stamp()} {run_id} {run.get('workflow')} {state}")
+        return lines
+
+    def run(self, view: dict[str, Any] | None) -> list[str]:
+        if view is None:
+            return [f"{_stamp()} the run is gone (pruned)"]
+        lines = [f"{_stamp()} {line.plain}" for line in self._nodes.update(view)]
+        state = _run_state(view)
+        if self._states.get("run") != state:
+            self._states["run"] = state
+            line = f"{_stamp()} {view.get('run_id')} {view.get('workflow')} {state}"
+            # The run's end comes after its last node; any other change before the nodes it led to.
+            lines = [*lines, line] if ended(view) else [line, *lines]
+        return lines
+
+
+def plain_watch(client: Client, console: Console, run_id: str | None) -> dict[str, Any] | None:
+    """`live_watch` for an output that is not a terminal: plain lines, flushed one by one."""
+    topic = "run" if run_id else "runs"
+    lines = WatchLines()
+    for view in watch_views(client, topic, run_id):
+        for line in lines.run(view) if run_id else lines.runs(view):
+            console.out(line, highlight=False)
+            console.file.flush()
+        if run_id and ended(view):
+            return view
+    return None
+
+
 def live_watch(client: Client, console: Console, run_id: str | None) -> dict[str, Any] | None:
     """A live Rich view of the runs until Ctrl-C or the host stops, or of one run until it ends
-    (returns its last view)."""
+    (returns its last view). Not on a terminal, plain lines instead (`plain_watch`): a live display
+    there would print nothing until it ends."""
+    if not console.is_terminal:
+        return plain_watch(client, console, run_id)
     topic = "run" if run_id else "runs"
     waiting = Text(f"waiting for the host ({topic}) …", style="dim")
     with Live(waiting, console=console, auto_refresh=False, redirect_stderr=False,
-              vertical_overflow="visible" if not console.is_terminal else "ellipsis") as live:
+              vertical_overflow="ellipsis") as live:
         for view in watch_views(client, topic, run_id):
             if run_id:
                 live.update(render.run_view(view), refresh=True)

@@ -5,8 +5,10 @@ streams are printed, labelled; another node's output is printed as JSON.
 Values over 64 KiB arrive as content markers and are fetched in chunks
 (`content.read`). Without NODE, the node that ran last is shown.
 
-`-f` follows the run's `node_output` events (a `run` watch): data is written
-as it arrives, a node's stdout to stdout and its stderr to stderr. With NODE
+`-f` follows the run's `node_output` events (a `run` watch asking for the
+output so far): like `tail -f`, it starts with what a running node printed
+before it was called, then writes data as it arrives, a node's stdout to
+stdout and its stderr to stderr. With NODE
 it stops when that node finishes (exit 0 when it succeeded, else 1); without
 it, when the run ends (exit 0 when done, 1 when failed or cancelled). A node
 that finished before its output reached the watch is printed from its
@@ -126,14 +128,18 @@ def follow(ctx: Ctx, view: dict[str, Any], target: str | None) -> int:
         return 0 if node.get("status") == "succeeded" else 1
     for node in view.get("nodes") or []:
         if node.get("status") == "running" and target in (None, node.get("node_id")) and not ctx.json:
-            ctx.note(f"node {node.get('node_id')} is running already: its output from now on (all of it once it "
-                     f"ends: {ctx.command('logs', run_id, str(node.get('node_id')))})")
+            ctx.note(f"node {node.get('node_id')} is running already: what it printed so far, then as it comes")
+    # Attempts that had ended when the run was read: their output is in their stored result (the host's
+    # output so far may still hold the last one's), not news.
+    finished = {attempt for attempt, status in initial.values() if status in NODE_FINISHED}
     live_attempts: set[Any] = set()
     reported: set[Any] = set()
     speaking: Any = None
-    for topic, payload in watch_events(ctx.host(), "run", run_id):
+    for topic, payload in watch_events(ctx.host(), "run", run_id, output_so_far=True):
         if topic == "node_output":
             if payload is None or (target is not None and payload.get("node_id") != target):
+                continue
+            if payload.get("attempt_id") in finished:
                 continue
             live_attempts.add(payload.get("attempt_id"))
             if ctx.json:

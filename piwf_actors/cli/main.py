@@ -1,12 +1,14 @@
 """`piwf`: the client command of a piwf host (protocol v1 over `<state_dir>/host.sock`).
 
 Exit status: 0 ok; 1 the host refused the operation (rejected, conflict,
-notFound, unavailable, claimLost), no id matches a given prefix, a run
-waited for (`start --wait`, `watch RUN`, `logs -f`) failed or was
-cancelled, or `state verify` found violations; 2 bad usage, or an id prefix
+notFound, unavailable, claimLost), no id matches a given prefix (or the
+named resource manager has no file), a run waited for (`start --wait`, `watch
+RUN`, `logs -f`) failed or was cancelled, `state verify` found violations,
+`workflows` found a file that fails to load, or `host stop` gave up waiting
+for the host to stop; 2 bad usage, or an id prefix
 that matches several ids (they are listed); 3 no host is running (or it went
-away). `list`, `show`, `events` and `logs` read the state database
-read-only when no host runs. `--json`, before or after the command, prints
+away). `list`, `show`, `events`, `logs` and `graph RUN` read the state
+database read-only when no host runs. `--json`, before or after the command, prints
 JSON on stdout instead of tables (the host's receipt, or the refused
 response).
 """
@@ -24,6 +26,7 @@ from rich.text import Text
 from piwf_actors import __version__
 from piwf_actors.cli import (
     channels,
+    graph,
     inbox,
     live,
     logs,
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     workflows.add_command(add, sub)
+    graph.add_command(add, sub)
     runs.add_commands(add, sub)
     messages.add_commands(add, sub)
     logs.add_command(add, sub)
@@ -109,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
     add(host, "status", "host status: role (active or standby), lease, workers, runs, writer", cmd_status)
-    add(host, "stop", "stop the host cleanly", cmd_host_stop)
+    p = add(host, "stop", "stop the host cleanly; waits until it has stopped (its lock is free)", cmd_host_stop)
+    p.add_argument("--no-wait", dest="wait", action="store_false",
+                   help="return once the host has been asked to stop, not once it has stopped")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="wait at most this long for the host to stop; exit 1 if it has not (default 30)")
     return parser
 
 
@@ -166,8 +174,23 @@ def cmd_state_prune(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_host_stop(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
+    from piwf_actors.cli.host import wait_until_gone
+    from piwf_actors.paths import StatePaths
+
     receipt = ctx.call("host.stop")
-    ctx.show(receipt, lambda _r: Text("host stopping"))
+    if not ctx.args.wait:
+        ctx.show(receipt, lambda _r: Text("host stopping"))
+        return EXIT_OK
+    ctx.close()  # the host closes this connection as it stops
+    ctx.note("piwf: host stopping; waiting until it has stopped …")
+    stopped = wait_until_gone(StatePaths.resolve(ctx.args.state_dir), max(0.0, ctx.args.timeout))
+    if ctx.json:
+        ctx.emit_json({**receipt, "stopped": stopped})
+    elif stopped:
+        ctx.out.print(Text("host stopped"))
+    if not stopped:
+        print(f"piwf: the host did not stop within {ctx.args.timeout:g} s (it is still stopping)", file=sys.stderr)
+        return EXIT_REFUSED
     return EXIT_OK
 
 

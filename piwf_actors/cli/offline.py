@@ -1,11 +1,11 @@
 """`LocalStore`: the CLI's read-only operations answered from a state database directly, when no host listens.
 
-`piwf list`, `show`, `events` and `logs` use it to read the state database
+`piwf list`, `show`, `events`, `logs` and `graph RUN` use it to read the state database
 of a stopped host: `<state-dir>/state.db`, or the database `--database` /
 `$PIWF_DATABASE_URL` names (a read-only connection either way: it can never
 change the database; SQLite's WAL, or PostgreSQL's MVCC, lets it read beside
 a host that starts meanwhile). It
-answers `run.list`, `run.get`, `run.events`, `content.read` and `ids.match`
+answers `run.list`, `run.get`, `run.source`, `run.events`, `content.read` and `ids.match`
 with the host's own query functions and the same outcomes and receipts as
 the socket protocol; anything else is `unavailable`.
 """
@@ -45,7 +45,8 @@ class LocalStore(ContentReader):
                 expected_revision: int | None = None, idempotency_key: str | None = None) -> Response:
         """Answer like the host would; a database that cannot be read is `unavailable` with the reason."""
         handler = {"run.list": self._run_list, "run.get": self._run_get, "run.events": self._run_events,
-                   "content.read": self._content_read, "ids.match": self._ids_match}.get(operation)
+                   "run.source": self._run_source, "content.read": self._content_read,
+                   "ids.match": self._ids_match}.get(operation)
         if handler is None:
             return Response(None, "unavailable", error=f"{operation} needs a running host")
         try:
@@ -73,6 +74,15 @@ class LocalStore(ContentReader):
         return Response(None, "accepted", receipt=view, revision=view["revision"])
 
     @staticmethod
+    def _run_source(reader: StoreReader, _payload: dict[str, Any], run_id: str | None) -> Response:
+        from piwf_actors.protocol.catalog.runs import source_receipt  # `piwf graph RUN` only
+
+        receipt = None if run_id is None else source_receipt(reader, run_id)
+        if receipt is None:
+            return Response(None, "notFound", error=f"run {run_id} not found")
+        return Response(None, "accepted", receipt=receipt)
+
+    @staticmethod
     def _run_events(reader: StoreReader, payload: dict[str, Any], run_id: str | None) -> Response:
         status = None if run_id is None else queries.run_status(reader, run_id)
         if status is None:
@@ -94,9 +104,10 @@ class LocalStore(ContentReader):
 
     @staticmethod
     def _ids_match(reader: StoreReader, payload: dict[str, Any], _run_id: str | None) -> Response:
-        kind, prefix = payload.get("kind"), payload.get("prefix")
-        if kind not in queries.ID_KINDS or not prefix:
+        kind, prefix, suffix = payload.get("kind"), payload.get("prefix"), payload.get("suffix")
+        if kind not in queries.ID_KINDS or not (prefix or suffix):
             return Response(None, "rejected", error=f"ids.match: unknown kind {kind!r} or empty prefix")
         limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
-        matches, more = queries.match_ids(reader, str(kind), str(prefix), limit)
+        matches, more = (queries.match_id_ends(reader, str(kind), str(suffix), limit) if suffix else
+                         queries.match_ids(reader, str(kind), str(prefix), limit))
         return Response(None, "accepted", receipt={"matches": matches, "more": more})

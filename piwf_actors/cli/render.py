@@ -25,11 +25,14 @@ from piwf_actors.cli.render_text import (  # noqa: F401  (re-exported: callers u
     STDERR_TAIL_LINES,
     TERMINAL,
     ago,
+    answered_by,
     compact,
     duration,
     error_text,
     id_column,
+    moment,
     one_line,
+    relative,
     request_clock,
     run_duration,
     short_ids,
@@ -119,7 +122,9 @@ def _waiting_clock(waiting: dict[str, Any]) -> str:
     if waiting.get("clock") == "paused":
         return f"paused, {duration(waiting.get('remaining_s'))} left when it resumes"
     if waiting.get("clock") == "running":
-        return f"{duration(waiting.get('remaining_s'))} left (until {when(waiting.get('deadline_at'))})"
+        if isinstance(waiting.get("deadline_at"), (int, float)):
+            return f"until {moment(waiting['deadline_at'])}"
+        return f"{duration(waiting.get('remaining_s'))} left"
     return "no deadline"
 
 
@@ -136,6 +141,8 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     table.add_column("output / error", overflow="fold")
     for node in nodes:
         detail = error_text(node["error"]) if node.get("error") else text(compact(node.get("output")))
+        if node.get("answer"):  # an answer's output says who gave it: a person, a channel user, the timeout
+            detail.append(f" · by {answered_by(node['answer'].get('by'))}", style="dim")
         by = [text(", ".join(node.get("executors") or []) or "-")] if executed else []
         table.add_row(text(node.get("node_id")), text(node.get("status")), text(node.get("attempts")), *by, detail)
     if not nodes:
@@ -143,25 +150,18 @@ def nodes_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
-def answered_by(provenance: Any) -> str:
-    """Who gave an accepted answer, in words (run.get's `answer.by`)."""
+def provenance_details(provenance: Any) -> str:
+    """What the provenance holds beyond `answered_by`'s words: client, session, process, chat, deadline."""
     if not isinstance(provenance, dict):
-        return "unknown"
-    kind = provenance.get("kind")
-    if kind == "timeout":
-        return "its timeout (the default response)"
-    if kind == "channel":
-        return (f"{provenance.get('channel', 'channel')} user {provenance.get('user_id')} in chat "
-                f"{provenance.get('chat_id')} (profile {provenance.get('profile')})")
-    parts = [str(kind or "someone")]
-    if provenance.get("client_id"):
-        parts.append(f"client {provenance['client_id']}")
-    if provenance.get("session_id"):
-        parts.append(f"session {provenance['session_id']}")
-    process = ", ".join(f"{key} {provenance[key]}" for key in ("pid", "uid") if provenance.get(key) is not None)
-    if process:
-        parts.append(f"({provenance.get('via') or 'socket'}: {process})")
-    return " ".join(parts)
+        return ""
+    if provenance.get("kind") == "timeout":
+        return f"deadline {when(provenance.get('deadline_at'))}" if provenance.get("deadline_at") else ""
+    parts = []
+    for key, label in (("client_id", "client"), ("session_id", "session"), ("pid", "pid"), ("uid", "uid"),
+                       ("chat_id", "chat"), ("profile", "profile")):
+        if provenance.get(key) is not None:
+            parts.append(f"{label} {provenance[key]}")
+    return ", ".join(parts)
 
 
 def answers_table(nodes: list[dict[str, Any]]) -> Table | None:
@@ -169,11 +169,12 @@ def answers_table(nodes: list[dict[str, Any]]) -> Table | None:
     if not answered:
         return None
     table = Table(title="answers", title_justify="left")
-    for column in ("node", "answered by", "at"):
+    for column in ("node", "answer", "answered by", "details", "at"):
         table.add_column(column, overflow="fold")
     for node in answered:
-        table.add_row(text(node.get("node_id")), text(answered_by(node["answer"].get("by"))),
-                      text(when(node["answer"].get("at"))))
+        by = node["answer"].get("by")
+        table.add_row(text(node.get("node_id")), text(compact(node.get("output"))), text(answered_by(by)),
+                      text(provenance_details(by)), text(when(node["answer"].get("at"))))
     return table
 
 
@@ -249,6 +250,15 @@ def run_view(view: dict[str, Any] | None) -> RenderableType:
 # --- events ---------------------------------------------------------------------------
 
 
+def event_payload(event: dict[str, Any], limit: int) -> str:
+    """An event's payload in one line; an answer's event (`interaction_settled`) leads with who gave it."""
+    payload = event.get("payload")
+    if isinstance(payload, dict) and "answered_by" in payload:
+        rest = {key: value for key, value in payload.items() if key != "answered_by"}
+        return f"by {answered_by(payload['answered_by'])} {compact(rest, limit)}".rstrip()
+    return compact(payload, limit)
+
+
 def events_table(events: list[dict[str, Any]]) -> Table:
     table = Table()
     table.add_column("seq", justify="right", no_wrap=True)
@@ -259,7 +269,7 @@ def events_table(events: list[dict[str, Any]]) -> Table:
     for event in events:
         table.add_row(text(event.get("seq")), text(when(event.get("created_at"), precise=True)),
                       text(event.get("kind")), text(event.get("node_id")),
-                      one_line(compact(event.get("payload"), 400)))
+                      one_line(event_payload(event, 400)))
     return table
 
 
@@ -269,7 +279,7 @@ def event_line(event: dict[str, Any]) -> Text:
     line.append(when(event.get("created_at"), precise=True) + " ")
     line.append(f"{event.get('kind', '')!s:<18}", style="bold")
     line.append(f" {event.get('node_id') or '-'}")
-    payload = compact(event.get("payload"), 160)
+    payload = event_payload(event, 160)
     if payload:
         line.append(f" {payload}", style="dim")
     return line

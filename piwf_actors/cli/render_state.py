@@ -33,10 +33,11 @@ def host_status(view: dict[str, Any]) -> RenderableType:
                   f"{ago(active.get('expires_at'), now)}" if active.get("live")
                   else f"none: the lease of epoch {active.get('epoch')} has run out; taking over")
         host.add_row("active host", text(holder))
-    if view.get("host_id"):
-        host.add_row("this host", text(view.get("host_id")))
+    # This host's own id and pid; the rows below are the lease holder's (on a standby: the active host's).
+    host.add_row("this host", text(f"{view.get('host_id') or '-'} (pid {view.get('pid')})"))
     host.add_row("epoch", text(view.get("epoch")))
-    host.add_row("pid", text(view.get("pid")))
+    holder_pid = (view.get("active") or {}).get("pid", lease.get("pid") if lease.get("live") else None)
+    host.add_row("pid", text(holder_pid if holder_pid is not None else "none"))
     host.add_row("host id", text(lease.get("host_id")))
     host.add_row("started", text(when(lease.get("started_at"))))
     host.add_row("lease", Text("live" if lease.get("live") else "expired", style="green" if lease.get("live")

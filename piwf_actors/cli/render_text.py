@@ -62,15 +62,73 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return f"{delta:.1f} s ago" if delta >= 0 else f"in {-delta:.1f} s"
 
 
+def relative(ts: float, now: float | None = None) -> str:
+    """`in 18 s`, `3 min 12 s ago`, `in 2 h 5 min`, `in 3 d 4 h`; `now` within a second. Whole units,
+    cut toward zero: a deadline 599.7 s away is `in 9 min 59 s`, never a minute it has not reached."""
+    delta = ts - (time.time() if now is None else now)
+    seconds = int(abs(delta))
+    if seconds < 1:
+        return "now"
+    units = [(86400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s")]
+    span = f"{seconds} s"
+    for size, name, smaller, smaller_name in units:
+        if seconds >= size:
+            rest = seconds % size // smaller
+            span = f"{seconds // size} {name}" + (f" {rest} {smaller_name}" if rest else "")
+            break
+    return f"in {span}" if delta > 0 else f"{span} ago"
+
+
+def moment(ts: float | None, now: float | None = None) -> str:
+    """A deadline or wake-up time as people read it: local time with its zone, and how far it is:
+    `2026-12-02 16:40:05 UTC (in 18 s)` / `(18 s ago)`."""
+    if not ts:
+        return ""
+    try:
+        zone = time.strftime("%Z", time.localtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
+    return f"{when(ts)} {zone} ({relative(ts, now)})"
+
+
 def request_clock(request: dict[str, Any], now: float | None = None) -> str:
-    """A pending request's deadline: when it comes, `paused (… left)` while its run is paused (the clock
-    stands still: docs/protocol.md), `—` without one."""
+    """A pending request's deadline: when it comes (`moment`), `paused (… left)` while its run is paused
+    (the clock stands still: docs/protocol.md), `—` without one."""
     if request.get("paused_remaining_s") is not None:
         return f"paused ({duration(request['paused_remaining_s'])} left)"
     if request.get("deadline_at"):
-        left = request["deadline_at"] - (time.time() if now is None else now)
-        return f"{when(request['deadline_at'])} (in {duration(left)})"
+        return moment(request["deadline_at"], now)
     return "—"
+
+
+def answered_by(provenance: Any) -> str:
+    """Who gave an accepted answer, in words, from its provenance (run.get's `answered_by`, the
+    `answered_by` of an `interaction_settled` event): `person via cli`, `telegram user 42 (Ann, @ann)`,
+    `timeout`, `agent session s1`. A person is named by the program that sent the answer, known from
+    its client id (`piwf` and `piwf-top` name theirs) or from the embedding API."""
+    if not isinstance(provenance, dict):
+        return "unknown"
+    kind = provenance.get("kind")
+    if kind == "timeout":
+        return "timeout"
+    if kind == "channel":
+        names = [str(provenance[key]) for key in ("name",) if provenance.get(key)]
+        names += [f"@{provenance['username']}"] if provenance.get("username") else []
+        label = f"{provenance.get('channel') or 'channel'} user {provenance.get('user_id')}"
+        return label + (f" ({', '.join(names)})" if names else "")
+    client = str(provenance.get("client_id") or "")
+    if kind == "agent":
+        session = provenance.get("session_id")
+        return f"agent session {session}" if session else f"agent client {client or '?'}"
+    if provenance.get("via") == "embedded":
+        program = "embedding"
+    elif client.startswith("piwf-cli-"):
+        program = "cli"
+    elif client.startswith("piwf-top-"):
+        program = "piwf-top"
+    else:
+        program = f"client {client}" if client else "socket"
+    return f"{'person' if kind == 'human' else kind or 'someone'} via {program}"
 
 
 def duration(seconds: float | None) -> str:

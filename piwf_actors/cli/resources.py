@@ -3,7 +3,8 @@
 `apply -f FILE` reads a JSON or TOML file with `manager`, `key`, `spec` and optionally `initial_status`
 (and `project_path`; default `--project`, else the current directory), finds the manager file
 `<project>/.piwf/resource-managers/<manager>.py`, and sends its sha256 with the request: the host
-refuses the apply (`conflict`) if the file changed in between.
+refuses the apply (`conflict`) if the file changed in between. Exit status: 2 for a file that
+cannot be read or parsed (bad usage), 1 when the manager file does not exist (not found).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli import render
-from piwf_actors.cli.context import EXIT_OK, EXIT_USAGE
+from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from piwf_actors.workflows.resource_manager import file_digest, manager_path
 
 
@@ -71,10 +72,10 @@ def cmd_apply(ctx: Any, _parser: Any) -> int:
     path = manager_path(project, document["manager"])
     try:
         digest = file_digest(path)
-    except OSError as exc:
+    except OSError as exc:  # not found, like an unknown run id: 1, not the usage status 2
         print(f"piwf: no resource manager {document['manager']!r}: cannot read {path} ({exc.strerror})",
               file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_REFUSED
     payload = {"manager": document["manager"], "key": document["key"], "spec": document["spec"],
                "project_path": project, "digest": digest}
     if document.get("initial_status") is not None:

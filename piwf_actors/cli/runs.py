@@ -16,7 +16,7 @@ from typing import Any
 from rich.text import Text
 
 from piwf_actors.cli import live, render
-from piwf_actors.cli.context import EXIT_OK, Ctx, Refused
+from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, Ctx, Refused
 from piwf_actors.cli.progress import NodeProgress, park_hint, park_key
 from piwf_actors.cli.values import cutoff, json_value, key_value
 
@@ -101,7 +101,10 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
         payload["session_id"] = args.session
     if args.priority is not None:
         payload["priority"] = args.priority
-    receipt = ctx.call("run.start", payload)
+    try:
+        receipt = ctx.call("run.start", payload)
+    except Refused as refused:
+        return _input_refused(ctx, refused)
     run_id = receipt["run_id"]
     if not args.wait:
         if ctx.json:
@@ -119,6 +122,23 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     if view is None:
         ctx.note(f"piwf: run {run_id} no longer exists")
     return live.exit_status(view)
+
+
+#: Where the host's refusal of a run input goes on to the shape it expected (workflows/shapes.py's
+#: EXPECTED_INPUT; not imported, so that `piwf` does not load the workflow package to start).
+_EXPECTED_INPUT = "; expected input: "
+
+
+def _input_refused(ctx: Ctx, refused: Refused) -> int:
+    """A refused input: its problems, then on a line of its own the input the workflow expects. Any
+    other refusal (and --json) goes on to the usual handling."""
+    answer = refused.answer
+    problems, mark, shape = str(answer.error or "").rpartition(_EXPECTED_INPUT)
+    if ctx.json or not mark:
+        raise refused
+    print(f"piwf: {answer.outcome}: {problems}", file=sys.stderr)
+    print(f"expected input: {shape}", file=sys.stderr)
+    return EXIT_REFUSED
 
 
 def _progress(ctx: Ctx) -> Any:

@@ -53,8 +53,10 @@ def cmd_state_migrate(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     if ctx.json:
         ctx.emit_json(result)
         return EXIT_OK
-    table = Table("table", "rows", title=f"copied {result['rows']} rows in {result['seconds']} s "
-                  f"(schema v{result['schema_version']}), row counts and state.verify checked")
+    # The summary is a line of its own: as the table's title it was wrapped to the table's width.
+    ctx.out.print(Text(f"copied {result['rows']} rows in {result['seconds']} s (schema v{result['schema_version']}); "
+                       "row counts and state.verify checked"), soft_wrap=True)
+    table = Table("table", "rows")
     for name, rows in result["tables"].items():
         table.add_row(name, str(rows))
     ctx.out.print(table)
@@ -64,8 +66,9 @@ def cmd_state_migrate(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
 
 
 def _progress(ctx: Ctx) -> Any:
+    """Rows copied so far into a large table (every 10,000); the final counts are the table printed at the end."""
     def report(table: str, rows: int) -> None:
         if not ctx.json and rows:
-            ctx.note(f"  {table}: {rows} rows")
+            ctx.note(f"  {table}: {rows} rows so far …")
 
     return report

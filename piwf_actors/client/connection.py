@@ -213,14 +213,17 @@ class Client(ContentReader):
     # --- watches ----------------------------------------------------------------------------
 
     def watch(self, topic: str, *, run_id: str | None = None, session_id: str | None = None,
-              timeout: float | None = None) -> Iterator[dict[str, Any]]:
+              timeout: float | None = None, output_so_far: bool = False) -> Iterator[dict[str, Any]]:
         """Subscribe and yield events (each: subscription_id, topic, revision, payload).
 
         Stops when the host closes the connection; `timeout` bounds the wait
-        for each next event (TimeoutError).
+        for each next event (TimeoutError). `output_so_far` (a `run` watch):
+        first the `node_output` its running node printed before this watch.
         """
         subscription_id = uuid.uuid4().hex[:16]
         payload: dict[str, Any] = {"subscription_id": subscription_id, "topic": topic}
+        if output_so_far:
+            payload["output_so_far"] = True
         if run_id:
             payload["run_id"] = run_id
         if session_id:

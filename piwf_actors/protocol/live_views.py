@@ -20,6 +20,8 @@ from typing import Any
 
 from piwf_actors.board import HostBoard
 from piwf_actors.protocol.envelope import event
+from piwf_actors.protocol.output_tail import KEYS as OUTPUT_KEYS
+from piwf_actors.protocol.output_tail import OutputTail
 from piwf_actors.protocol.run_window import RunWindow
 from piwf_actors.protocol.socket_loop import SocketLoop
 from piwf_actors.protocol.watches import Renderer, Watch, WatchSet
@@ -34,6 +36,7 @@ WINDOW_IDLE_S = 60.0
 class LiveViews:
     def __init__(self, reader: StoreReader, board: HostBoard, loop: SocketLoop) -> None:
         self.watches = WatchSet()
+        self.output_tail = OutputTail()  # what running shell nodes printed so far (piwf logs -f)
         self._reader = reader
         self._board = board
         self._loop = loop
@@ -105,13 +108,23 @@ class LiveViews:
                          now)
 
     def node_output(self, payload: dict[str, Any]) -> None:
-        """Live output of a shell node, to the `run` watches of its run (they share the revision counter)."""
+        """Live output of a shell node, to the `run` watches of its run (they share the revision counter),
+        and kept in the run's output tail for the watches that come later (`replay_output`)."""
+        self.output_tail.add(payload)
         for watch in self.watches.following(str(payload.get("run_id"))):
-            watch.revision += 1
-            self._loop.post(watch.conn_id, event(watch.subscription_id, "node_output", watch.revision,
-                                                 {key: payload.get(key) for key in
-                                                  ("run_id", "node_id", "attempt_id", "stream", "data")}),
-                            is_response=False)
+            self._post_output(watch, payload)
+
+    def replay_output(self, watch: Watch) -> None:
+        """Send a new `run` watch what its run's running node printed so far (`watch` with
+        `output_so_far`), before anything printed later: both go out from this thread, in order."""
+        for chunk in self.output_tail.so_far(str(watch.run_id)):
+            self._post_output(watch, chunk)
+
+    def _post_output(self, watch: Watch, payload: dict[str, Any]) -> None:
+        watch.revision += 1
+        self._loop.post(watch.conn_id, event(watch.subscription_id, "node_output", watch.revision,
+                                             {key: payload.get(key) for key in OUTPUT_KEYS}),
+                        is_response=False)
 
     # --- run.list ------------------------------------------------------------------------------
 

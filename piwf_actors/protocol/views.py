@@ -46,8 +46,9 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
         # host named in `active` runs out (docs/standby.md).
         "role": role.get("role", "active"),
         "host_id": role.get("host_id"),
+        # `pid` is the lease holder's (None once its lease is not live); this host's own is `pid` above.
         "active": {"host_id": lease["host_id"], "epoch": lease["epoch"], "expires_at": lease["expires_at"],
-                   "live": lease["live"]},
+                   "live": lease["live"], "pid": lease["pid"] if lease["live"] else None},
         "epoch": lease["epoch"],
         "lease": {k: lease[k] for k in ("epoch", "host_id", "pid", "started_at", "heartbeat_at", "expires_at",
                                         "live")},

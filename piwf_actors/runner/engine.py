@@ -17,23 +17,22 @@ again. The argument is written down in docs/durability.md.
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import itertools
 import logging
 import os
-import signal
-import time
-import traceback
-from collections.abc import Iterator
 from typing import Any
 
+from piwf_actors.clock import timer_sleep
 from piwf_actors.ids import new_id
 from piwf_actors.messages import pack
+from piwf_actors.runner.node_guard import NodeTimeout, deadline, one_line, user_traceback
+from piwf_actors.runner.output_check import OutputInvalid, checked_output_shape
+from piwf_actors.runner.output_stream import OutputStreamer
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.runner.termination import machine_identity
 from piwf_actors.runner.waits import wait_payload
+from piwf_actors.tracing.ids import node_traceparent
 from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
 from piwf_actors.workflows.contracts import presentation
 from piwf_actors.workflows.model import (
@@ -51,70 +50,8 @@ from piwf_actors.workflows.waits import WAIT_KINDS, ChildRunsSpec
 log = logging.getLogger(__name__)
 
 
-class NodeTimeout(Exception):
-    pass
-
-
 class MessageRefused(Exception):
     """The host refused a node's `ctx.send_message` (the run has ended, a bad topic)."""
-
-
-class _Alarm:
-    """SIGALRM as a per-node deadline. The handler is installed once per worker process; a node
-    only sets and clears the timer (two system calls), which matters on the hot path: every
-    compute node has a default timeout."""
-
-    installed = False
-    armed_for: float | None = None
-
-    @classmethod
-    def fire(cls, _signum: int, _frame: object) -> None:
-        if cls.armed_for is not None:
-            raise NodeTimeout(f"timed out after {cls.armed_for:g} s")
-
-
-@contextlib.contextmanager
-def deadline(timeout_s: float | None) -> Iterator[None]:
-    """Raise NodeTimeout in the main thread when `timeout_s` passes (SIGALRM)."""
-    if not timeout_s:
-        yield
-        return
-    if not _Alarm.installed:
-        signal.signal(signal.SIGALRM, _Alarm.fire)
-        _Alarm.installed = True
-    _Alarm.armed_for = timeout_s
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        _Alarm.armed_for = None
-
-
-#: A stored traceback keeps at most this many frames (the innermost) and characters.
-TRACEBACK_FRAMES = 20
-TRACEBACK_CHARS = 8000
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def user_traceback(exc: BaseException) -> str:
-    """The frames of `exc` that are the user's code (the workflow file, what it imports), not this
-    package's engine, formatted like Python's own traceback and bounded; the exception line last."""
-    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR + os.sep)]
-    dropped = max(0, len(frames) - TRACEBACK_FRAMES)
-    lines = ["Traceback (most recent call last):\n"]
-    if dropped:
-        lines.append(f"  … {dropped} earlier frame(s) left out\n")
-    lines += traceback.format_list(frames[dropped:])
-    lines += traceback.format_exception_only(type(exc), exc)
-    text = "".join(lines)
-    return text if len(text) <= TRACEBACK_CHARS else "…" + text[-(TRACEBACK_CHARS - 1):]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text[:1000]
 
 
 #: The largest node output, packed (larger ones fail the node `output_too_large`).
@@ -137,51 +74,6 @@ def _checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "outp
     return value
 
 
-class OutputStreamer:
-    """A running shell node's output, forwarded to the host while it runs (`piwf logs -f`).
-
-    Bounded and rate-limited so a chatty command cannot flood the host: at most
-    one `node_output` frame per stream every `interval_s` (or when `chunk`
-    bytes are waiting), at most `budget` bytes per node in all (the node's full
-    output is stored with its result anyway). Text is decoded incrementally, so
-    a UTF-8 character split between two reads is not mangled.
-    """
-
-    def __init__(self, send: Any, node_id: str, attempt_id: str, *, interval_s: float = 0.1,
-                 chunk: int = 16 * 1024, budget: int = 1024 * 1024) -> None:
-        self._send = send
-        self._node_id, self._attempt_id = node_id, attempt_id
-        self._interval_s, self._chunk, self._budget = interval_s, chunk, budget
-        self._pending: dict[str, bytearray] = {}
-        self._decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
-        self._sent = 0
-        self._last = 0.0
-        self._cut = False
-
-    def feed(self, stream: str, data: bytes) -> None:
-        if self._cut:
-            return
-        self._pending.setdefault(stream, bytearray()).extend(data)
-        now = time.monotonic()
-        if now - self._last >= self._interval_s or len(self._pending[stream]) >= self._chunk:
-            self.flush(now)
-
-    def flush(self, now: float | None = None) -> None:
-        self._last = time.monotonic() if now is None else now
-        for stream, data in self._pending.items():
-            if not data or self._cut:
-                continue
-            room = self._budget - self._sent
-            piece, self._pending[stream] = bytes(data[:room]), bytearray()
-            self._sent += len(piece)
-            text = self._decoders[stream].decode(piece)
-            if len(piece) < len(data):
-                self._cut = True
-                text += "\n…[live output cut here; the full output is stored with the node's result]\n"
-            self._send({"kind": "node_output", "node_id": self._node_id, "attempt_id": self._attempt_id,
-                        "stream": stream, "data": text})
-
-
 def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
     """A pure node's result that need not be waited for: nothing outside the worker depends on it
     before the next wait (its effects and interactions have none, and its end is not the run's)."""
@@ -190,9 +82,10 @@ def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
 
 
 class RunEngine:
-    def __init__(self, workflow: Workflow, link: SupervisorLink) -> None:
+    def __init__(self, workflow: Workflow, link: SupervisorLink, *, trace_context: bool = False) -> None:
         self.workflow = workflow
         self.link = link
+        self._trace_context = trace_context  # the host traces: nodes get their span's traceparent (docs/tracing.md)
         self._children: list[tuple[int, float]] = []
 
     def run(self, launch_state: dict[str, Any] | None = None) -> None:
@@ -279,7 +172,7 @@ class RunEngine:
                 return
             if retry:
                 if spec.retry_backoff_s:
-                    time.sleep(spec.retry_backoff_s)
+                    timer_sleep(spec.retry_backoff_s)  # timer time: a test's skip ends it (piwf_actors/clock.py)
                 continue
             if outcome == "ok" or output is not None:
                 outputs[node_id] = output
@@ -316,7 +209,9 @@ class RunEngine:
                                  "timeout_s": spec.timeout_s})
         try:
             ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
-                               attempt_id=attempt_id, messenger=self._messenger(node_id, visit))
+                               attempt_id=attempt_id, messenger=self._messenger(node_id, visit),
+                               traceparent=node_traceparent(self.link.run_id, attempt_id)
+                               if self._trace_context else None)
             if isinstance(spec, ShellSpec):
                 streamer = OutputStreamer(self.link.notify, node_id, attempt_id)
                 result = run_shell(spec, ctx, on_spawn=self._register_child, on_output=streamer.feed)
@@ -331,7 +226,7 @@ class RunEngine:
             if isinstance(spec, (ComputeSpec, ActionSpec)):
                 with deadline(spec.timeout_s):
                     output = spec.run(ctx)
-                report.update(outcome="ok", output=_checked_output(output))
+                report.update(outcome="ok", output=checked_output_shape(spec, _checked_output(output)))
                 return report
             if isinstance(spec, NotifySpec):
                 message = _checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
@@ -345,10 +240,12 @@ class RunEngine:
                           interrupted=spec.has_side_effect and not spec.idempotent)
         except OutputTooLarge as exc:
             report.update(outcome="failed", error=str(exc), error_code="output_too_large")
+        except OutputInvalid as exc:  # its declared `output=` shape (runner/output_check.py)
+            report.update(outcome="failed", error=str(exc), error_code=OutputInvalid.code)
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker
             frames = user_traceback(exc)
             log.info("node %s failed:\n%s", node_id, frames)
-            report.update(outcome="failed", error=_one_line(exc), error_code="node_error", traceback=frames)
+            report.update(outcome="failed", error=one_line(exc), error_code="node_error", traceback=frames)
         return report
 
     # --- waiting nodes ---------------------------------------------------------------
@@ -386,7 +283,7 @@ class RunEngine:
             _checked_output(request, MAX_OUTPUT_BYTES, "the children's inputs")
         except Exception as exc:  # its callback raised, or returned what cannot be waited for
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
-                    "error": _one_line(exc), "error_code": "bad_request"}
+                    "error": one_line(exc), "error_code": "bad_request"}
         return self._waited(node_id, self.link.accepted("wait_request", {**ask, **request}))
 
     @staticmethod
@@ -410,7 +307,7 @@ class RunEngine:
             _checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
-                    "error": _one_line(exc), "error_code": "bad_request"}
+                    "error": one_line(exc), "error_code": "bad_request"}
         answer = self.link.accepted("interaction_request", {
             "node_id": node_id, "attempt_id": attempt_id, "kind": contract["kind"], "contract": contract,
             "after_s": after_s, "default_response": default})
@@ -439,7 +336,9 @@ class RunEngine:
     @staticmethod
     def _contract(spec: Any, ctx: Any) -> tuple[dict[str, Any], float | None, Any]:
         if isinstance(spec, CheckpointSpec):
-            return ({"kind": "checkpoint", "prompt": str(evaluate(spec.prompt, ctx) or "")},
+            # The audience only when given: a checkpoint without one keeps the contract (and request id) it had.
+            audience = {} if spec.audience is None else {"audience": spec.audience}
+            return ({"kind": "checkpoint", "prompt": str(evaluate(spec.prompt, ctx) or ""), **audience},
                     spec.timeout_s, None)
         if isinstance(spec, AgentSpec):
             return ({"kind": "agent", "prompt": str(evaluate(spec.prompt, ctx)),
@@ -467,7 +366,7 @@ class RunEngine:
             try:
                 reason = spec.validate(ctx, value)
             except Exception as exc:
-                return f"validate raised {_one_line(exc)}"
+                return f"validate raised {one_line(exc)}"
             if reason:
                 return str(reason)[:1000]
         return None

@@ -23,7 +23,7 @@ from typing import Any
 
 from piwf_actors.errors import WorkflowError
 from piwf_actors.resources.policy import BadResult, check_result
-from piwf_actors.runner.engine import NodeTimeout, deadline, user_traceback
+from piwf_actors.runner.node_guard import NodeTimeout, deadline, user_traceback
 from piwf_actors.runner.supervisor_link import SupervisorLink
 from piwf_actors.workflows import json_problem, resolve
 from piwf_actors.workflows.resource_manager import load_manager

@@ -123,6 +123,9 @@ def _prepare(spec: ShellSpec, ctx: NodeContext) -> tuple[Any, str | None, dict[s
     if cwd is not None and not isinstance(cwd, (str, os.PathLike)):
         raise _CommandError(f"cwd must be a path, got {type(cwd).__name__}")
     env = dict(os.environ)
+    if ctx.traceparent is not None:  # the host traces: the command runs under its node attempt's span
+        env["TRACEPARENT"] = ctx.traceparent
+        env.pop("TRACESTATE", None)  # an inherited one belongs to another trace; the run's carries none
     if env_changes is not None:
         if not isinstance(env_changes, Mapping):
             raise _CommandError(f"env must be a mapping, got {type(env_changes).__name__}")
@@ -147,7 +150,10 @@ def _exited(pid: int) -> bool:
 
 def _pump(selector: selectors.BaseSelector, timeout_s: float,
           on_output: Callable[[str, bytes], None] | None = None) -> None:
-    for key, _ in selector.select(timeout_s):
+    events = selector.select(timeout_s)
+    if not events and on_output is not None:
+        on_output("", b"")  # a quiet moment: a live-output streamer sends what it still holds (logs -f)
+    for key, _ in events:
         data = os.read(key.fd, _CHUNK)
         if data:
             key.data.feed(data)

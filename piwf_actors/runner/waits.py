@@ -2,6 +2,8 @@
 
 User callbacks run here, in the worker, like every other node's: a sleep's `until(ctx)`, a topic
 function, a fan-out's `items(ctx)` and `input(item, ctx)`, a child workflow's concurrency key. A
+child input without the child workflow's input shape fails the parent node (`bad_request`) before
+any child starts. A
 child workflow is named by its attribute in the module the parent was loaded from
 (`Workflow.namespace`), so the child run loads it from the same snapshot.
 """
@@ -14,6 +16,7 @@ from typing import Any
 from piwf_actors.workflows import Workflow, evaluate
 from piwf_actors.workflows.context import NodeContext
 from piwf_actors.workflows.model import is_number, thaw
+from piwf_actors.workflows.shapes import input_refusal
 from piwf_actors.workflows.waits import (
     MAX_CHILDREN,
     MapWorkflowSpec,
@@ -39,7 +42,10 @@ def _epoch(value: Any) -> float:
     raise WaitRequestError(f"sleep until= must return epoch seconds or an aware datetime, got {type(value).__name__}")
 
 
-def _child(parent: Workflow, child: Workflow, run_input: Any) -> dict[str, Any]:
+def _child(parent: Workflow, child: Workflow, run_input: Any, which: str = "") -> dict[str, Any]:
+    refusal = input_refusal(child.input_shape, run_input)
+    if refusal is not None:  # refused here, before any child starts: the parent node fails, no child crashes
+        raise WaitRequestError(f"child workflow {child.name!r}{which}: {refusal}")
     attr = parent.namespace.get(child.digest)
     if attr is None:
         raise WaitRequestError(
@@ -79,9 +85,10 @@ def wait_payload(workflow: Workflow, spec: Any, ctx: NodeContext) -> dict[str, A
             raise WaitRequestError(f"items returned {len(items)} items; a node starts at most {MAX_CHILDREN} children")
         inputs = [item if spec.input is None else spec.input(item, ctx) for item in items]
         return {**base, "mode": "map", "max_parallel": spec.max_parallel,
-                "children": [_child(workflow, spec.child, child_input) for child_input in inputs]}
+                "children": [_child(workflow, spec.child, child_input, f" (item {index})")
+                             for index, child_input in enumerate(inputs)]}
     assert isinstance(spec, ParallelSpec)
     names = list(spec.workflows)
-    children = [_child(workflow, spec.workflows[name], ctx.input if spec.input is None else spec.input(name, ctx))
-                for name in names]
+    children = [_child(workflow, spec.workflows[name], ctx.input if spec.input is None else spec.input(name, ctx),
+                       f" ({name!r})") for name in names]
     return {**base, "mode": "parallel", "names": names, "children": children}

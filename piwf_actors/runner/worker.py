@@ -22,6 +22,7 @@ from piwf_actors.messages import recv_frame, send_frame
 from piwf_actors.runner.engine import RunEngine
 from piwf_actors.runner.reconcile import run_reconcile
 from piwf_actors.runner.supervisor_link import ProtocolBroken, SupervisorLink
+from piwf_actors.tracing.ids import TRACE_CONTEXT_ENV
 from piwf_actors.workflows import load_snapshot
 
 log = logging.getLogger("piwf.worker")
@@ -29,7 +30,7 @@ log = logging.getLogger("piwf.worker")
 EXIT_PROTOCOL = 4
 
 
-def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
+def serve_launch(sock: socket.socket, launch: dict[str, Any], *, trace_context: bool = False) -> None:
     link = SupervisorLink(sock, launch)
     link.resolve(launch)  # a large state or source arrives as content references
     _enter_project(launch.get("project_path"))
@@ -43,7 +44,7 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any]) -> None:
     except WorkflowLoadFailed as exc:
         link.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
         return
-    RunEngine(workflow, link).run(launch.get("state"))
+    RunEngine(workflow, link, trace_context=trace_context).run(launch.get("state"))
 
 
 def _enter_project(project_path: str | None) -> None:
@@ -60,13 +61,13 @@ def _enter_project(project_path: str | None) -> None:
                     project_path, exc.strerror, os.getcwd())
 
 
-def _isolated(sock: socket.socket, launch: dict[str, Any]) -> None:
+def _isolated(sock: socket.socket, launch: dict[str, Any], trace_context: bool = False) -> None:
     """Run one launch, then put back what user code may have changed."""
     environ = _environ_snapshot()
     cwd = os.getcwd()
     path = list(sys.path)
     try:
-        serve_launch(sock, launch)
+        serve_launch(sock, launch, trace_context=trace_context)
     finally:
         if _environ_snapshot() != environ:
             # Rebuilding the environment goes through putenv/unsetenv for every variable:
@@ -93,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.log_level, args.log_format, text_format="worker %(process)d: %(levelname)s %(message)s",
               static={"role": "worker"})
     sock = socket.socket(fileno=args.fd)
+    # Set by a host that traces (docs/tracing.md); taken out so that no node or command inherits it.
+    trace_context = os.environ.pop(TRACE_CONTEXT_ENV, "") == "1"
     try:
-        return _serve(sock)
+        return _serve(sock, trace_context)
     except ProtocolBroken as exc:
         # Most often the host went away (stopped, killed): there is nobody to
         # report to, so no traceback; the host that comes next recovers the run.
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PROTOCOL
 
 
-def _serve(sock: socket.socket) -> int:
+def _serve(sock: socket.socket, trace_context: bool = False) -> int:
     send_frame(sock, {"kind": "hello", "pid": os.getpid()})
     while True:
         frame = recv_frame(sock)
@@ -118,7 +121,7 @@ def _serve(sock: socket.socket) -> int:
         if frame.get("kind") != "launch":
             log.error("unexpected frame %r", frame.get("kind"))
             return EXIT_PROTOCOL
-        _isolated(sock, frame)
+        _isolated(sock, frame, trace_context)
         send_frame(sock, {"kind": "run_over", "run_id": frame["run_id"]})
 
 

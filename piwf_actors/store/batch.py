@@ -214,7 +214,7 @@ class _Fences:
 
 def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 commit_seq: int | None = None, savepoints: bool = False,
-                clock: Callable[[], float] | None = None) -> BatchOutcome:
+                clock: Callable[[], float] | None = None, timer_offset: float = 0.0) -> BatchOutcome:
     """Apply `commands` in one write transaction; return one result per command.
 
     The lease row is read once inside the transaction: on SQLite the write lock
@@ -224,6 +224,8 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
     `clock` (the writer's) is read inside the transaction for the time fence
     (on PostgreSQL the server's clock is read instead, see the module docstring);
     without it (tests with a chosen `now`) the fence uses `now`.
+    `timer_offset` is how far the host's timer clock is ahead (piwf_actors/clock.py): the commands
+    see `now + timer_offset` as `ctx.timer_now` for workflow timers; fences keep `now`.
     """
     dialect = dialect_of(db)
     attempt = 0
@@ -232,9 +234,9 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
         try:
             conn = db.connection()  # (re)connects when the last batch found the connection broken
             try:
-                outcome = _run(conn, dialect, commands, now, commit_seq, savepoints, clock)
+                outcome = _run(conn, dialect, commands, now, commit_seq, savepoints, clock, timer_offset)
             except NeedsSavepoints:
-                outcome = _run(conn, dialect, commands, now, commit_seq, True, clock)
+                outcome = _run(conn, dialect, commands, now, commit_seq, True, clock, timer_offset)
             outcome.conflict_retries = attempt
             return outcome
         except (*dialect.driver_errors, _StorageAbort) as exc:
@@ -264,7 +266,7 @@ def _close_quietly(db: Any) -> None:
 
 
 def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, commit_seq: int | None,
-         savepoints: bool, clock: Callable[[], float] | None) -> BatchOutcome:
+         savepoints: bool, clock: Callable[[], float] | None, timer_offset: float = 0.0) -> BatchOutcome:
     changes = ChangeSet()
     results: list[WriteResult] = []
     conn.execute(dialect.begin_write)
@@ -281,7 +283,8 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
         fence_now = now if clock is None else max(now, clock())
         fenced_by: set[str | None] = set()  # the senders (None: the host) whose fenced writes are in the batch
         for cmd in commands:
-            result = _apply_one(conn, dialect, cmd, now, fence_now, fences, changes, commit_seq, savepoints)
+            result = _apply_one(conn, dialect, cmd, now, fence_now, fences, changes, commit_seq, savepoints,
+                                timer_offset)
             results.append(result)
             if result.ok and (cmd.name.startswith("lease.") or cmd.name.startswith("runner_lease.")):
                 # The lease moved inside this transaction: fence later commands by the new state.
@@ -306,7 +309,7 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
 
 
 def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence_now: float, fences: _Fences,
-               changes: ChangeSet, commit_seq: int | None, savepoints: bool) -> WriteResult:
+               changes: ChangeSet, commit_seq: int | None, savepoints: bool, timer_offset: float = 0.0) -> WriteResult:
     try:
         spec = lookup(cmd.name)
     except errors.UnknownCommand as err:
@@ -321,10 +324,11 @@ def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence
     if cmd.runner_id is not None:
         # A runner's rows record no host epoch (0): they belong to its runner lease.
         ctx = WriteContext(conn, now, 0, own, savepoints, cmd.runner_id, cmd.runner_lease_epoch,
-                           command=spec.name)
+                           command=spec.name, timer_offset=timer_offset)
     else:
         lease = fences.host
-        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id, command=spec.name)
+        ctx = WriteContext(conn, now, lease.epoch, own, savepoints, host_id=lease.host_id, command=spec.name,
+                           timer_offset=timer_offset)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
     before = conn.total_changes

@@ -25,13 +25,14 @@ def _copy(detail: Any) -> int:
 
 
 def open_decisions(reader: StoreReader) -> list[dict[str, Any]]:
-    """Decisions waiting for an answer, oldest first: {request_id, run_id, node_id, revision,
-    audience, deadline_at, contract}."""
+    """Decisions and checkpoints waiting for an answer, oldest first: {request_id, run_id, node_id,
+    revision, audience, deadline_at, kind, contract}."""
     rows = reader.all(
-        f"""SELECT request_id, run_id, node_id, revision, audience, deadline_at, contract_sha256
-            FROM interactive_request WHERE kind = 'decision' AND status IN {_OPEN} ORDER BY created_at""")
-    keys = ("request_id", "run_id", "node_id", "revision", "audience", "deadline_at")
-    return [{**dict(zip(keys, row[:6], strict=True)), "contract": _contract(reader, row[6])} for row in rows]
+        f"""SELECT request_id, run_id, node_id, revision, audience, deadline_at, kind, contract_sha256
+            FROM interactive_request WHERE kind IN ('decision', 'checkpoint') AND status IN {_OPEN}
+            ORDER BY created_at""")
+    keys = ("request_id", "run_id", "node_id", "revision", "audience", "deadline_at", "kind")
+    return [{**dict(zip(keys, row[:7], strict=True)), "contract": _contract(reader, row[7])} for row in rows]
 
 
 def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, int], dict[str, Any]]:
@@ -104,6 +105,21 @@ def prompt_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id
         reference = _json(result) or {}
         if reference.get("message_id") == message_id:
             return {"request_id": request_id, "detail": _json(detail) or {}}
+    return None
+
+
+def checkpoint_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id: int) -> dict[str, Any] | None:
+    """The checkpoint a reply answers, by the id of a delivered copy's message in `chat_id` (where
+    it was sent, a moved chat's new id): {request_id, revision, open}, or None."""
+    for request_id, result, revision, open_ in reader.all(
+            f"""SELECT d.request_id, d.result, r.revision, r.status IN {_OPEN}
+                FROM channel_effect d JOIN interactive_request r ON r.request_id = d.request_id
+                WHERE d.profile = ? AND d.purpose = 'delivery' AND r.kind = 'checkpoint'
+                  AND d.status IN ('applied', 'replaced') AND d.result IS NOT NULL
+                ORDER BY d.created_at DESC""", (profile,)):
+        reference = _json(result) or {}
+        if reference.get("chat_id") == chat_id and reference.get("message_id") == message_id:
+            return {"request_id": request_id, "revision": revision, "open": bool(open_)}
     return None
 
 

@@ -22,13 +22,14 @@ CHILD_COLUMNS = ("run_id", "workflow", "status", "parent_node_id", "child_index"
                  "finished_at", "error_code")
 
 
-def flow_view(reader: StoreReader, run: dict[str, Any]) -> dict[str, Any]:
-    """The keys `run.get` adds for `run` (a full row of `run`), read in the caller's snapshot."""
+def flow_view(reader: StoreReader, run: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """The keys `run.get` adds for `run` (a full row of `run`), read in the caller's snapshot; the waits'
+    `remaining_s` count to `now` (timer time, piwf_actors/clock.py; default: the system clock)."""
     run_id = run["run_id"]
     view: dict[str, Any] = {
         "priority": run["priority"], "parent_node_id": run["parent_node_id"], "child_index": run["child_index"],
         "copied_from": run["copied_from"], "concurrency_key": run["concurrency_key"],
-        "queue_reason": queue_reason(reader, run), "waits": _waits(reader, run_id),
+        "queue_reason": queue_reason(reader, run), "waits": _waits(reader, run_id, now),
         "mailbox": {topic: int(n) for topic, n in reader.all(
             "SELECT topic, count(*) FROM run_message WHERE run_id = ? AND status = 'pending' GROUP BY topic "
             "ORDER BY topic", (run_id,))},
@@ -56,8 +57,8 @@ def children(reader: StoreReader, run_id: str, limit: int) -> list[dict[str, Any
             ORDER BY created_at, child_index LIMIT ?""", (run_id, limit))]
 
 
-def _waits(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
-    now = time.time()
+def _waits(reader: StoreReader, run_id: str, now: float | None = None) -> list[dict[str, Any]]:
+    now = time.time() if now is None else now
     out = []
     for wait_id, node_id, kind, wake_at, paused_left, topic, total, open_ in reader.all(
             """SELECT wait_id, node_id, kind, wake_at, paused_remaining_s, topic, children_total, children_open

@@ -30,7 +30,13 @@ _CHUNK = 500
 class RunRow:
     rowid: int
     status: str
-    started: bool  # the run has a `run_started` event (a worker loaded it and began)
+    #: Launches that reached a worker: its `run_started` event, then one `run_resumed` per later
+    #: launch (a restart, a crash, an answer). 0: it never began.
+    launches: int
+
+    @property
+    def started(self) -> bool:
+        return self.launches > 0
 
     @property
     def finished(self) -> bool:
@@ -59,13 +65,17 @@ def _chunks(rowids: Iterable[int]) -> Iterable[list[int]]:
 
 # --- runs ----------------------------------------------------------------------------------
 
+# A worker's `ready` writes `run_started` on a run's first launch and `run_resumed` with the run's
+# `steps` on every later one; a run_resumed without `steps` is a park ending (answer, resume), which
+# only queues the run. Counted through the (run_id, seq) primary key: the run's own events only.
 _RUN_COLUMNS = """r.rowid, r.status,
-    EXISTS (SELECT 1 FROM run_event e WHERE e.run_id = r.run_id AND e.kind = 'run_started')"""
+    (SELECT count(*) FROM run_event e WHERE e.run_id = r.run_id AND (e.kind = 'run_started'
+        OR (e.kind = 'run_resumed' AND e.payload LIKE '%"steps":%')))"""
 
 
 def _run_rows(reader: StoreReader, where: str, params: tuple[int, ...] = ()) -> list[RunRow]:
-    return [RunRow(int(rowid), status, bool(started))
-            for rowid, status, started in reader.all(f"SELECT {_RUN_COLUMNS} FROM run r WHERE {where}", params)]
+    return [RunRow(int(rowid), status, int(launches))
+            for rowid, status, launches in reader.all(f"SELECT {_RUN_COLUMNS} FROM run r WHERE {where}", params)]
 
 
 def max_run_rowid(reader: StoreReader) -> int:

@@ -256,13 +256,28 @@ def match_ids(reader: StoreReader, kind: str, prefix: str, limit: int = 10) -> t
     return ids[:limit], len(ids) > limit
 
 
-def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
-    """Everything `run.get` returns: the run, its output and error, and its nodes (one snapshot)."""
+def match_id_ends(reader: StoreReader, kind: str, suffix: str, limit: int = 10) -> tuple[list[str], bool]:
+    """Ids of `kind` that end with `suffix` (piwf-top shows the end of an id), in id order: (the first
+    `limit`, more?). A scan of the key column: for a person typing an id, not for a hot path."""
+    table, column = ID_KINDS[kind]
+    if not suffix:
+        return [], False
+    rows = reader.all(f"SELECT {column} FROM {table} WHERE length({column}) >= ? AND "
+                      f"substr({column}, length({column}) - ? + 1) = ? ORDER BY {column} LIMIT ?",
+                      (len(suffix), len(suffix), suffix, limit + 1))
+    ids = [row[0] for row in rows]
+    return ids[:limit], len(ids) > limit
+
+
+def run_view(reader: StoreReader, run_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """Everything `run.get` returns: the run, its output and error, and its nodes (one snapshot).
+    `now` is the timer time the clocks' `remaining_s` count to (piwf_actors/clock.py; default: the
+    system clock)."""
     with reader.snapshot():
-        return _run_view(reader, run_id)
+        return _run_view(reader, run_id, time.time() if now is None else now)
 
 
-def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
+def _run_view(reader: StoreReader, run_id: str, now: float) -> dict[str, Any] | None:
     cursor = reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
     row = cursor.fetchone()
     if row is None:
@@ -295,7 +310,7 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
             last_traceback = trace
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
-    waiting = _requests_of(reader, run_id, nodes)
+    waiting = _requests_of(reader, run_id, nodes, now)
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
@@ -314,19 +329,19 @@ def _run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
         "waiting": waiting,
         "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
         # priority, waits, mailbox, children, queue_reason (store/flow_queries.py)
-        **flow_view(reader, run),
+        **flow_view(reader, run, now),
     }
 
 
-def _requests_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _requests_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, Any]],
+                 now: float) -> list[dict[str, Any]]:
     """The run's interactive requests, read once: who answered each waiting node's latest attempt, and
     when (`answer: {by, at}` on the node, the accepted submission's provenance: `human` with client id,
     session, pid and uid; `channel` with the Telegram user; `timeout`; `agent`), and the open requests
     with their clocks (returned, run.get's `waiting`): `running` (the deadline counts, `remaining_s`
     until it), `paused` (the run is paused: `remaining_s` is what is left when it resumes) or `none`
-    (no deadline)."""
+    (no deadline). `remaining_s` counts to `now`, timer time."""
     latest = {node["attempt_id"]: node for node in nodes.values()}
-    now = time.time()
     waiting = []
     for request_id, node_id, attempt_id, kind, status, deadline_at, paused_left, provenance, submitted_at in reader.all(
             """SELECT r.request_id, r.node_id, r.attempt_id, r.kind, r.status, r.deadline_at, r.paused_remaining_s,
@@ -337,6 +352,7 @@ def _requests_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, An
         node = latest.get(attempt_id)
         if provenance is not None and node is not None:
             node["answer"] = {"by": _json(provenance), "at": submitted_at}
+            node["answered_by"] = node["answer"]["by"]  # beside `output`, the answer it gave (docs/protocol.md)
         if status not in ("pending", "presenting"):
             continue
         paused = paused_left is not None

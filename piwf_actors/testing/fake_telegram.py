@@ -8,7 +8,9 @@ getUpdates, getMe), enforces the limits that bite in production (text
 time), simulates people (`tap`, `tap_inline`, `reply`), injects failures
 (`fail_next`, `pause_before_response`) and plays Telegram's rarer moves: a
 restart of its update ids (`reset_update_ids`) and a group that became a
-supergroup (`migrate_chat`).
+supergroup (`migrate_chat`). `fake_telegram_console.py` serves it as a program
+(``python -m piwf_actors.channels.fake_telegram``), whose commands reach it
+through `command` (the ``fakeCommand`` method, under the bot token).
 
 Threads: `start` runs a `ThreadingHTTPServer` in one daemon thread, which
 handles each request in its own thread; every piece of state sits behind
@@ -24,6 +26,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -77,6 +80,11 @@ class FakeBotApi:
         self._failures: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
         self._holds: dict[str, threading.Event] = {}
         self._reached: dict[str, threading.Event] = {}
+        # update_id -> the callback query id (a tap) or the person's message id (a reply) it carries
+        self._made: dict[int, str | int] = {}
+        #: Set by the console (`fake_telegram_console.py`): runs a typed command sent as the "fakeCommand"
+        #: method by `python -m piwf_actors.channels.fake_telegram tap …` from another shell.
+        self.command: Callable[[list[str]], str] | None = None
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -161,6 +169,11 @@ class FakeBotApi:
         with self._state:
             return copy.deepcopy(self._answered)
 
+    def made_by(self, update_id: int) -> str | int | None:
+        """What a `tap` or `reply` put in its update: the callback query id, or the person's message id."""
+        with self._state:
+            return self._made.get(update_id)
+
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates queued and not yet confirmed by a getUpdates offset."""
         with self._state:
@@ -183,7 +196,9 @@ class FakeBotApi:
                 "chat_instance": str(-abs(chat_id) * 7919 - 1),
                 "data": data,
             }
-            return self._queue_update("callback_query", query)
+            update_id = self._queue_update("callback_query", query)
+            self._made[update_id] = query_id
+            return update_id
 
     def tap_inline(self, *, user_id: int, data: str, inline_message_id: str = "AAAAAQ-inline") -> int:
         """Queue a callback_query from a button of an inline-mode message (no `message` in it);
@@ -229,7 +244,9 @@ class FakeBotApi:
                     raise ValueError(f"no bot message {reply_to_message_id} in chat {chat_id}")
                 message["reply_to_message"] = copy.deepcopy(replied["message"])
             self._store(chat_id, message, markup=None, from_bot=False)
-            return self._queue_update("message", copy.deepcopy(message))
+            update_id = self._queue_update("message", copy.deepcopy(message))
+            self._made[update_id] = message["message_id"]
+            return update_id
 
     # --- failure injection ----------------------------------------------------------
 
@@ -306,6 +323,14 @@ class FakeBotApi:
         return kind, status, body
 
     def _apply(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "fakeCommand" and self.command is not None:
+            words = params.get("words")
+            if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+                raise bad_request("words must be a list of strings")
+            try:
+                return {"text": self.command(words)}
+            except ValueError as exc:
+                raise bad_request(str(exc)) from None
         handler = _METHODS.get(method.lower())
         if handler is None:
             raise Refusal(404, "Not Found")

@@ -20,7 +20,7 @@ from piwf_actors.cli.render import STATUS_STYLES
 from piwf_actors.top.model import WorkerRow
 
 NARROW = 100  # below this width, ids are shortened and optional columns are left out
-SHORT_ID = 20  # a run id in narrow panes: head…tail (both halves tell runs apart)
+SHORT_ID = 20  # a run id in narrow panes: …tail (the random end tells runs apart; `piwf show …tail` takes it)
 
 
 def clean(value: Any) -> str:
@@ -56,12 +56,13 @@ def line(*parts: str | tuple[str, str] | Text) -> Text:
 
 
 def short(value: Any, width: int) -> str:
-    """`value` cut in the middle to `width` characters: ids keep their (time) head and (random) tail."""
+    """`value` cut at the front to `width` characters, `…` + its end. An id's start is its kind and the
+    time it was made, which runs made together share; its end is random and tells them apart, and
+    `piwf` takes it back as it is shown (`piwf show …vqyrxvjp2mvr1rtt`: cli/ids.py)."""
     text = clean(value)
     if len(text) <= width:
         return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+    return "…" + text[len(text) - (width - 1):]
 
 
 def run_id_cell(value: Any, narrow: bool) -> Text:

@@ -16,9 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render import STATUS_STYLES
 from piwf_actors.cli.render import duration as seconds_text
-from piwf_actors.cli.render_flow import wait_text
 from piwf_actors.top.cells import (
     NARROW,
     SHORT_ID,
@@ -34,6 +32,7 @@ from piwf_actors.top.cells import (
 )
 from piwf_actors.top.model import Snapshot, decision_choices, is_ambiguous
 from piwf_actors.top.state import UiState, duration, selected_run, visible_runs
+from piwf_actors.top.tree import run_tree
 
 
 def pane_title(name: str, focused: bool) -> Text:
@@ -209,22 +208,17 @@ def detail_want(snapshot: Snapshot, state: UiState) -> int:
     if view is None:
         return 2
     traceback = _traceback_lines(view.get("error"))
-    return (2 + bool(view.get("park_reason")) + len(_flow_lines(view, snapshot.taken_at)) + bool(view.get("error"))
-            + (1 + len(traceback) if traceback else 0) + 1 + max(1, len(view.get("nodes") or []))
+    return (2 + bool(view.get("park_reason")) + len(_flow_lines(view)) + bool(view.get("error"))
+            + (1 + len(traceback) if traceback else 0) + 1 + max(1, len(run_tree(view, snapshot.taken_at)[0]))
             + len(view.get("effects") or []))
 
 
-def _flow_lines(view: dict[str, Any], now: float) -> list[Text]:
-    """Why a queued run does not start (run.get's `queue_reason`), and what a parked run waits for
-    (its open `waits`: a sleep, a message, children). run.list rows have neither: the detail only."""
-    lines = []
+def _flow_lines(view: dict[str, Any]) -> list[Text]:
+    """Why a queued run does not start (run.get's `queue_reason`; run.list rows do not have it). What a
+    parked run waits for is in its tree, under the node that waits."""
     if view.get("queue_reason"):
-        lines.append(line(("queued ", "bold"), cell(view.get("queue_reason"), "yellow")))
-    for wait in view.get("waits") or []:
-        if isinstance(wait, dict):
-            lines.append(line(("wait ", "bold"), cell(wait.get("node_id"), "cyan"), "  ",
-                              cell(wait_text(wait, now), "yellow")))
-    return lines
+        return [line(("queued ", "bold"), cell(view.get("queue_reason"), "yellow"))]
+    return []
 
 
 def _view(snapshot: Snapshot, state: UiState) -> dict[str, Any] | None:
@@ -234,8 +228,8 @@ def _view(snapshot: Snapshot, state: UiState) -> dict[str, Any] | None:
 
 
 def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> RenderableType:
-    """The selected run: status and revision, park reason, queue reason and open waits, error and traceback,
-    ambiguous effects, nodes."""
+    """The selected run: status and revision, park reason, queue reason, error and traceback, ambiguous
+    effects, and its tree: the nodes with what they did, their open waits and children (top/tree.py)."""
     run = selected_run(snapshot, state)
     view = _view(snapshot, state)
     title = pane_title("detail", False)
@@ -266,7 +260,7 @@ def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> R
             park.append("  ")
             park.append(clean(view.get("park_detail")))
         top.append(park)
-    top += _flow_lines(view, snapshot.taken_at)
+    top += _flow_lines(view)
     error = view.get("error")
     if error:
         top.append(line(("error ", "bold red"), _error_line(error)))
@@ -286,12 +280,12 @@ def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> R
     shown_effects = effect_lines[: max(min(len(effect_lines), room // 3),
                                        sum(e.get("status") == "ambiguous" for e in effects))][:room]
     room -= len(shown_effects)
-    nodes = [n for n in view.get("nodes") or [] if isinstance(n, dict)]
+    tree, here = run_tree(view, snapshot.taken_at)
     traceback = _traceback_lines(error)
     # The traceback's last lines (where it failed) and the nodes share what is left.
     traceback_room = 0
     if traceback and room > 2:
-        traceback_room = min(1 + len(traceback), max(3, room // 2, room - 1 - max(1, len(nodes))))
+        traceback_room = min(1 + len(traceback), max(3, room // 2, room - 1 - max(1, len(tree))))
     node_room = room - traceback_room
     parts: list[RenderableType] = [*top]
     if traceback_room:
@@ -303,23 +297,17 @@ def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> R
         parts += [line((text, "red")) for text in kept]
     parts += shown_effects
     if node_room > 0:
-        parts.append(_nodes_table(nodes, node_room - 1, view.get("current_node")))
+        parts.append(_tree_part(tree, here, node_room))
     return Group(*parts)
 
 
-def _nodes_table(nodes: list[dict[str, Any]], rows: int, current: Any) -> Table:
-    table = _table()
-    table.add_column("node", max_width=24)
-    table.add_column("status", max_width=12)
-    table.add_column("att", justify="right", no_wrap=True)
-    table.add_column("output / error", ratio=1, min_width=10)
-    # When they do not all fit, the last ones (where the run is) are shown.
-    for node in nodes[len(nodes) - rows:] if 0 < rows < len(nodes) else nodes[:max(rows, 0)]:
-        status = node.get("status")
-        preview = _error_line(node.get("error")) if node.get("error") else cell(compact(node.get("output")), "dim")
-        name = cell(node.get("node_id"), "bold" if node.get("node_id") == current else "")
-        table.add_row(name, cell(status, STATUS_STYLES.get({"succeeded": "done"}.get(str(status), str(status)), "")),
-                      cell(node.get("attempts")), preview)
-    if not nodes and rows > 0:
-        table.add_row(Text("no node attempt recorded yet", style="dim"), "", "", "")
-    return table
+def _tree_part(tree: list[Text], here: int | None, rows: int) -> RenderableType:
+    """The tree under a `nodes` heading in `rows` lines; when it does not fit, the lines around where the
+    run is (else its last lines, where a finished run ended)."""
+    heading = line(("nodes", "bold"))
+    if not tree:
+        return Group(*[heading, line(("no node attempt recorded yet", "dim"))][:rows])
+    shown = window(len(tree), len(tree) - 1 if here is None else here, rows - 1)
+    if len(shown) < len(tree):
+        heading.append(f" (lines {shown.start + 1}-{shown.stop} of {len(tree)})", style="dim")
+    return Group(*[heading, *(tree[index] for index in shown)][:rows])

@@ -40,6 +40,12 @@ description, mounts)`
     include scoping (`context.py`): a node inside an include sees the
     include's input and the include's outputs under child-relative ids.
 
+Typed inputs and outputs (`schema.py`, `shapes.py`): `define_workflow(input=…)`,
+`compute(output=…)`, `action(output=…)` and `agent(expected_output=…)` take a
+shape (a JSON-Schema subset) or a Python type (dataclass, TypedDict, `list[str]`
+…) that `shape_of` converts; `Workflow.input_shape` and `NodeSpec.output_shape`
+hold the frozen shape.
+
 Discovery and snapshots (`discovery.py`): `discover`, `resolve`,
 `load_snapshot`.
 
@@ -102,6 +108,7 @@ from piwf_actors.workflows.resource_manager import ResourceManager, define_resou
 from piwf_actors.workflows.routing import RouteDecision, route
 from piwf_actors.workflows.schedules import Schedule, define_schedule
 from piwf_actors.workflows.schema import validate_shape
+from piwf_actors.workflows.shapes import ShapeError, shape_of
 from piwf_actors.workflows.validation import check_decision_response, json_problem
 from piwf_actors.workflows.waits import (
     ConcurrencyLimit,
@@ -128,6 +135,8 @@ __all__ = [
     "discover", "edge", "evaluate", "fingerprint", "freeze", "human_decision", "include_workflow",
     "json_problem", "load_snapshot", "node_context", "node_input", "notify", "resolve", "route",
     "shell", "switch", "text_input", "thaw", "validate_shape",
+    # typed inputs and outputs (shapes.py)
+    "ShapeError", "shape_of",
     # waiting, children and flow control (waits.py)
     "ConcurrencyLimit", "MapWorkflowSpec", "ParallelSpec", "RunWorkflowSpec", "SleepSpec", "WaitMessageSpec",
     "limit", "map_workflow", "parallel", "run_workflow", "sleep", "wait_message",

@@ -37,6 +37,8 @@ class NodeContext:
     attempt_id: str
     # Set by the engine for the node it runs: `send_message`'s way to the host.
     messenger: Any = None
+    # The W3C trace context of this node attempt's span when the host traces (docs/tracing.md), else None.
+    traceparent: str | None = None
 
     def send_message(self, run_id: str, topic: str, payload: Any = None) -> dict[str, Any]:
         """Put `payload` into run `run_id`'s mailbox on `topic` (a `wait_message` there takes it).
@@ -87,6 +89,7 @@ def node_context(
     run_id: str = "",
     attempt_id: str = "",
     messenger: Any = None,
+    traceparent: str | None = None,
 ) -> NodeContext:
     """The context for starting `node_id` given the run input and the latest
     accepted output per qualified node id. Exceptions from include input
@@ -107,7 +110,7 @@ def node_context(
         parent = mount_id
     return NodeContext(
         input=scope_input, outputs=scoped_outputs(outputs, spec.mount),
-        run_id=run_id, node_id=node_id, attempt_id=attempt_id, messenger=messenger,
+        run_id=run_id, node_id=node_id, attempt_id=attempt_id, messenger=messenger, traceparent=traceparent,
     )
 
 

@@ -35,6 +35,7 @@ from piwf_actors.workflows.model import (
     Workflow,
 )
 from piwf_actors.workflows.routing import OUTCOMES, RESULT_OUTCOME, is_valid_on
+from piwf_actors.workflows.shapes import ShapeError, checked_shape
 from piwf_actors.workflows.validation import check_node_id, check_workflow_name, checked_node, fail
 from piwf_actors.workflows.waits import checked_limit
 
@@ -258,12 +259,19 @@ def define_workflow(
     max_steps: int = 100,
     description: str = "",
     concurrency: Any = None,
+    input: Any = None,
 ) -> Workflow:
     """A validated, flattened `Workflow`; every problem is a WorkflowDefinitionError
     that names the offending workflow, node or edge. `concurrency=limit(n, key=fn(input))` allows
-    at most `n` active runs of it per key (workflows/waits.py)."""
+    at most `n` active runs of it per key (workflows/waits.py). `input` is the shape a run's input
+    must have: a shape of `schema.py` or a Python type such as a dataclass (`shapes.py`); `run.start`
+    refuses an input without it."""
     check_workflow_name(name)
     limit = checked_limit(name, concurrency)
+    try:
+        input_shape = checked_shape(input, "input")
+    except ShapeError as exc:
+        raise WorkflowDefinitionError(f"workflow {name!r}: {exc}") from None
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise WorkflowDefinitionError(f"workflow {name!r}: max_steps must be a positive integer, got {max_steps!r}")
     if not isinstance(description, str):
@@ -292,10 +300,10 @@ def define_workflow(
     flat_mounts = MappingProxyType(builder.mounts)
     digest = workflow_digest(
         name=name, description=description, start_at=start, max_steps=max_steps,
-        nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts, concurrency=limit,
+        nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
     )
     return Workflow(
         name=name, start_at=start, nodes=flat_nodes, routes=flat_routes, max_steps=max_steps,
         digest=digest, source_path=_caller_file(), attr=None, description=description,
-        mounts=flat_mounts, concurrency=limit,
+        mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
     )

@@ -2,7 +2,8 @@
 
 The digest is the sha256 of a canonical JSON document (sorted keys, no
 whitespace) describing the flattened structure: name, start, max_steps,
-every node's kind and options, routes and mounts. A callable is described by
+every node's kind and options (an output shape too), routes, mounts, and the
+input shape when one is declared. A callable is described by
 a fingerprint of its code, never by `id()` or a repr with an address:
 
 - `co_code`, `co_names` and `co_consts` (recursively, nested code objects
@@ -159,6 +160,10 @@ def fingerprint(value: Any) -> str:
 def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
     doc: dict[str, Any] = {"kind": spec.kind}
     for field in dataclasses.fields(spec):
+        if field.name == "output_shape" and spec.output_shape is None:
+            continue  # absent unless declared: digests of nodes without one stay as they were
+        if field.name == "audience" and spec.kind == "checkpoint" and getattr(spec, "audience", None) is None:
+            continue  # likewise a checkpoint's audience (delivered to channels only when given)
         doc[field.name] = printer.value(getattr(spec, field.name))
     return doc
 
@@ -179,6 +184,7 @@ def workflow_digest(
     routes: Mapping[str, Edge | Switch],
     mounts: Mapping[str, Mount],
     concurrency: Any = None,
+    input_shape: Any = None,
 ) -> str:
     """The hex sha256 of the canonical description of a flattened workflow."""
     printer = _Fingerprinter()
@@ -200,4 +206,6 @@ def workflow_digest(
     }
     if concurrency is not None:  # absent otherwise: digests of workflows without a limit stay as they were
         document["concurrency"] = printer.value(concurrency)
+    if input_shape is not None:  # likewise: the input shape travels with the snapshot's digest
+        document["input"] = printer.value(input_shape)
     return hashlib.sha256(canonical_json(document).encode()).hexdigest()

@@ -24,9 +24,11 @@ import importlib.util
 import logging
 import os
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from piwf_actors.errors import WorkflowLoadFailed, WorkflowNotFound
 from piwf_actors.workflows.loader import _IMPORT_WINDOW, exec_fresh
@@ -37,11 +39,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class WorkflowRef:
-    """A discovered workflow: its name and where it is defined."""
+    """A discovered workflow: its name and where it is defined (and the shape its input must have,
+    for listings; not part of a ref's identity)."""
 
     name: str
     path: str
     attr: str
+    input_shape: Mapping[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,7 @@ def _scan(project_path: str | None) -> tuple[dict[str, _Found], list[LoadFailure
                         current.ref.path, current.ref.attr, path, attr,
                     )
                 if current is None or rank < current.rank:
-                    ref = WorkflowRef(name=workflow.name, path=path, attr=attr)
+                    ref = WorkflowRef(name=workflow.name, path=path, attr=attr, input_shape=workflow.input_shape)
                     loaded = ResolvedWorkflow(workflow, path, attr, source)
                     best[workflow.name] = _Found(ref, rank, loaded)
     return best, failures

@@ -30,10 +30,13 @@ from piwf_actors.workflows.model import (
 
 
 def compute(
-    run: Callback, timeout_s: float = 900, retries: int = 0, retry_backoff_s: float = 0.0
+    run: Callback, timeout_s: float = 900, retries: int = 0, retry_backoff_s: float = 0.0, output: Any = None
 ) -> ComputeSpec:
-    """A pure function `run(ctx) -> JSON-able output`."""
-    return ComputeSpec(run=run, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s)
+    """A pure function `run(ctx) -> JSON-able output`. `output` (a shape or a Python type, see
+    `shapes.py`) is checked in the worker when `run` returns: a mismatch fails the attempt
+    `output_invalid`."""
+    return ComputeSpec(run=run, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s,
+                       output_shape=output)
 
 
 def action(
@@ -42,11 +45,13 @@ def action(
     timeout_s: float = 900,
     retries: int = 0,
     retry_backoff_s: float = 0.0,
+    output: Any = None,
 ) -> ActionSpec:
-    """A side effect `run(ctx) -> JSON-able output`; `idempotent` allows re-running after a crash."""
+    """A side effect `run(ctx) -> JSON-able output`; `idempotent` allows re-running after a crash.
+    `output` is checked like compute's."""
     return ActionSpec(
         run=run, idempotent=idempotent, timeout_s=timeout_s, retries=retries,
-        retry_backoff_s=retry_backoff_s,
+        retry_backoff_s=retry_backoff_s, output_shape=output,
     )
 
 
@@ -74,9 +79,10 @@ def shell(
     )
 
 
-def checkpoint(prompt: Any = "", timeout_s: float | None = None) -> CheckpointSpec:
-    """Wait for an answer; `prompt` is a string or a callable of ctx."""
-    return CheckpointSpec(prompt=prompt, timeout_s=timeout_s)
+def checkpoint(prompt: Any = "", timeout_s: float | None = None, audience: str | None = None) -> CheckpointSpec:
+    """Wait for an answer; `prompt` is a string or a callable of ctx. With an `audience`, the
+    channels that route it (channels.toml) deliver the prompt too, answered there by a reply."""
+    return CheckpointSpec(prompt=prompt, timeout_s=timeout_s, audience=audience)
 
 
 def notify(message: Any) -> NotifySpec:
@@ -86,12 +92,13 @@ def notify(message: Any) -> NotifySpec:
 
 def agent(
     prompt: Any,
-    expected_output: Mapping[str, Any] | None = None,
+    expected_output: Any = None,
     validate: Callback | None = None,
     max_submissions: int = 3,
     timeout_s: float | None = None,
 ) -> AgentSpec:
-    """An agent step; see `AgentSpec` for how submissions are checked."""
+    """An agent step; see `AgentSpec` for how submissions are checked. `expected_output` is a shape
+    or a Python type such as a dataclass (`shapes.py`)."""
     return AgentSpec(
         prompt=prompt, expected_output=expected_output, validate=validate,
         max_submissions=max_submissions, timeout_s=timeout_s,

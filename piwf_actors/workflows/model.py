@@ -79,6 +79,9 @@ class NodeSpec:
     retry_backoff_s: float = 0.0
     idempotent: bool = True
     mount: str | None = None
+    # The shape the node's output must have (frozen, `schema.py`); compute and action nodes take it
+    # (`output=`), and the worker checks it after the node returns (runner/output_check.py).
+    output_shape: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -127,6 +130,7 @@ class CheckpointSpec(NodeSpec):
 
     kind: ClassVar[str] = "checkpoint"
     prompt: Any = ""  # str | Callback
+    audience: str | None = None  # delivered to the channels that route it (docs/channels.md)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -295,3 +299,6 @@ class Workflow:
     # `load_snapshot`; not part of the digest): how a worker names the child workflow of a
     # `run_workflow` node so that the child run loads it from the same snapshot.
     namespace: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The shape a run's input must have (frozen, `schema.py`; from `define_workflow(input=…)`, part of
+    # the digest): `run.start` refuses an input without it, a parent node a child input without it.
+    input_shape: Mapping[str, Any] | None = None

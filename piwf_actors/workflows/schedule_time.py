@@ -27,7 +27,6 @@ cursor (always after `now`).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.ids import derived_id
 
 CATCH_UP_MODES = ("latest", "skip", "all")
 #: A fire not started within this long of its time counts as missed (like Quartz's misfire threshold):
@@ -248,7 +248,7 @@ def fire_key(fire_time: float) -> str:
     return f"at:{fire_time!r}"
 
 
-def fire_run_id(schedule: str, key: str) -> str:
-    """The run id of a schedule's fire: the same (schedule, fire) always names the same run."""
-    digest = hashlib.sha256(canonical_json(["schedule", schedule, key]).encode()).hexdigest()
-    return f"run_sched_{digest[:24]}"
+def fire_run_id(schedule: str, key: str, fire_time: float) -> str:
+    """The run id of a schedule's fire: the same (schedule, fire) always names the same run, and it has
+    every run id's shape (`ids.derived_id`: the fire time leads, then a hash of the schedule and key)."""
+    return derived_id("run", canonical_json(["schedule", schedule, key]), fire_time)

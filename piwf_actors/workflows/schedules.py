@@ -26,6 +26,7 @@ from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import fingerprint
 from piwf_actors.workflows.model import Workflow, freeze, thaw
 from piwf_actors.workflows.schedule_time import CATCH_UP_MODES, Timing, TimingError, zone
+from piwf_actors.workflows.shapes import input_refusal
 from piwf_actors.workflows.validation import WORKFLOW_NAME, json_problem
 
 InputFn = Callable[[_dt.datetime], Mapping[str, Any]]
@@ -118,6 +119,12 @@ def define_schedule(
         frozen = freeze(dict(input))
     else:
         raise _fail(name, f"input must be a JSON object or a function of the fire time, got {type(input).__name__}")
+    if isinstance(workflow, Workflow) and not callable(frozen):
+        # A fixed input is known now; one from a function (or for a workflow named by a string) is
+        # checked at each fire, when its run is started (and a fire it refuses starts no run).
+        refusal = input_refusal(workflow.input_shape, thaw(frozen))
+        if refusal is not None:
+            raise _fail(name, refusal)
     digest = fingerprint({
         "name": name, "workflow": workflow.digest if isinstance(workflow, Workflow) else workflow,
         "timing": timing.key(), "input": frozen, "catch_up": catch_up, "max_catch_up": max_catch_up,

@@ -2,9 +2,13 @@
 
 Supported keywords: `type` (one of object, array, string, number, integer,
 boolean, null, or a list of them), `properties`, `required`,
-`additionalProperties` (bool), `items`, `enum`, and the annotations `title`
-and `description`. Any other keyword is refused when the workflow is
-defined, so a schema never silently checks less than it seems to.
+`additionalProperties` (true, false, or the schema every property not in
+`properties` must match: how `dict[str, T]` is written), `items`, `enum`,
+and the annotations `title` and `description`. Any other keyword is refused
+when the workflow is defined, so a schema never silently checks less than it
+seems to. The same language types agent output, run inputs
+(`define_workflow(input=…)`) and node outputs (`compute(output=…)`);
+`shapes.py` converts Python classes into it.
 """
 
 from __future__ import annotations
@@ -45,8 +49,15 @@ def schema_problem(schema: Any, path: str = "$") -> str | None:
         required = schema["required"]
         if not isinstance(required, (list, tuple)) or any(not isinstance(k, str) for k in required):
             return f"schema at {path}: required must be a list of strings"
-    if "additionalProperties" in schema and not isinstance(schema["additionalProperties"], bool):
-        return f"schema at {path}: additionalProperties must be true or false"
+    if "additionalProperties" in schema:
+        extra = schema["additionalProperties"]
+        if isinstance(extra, Mapping) and extra:
+            problem = schema_problem(extra, f"{path}.*")
+            if problem:
+                return problem
+        elif not isinstance(extra, bool):
+            # An empty schema would mean "anything", which `true` says plainly.
+            return f"schema at {path}: additionalProperties must be true or false, or a non-empty schema"
     if "items" in schema:
         problem = schema_problem(schema["items"], f"{path}[]")
         if problem:
@@ -84,14 +95,15 @@ def _type_matches(value: Any, expected: str) -> bool:
     return actual == expected
 
 
-def validate_shape(schema: Mapping[str, Any], value: Any) -> list[str]:
+def validate_shape(schema: Mapping[str, Any], value: Any, root: str = "$") -> list[str]:
     """Every mismatch between `value` and `schema`, as `path: problem` lines.
 
     An empty list means the value conforms. At most 20 problems are listed.
-    `schema` must have passed `schema_problem`.
+    `schema` must have passed `schema_problem`. Paths start at `root`
+    (`$.summary`; `input.version` with root `input`).
     """
     errors: list[str] = []
-    _check(schema, value, "$", errors)
+    _check(schema, value, root, errors)
     return errors[:_MAX_ERRORS]
 
 
@@ -113,11 +125,14 @@ def _check(schema: Mapping[str, Any], value: Any, path: str, errors: list[str]) 
         for key in schema.get("required", ()):
             if key not in value:
                 errors.append(f"{path}: missing required property {key!r}")
+        extra = schema.get("additionalProperties")
         for key, item in value.items():
             if key in properties:
                 _check(properties[key], item, f"{path}.{key}", errors)
-            elif schema.get("additionalProperties") is False:
+            elif extra is False:
                 errors.append(f"{path}: unexpected property {key!r}")
+            elif isinstance(extra, Mapping):
+                _check(extra, item, f"{path}.{key}", errors)
     elif isinstance(value, (list, tuple)) and "items" in schema:
         for index, item in enumerate(value):
             _check(schema["items"], item, f"{path}[{index}]", errors)

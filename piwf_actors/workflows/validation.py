@@ -30,7 +30,7 @@ from piwf_actors.workflows.model import (
     freeze,
     is_number,
 )
-from piwf_actors.workflows.schema import schema_problem
+from piwf_actors.workflows.shapes import ShapeError, checked_shape
 from piwf_actors.workflows.waits import WAIT_KINDS, checked_wait
 
 _Spec = TypeVar("_Spec", bound=NodeSpec)
@@ -135,12 +135,10 @@ def _shell(node_id: str, spec: ShellSpec) -> dict[str, Any]:
 
 def _agent(node_id: str, spec: AgentSpec) -> dict[str, Any]:
     _text_or_callable(node_id, "prompt", spec.prompt)
-    schema = spec.expected_output
-    if schema is not None:
-        problem = schema_problem(schema)
-        if problem:
-            raise fail(node_id, f"expected_output: {problem}")
-        schema = freeze(schema)
+    try:  # a shape, or a Python type such as a dataclass (shapes.py)
+        schema = checked_shape(spec.expected_output, "expected_output")
+    except ShapeError as exc:
+        raise fail(node_id, str(exc)) from None
     if spec.validate is not None:
         _callable(node_id, "validate", spec.validate)
     count = spec.max_submissions
@@ -225,6 +223,19 @@ def _human_decision(node_id: str, spec: HumanDecisionSpec) -> dict[str, Any]:
     return {"choices": choices, "request": request, "on_timeout": timeout}
 
 
+def _output_shape(node_id: str, spec: NodeSpec) -> Any:
+    """The node's checked `output=` shape: only compute and action nodes return what their author
+    writes (a shell's output, an answer, a child's output have shapes of their own)."""
+    if spec.output_shape is None:
+        return None
+    if not isinstance(spec, (ComputeSpec, ActionSpec)):
+        raise fail(node_id, f"output= applies to compute and action nodes, not {spec.kind}")
+    try:
+        return checked_shape(spec.output_shape, "output")
+    except ShapeError as exc:
+        raise fail(node_id, str(exc)) from None
+
+
 def checked_node(node_id: str, spec: _Spec) -> _Spec:
     """`spec` validated and normalized, or a WorkflowDefinitionError naming `node_id`."""
     if not isinstance(spec, NodeSpec) or type(spec) is NodeSpec:
@@ -236,6 +247,8 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
         changes = _common(node_id, spec, optional_timeout=False) | _shell(node_id, spec)
     elif isinstance(spec, CheckpointSpec):
         _text_or_callable(node_id, "prompt", spec.prompt)
+        if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
+            raise fail(node_id, "audience must be a non-empty string (or None)")
         changes = _common(node_id, spec, optional_timeout=True)
     elif isinstance(spec, NotifySpec):
         _text_or_callable(node_id, "message", spec.message)
@@ -251,6 +264,7 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
     if not spec.has_side_effect:
         # Only action and shell nodes may declare themselves non-idempotent.
         changes["idempotent"] = True
+    changes["output_shape"] = _output_shape(node_id, spec)
     normalized: _Spec = dataclasses.replace(spec, **changes)
     return normalized
 

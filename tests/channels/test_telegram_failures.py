@@ -446,3 +446,35 @@ def test_a_prompt_that_failed_is_asked_again_when_the_person_taps_again(guard, s
     prompt = messages_in(fake, CHAT, 2)[1]
     fake.reply(chat_id=CHAT, user_id=USER, text="again", reply_to_message_id=prompt["message_id"])
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"fix": "again"}
+
+
+# --- issue 22: a restart's 409 Conflict is expected, not alarming -----------------------------------------
+
+def test_a_previous_poll_still_open_after_a_restart_is_waited_out_quietly(guard, state_dir, setup, fake,
+                                                                          caplog) -> None:
+    """A new host's first polls meet the previous host's long poll, still open at Telegram: 409
+    Conflict until it times out. One INFO line says so; no WARNING; the channel then takes answers."""
+    import threading
+
+    from piwf_actors.channels.telegram_api import BotApi
+
+    caplog.set_level(logging.INFO, logger="piwf_actors")
+    previous = BotApi(TOKEN, fake.url)
+    reached = fake.reached("getUpdates")
+    # The previous host's long poll: the fake answers it after 4 s (the conflict window of a host
+    # polling for 1 s is 7 s, so this is a restart, not a second host).
+    holder = threading.Thread(target=lambda: previous.get_updates(0, timeout_s=4), daemon=True)
+    holder.start()
+    wait_for(reached.is_set, 10, "the previous poll to reach the fake")
+    host = start(guard, state_dir, setup, fake)
+    run_id = release_run(host, setup, "22")
+    [message] = messages_in(fake, CHAT, 1)
+    holder.join(timeout=15)
+    fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
+    assert host.wait_for_run(run_id, timeout=30)["output"] == {"shipped": "22"}
+
+    channel = [r for r in caplog.records if r.name.startswith("piwf_actors.actors.channel")]
+    conflicts = [r for r in channel if "409" in r.getMessage()]
+    assert [r.levelno for r in conflicts] == [logging.INFO], [r.getMessage() for r in conflicts]
+    assert "another poller still holds the bot's updates (409); retrying" in conflicts[0].getMessage()
+    assert [r.getMessage() for r in channel if r.levelno >= logging.WARNING] == []

@@ -333,7 +333,7 @@ def test_verify_violations_then_host_stop_ends_watches_with_exit_3() -> None:
         first = json.loads(watch.stdout.readline())  # the initial runs view
         assert first["runs"] == [] and first["counts"]["done"] == 0
         stopped = piwf(state, "host", "stop", "--json")
-        assert ok_json(stopped) == {"stopping": True}
+        assert ok_json(stopped) == {"stopping": True, "stopped": True}  # it returned once the host had stopped
         assert watch.wait(15) == 3
         assert "piwf-host" in (watch.stderr.read() if watch.stderr else "")
         deadline = time.monotonic() + 10

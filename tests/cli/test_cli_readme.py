@@ -158,6 +158,9 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         listing = json.loads(run("piwf workflows [--project DIR]", "workflows", "--project", str(project),
                                  "--json").stdout)
         assert {"pipeline", "release", "gate", "summarize", "gated"} <= {w["name"] for w in listing["workflows"]}
+        drawn = "piwf graph WORKFLOW|RUN [--format text|mermaid|dot] [--project DIR]"
+        run(drawn, "graph", "release", "--format", "mermaid", "--project", str(project))
+        assert "◀ ended here" in run(drawn, "graph", run_id[:20], "--format", "text").stdout
         run("piwf list [--status S] [--workflow NAME] [--since DATE] [--parent RUN] [--limit N]",
             "list", "--status", "done", "--workflow", "pipeline", "--since", "1h", "--parent", run_id[:20], "--limit",
             "5")

@@ -120,7 +120,7 @@ def test_a_waiting_run_shows_its_clock_running_or_paused() -> None:
                          "remaining_s": 95.0, "deadline_at": None}]}
     assert "waiting on  ask (checkpoint): paused, 1m35s left when it resumes" in rendered(render.run_view(view), 120)
     assert render.request_clock({"paused_remaining_s": 95.0, "deadline_at": None}) == "paused (1m35s left)"
-    assert render.request_clock({"deadline_at": 1000.0}, now=940.0).endswith("(in 1m00s)")
+    assert render.request_clock({"deadline_at": 1000.0}, now=940.0).endswith("(in 1 min)")
     assert render.request_clock({}) == "—"
 
 
@@ -132,6 +132,6 @@ def test_piwf_show_says_who_answered_each_waiting_node() -> None:
                                                            "chat_id": -100, "profile": "ops"}, "at": 2.0}),
         node("late", "att_3", "succeeded", answer={"by": {"kind": "timeout", "deadline_at": 3.0}, "at": 3.0})]}
     text = rendered(render.run_view(view), 160)
-    assert "human client cli-7 (socket: pid 4242, uid 1000)" in text
-    assert "telegram user 77 in chat -100 (profile ops)" in text
-    assert "its timeout (the default response)" in text
+    assert "person via client cli-7" in text and "client cli-7, pid 4242, uid 1000" in text
+    assert "telegram user 77" in text and "chat -100, profile ops" in text
+    assert "· by timeout" in text

@@ -3,6 +3,7 @@ pure render at a fixed width."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from datetime import datetime
@@ -40,7 +41,7 @@ def test_schedule_commands_against_a_host(hosts, state_dir) -> None:
         again = piwf(state_dir, "schedule", "pause", "nightly")
         assert again.returncode == 1 and "already paused" in again.stderr
         fired = ok_json(piwf(state_dir, "schedule", "trigger", "nightly", "--json"))
-        assert fired["run_id"].startswith("run_sched_") and fired["status"] == "queued"
+        assert re.fullmatch(r"run_[0-9a-z]{26}", fired["run_id"]) and fired["status"] == "queued"  # one id shape
         shown = ok_json(piwf(state_dir, "show", fired["run_id"], "--json"))
         assert shown["schedule"]["name"] == "nightly" and shown["schedule"]["kind"] == "manual"
         resumed = piwf(state_dir, "schedule", "resume", "nightly")

@@ -56,7 +56,7 @@ def test_workflows_lists_the_good_and_the_broken(project: Path, tmp_path: Path) 
     workflows = project / ".piwf" / "workflows"
     (workflows / "broken.py").write_text(BROKEN)
     listed = piwf(None, "workflows", "--project", str(project), "--json", extra_env=config_home(tmp_path))
-    assert listed.returncode == 0, listed.stderr
+    assert listed.returncode == 1, listed.stderr  # a file failed to load (what did is still listed)
     view: dict[str, Any] = json.loads(listed.stdout)
     assert view["workflows"] == [
         {"name": "nightly", "file": str(workflows / "good.py"), "attribute": "nightly"},
@@ -67,7 +67,7 @@ def test_workflows_lists_the_good_and_the_broken(project: Path, tmp_path: Path) 
     assert "loading good.py" in listed.stderr
     # From the project directory, as a table; no host is needed.
     table = piwf(None, "workflows", cwd=project, extra_env=config_home(tmp_path))
-    assert table.returncode == 0, table.stderr
+    assert table.returncode == 1, table.stderr
     for text in ("release", "nightly", "good.py", "1 file(s) failed to load", "broken.py", "no_such_module_for_piwf"):
         assert text in table.stdout, text
 

@@ -132,7 +132,7 @@ def test_send_before_the_wait_stays_in_the_mailbox(host: HostHandle, state_dir: 
     shown = cli(state_dir, project, "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"mailbox\s+later: 1 pending", shown.stdout), shown.stdout
-    assert re.search(r"wait\s+w: waiting for a message on 'go' \(timeout in \d+m\d\ds\)", shown.stdout), shown.stdout
+    assert re.search(r"wait\s+w: waiting for a message on 'go' \(timeout \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ \(in \d+ min( \d+ s)?\)\)", shown.stdout), shown.stdout
 
 
 def test_send_to_a_finished_run_is_refused_on_one_line(host: HostHandle, state_dir: Path, project: Path) -> None:
@@ -264,7 +264,9 @@ def test_each_kind_of_wait_in_words() -> None:
             "waits": [message, children], "mailbox": {"go": 2, "other": 1}, "priority": -3,
             "parent_run_id": "run_p", "parent_node_id": "m", "child_index": 7}
     text = rendered(render.run_view(view))
-    for expected in ("waiting for a message on 'go' (timeout in", "m: waiting for children: 3 of 10 open",
+    zoned = render_flow.wait_text(message, zoned=True)  # `piwf show` gives the deadline's zone and distance
+    assert zoned.startswith(f"waiting for a message on 'go' (timeout {render.when(NOW + 90)} "), zoned
+    for expected in (f"w: waiting for a message on 'go' (timeout {render.when(NOW + 90)} ", "m: waiting for children: 3 of 10 open",
                      "go: 2 pending, other: 1 pending", "child 7 of run_p node m"):
         assert expected in text, text
     assert re.search(r"priority\s+-3", text), text

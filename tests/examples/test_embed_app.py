@@ -1,6 +1,7 @@
 """examples/embed_app.py, run as a program: a pykka application with its own actor that starts
 release runs, is told their events through a subscription, answers their decisions, and exits 0
-with nothing left running."""
+with nothing left running. And the README's "Embedding the host" snippet, run as written against the
+README's own `nightly` workflow: it answers the run's checkpoint and ends."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_readme_python import (
+    data_server,  # noqa: F401  (a fixture: the README nightly's data server)
+    python_block,
+    write_workflow,
+)
 from testsupport import host_state_row
 
 EMBED_APP = Path(__file__).resolve().parents[2] / "examples" / "embed_app.py"
@@ -64,3 +70,32 @@ def test_embed_app_with_one_release(state_dir) -> None:
     assert_followed(lines, "3.1.4", "ship")
     assert [line for line in lines if line.startswith("release ")] == [
         'release 3.1.4: done, output {"shipped": "3.1.4"}']
+
+
+# --- the README's "Embedding the host" snippet, against the README's own `nightly` (issue 22, edge 1) ---
+
+
+def test_the_readme_embedding_snippet_runs_the_readme_nightly_to_its_end(state_dir: Path, tmp_path: Path,
+                                                                         data_server: str) -> None:  # noqa: F811
+    """As written: the nightly workflow of "Writing workflows" (its `/tmp/` files and its server moved to
+    the test's), and the embedding program of "Embedding the host" run from that project. The run stops
+    at its `confirm` checkpoint; the program must answer it, not wait through it."""
+    files = tmp_path / "files"
+    files.mkdir()
+    project = tmp_path / "project"
+    write_workflow(project, "nightly", python_block('name="nightly"').replace("http://127.0.0.1:8000", data_server)
+                   .replace("/tmp/", f"{files}/"))
+    program = tmp_path / "app.py"
+    program.write_text(python_block("start_host(HostConfig(").replace("/var/lib/myapp/piwf", str(state_dir)))
+    try:
+        done = subprocess.run([sys.executable, str(program)], cwd=project, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the embedding snippet did not finish: {exc.stdout!r} {exc.stderr!r}")
+    assert done.returncode == 0, done.stderr
+    *answered, last = done.stdout.splitlines()
+    assert answered == ["answering: Archive done; anything to note?"], done.stdout
+    assert last == ("done {'note': 'archived by myapp'} "
+                    "['get/download', 'get/ok', 'count', 'check', 'big', 'confirm']"), done.stdout
+    assert (files / "data-archived.csv").read_text() == (files / "data.csv").read_text()
+    assert not (state_dir / "host.sock").exists()

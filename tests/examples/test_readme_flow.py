@@ -1,7 +1,7 @@
 """The README's "Waiting, fan-out and flow control" examples run as written, on a real host.
 
-Only what a test machine cannot wait for is replaced: the review example's one-minute cool-off and
-one-day timeout become a tenth of a second and one second.
+The review example's one-minute cool-off and one-day timeout are the README's too: the test kit
+(`piwf_actors.testing`) skips its host's timer clock over them instead of waiting.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from test_readme_python import python_block, write_workflow
 from testsupport import wait_for
 
 from piwf_actors import HostHandle
+from piwf_actors.testing import Piwf
 
 
 def test_batch_example_counts_every_file_in_child_runs_then_asks(
@@ -41,24 +42,29 @@ def test_batch_example_counts_every_file_in_child_runs_then_asks(
     assert host.wait_for_run(run_id, timeout=30).status == "done"
 
 
-def test_review_example_reminds_after_its_timeout_and_takes_the_verdict_message(
-        hosts: Callable[..., HostHandle], state_dir: Path, tmp_path: Path) -> None:
+def test_review_example_reminds_after_its_timeout_and_takes_the_verdict_message(tmp_path: Path) -> None:
     project = tmp_path / "project"
-    source = python_block('name="review"').replace("seconds=60", "seconds=0.1").replace("86400", "1")
-    write_workflow(project, "reminders", source)
-    host = hosts(state_dir)
-
-    run_id = host.start_run("review", {"pr": 1234}, project_path=str(project)).run_id
-    # The first answer wait times out after a second: the run reminds and waits again.
-    wait_for(lambda: any(e.kind == "node_finished" and e.node_id == "remind" for e in host.run_events(run_id)),
-             30, lambda: str(host.run_events(run_id)))
-    receipt = host.send_message(run_id, "review", {"verdict": "approved"}, client_id="t", idempotency_key="v1")
-    done = host.wait_for_run(run_id, timeout=30)
-    assert done.status == "done", done
-    assert done.output == {"pr": 1234, "verdict": "approved"}
-    assert receipt.status in ("consumed", "pending")
-    assert host.send_message(run_id, "review", {"verdict": "approved"}, client_id="t",
-                             idempotency_key="v1").outcome == "adopted"
+    write_workflow(project, "reminders", python_block('name="review"'))
+    with Piwf(project=project) as piwf:
+        run_id = piwf.start("review", {"pr": 1234})
+        [cool_off] = piwf.wait_parked(run_id, "waiting").waits
+        assert cool_off["kind"] == "sleep" and 59 < cool_off["remaining_s"] <= 60
+        piwf.skip(60)
+        # Then a day without a review: the answer wait times out, the run reminds and waits again.
+        piwf.wait_until(run_id, lambda view: [w["kind"] for w in view.waits] == ["message"], "to wait for the review")
+        piwf.skip(86400)
+        piwf.wait_for_event(run_id, "node_finished", "remind")
+        again = piwf.wait_until(run_id, lambda view: view.waits and view.node("remind") is not None,
+                                "to wait again")
+        assert again.node("remind").output == {"message": "nobody has reviewed 1234 for a day"}
+        receipt = piwf.host.send_message(run_id, "review", {"verdict": "approved"}, client_id="t",
+                                         idempotency_key="v1")
+        done = piwf.wait(run_id)
+        assert done.status == "done", done
+        assert done.output == {"pr": 1234, "verdict": "approved"}
+        assert receipt.status in ("consumed", "pending")
+        assert piwf.host.send_message(run_id, "review", {"verdict": "approved"}, client_id="t",
+                                      idempotency_key="v1").outcome == "adopted"
 
 
 def test_ci_gate_example_deploys_on_green(hosts: Callable[..., HostHandle], state_dir: Path, tmp_path: Path) -> None:

@@ -157,4 +157,5 @@ def test_only_the_active_host_fires_schedules(two_hosts, tmp_path) -> None:
         runs = client.request("run.list").receipt["runs"]
     # The new active host's fires come after the old one's: each run was started by a schedule fire.
     assert {run["run_id"] for run in runs} >= fired_before_stop
-    assert all(run["run_id"].startswith("run_sched_") for run in runs)
+    with Client(standby.paths.root) as client:
+        assert all(client.get(run["run_id"])["schedule"] for run in runs)

@@ -32,7 +32,7 @@ def _sync(store: Store, cursor: float | None = 1010.0, timing_key: str = "every-
 
 def _fire(t: float, kind: str = "scheduled", spec: bool = True) -> dict:
     key = fire_key(t)
-    fire = {"fire_key": key, "fire_time": t, "kind": kind, "run_id": fire_run_id("tick", key)}
+    fire = {"fire_key": key, "fire_time": t, "kind": kind, "run_id": fire_run_id("tick", key, t)}
     if spec:
         fire["spec"] = {"workflow": "w", "input": {"at": t}}
     else:
@@ -53,7 +53,7 @@ def test_a_fire_starts_its_run_once_whatever_is_replayed(store) -> None:
     _sync(store)
     fired = store.call("schedule.fire", {"name": "tick", "fires": [_fire(1010.0)], "cursor": 1020.0, "skipped": 0},
                        1010.1)
-    run_id = fire_run_id("tick", fire_key(1010.0))
+    run_id = fire_run_id("tick", fire_key(1010.0), 1010.0)
     assert fired["fired"] == [{"fire_time": 1010.0, "kind": "scheduled", "run_id": run_id, "error": None}]
     assert _runs(store) == [run_id]
     assert _row(store) == (0, 1020.0, 1010.0, 1, 0, None)
@@ -136,7 +136,7 @@ def test_trigger_fires_now_once_per_request(store) -> None:
     _sync(store)
     store.call("schedule.pause", {"name": "tick"})
     key = "manual:c1:k1"
-    fire = {"fire_key": key, "fire_time": 1234.5, "kind": "manual", "run_id": fire_run_id("tick", key),
+    fire = {"fire_key": key, "fire_time": 1234.5, "kind": "manual", "run_id": fire_run_id("tick", key, 1234.5),
             "spec": {"workflow": "w", "input": {}}}
     args = {"name": "tick", "fire": fire, "client_id": "c1", "idempotency_key": "k1", "payload": {"name": "tick"}}
     first = store.call("schedule.trigger", args, 1234.5)
@@ -144,9 +144,10 @@ def test_trigger_fires_now_once_per_request(store) -> None:
     assert _runs(store) == [fire["run_id"]]  # a paused schedule can still be fired by hand
     assert store.call("schedule.trigger", args, 1240.0)["outcome"] == "adopted"
     # The same fire key under another idempotency key (a resent request): still that one run.
-    other = store.call("schedule.trigger", {**args, "idempotency_key": "k2", "fire": {**fire, "fire_time": 1250.0}},
-                       1250.0)
+    resent = {**fire, "fire_time": 1250.0, "run_id": fire_run_id("tick", key, 1250.0)}  # the time leads the id
+    other = store.call("schedule.trigger", {**args, "idempotency_key": "k2", "fire": resent}, 1250.0)
     assert other["outcome"] == "adopted" and other["receipt"]["fire_time"] == 1234.5
+    assert other["receipt"]["run_id"] == fire["run_id"]  # the recorded fire's run, not the resent id
     assert _runs(store) == [fire["run_id"]]
     assert _row(store)[0] == 1 and _row(store)[3] == 1
     with pytest.raises(NotFound):
@@ -177,7 +178,7 @@ def test_migration_v7_adds_the_schedule_tables_to_a_v6_file(state_dir) -> None:
 def test_prune_takes_a_fires_record_with_its_run_and_the_cursor_still_holds(store) -> None:
     _sync(store)
     store.call("schedule.fire", {"name": "tick", "fires": [_fire(1010.0)], "cursor": 1020.0}, 1010.1)
-    run_id = fire_run_id("tick", fire_key(1010.0))
+    run_id = fire_run_id("tick", fire_key(1010.0), 1010.0)
     with store.db.atomic():
         store.db.connection().execute("UPDATE run SET status = 'done', finished_at = ? WHERE run_id = ?",
                                       (1011.0, run_id))

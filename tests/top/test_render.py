@@ -10,14 +10,16 @@ exactly 24 lines.
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 from rich.console import Console
 from top_fixtures import AMBIGUOUS, BUSY, DECISION, DETAIL, NOW, OLD_RUNS, RELEASE, snapshot
 
-from piwf_actors.cli.render import when
 from piwf_actors.top.model import Snapshot, WorkerRow
 from piwf_actors.top.render import HELP, render
 from piwf_actors.top.state import Command, Confirm, Prompt, UiState, normalize
+from piwf_actors.workflows.graph_run import clock_time
 
 
 def screen(snap: Snapshot, state: UiState | None = None, width: int = 80, height: int | None = 24) -> str:
@@ -42,7 +44,7 @@ def test_80x24_shows_every_pane() -> None:
             "queue depth 3", "12.5 commits/s", "31.0 commands/s", "clients 2",
             "workers  1 active, 1 idle, max 2", "5151", "37.5%", "50.0 MiB",
             "running 1", "done 30", "! 1 ambiguous effect",
-            " runs ", "1/33", "sort newest", "run_01m8m…sybusy0001", "release", "parked (waiting)",  # runs
+            " runs ", "1/33", "sort newest", "…zdebusybusybusy0001", "release", "parked (waiting)",  # runs
             "deploy", " decisions ", "(1)", "1 other request(s)", "Ship 1.2.0?", "12 passed",  # decisions
             "1 ship (Ship it)", "2 stop", "3 fix (Needs changes) ✎",
             " events ", "node_started", "run_parked",  # events
@@ -173,7 +175,7 @@ def test_decisions_focus_and_many_decisions_fit() -> None:
     decisions = tuple(dict(DECISION, request_id=f"req_{i}", contract=dict(DECISION["contract"], title=f"Ship {i}?"))
                       for i in range(6))
     text = screen(snapshot(decisions=decisions), UiState(focus="decisions", selected_request_id="req_4"))
-    has_all(text, "(6)", "▶ run_01m8m…d5yc88bm3j  approve  Ship 4?", "1 ship (Ship it)", "enter or 1-9 answer")
+    has_all(text, "(6)", "▶ …zde2ewffvd5yc88bm3j  approve  Ship 4?", "1 ship (Ship it)", "enter or 1-9 answer")
 
 
 def test_a_paused_decision_shows_its_clock_stopped_not_its_old_deadline() -> None:
@@ -224,7 +226,74 @@ def test_detail_pane_says_why_a_run_is_queued_and_what_a_parked_run_waits_for() 
              {"wait_id": "wait_3", "node_id": "m", "kind": "children", "children_total": 10, "children_open": 3}]
     parked = dict(DETAIL, status="parked", park_reason="waiting", park_detail="wait_1", error=None, effects=[],
                   queue_reason=None, waits=waits)
-    text = screen(snapshot(detail_run_id=BUSY, detail=parked), UiState(selected_run_id=BUSY, detail_open=True))
-    # Relative to the snapshot's time, not the clock (nor run.get's remaining_s).
-    has_all(text, "park waiting  wait_1", f"wait nap  sleeping until {when(NOW + 12)} (in 12.0s)",
-            "wait w  waiting for a message on 'go' (timeout in 30.0s)", "wait m  waiting for children: 3 of 10 open")
+    text = screen(snapshot(detail_run_id=BUSY, detail=parked), UiState(selected_run_id=BUSY, detail_open=True),
+                  height=40)
+    # Under the node that waits, relative to the snapshot's time (not the clock, nor run.get's remaining_s).
+    has_all(text, "park waiting  wait_1", "├── nap   ⏳ waiting\n│   └── ⏳ sleeping until "
+            f"{clock_time(NOW + 12, NOW)} (in 12s)",
+            "├── w   ⏳ waiting\n│   └── ⏳ waiting for a message on 'go' (timeout in 30s)",
+            "└── m   ⏳ waiting\n    └── ⏳ waiting for children: 3 of 10 open")
+
+
+def tree_of(text: str) -> list[str]:
+    """The detail pane's tree: the lines after its `nodes` heading, up to the footer."""
+    lines = text.splitlines()
+    start = next(index for index, row in enumerate(lines) if row.startswith("nodes"))
+    return [row.rstrip() for row in lines[start + 1:] if not row.startswith("? help") and row.strip()]
+
+
+def test_the_detail_tree_shows_a_decision_waiting_and_a_fan_out_with_its_children() -> None:
+    children = [{"run_id": f"run_child{i}", "workflow": "wave", "status": status, "parent_node_id": "deploy/waves",
+                 "child_index": i} for i, status in enumerate(["done", "parked", "queued"])]
+    detail = dict(DETAIL, run_id=RELEASE, workflow="release", status="parked", park_reason="waiting", error=None,
+                  effects=[], current_node="approve", park_detail="req_abc", nodes=[
+                      {"node_id": "test", "status": "succeeded", "attempts": 1, "error": None,
+                       "output": {"stdout": "12 passed", "stderr": "", "exit_code": 0, "duration_ms": 4}},
+                      {"node_id": "deploy/waves", "status": "succeeded", "attempts": 1, "error": None,
+                       "output": [1, 2, 3]},
+                      {"node_id": "approve", "status": "waiting", "attempts": 1, "output": None, "error": None}],
+                  waiting=[{"request_id": "req_abc", "node_id": "approve", "kind": "decision", "status": "pending",
+                            "deadline_at": NOW + 3599, "clock": "running", "remaining_s": 3000.0}],
+                  waits=[], children={"total": 3, "by_status": {}, "runs": children})
+    text = screen(snapshot(detail_run_id=RELEASE, detail=detail), UiState(selected_run_id=RELEASE, detail_open=True),
+                  height=44)
+    assert tree_of(text) == [
+        "├── test   ✓ succeeded  exit 0",
+        "├── include deploy",
+        "│   └── deploy/waves   ✓ succeeded  [1,2,3]",
+        "│       ├── children: queued 1 · parked 1 · done 1",
+        "│       ├── #1 run_child1  wave  parked",
+        "│       └── #2 run_child2  wave  queued",
+        "└── approve   ⏳ waiting   ◀ here",
+        "    └── ⏳ waiting for an answer (decision, deadline in 59m59s)",
+    ]
+
+
+def test_a_long_tree_keeps_the_node_where_the_run_is_in_view_at_80x24() -> None:
+    nodes = [{"node_id": f"step{i:02d}", "status": "succeeded", "attempts": 1, "output": {"i": i}, "error": None}
+             for i in range(40)]
+    nodes[25] = {"node_id": "step25", "status": "running", "attempts": 1, "output": None, "error": None}
+    detail = dict(DETAIL, error=None, effects=[], status="running", current_node="step25", nodes=nodes)
+    text = screen(snapshot(detail_run_id=BUSY, detail=detail), UiState(selected_run_id=BUSY, detail_open=True))
+    rows = tree_of(text)
+    assert any(row.startswith("├── step25   ▶ running   ◀ here") for row in rows), text
+    assert "step00" not in text and "step39" not in text
+    assert re.search(r"nodes \(lines \d+-\d+ of 40\)", text), text
+
+
+def test_the_readme_tree_is_what_the_detail_pane_draws() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## piwf-top\n"):]
+    block = re.search(r"The detail pane draws the selected run as a tree.*?```\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    detail = dict(DETAIL, run_id=RELEASE, workflow="release", status="parked", park_reason="waiting", error=None,
+                  effects=[], current_node="approve", nodes=[
+                      {"node_id": "test", "status": "succeeded", "attempts": 1, "error": None,
+                       "output": {"stdout": "12 passed", "stderr": "", "exit_code": 0, "duration_ms": 4}},
+                      {"node_id": "approve", "status": "waiting", "attempts": 1, "output": None, "error": None}],
+                  waiting=[{"request_id": "req_abc", "node_id": "approve", "kind": "decision", "status": "pending",
+                            "deadline_at": NOW + 3597, "clock": "running", "remaining_s": 3597.0}], waits=[])
+    text = screen(snapshot(detail_run_id=RELEASE, detail=detail), UiState(selected_run_id=RELEASE, detail_open=True),
+                  height=40)
+    assert block.group(1).splitlines() == ["nodes", *tree_of(text)]
+

@@ -4,7 +4,8 @@ Two runs: one of a workflow that sleeps (written to a temp dir) and one of
 examples/workflows/release.py:release, parked on its `approve` decision. The
 console must show every pane at exactly 80×24, and the schedules line with
 the next fire of the host's hourly schedule; select the sleeping run (with
-the filter), open its detail, and cancel it — `c` only shows "cancel run …?
+the filter), open its detail (its tree marks the running node), and cancel it —
+`c` only shows "cancel run …?
 y/n" and changes nothing in the host, `y` sends it and the run ends
 `cancelled`. Then the decision: its number key only asks, a stray key drops
 the question (the run still waits), the number and `y` answer `ship` and the
@@ -160,8 +161,8 @@ def test_top_at_80x24_cancels_a_run_and_answers_a_decision(host_dir: tuple[HostH
         _screen_until(tmux, "top", lambda s: "1/1 of 2  filter /sleepy" in s, "the filtered list")
         _keys(tmux, "top", "Enter")  # keep the filter
         _keys(tmux, "top", "Enter")  # open the detail
-        _screen_until(tmux, "top", lambda s: f"detail  {sleepy_id}" in s and "node nap" in s and "running" in s,
-                      "the detail of the sleeping run")
+        _screen_until(tmux, "top", lambda s: f"detail  {sleepy_id}" in s and "node nap" in s and "running" in s
+                      and "└── nap   ▶ running   ◀ here" in s, "the detail of the sleeping run, with its tree")
 
         # `c` only asks.
         _keys(tmux, "top", "c")

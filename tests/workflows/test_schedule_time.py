@@ -7,12 +7,14 @@ since the epoch; missed fires follow `catch_up`.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from piwf_actors.errors import WorkflowDefinitionError
+from piwf_actors.ids import id_time
 from piwf_actors.workflows import Workflow, compute, define_schedule, define_workflow
 from piwf_actors.workflows.schedule_time import (
     MISFIRE_GRACE_S,
@@ -167,11 +169,14 @@ def test_a_month_of_missed_one_second_fires_is_counted_not_listed() -> None:
 
 
 def test_fire_ids_are_derived_from_schedule_and_fire() -> None:
-    key = fire_key(1_800_000_000.0)
-    assert fire_run_id("nightly", key) == fire_run_id("nightly", key)
-    assert fire_run_id("nightly", key) != fire_run_id("hourly", key)
-    assert fire_run_id("nightly", key) != fire_run_id("nightly", fire_key(1_800_000_060.0))
-    assert fire_run_id("nightly", key).startswith("run_sched_")
+    at = 1_800_000_000.0
+    key = fire_key(at)
+    assert fire_run_id("nightly", key, at) == fire_run_id("nightly", key, at)
+    assert fire_run_id("nightly", key, at) != fire_run_id("hourly", key, at)
+    assert fire_run_id("nightly", key, at) != fire_run_id("nightly", fire_key(at + 60), at + 60)
+    # Every run id's shape (ids.derived_id), the fire time leading.
+    assert re.fullmatch(r"run_[0-9a-z]{26}", fire_run_id("nightly", key, at))
+    assert id_time(fire_run_id("nightly", key, at)) == at
 
 
 # --- define_schedule ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Content and ids: content.read (a chunk of a large stored value) and ids.match (ids by prefix). Read-only."""
+"""Content and ids: content.read (a chunk of a large stored value) and ids.match (ids by prefix or end). Read-only."""
 
 from __future__ import annotations
 
@@ -22,16 +22,25 @@ def content_read(ctx: OperationContext, payload: dict[str, Any]) -> None:
     ctx.reply("accepted", receipt=chunk)
 
 
-@operation("ids.match", payload={"kind": ("str", True), "prefix": ("str", True), "limit": ("int", False)},
-           read_only=True)
+@operation("ids.match", payload={"kind": ("str", True), "prefix": ("str", False), "suffix": ("str", False),
+                                 "limit": ("int", False)}, read_only=True)
 def ids_match(ctx: OperationContext, payload: dict[str, Any]) -> None:
-    """The full ids that start with a prefix (what `piwf` does with `piwf show run_01m8`)."""
-    kind, prefix = payload["kind"], payload["prefix"]
+    """The full ids that start with a prefix (what `piwf` does with `piwf show run_01m8`), or that end
+    with a suffix (`piwf show …2mvr1rtt`, as piwf-top shows ids): exactly one of the two."""
+    kind, prefix, suffix = payload["kind"], payload.get("prefix"), payload.get("suffix")
     if kind not in queries.ID_KINDS:
         raise BadRequest(f"ids.match: unknown kind {kind!r} (kinds: {', '.join(queries.ID_KINDS)})",
                          ctx.request.request_id)
-    if not prefix:
-        raise BadRequest("ids.match: prefix must not be empty", ctx.request.request_id)
+    if prefix is None and suffix is None:
+        raise BadRequest("ids.match: payload.prefix is required (or payload.suffix)", ctx.request.request_id)
+    if prefix is not None and suffix is not None:
+        raise BadRequest("ids.match: give payload.prefix or payload.suffix, not both", ctx.request.request_id)
+    if not (prefix or suffix):
+        raise BadRequest(f"ids.match: {'prefix' if prefix is not None else 'suffix'} must not be empty",
+                         ctx.request.request_id)
     limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
-    matches, more = queries.match_ids(ctx.reader, kind, prefix, limit)
+    if suffix is not None:
+        matches, more = queries.match_id_ends(ctx.reader, kind, suffix, limit)
+    else:
+        matches, more = queries.match_ids(ctx.reader, kind, prefix, limit)
     ctx.reply("accepted", receipt={"matches": matches, "more": more})

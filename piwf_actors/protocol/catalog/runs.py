@@ -1,4 +1,4 @@
-"""Runs: run.start, run.list, run.get, run.events, run.cancel|pause|resume, run.restart, effect.resolve.
+"""Runs: run.start, run.list, run.get, run.source, run.events, run.cancel|pause|resume, run.restart, effect.resolve.
 
 The write commands of run.start and run.restart are built by
 `start_run_command` and `restart_run_command` (the schedule keeper builds its
@@ -15,6 +15,7 @@ the command itself (docs/protocol.md 3.5).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -37,6 +38,7 @@ from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import json_problem, load_snapshot
 from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.resolver import WorkflowResolver
+from piwf_actors.workflows.shapes import input_refusal
 from piwf_actors.workflows.waits import concurrency_key
 
 #: The largest priority either way (an integer; higher starts first).
@@ -71,6 +73,32 @@ def run_get(ctx: OperationContext, _payload: dict[str, Any]) -> None:
         ctx.reply("notFound", error=f"run {run_id} not found")
         return
     ctx.reply("accepted", receipt=view, revision=view["revision"])
+
+
+def source_receipt(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
+    """`run.source`'s receipt: where the run's workflow came from and its stored source snapshot — the
+    bytes inline up to CONTENT_INLINE_BYTES, else only `source_sha256` to read with content.read."""
+    found = queries.run_source(reader, run_id)
+    if found is None:
+        return None
+    source = found.pop("source")
+    receipt = {"run_id": run_id, **found, "source_sha256": None if source is None else hashlib.sha256(source).hexdigest(),
+               "source_bytes": 0 if source is None else len(source)}
+    if source is not None and len(source) <= queries.CONTENT_INLINE_BYTES:
+        receipt["source"] = source
+    return receipt
+
+
+@operation("run.source", needs_run=True, read_only=True)
+def run_source(ctx: OperationContext, _payload: dict[str, Any]) -> None:
+    """The run's workflow snapshot, for a client to load in its own process (`piwf graph RUN`): the
+    host runs none of it here."""
+    assert ctx.request.run_id is not None
+    receipt = source_receipt(ctx.reader, ctx.request.run_id)
+    if receipt is None:
+        ctx.reply("notFound", error=f"run {ctx.request.run_id} not found")
+        return
+    ctx.reply("accepted", receipt=receipt)
 
 
 @operation("run.events", payload={"after": ("int", False), "limit": ("int", False)}, needs_run=True, read_only=True)
@@ -169,6 +197,8 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
     except PiwfError as err:
         return _refused("run.start", args, err)
     try:
+        # Here, where the host holds the definition: a run that would fail on its input is never queued.
+        _check_input(resolved, input)
         limited = _limit(resolved, input)
     except Rejected as err:
         return _refused("run.start", args, err)
@@ -180,6 +210,14 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "concurrency_max": None if limited is None else limited[1],
     }
     return WriteCommand("run.start", args)
+
+
+def _check_input(resolved: ResolvedWorkflow, run_input: Any) -> None:
+    """Refuse an input without the workflow's declared shape (`define_workflow(input=…)`): one line
+    naming each problem's path, then the shape expected (workflows/shapes.py)."""
+    refusal = input_refusal(resolved.workflow.input_shape, run_input)
+    if refusal is not None:
+        raise Rejected(refusal)
 
 
 def _limit(resolved: ResolvedWorkflow, run_input: Any) -> tuple[str, int] | None:
@@ -296,14 +334,22 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
 
 def _restart_limit(resolved: ResolvedWorkflow, database: DatabaseLocation, run_id: str) -> dict[str, Any]:
     """The concurrency key a restart running `resolved` counts against: the new code's limit applied
-    to the run's input (a limit removed is gone; one added applies)."""
-    if resolved.workflow.concurrency is None:
+    to the run's input (a limit removed is gone; one added applies). The input must also have the new
+    code's input shape: a restart that would fail on it is refused."""
+    workflow = resolved.workflow
+    if workflow.concurrency is None and workflow.input_shape is None:
         return {"concurrency_key": None, "concurrency_max": None}
     reader = StoreReader(database)
     try:
         run_input = queries.run_input(reader, run_id)
     finally:
         reader.close()
+    refusal = input_refusal(workflow.input_shape, run_input)
+    if refusal is not None:
+        raise Rejected(f"the input of run {run_id} does not fit the current code of {workflow.name!r}: {refusal}; "
+                       "restart it with the stored code (same_code)")
+    if workflow.concurrency is None:
+        return {"concurrency_key": None, "concurrency_max": None}
     limited = _limit(resolved, run_input)
     assert limited is not None
     return {"concurrency_key": limited[0], "concurrency_max": limited[1]}

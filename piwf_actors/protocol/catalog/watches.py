@@ -11,10 +11,11 @@ from piwf_actors.store import queries
 
 
 @operation("watch", payload={"subscription_id": ("str", True), "topic": ("str", True), "run_id": ("str", False),
-                             "session_id": ("str", False)}, read_only=True)
+                             "session_id": ("str", False), "output_so_far": ("bool", False)}, read_only=True)
 def watch(ctx: OperationContext, payload: dict[str, Any]) -> None:
     """Subscribe, answer, then send the first event at once (a run watch of a run that does not exist
-    is refused `notFound` and not kept)."""
+    is refused `notFound` and not kept). A `run` watch with `output_so_far` first gets, as `node_output`
+    events, what the run's running node printed before it subscribed (`piwf logs -f`, like `tail -f`)."""
     run_id = payload.get("run_id") or ctx.request.run_id
     try:
         added = ctx.views.watches.add(ctx.conn_id, payload["subscription_id"], payload["topic"], run_id,
@@ -27,6 +28,8 @@ def watch(ctx: OperationContext, payload: dict[str, Any]) -> None:
         ctx.reply("notFound", error=f"run {run_id} not found")
         return
     ctx.reply("accepted", receipt={"subscription_id": added.subscription_id, "topic": added.topic})
+    if added.topic == "run" and payload.get("output_so_far"):
+        ctx.views.replay_output(added)
     ctx.views.refresh([added], time.monotonic(), fresh=True)
 
 

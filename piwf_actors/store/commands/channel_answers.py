@@ -23,7 +23,7 @@ from typing import Any
 
 from piwf_actors.errors import PiwfError
 from piwf_actors.store.commands.channels import record_found, require_adapter, stream_of, stream_position
-from piwf_actors.store.commands.interactions import answer_decision
+from piwf_actors.store.commands.interactions import answer_checkpoint, answer_decision
 from piwf_actors.store.commands.registry import WriteContext, command
 
 
@@ -44,8 +44,9 @@ def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """An answer taken from a channel update, applied once per update id.
 
     args: {profile, adapter_epoch, stream, channel, update_id, request_id, expected_revision,
-    response, user_id, chat_id, found?}. The adapter checked the user and chat against its
-    allow-lists. `found` ({effect_id, chat_id, message_id}) is the delivery the tapped message
+    response, user_id, chat_id, found?} for a decision; with kind "checkpoint", `input` instead
+    of `response` (a reply's text, made the checkpoint's answer). The adapter checked the user
+    and chat against its allow-lists. `found` ({effect_id, chat_id, message_id}) is the delivery the tapped message
     belongs to, when its reference was not known. The cursor moves past the update whatever the
     answer's fate, in the same transaction. Returns {status: accepted | refused | seen, error?, choice?}.
     """
@@ -59,17 +60,23 @@ def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     provenance = {"kind": "channel", "channel": args.get("channel", "telegram"), "profile": profile,
                   "user_id": args["user_id"], "chat_id": args["chat_id"], "update_id": update_id}
     answer = {"request_id": args["request_id"], "expected_revision": args.get("expected_revision"),
-              "response": args["response"], "idempotency_key": f"channel:{stream}:{generation}:{update_id}"}
+              "idempotency_key": f"channel:{stream}:{generation}:{update_id}"}
+    checkpoint = args.get("kind") == "checkpoint"
     ctx.conn.execute("SAVEPOINT channel_answer")
     try:
-        receipt = answer_decision(ctx, answer, provenance, f"channel.answer ({profile})")
+        if checkpoint:
+            receipt = answer_checkpoint(ctx, {**answer, "input": args["input"]}, provenance,
+                                        f"channel.answer ({profile})")
+        else:
+            receipt = answer_decision(ctx, {**answer, "response": args["response"]}, provenance,
+                                      f"channel.answer ({profile})")
     except PiwfError as err:
         ctx.conn.execute("ROLLBACK TO channel_answer")
         ctx.conn.execute("RELEASE channel_answer")
         result: dict[str, Any] = {"status": "refused", "error": err.one_line(200)}
     else:
         ctx.conn.execute("RELEASE channel_answer")
-        result = {"status": "accepted", "choice": receipt["choice"], "run_id": receipt["run_id"]}
+        result = {"status": "accepted", "choice": receipt.get("choice"), "run_id": receipt["run_id"]}
     _advance(ctx, profile, stream, update_id + 1)
     return result
 

@@ -143,7 +143,8 @@ def _copy_extra(copy: int) -> str | None:
 def _reservable(ctx: WriteContext, args: dict[str, Any], purpose: str, request_id: str) -> str | None:
     """Why this effect must not be attempted now, or None."""
     state = _request_state(ctx, request_id)
-    if state is None or state[0] != "decision":
+    # A checkpoint is delivered and settled like a decision; only a decision's choice asks for text.
+    if state is None or state[0] not in (("decision",) if purpose == "input_prompt" else ("decision", "checkpoint")):
         return "no such decision"
     open_ = state[1] in _OPEN
     if purpose in ("delivery", "input_prompt") and not open_:

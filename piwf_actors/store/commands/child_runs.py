@@ -16,11 +16,11 @@ workflow and input (`copied_from`), so their work is not done again.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
+from piwf_actors.ids import derived_id, id_time
 from piwf_actors.statuses import TERMINAL_SQL, TERMINAL_STATUSES
 from piwf_actors.store.commands.holds import held_by, let_go
 from piwf_actors.store.commands.registry import WriteContext
@@ -33,12 +33,11 @@ from piwf_actors.workflows.waits import MAX_CHILDREN
 
 
 def child_run_id(run_id: str, node_id: str, attempt_id: str, index: int) -> str:
-    """Derived from (parent run, node, attempt, index), and time-ordered like `ids.new_id`: the
-    attempt id's time part leads, so a fan-out's children go in at the end of the run table's key
+    """Derived from (parent run, node, attempt, index), with every run id's shape (`ids.derived_id`):
+    the attempt id's time leads, so a fan-out's children go in at the end of the run table's key
     b-tree instead of scattered across it (STYLE.md: random keys slow batched inserts)."""
-    digest = hashlib.sha256(canonical_json(["child", run_id, node_id, attempt_id, index]).encode()).hexdigest()
-    stamp = attempt_id[4:14] if attempt_id.startswith("att_") and len(attempt_id) == 30 else ""
-    return f"run_{stamp}{digest[:26 - len(stamp)]}"
+    key = canonical_json(["child", run_id, node_id, attempt_id, index])
+    return derived_id("run", key, id_time(attempt_id) or 0.0)
 
 
 def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any], payload: dict[str, Any]) -> None:

@@ -112,7 +112,7 @@ def _interaction_request(ctx: WriteContext, run: dict[str, Any], payload: dict[s
                audience, contract_sha256, digest, revision, status, deadline_at, default_response, rejected_count,
                created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'pending', ?, ?, 0, ?, ?)""",
         (request_id, run_id, node_id, attempt_id, kind, run["session_id"], contract.get("audience"),
-         put_json_blob(ctx.conn, contract, ctx.now), digest, None if after_s is None else ctx.now + float(after_s),
+         put_json_blob(ctx.conn, contract, ctx.now), digest, None if after_s is None else ctx.timer_now + float(after_s),
          None if default is None else canonical_json(default), ctx.now, ctx.now))
     if run["pause_requested"]:
         stop_request_clocks(ctx, run_id)  # paused before it got here: the clock starts when it resumes
@@ -179,8 +179,12 @@ def _settle(ctx: WriteContext, request: dict[str, Any], submission_id: str) -> i
         (submission_id, ctx.now, ctx.now, request["request_id"], request["revision"])).rowcount
     if changed != 1:
         raise Conflict(f"request {request['request_id']} was answered already")
+    # Who answered travels with the event (`piwf events` shows it): the accepted submission's provenance.
+    provenance = ctx.conn.execute("SELECT provenance FROM interactive_submission WHERE submission_id = ?",
+                                  (submission_id,)).fetchone()
     append_event(ctx.conn, request["run_id"], "interaction_settled", ctx.now, node_id=request["node_id"],
-                 payload={"request_id": request["request_id"], "submission_id": submission_id})
+                 payload={"request_id": request["request_id"], "submission_id": submission_id,
+                          "answered_by": loads(provenance[0]) if provenance and provenance[0] else None})
     ctx.changes.touch("interactive_request", request["run_id"])
     return int(request["revision"]) + 1
 
@@ -246,16 +250,22 @@ def _human(args: dict[str, Any]) -> dict[str, Any]:
 @command("checkpoint.answer")
 def checkpoint_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a checkpoint with any JSON input; it becomes the checkpoint's output."""
+    return recorded(ctx, args, lambda: answer_checkpoint(ctx, args, _human(args), "checkpoint.answer"))
 
-    def apply() -> dict[str, Any]:
-        request = _open_request(ctx, args["request_id"], "checkpoint")
-        submission_id = _insert_submission(ctx, request, args, args.get("input"), "accepted", _human(args))
-        revision = _settle(ctx, request, submission_id)
-        _wake_run(ctx, request["run_id"], "checkpoint.answer")
-        return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
-                "revision": revision}
 
-    return recorded(ctx, args, apply)
+def answer_checkpoint(ctx: WriteContext, args: dict[str, Any], provenance: dict[str, Any], via: str) -> dict[str, Any]:
+    """Accept `args.input` for the checkpoint `args.request_id` at `args.expected_revision` (if
+    given), recording `provenance`; wakes the run. Raises the refusal otherwise (a channel's
+    answer comes through here too, `store/commands/channel_answers.py`)."""
+    request = _open_request(ctx, args["request_id"], "checkpoint")
+    expected = args.get("expected_revision")
+    if expected is not None and expected != request["revision"]:
+        raise Conflict(f"request {request['request_id']} is at revision {request['revision']}, not {expected}")
+    submission_id = _insert_submission(ctx, request, args, args.get("input"), "accepted", provenance)
+    revision = _settle(ctx, request, submission_id)
+    _wake_run(ctx, request["run_id"], via)
+    return {"request_id": request["request_id"], "submission_id": submission_id, "run_id": request["run_id"],
+            "revision": revision}
 
 
 @command("decision.answer")
@@ -341,7 +351,7 @@ def interaction_expire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
         "SELECT request_id FROM interactive_request r WHERE status IN ('pending', 'presenting') "
         "AND deadline_at IS NOT NULL AND deadline_at <= ? AND NOT EXISTS (SELECT 1 FROM interactive_submission s "
         "WHERE s.request_id = r.request_id AND s.outcome = 'validating') ORDER BY deadline_at LIMIT 100",
-        (ctx.now,)).fetchall()
+        (ctx.timer_now,)).fetchall()  # deadlines are timer time (piwf_actors/clock.py)
     for (request_id,) in rows:
         request = _request(ctx, "request_id = ?", (request_id,))
         assert request is not None
@@ -375,7 +385,7 @@ def interaction_expire(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
             else:
                 ctx.conn.execute("UPDATE interactive_request SET rejected_count = ?, deadline_at = ?, "
                                  "revision = revision + 1, updated_at = ? WHERE request_id = ?",
-                                 (count, ctx.now + after_s, ctx.now, request_id))
+                                 (count, ctx.timer_now + after_s, ctx.now, request_id))
                 expired[request_id] = "extended"
         else:
             _fail_waiting(ctx, request, run, f"{request['kind']}_timeout",

@@ -37,6 +37,14 @@ class WriteContext:
     #: The name the running command is registered under (set by the batch from `lookup`), so a
     #: command's name is written once, in its `@command(...)`; `recorded` keys its record with it.
     command: str = ""
+    #: How far timer time is ahead of `now` (piwf_actors/clock.py): 0 but under a test's clock.
+    timer_offset: float = 0.0
+
+    @property
+    def timer_now(self) -> float:
+        """The time workflow timers are set and compared by (sleeps, message timeouts, request deadlines);
+        `now` stays the time of fences, claims and records."""
+        return self.now + self.timer_offset
 
     @property
     def executed_by(self) -> str | None:

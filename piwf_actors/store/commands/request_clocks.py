@@ -11,6 +11,9 @@ requested starts with its clock stopped.
 Host downtime is not a pause: a deadline is a time on the wall clock, and one that passed while no
 host ran is applied when the next host starts (`interaction.expire` runs right after recovery), the
 same for every kind of request — as a durable timer would fire.
+
+Deadlines and what is left of them are timer time (`ctx.timer_now`, piwf_actors/clock.py), which is
+the wall clock but under a test's clock; `updated_at` stays host time.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def stop_request_clocks(ctx: WriteContext, run_id: str) -> int:
                SET paused_remaining_s = CASE WHEN deadline_at > ? THEN deadline_at - ? ELSE 0 END,
                    deadline_at = NULL, updated_at = ?
             WHERE run_id = ? AND {_OPEN} AND deadline_at IS NOT NULL""",
-        (ctx.now, ctx.now, ctx.now, run_id)).rowcount
+        (ctx.timer_now, ctx.timer_now, ctx.now, run_id)).rowcount
     if changed:
         ctx.changes.touch("interactive_request", run_id)
     # A message wait's timeout stands still too (a sleep's wake-up time does not: it is a time).
@@ -35,7 +38,7 @@ def stop_request_clocks(ctx: WriteContext, run_id: str) -> int:
             """UPDATE run_wait SET paused_remaining_s = CASE WHEN wake_at > ? THEN wake_at - ? ELSE 0 END,
                    wake_at = NULL
                WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND wake_at IS NOT NULL""",
-            (ctx.now, ctx.now, run_id)).rowcount:
+            (ctx.timer_now, ctx.timer_now, run_id)).rowcount:
         ctx.changes.touch("run_wait", run_id)
     return int(changed)
 
@@ -46,12 +49,12 @@ def restart_request_clocks(ctx: WriteContext, run_id: str) -> int:
         f"""UPDATE interactive_request SET deadline_at = ? + paused_remaining_s, paused_remaining_s = NULL,
                    updated_at = ?
             WHERE run_id = ? AND {_OPEN} AND paused_remaining_s IS NOT NULL""",
-        (ctx.now, ctx.now, run_id)).rowcount
+        (ctx.timer_now, ctx.now, run_id)).rowcount
     if changed:
         ctx.changes.touch("interactive_request", run_id)
     if ctx.conn.execute(
             """UPDATE run_wait SET wake_at = ? + paused_remaining_s, paused_remaining_s = NULL
                WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND paused_remaining_s IS NOT NULL""",
-            (ctx.now, run_id)).rowcount:
+            (ctx.timer_now, run_id)).rowcount:
         ctx.changes.touch("run_wait", run_id)
     return int(changed)

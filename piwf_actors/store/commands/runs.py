@@ -12,7 +12,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Conflict, Rejected
-from piwf_actors.ids import new_id
+from piwf_actors.ids import derived_id, new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.holds import let_go
@@ -179,14 +179,27 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     return recorded(ctx, args, apply)
 
 
-def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None) -> str:
+def restart_id(run_id: str, revision: int, from_node: str | None = None, code: str | None = None, *,
+               at: float) -> str:
     """The id of the one restart of `run_id` at `revision` (from `from_node`, running the code of
     digest `code` when it is not the parent's): a second such restart finds it. A restart after
-    the workflow was fixed runs other code, so it is another restart."""
+    the workflow was fixed runs other code, so it is another restart. `at` is the time the parent
+    ended (fixed for a terminal run at a revision): it leads the id, which has every run id's shape
+    (`ids.derived_id`)."""
+    return derived_id("run", canonical_json(["restart", *_restart_key(run_id, revision, from_node, code)]), at)
+
+
+def _restart_key(run_id: str, revision: int, from_node: str | None, code: str | None) -> list[Any]:
     key: list[Any] = [run_id, revision]
     if from_node is not None or code is not None:
         key += [from_node, code]
-    digest = hashlib.sha256(canonical_json(key).encode()).hexdigest()
+    return key
+
+
+def _legacy_restart_id(run_id: str, revision: int, from_node: str | None, code: str | None) -> str:
+    """The id hosts before the one id shape gave the same restart (26 hex characters): a restart made by
+    one of them is adopted, never made a second time (DESIGN invariant 9)."""
+    digest = hashlib.sha256(canonical_json(_restart_key(run_id, revision, from_node, code)).encode()).hexdigest()
     return f"run_{digest[:26]}"
 
 
@@ -245,13 +258,15 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
                 raise Rejected(f"node {from_node!r} is not in workflow {spec['workflow']!r} "
                                f"(its nodes: {', '.join(nodes) or 'none'})")
         changed = spec["definition_digest"] != run["definition_digest"]
-        child_id = restart_id(run_id, run["revision"], from_node, spec["definition_digest"] if changed else None)
+        code = spec["definition_digest"] if changed else None
+        child_id = restart_id(run_id, run["revision"], from_node, code, at=run["finished_at"] or run["updated_at"])
         receipt: dict[str, Any] = {"run_id": child_id, "status": "queued", "revision": 1, "parent_run_id": run_id,
                                    "digest_changed": changed}
         if from_node is not None:
             receipt["from_node"] = from_node
-        if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (child_id,)).fetchone():
-            return Adopted(receipt)
+        for made in (child_id, _legacy_restart_id(run_id, run["revision"], from_node, code)):
+            if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (made,)).fetchone():
+                return Adopted({**receipt, "run_id": made})
         spec.update(parent_run_id=run_id, run_id=child_id)
         insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha)
         if from_node is not None:

@@ -137,9 +137,10 @@ def trigger_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         receipt = {"name": name, "run_id": fire["run_id"], "fire_time": fire["fire_time"], "status": "queued",
                    "revision": 1}
         if not _record_fire(ctx, name, fire, fire["run_id"]):
-            earlier = ctx.conn.execute("SELECT fire_time FROM schedule_fire WHERE schedule = ? AND fire_key = ?",
-                                       (name, fire["fire_key"])).fetchone()
-            return Adopted({**receipt, "fire_time": earlier[0]})
+            # The recorded fire's run: its id has the time of that fire, not of this replay.
+            earlier = ctx.conn.execute("SELECT fire_time, run_id FROM schedule_fire WHERE schedule = ? AND "
+                                       "fire_key = ?", (name, fire["fire_key"])).fetchone()
+            return Adopted({**receipt, "fire_time": earlier[0], "run_id": earlier[1] or fire["run_id"]})
         ctx.conn.execute("UPDATE schedule SET fire_count = fire_count + 1, updated_at = ? WHERE name = ?",
                          (ctx.now, name))
         ctx.conn.execute("UPDATE schedule SET last_fire_at = ?, last_error = NULL WHERE name = ? AND "

@@ -3,7 +3,8 @@
 The first request of a node's attempt creates its wait (store/commands/waits.py) and, for child
 runs, the children (child_runs.py), in one transaction; a later one (the launch after a wake-up,
 or a resend) finds it. A wait whose condition holds already settles at once; otherwise the run
-parks `waiting` and the launch ends.
+parks `waiting` and the launch ends. Wake-up times are timer time (`ctx.timer_now`,
+piwf_actors/clock.py): the wall clock, but under a test's clock.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _wait_request(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any
     if wait["status"] == "pending" and not run["pause_requested"]:
         # (With a pause pending the run parks now; what came meanwhile is taken when it is resumed:
         # a due sleep by waits.wake, a message by run.resume.)
-        if wait["kind"] == "sleep" and wait["wake_at"] is not None and wait["wake_at"] <= ctx.now:
+        if wait["kind"] == "sleep" and wait["wake_at"] is not None and wait["wake_at"] <= ctx.timer_now:
             settle(ctx, wait, {"outcome": "ok", "output": {"slept_until": wait["wake_at"]}}, reason="sleep")
         elif wait["kind"] == "message":
             mailbox.deliver_waiting(ctx, wait)
@@ -71,7 +72,7 @@ def _create(ctx: WriteContext, run: dict[str, Any], node_id: str, attempt_id: st
     detail: dict[str, Any] = {}
     if kind == "sleep":
         until = payload.get("until")
-        wake_at = float(until) if until is not None else ctx.now + float(payload.get("seconds") or 0.0)
+        wake_at = float(until) if until is not None else ctx.timer_now + float(payload.get("seconds") or 0.0)
     elif kind == "message":
         topic = str(payload["topic"])
         timeout_s = payload.get("timeout_s")
@@ -82,7 +83,7 @@ def _create(ctx: WriteContext, run: dict[str, Any], node_id: str, attempt_id: st
             if run["pause_requested"]:
                 paused_remaining = float(timeout_s)
             else:
-                wake_at = ctx.now + float(timeout_s)
+                wake_at = ctx.timer_now + float(timeout_s)
     else:
         detail = {"mode": payload.get("mode"), "on_failure": payload.get("on_failure") or "fail_fast",
                   "names": payload.get("names")}

@@ -117,12 +117,14 @@ def wake_waits(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
     woken: dict[str, str] = {}
     rows = ctx.conn.execute(
         f"{_SELECT} WHERE status = 'pending' AND wake_at IS NOT NULL AND wake_at <= ? ORDER BY wake_at LIMIT ?",
-        (ctx.now, WAKE_BATCH)).fetchall()
+        (ctx.timer_now, WAKE_BATCH)).fetchall()  # wake-ups are timer time (piwf_actors/clock.py)
     for row in rows:
         wait = dict(zip(WAIT_COLUMNS, row, strict=True))
+        # Queued in wake order, on the queue's host time (the wake-up is timer time: the same in production).
+        queued_at = wait["wake_at"] - ctx.timer_offset
         if wait["kind"] == "sleep":
             settle(ctx, wait, {"outcome": "ok", "output": {"slept_until": wait["wake_at"]}}, reason="sleep",
-                   queued_at=wait["wake_at"])
+                   queued_at=queued_at)
             woken[wait["wait_id"]] = "slept"
             continue
         detail = loads(wait["detail"] or "{}")
@@ -133,5 +135,5 @@ def wake_waits(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
             result = {"outcome": "failed", "error_code": "message_timeout",
                       "error": f"no message on topic {wait['topic']!r} within {detail.get('timeout_s'):g} s"}
             woken[wait["wait_id"]] = "timed_out"
-        settle(ctx, wait, result, reason="timeout", queued_at=wait["wake_at"])
+        settle(ctx, wait, result, reason="timeout", queued_at=queued_at)
     return {"woken": woken, "more": len(rows) == WAKE_BATCH}

@@ -1,0 +1,154 @@
+"""`piwf graph WORKFLOW|RUN [--format text|mermaid|dot] [--project DIR]`: a picture of a workflow, or of a run on it.
+
+WORKFLOW or RUN: an argument that starts with `run_` is a run id (or a unique prefix of one, as
+everywhere in `piwf`) unless no run matches it (or no host and no state database is there) and a
+workflow has that name; anything else — a discovered name, `module:attr`, `path/to/file.py[:attr]`
+— is a workflow.
+
+Where the definition comes from, and who runs its code: a workflow is loaded here, in this
+command's process, as `piwf workflows` does (no host needed). A run is drawn on the definition it
+runs — the source snapshot stored with it, which `run.source` hands over without the host
+executing any of it — loaded here too, so a run whose file changed since it started still shows
+its own nodes. When the snapshot does not load here (a module it imports is missing on this
+machine, say), the run is drawn from what `run.get` says alone: the nodes it reached. What the
+workflow files print while loading goes to stderr, so the picture on stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from typing import Any
+
+from rich.text import Text
+
+from piwf_actors.cli.context import EXIT_OK, Ctx
+from piwf_actors.cli.ids import NoMatch
+from piwf_actors.cli.runs import _workflow_spec as workflow_spec  # a file spec relative to this directory
+from piwf_actors.client import HostNotRunning
+from piwf_actors.errors import WorkflowError, WorkflowLoadFailed
+from piwf_actors.workflows.discovery import resolve
+from piwf_actors.workflows.graph import Graph, build_graph, graph_from_view
+from piwf_actors.workflows.graph_render import RENDERERS, tree, tree_lines
+from piwf_actors.workflows.graph_run import RunOverlay, overlay
+from piwf_actors.workflows.loader import exec_fresh
+from piwf_actors.workflows.model import Workflow
+
+FORMATS = tuple(RENDERERS)
+STATUS_STYLES = {"succeeded": "green", "failed": "red", "timed_out": "red", "running": "cyan", "waiting": "yellow",
+                 "interrupted": "yellow"}
+
+
+def add_command(add: Any, sub: Any) -> None:
+    p = add(sub, "graph", "draw a workflow, or a run on its workflow (text, mermaid, dot)", cmd_graph,
+            "Draw a workflow: its nodes by kind, switches with their cases, includes with their exits, the child "
+            "workflows of fan-outs. Given a run: the same with where the run is and what each node did (status, "
+            "attempts, output or answer, children by status, open waits), on the definition stored with the run. "
+            "A workflow is loaded in this command's process (no host needed); so is a run's stored snapshot.")
+    p.add_argument("target", metavar="WORKFLOW|RUN", help="a run id or a unique prefix of one (run_…), or a "
+                   "discovered workflow name, module:attr, or path/to/file.py[:attr]")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (a tree), mermaid (a flowchart GitHub renders) or dot (Graphviz); default text")
+    p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
+
+
+def _is_spec(target: str) -> bool:
+    """`module:attr` or a file path: a workflow, never a run id."""
+    return ":" in target or "/" in target or target.endswith(".py")
+
+
+@contextlib.contextmanager
+def _loading() -> Any:
+    """While workflow code runs here: its prints go to stderr."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def load_workflow(spec: str, project: str) -> Workflow:
+    with _loading():
+        return resolve(workflow_spec(spec), project).workflow
+
+
+def load_snapshot(source: bytes, receipt: dict[str, Any]) -> Workflow:
+    """The workflow the stored snapshot builds. Unlike the worker's loader it accepts one whose digest
+    differs from the run's (a module the file imports changed since): the caller says so."""
+    path = receipt.get("workflow_path") or "<snapshot>"
+    attr = receipt.get("workflow_attr") or receipt.get("workflow")
+    try:
+        with _loading():
+            module = exec_fresh(source, path, receipt.get("project_path"))
+    except (Exception, SystemExit) as exc:  # the user's code: whatever it raises is a load failure
+        raise WorkflowLoadFailed(" ".join(f"{type(exc).__name__}: {exc}".split())[:300]) from exc
+    workflow = getattr(module, str(attr), None)
+    if not isinstance(workflow, Workflow):
+        raise WorkflowLoadFailed(f"{path} has no workflow attribute {attr!r}")
+    return workflow
+
+
+def _run_picture(ctx: Ctx, run_id: str) -> tuple[Graph, RunOverlay]:
+    client = ctx.client(offline_ok=True)
+    view = client.resolve_content(ctx.call("run.get", run_id=run_id))
+    run = overlay(view, time.time())
+    receipt = ctx.call("run.source", run_id=run_id)
+    source = receipt.get("source")
+    if source is None and receipt.get("source_sha256"):
+        source = client.read_content(receipt["source_sha256"])
+    if source is None:
+        ctx.note(f"piwf: run {run_id} has no stored workflow source; showing the nodes it reached")
+        return graph_from_view(view), run
+    try:
+        workflow = load_snapshot(bytes(source), receipt)
+    except WorkflowError as exc:
+        ctx.note(f"piwf: the workflow snapshot of run {run_id} does not load here ({exc.one_line(300)}); "
+                 "showing the nodes it reached")
+        return graph_from_view(view), run
+    if receipt.get("definition_digest") and workflow.digest != receipt["definition_digest"]:
+        ctx.note(f"piwf: run {run_id}'s snapshot now builds another definition than the run started with "
+                 "(a module it imports changed?); the picture is of what it builds now")
+    return build_graph(workflow), run
+
+
+def _styled(graph: Graph, run: RunOverlay | None) -> Text:
+    """The text tree for a terminal: statuses coloured, where the run is in bold."""
+    out = Text()
+    for guide, item in tree_lines(tree(graph, run)):
+        out.append(guide, style="dim")
+        style = STATUS_STYLES.get(item.status or "", "dim" if item.role in ("route", "child") else "")
+        if item.current and item.role == "node":
+            style = f"bold reverse {style}".strip()
+        elif item.role in ("title", "group"):
+            style = "bold"
+        out.append(item.text, style=style)
+        out.append("\n")
+    return out
+
+
+def cmd_graph(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
+    target: str = ctx.args.target
+    project = os.path.abspath(ctx.args.project or os.getcwd())
+    run: RunOverlay | None = None
+    if target.startswith("run_") and not _is_spec(target):
+        try:
+            ctx.client(offline_ok=True)  # a stopped host's database answers too (read-only)
+            run_id = ctx.resolve("run", target)
+        except (NoMatch, HostNotRunning) as missing:  # no such run: perhaps a workflow named run_…
+            try:
+                graph = build_graph(load_workflow(target, project))
+            except WorkflowError:
+                raise missing from None
+        else:
+            graph, run = _run_picture(ctx, run_id)
+    else:
+        graph = build_graph(load_workflow(target, project))
+    if ctx.json:
+        ctx.emit_json({"graph": graph.to_dict(), "run": None if run is None else run.to_dict(),
+                       "format": ctx.args.format, "picture": RENDERERS[ctx.args.format](graph, run)})
+    elif ctx.args.format == "text" and ctx.out.is_terminal:
+        ctx.out.print(_styled(graph, run), soft_wrap=True, highlight=False, end="")
+    else:
+        sys.stdout.write(RENDERERS[ctx.args.format](graph, run))
+        sys.stdout.flush()
+    return EXIT_OK

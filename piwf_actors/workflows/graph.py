@@ -1,0 +1,243 @@
+"""The picture of a workflow as plain data (pure: no I/O, no clock).
+
+`build_graph(workflow) -> Graph` reads a validated `Workflow` (never calling its callbacks): its
+nodes in definition order with their kind and a one-line summary (a shell command, a decision's
+audience and choices, a message topic, a fan-out's child workflow), its routes as edges (a switch's
+cases are labelled edges, its default `else`), its includes as groups with their named exits, and
+the child workflows a fan-out starts. An edge that leaves an include carries the exit's name as
+the author wrote it (`review.approved`). `graph_from_view(view)` is the graph a run.get view shows
+without the definition: the nodes the run reached, nested by include, no kinds, no routes.
+
+What a run did on it is `graph_run.overlay`; the pictures are drawn by `graph_render`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from piwf_actors.workflows.model import (
+    END,
+    ActionSpec,
+    AgentSpec,
+    CheckpointSpec,
+    ComputeSpec,
+    Edge,
+    HumanDecisionSpec,
+    NodeSpec,
+    NotifySpec,
+    ShellSpec,
+    Workflow,
+)
+from piwf_actors.workflows.waits import MapWorkflowSpec, ParallelSpec, RunWorkflowSpec, SleepSpec, WaitMessageSpec
+
+#: How long a summary may be (characters); a longer one ends with `…`.
+SUMMARY_CHARS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """One node: its qualified id, kind, summary, innermost include (`group`) and, for a fan-out, the
+    child workflows it starts as (label, workflow name): `("", w)`, `("per item", w)`, `(name, w)`."""
+
+    node_id: str
+    kind: str
+    summary: str = ""
+    group: str | None = None
+    children: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    """A route from `source` to `target` (a node id or `END`). `label`: a switch case's key, `else`
+    for its default, "" for a plain edge; `on`: the switch's path; `exit`: the include exit the edge
+    leaves through (`mount.exit`), None when it stays inside."""
+
+    source: str
+    target: str
+    label: str = ""
+    on: str | None = None
+    exit: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphGroup:
+    """An include: its qualified mount id, the enclosing one, the included workflow's name, and its
+    exits (qualified node ids)."""
+
+    mount_id: str
+    parent: str | None
+    workflow: str
+    exits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    workflow: str
+    start: str
+    nodes: tuple[GraphNode, ...]
+    edges: tuple[GraphEdge, ...]
+    groups: tuple[GraphGroup, ...] = ()
+    description: str = ""
+    digest: str = ""
+    #: Built from a run.get view alone (`graph_from_view`): no kinds, and no routes known.
+    from_view: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def routes_of(self, node_id: str) -> list[GraphEdge]:
+        return [edge for edge in self.edges if edge.source == node_id]
+
+
+# --- the graph of a definition ----------------------------------------------------------------------------
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters (`…` at the end when cut)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def span(seconds: float) -> str:
+    """12s, 4m05s, 2h03m, 3d04h."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def _text_of(value: Any, computed: str = "") -> str:
+    """A literal option as text; one computed at run time (a callable) as `computed`."""
+    if callable(value):
+        return computed
+    return "" if value is None else str(value)
+
+
+def _function(value: Any) -> str:
+    name = getattr(value, "__name__", "")
+    return "" if not name or name == "<lambda>" else f"{name}()"
+
+
+def _shell_command(spec: ShellSpec) -> str:
+    if callable(spec.command):
+        return "(command computed)"
+    if isinstance(spec.command, str):
+        return spec.command
+    return shlex.join(spec.command)
+
+
+def summary(spec: NodeSpec) -> str:
+    """One line about a node, made of its literal options only (no callback is called)."""
+    parts: list[str] = []
+    if isinstance(spec, ShellSpec):
+        parts.append(_shell_command(spec))
+    elif isinstance(spec, (ComputeSpec, ActionSpec)):
+        parts.append(_function(spec.run))
+    elif isinstance(spec, CheckpointSpec):
+        parts.append(_text_of(spec.prompt))
+    elif isinstance(spec, NotifySpec):
+        parts.append(_text_of(spec.message))
+    elif isinstance(spec, AgentSpec):
+        parts.append(_text_of(spec.prompt))
+    elif isinstance(spec, HumanDecisionSpec):
+        parts.append(f"{spec.audience} · {' | '.join(spec.choices)}")
+        if spec.on_timeout is not None:
+            parts.append(f"timeout {span(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
+    elif isinstance(spec, SleepSpec):
+        parts.append(span(spec.seconds) if spec.seconds is not None else "until (computed)")
+    elif isinstance(spec, WaitMessageSpec):
+        parts.append(f"topic {_text_of(spec.topic, '(computed)')}")
+    elif isinstance(spec, MapWorkflowSpec):
+        parts.append(f"{spec.child.name} per item")
+        if spec.max_parallel is not None:
+            parts.append(f"max_parallel {spec.max_parallel}")
+    elif isinstance(spec, RunWorkflowSpec):
+        parts.append(spec.child.name)
+    elif isinstance(spec, ParallelSpec):
+        parts.append(", ".join(spec.workflows))
+    if isinstance(spec, (WaitMessageSpec, CheckpointSpec, AgentSpec)) and spec.timeout_s is not None:
+        parts.append(f"timeout {span(spec.timeout_s)}")
+    if spec.retries:
+        parts.append(f"retries {spec.retries}")
+    return cut(" · ".join(part for part in parts if part), SUMMARY_CHARS)
+
+
+def _children(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
+    if isinstance(spec, MapWorkflowSpec):
+        return (("per item", spec.child.name),)
+    if isinstance(spec, RunWorkflowSpec):
+        return (("", spec.child.name),)
+    if isinstance(spec, ParallelSpec):
+        return tuple((name, workflow.name) for name, workflow in spec.workflows.items())
+    return ()
+
+
+def _mounts_of(node_id: str, mounts: Mapping[str, Any]) -> list[str]:
+    """The include mounts that hold `node_id`, outermost first."""
+    parts = node_id.split("/")
+    return [prefix for prefix in ("/".join(parts[:n]) for n in range(1, len(parts))) if prefix in mounts]
+
+
+def _exit_name(source: str, target: str, mounts: Mapping[str, Any]) -> str | None:
+    """`mount.exit` when the route from `source` to `target` leaves an include, as the outer
+    workflow's author names it: the outermost include left, and the source's id inside it."""
+    inside = set(_mounts_of(target, mounts)) if target != END else set()
+    left = [mount for mount in _mounts_of(source, mounts) if mount not in inside]
+    if not left:
+        return None
+    outer = left[0]
+    return f"{outer.rsplit('/', 1)[-1]}.{source[len(outer) + 1:]}"
+
+
+def build_graph(workflow: Workflow) -> Graph:
+    """The graph of `workflow` (see the module docstring)."""
+    nodes = tuple(GraphNode(node_id, spec.kind, summary(spec), spec.mount, _children(spec))
+                  for node_id, spec in workflow.nodes.items())
+    edges: list[GraphEdge] = []
+    for node_id in workflow.nodes:
+        route = workflow.routes.get(node_id)
+        if route is None:
+            continue
+        if isinstance(route, Edge):
+            edges.append(GraphEdge(node_id, route.target, exit=_exit_name(node_id, route.target, workflow.mounts)))
+            continue
+        cases = [*route.cases.items(), *([("else", route.default)] if route.default is not None else [])]
+        for key, target in cases:
+            edges.append(GraphEdge(node_id, target, key, route.on, _exit_name(node_id, target, workflow.mounts)))
+    groups = []
+    for mount_id, mount in workflow.mounts.items():
+        exits = tuple(node.node_id for node in nodes if mount_id in _mounts_of(node.node_id, workflow.mounts) and (
+            node.node_id not in workflow.routes
+            or any(edge.source == node.node_id and mount_id not in _mounts_of(edge.target, workflow.mounts)
+                   for edge in edges)))
+        groups.append(GraphGroup(mount_id, mount.parent, mount.workflow_name, exits))
+    return Graph(workflow.name, workflow.start_at, nodes, tuple(edges), tuple(groups), workflow.description,
+                 workflow.digest)
+
+
+def graph_from_view(view: Mapping[str, Any]) -> Graph:
+    """The graph of what a run.get view shows without the definition: the nodes the run reached, in
+    the order it reached them, nested by their qualified ids (`get/ok` inside the include `get`), with
+    no kinds and no routes (piwf-top, or a run whose snapshot does not load)."""
+    node_ids = [str(node.get("node_id")) for node in view.get("nodes") or [] if isinstance(node, Mapping)]
+    node_ids += [str(wait.get("node_id")) for wait in (view.get("waiting") or []) + (view.get("waits") or [])
+                 if isinstance(wait, Mapping)]
+    if view.get("current_node"):
+        node_ids.append(str(view["current_node"]))
+    mounts: dict[str, GraphGroup] = {}
+    for node_id in node_ids:
+        parts = node_id.split("/")
+        for depth in range(1, len(parts)):
+            mount_id = "/".join(parts[:depth])
+            mounts.setdefault(mount_id, GraphGroup(mount_id, "/".join(parts[:depth - 1]) or None, ""))
+    nodes = tuple(GraphNode(node_id, "", group=node_id.rsplit("/", 1)[0] if "/" in node_id else None)
+                  for node_id in dict.fromkeys(node_ids))
+    return Graph(str(view.get("workflow")), nodes[0].node_id if nodes else "", nodes, (), tuple(mounts.values()),
+                 from_view=True)
