@@ -123,17 +123,21 @@ class RunFollower:
     def __init__(self) -> None:
         self.after = 0
         self._live: dict[int, int] = {}
+        self._seq: dict[int, int] = {}  # rowid → the event seq its launches were counted up to
         self._inherited: dict[int, int] = {}  # begun before the baseline: rowid → launches then
 
     @property
-    def watched(self) -> list[int]:
-        return list(self._live)
+    def watched(self) -> dict[int, tuple[int, int]]:
+        """rowid → (last event seq counted, launches by then): `metrics_queries.runs_by_rowid` reads
+        only the events above it."""
+        return {rowid: (self._seq.get(rowid, 0), launches) for rowid, launches in self._live.items()}
 
     def baseline(self, max_rowid: int, live: Iterable[mq.RunRow]) -> None:
         """What exists when the exporter starts is not counted; its live runs are watched."""
         self.after = max_rowid
         live = list(live)
         self._live = {row.rowid: row.launches for row in live}
+        self._seq = {row.rowid: row.last_seq for row in live}
         self._inherited = {row.rowid: row.launches for row in live if row.started}
 
     def step(self, rows: Iterable[mq.RunRow], max_rowid: int) -> RunChanges:
@@ -153,11 +157,14 @@ class RunFollower:
             if row.finished:
                 changes.finished[row.status] = changes.finished.get(row.status, 0) + 1
                 self._live.pop(row.rowid, None)
+                self._seq.pop(row.rowid, None)
                 self._inherited.pop(row.rowid, None)
             else:
                 self._live[row.rowid] = max(row.launches, self._live.get(row.rowid, 0))
+                self._seq[row.rowid] = max(row.last_seq, self._seq.get(row.rowid, 0))
         for rowid in gone:  # deleted without finishing (not done by the host; never counted)
             del self._live[rowid]
+            self._seq.pop(rowid, None)
             self._inherited.pop(rowid, None)
         # Rowids are reused only after the newest rows were deleted: start again from the top.
         self.after = min(top, max_rowid)

@@ -58,6 +58,7 @@ from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
+from piwf_actors.clock import TimerClock
 from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
 from piwf_actors.messages.limits import Limits
 from piwf_actors.paths import DatabaseLocation
@@ -135,14 +136,16 @@ class ClientGateway(CoreActor):
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard, limits: Limits = Limits(),
                  resolver: WorkflowResolver | None = None, shutdown: Callable[[str], None] | None = None,
                  channels: pykka.ActorRef[Any] | None = None, schedules: pykka.ActorRef[Any] | None = None,
-                 standby: bool = False, standby_poll_s: float = STANDBY_POLL_S, runner: bool = False) -> None:
+                 standby: bool = False, standby_poll_s: float = STANDBY_POLL_S, runner: bool = False,
+                 timer_clock: TimerClock | None = None) -> None:
         """Runs in the caller's thread: stores arguments only. `standby`: this host does not hold the
         lease (yet); `runner`: a runner host's gateway (with `standby`: it never holds it); see the
-        module docstring."""
+        module docstring. `timer_clock`: what the views' `remaining_s` count to (None: host time)."""
         super().__init__(supervisor)
         self._standby = standby
         self._runner = runner
         self._standby_poll_s = standby_poll_s
+        self._timer_now = time.time if timer_clock is None else timer_clock.now
         self._standby_ticker: Ticker | None = None
         self._writer = writer
         self._db_path = db_path
@@ -180,13 +183,13 @@ class ClientGateway(CoreActor):
             limits=self._limits,
             on_alarm=lambda: safe_tell(ref, FlushWatches()),
         )
-        self._views = LiveViews(self._reader, self._board, self._loop)
+        self._views = LiveViews(self._reader, self._board, self._loop, timer_now=self._timer_now)
         self._views.external_writes = self._standby
         env = BuildEnv(self._resolver, self._db_path)
         self._services = GatewayServices(
             port=self, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
             cached_env=runs.cached_env(env), connections=self._loop.connection_count, shutdown=self._shutdown,
-            channels=self._channels, schedules=self._schedules)
+            channels=self._channels, schedules=self._schedules, timer_now=self._timer_now)
         # A standby or runner host polls the database for every view; an active host only while runner
         # hosts are live (see _standby_poll).
         self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-poll").start()

@@ -48,7 +48,7 @@ from piwf_actors.actors.scheduler import Scheduler
 from piwf_actors.actors.schedules import ScheduleKeeper
 from piwf_actors.actors.standby import LeaseTaken, StandbyWatch
 from piwf_actors.actors.supervisor import HostParts, HostSupervisor, Shutdown, stop_ref
-from piwf_actors.actors.tracing import start_run_tracer
+from piwf_actors.actors.tracing import check_tracer_setting, start_run_tracer
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import Section
 from piwf_actors.channels.config import default_config_dir
@@ -95,10 +95,8 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
                                     batch_observer=parts.metrics.observe_batch if parts.metrics else None,
                                     timer_clock=config.timer_clock)
         _require_started("writer", parts.writer.ref)
-        if config.tracer_provider is not None:  # before any part that commits: every change is traced
-            tracer = start_run_tracer(parts.writer.ref, paths.database, config.tracer_provider)
-            parts.actors.append(("tracer", tracer))
-            _require_started("tracer", tracer)
+        if config.tracer_provider is not None:
+            check_tracer_setting(config.tracer_provider)  # the tracer starts when the host is active
         if config.role == "runner":
             _start_runner(parts, config, paths, supervisor)
             if parts.metrics is not None:
@@ -156,6 +154,7 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     Runs in start_host's thread, or in a standby's takeover thread; either may block on the writer.
     """
     assert parts.writer is not None
+    _start_tracer(parts, config, paths)
     parts.claim = claim
     parts.writer.advance_epoch(claim.epoch)  # the one handle every part holds stamps the epoch from now on
     parts.lease = HostLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board,
@@ -215,6 +214,20 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     return channels, keeper
 
 
+def _start_tracer(parts: HostParts, config: HostConfig, paths: StatePaths) -> None:
+    """The run tracer (when `config.tracer_provider` is set), started when the host becomes active (or a
+    runner host starts), before any part that commits a run's events. Its floor is then: spans that ended
+    before were the earlier host's to emit, so a standby that takes over days after it started does not
+    emit again what the old active host exported. (`start_parts` checks the setting before: a standby
+    with a bad one is refused at its start, not at its takeover.)"""
+    assert parts.writer is not None
+    if config.tracer_provider is None:
+        return
+    tracer = start_run_tracer(parts.writer.ref, paths.database, config.tracer_provider)
+    parts.actors.append(("tracer", tracer))
+    _require_started("tracer", tracer)
+
+
 def _start_scheduler(parts: HostParts, config: HostConfig, paths: StatePaths, supervisor: pykka.ActorRef[Any], *,
                      host_duties: bool) -> None:
     """The scheduler and its worker slots: the active host's (`host_duties`: also reconciles), or a runner
@@ -252,6 +265,7 @@ def _start_runner(parts: HostParts, config: HostConfig, paths: StatePaths, super
                                  max_workers=config.max_workers, state_dir=str(paths.root))
     parts.runner = claim
     parts.writer.as_runner(claim.runner_id, claim.epoch)
+    _start_tracer(parts, config, paths)
     parts.lease = RunnerLease.start(parts.writer, claim, supervisor=supervisor, board=parts.board)
     _require_started("runner-lease", parts.lease)
     parts.board.publish(Section.ROLE, {"role": "runner", "host_id": claim.runner_id})
@@ -267,7 +281,7 @@ def _start_gateway(parts: HostParts, config: HostConfig, paths: StatePaths, supe
         parts.writer, paths.database, paths.socket, host_epoch=parts.claim.epoch if parts.claim else 0,
         supervisor=supervisor, board=parts.board, limits=config.limits, resolver=parts.resolver,
         channels=channels, schedules=schedules, shutdown=lambda reason: supervisor.tell(Shutdown(reason)),
-        standby=standby, runner=runner)
+        standby=standby, runner=runner, timer_clock=config.timer_clock)
     parts.actors.append(("gateway", gateway))
     _require_started("gateway", gateway)
 

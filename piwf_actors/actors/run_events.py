@@ -26,7 +26,6 @@ host goes on.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,23 +33,16 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.event_follower import FINISHED_REMEMBERED, PAGE, RunEventFollower
 from piwf_actors.actors.writer import Subscribe, Subscribed, Unsubscribe
-from piwf_actors.errors import PiwfError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.results import RunError, RunEvent, RunView
 from piwf_actors.run_notices import NodeFinished, RunFinished, RunNotice, RunParked, RunStarted
 from piwf_actors.store import queries
-from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
 
 log = logging.getLogger(__name__)
-
-#: Events read per query; a longer history is read in several.
-PAGE = 500
-#: Finished runs remembered when following every run (their later events, e.g. `run_restarted`,
-#: tell a subscriber nothing); see `_forget_oldest`.
-FINISHED_REMEMBERED = 10_000
 
 _STARTS = frozenset({"run_started", "run_resumed"})
 _FINISHES = {"run_finished": "done", "run_failed": "failed", "run_cancelled": "cancelled"}
@@ -120,13 +112,12 @@ class RunEventsSubscription(CoreActor):
         self._database = database
         self._subscriber = subscriber
         self._runs = runs
-        self._floor = float("-inf") if runs is not None else since
+        # Following every run: finished runs are remembered up to a bound (their later events, e.g.
+        # `run_restarted`, tell a subscriber nothing); named runs are all remembered.
+        self._follower = RunEventFollower(floor=float("-inf") if runs is not None else since,
+                                          remembered=FINISHED_REMEMBERED if runs is None else None)
         self._reader: StoreReader | None = None
-        self._cursors: dict[str, int] = {}
         self._workflows: dict[str, str] = {}
-        self._finished: OrderedDict[str, float] = OrderedDict()
-        self._dirty: dict[str, None] = {}  # insertion-ordered set
-        self._flush_told = False
         self._closing = False
 
     def on_start(self) -> None:
@@ -151,42 +142,29 @@ class RunEventsSubscription(CoreActor):
         return {ChangeNotice: self._noticed, _Flush: self._flush, Tracked: self._tracked, Subscribed: self._subscribed}
 
     def _tracked(self, _message: Tracked) -> dict[str, int]:
-        return {"following": len(self._cursors), "named": len(self._workflows), "finished": len(self._finished)}
+        follower = self._follower
+        return {"following": len(follower.cursors), "named": len(self._workflows), "finished": len(follower.finished)}
 
     def _noticed(self, notice: ChangeNotice) -> None:
         runs = notice.runs if self._runs is None else [r for r in notice.runs if r in self._runs]
         self._mark_dirty(runs)
 
     def _mark_dirty(self, runs: Iterable[str]) -> None:
-        for run_id in runs:
-            if run_id not in self._finished:
-                self._dirty[run_id] = None
-        if self._dirty and not self._flush_told:
-            self._flush_told = safe_tell(self.actor_ref, _Flush())
+        self._follower.notice(runs, lambda: safe_tell(self.actor_ref, _Flush()))
 
     def _flush(self, _message: _Flush) -> None:
-        self._flush_told = False
-        for run_id in list(self._dirty):
-            if self._closing:
-                return
-            try:
-                self._follow(run_id)
-            except (*DRIVER_ERRORS, PiwfError) as exc:
-                # Kept dirty: the next commit's notice tries again.
-                log.warning("run events of %s not read (tried again on the next commit): %s", run_id, exc)
-                continue
-            self._dirty.pop(run_id, None)
+        self._follower.flush(self._follow, what="run events", stop=lambda: self._closing)
 
     def _follow(self, run_id: str) -> None:
         """Tell the subscriber the events of `run_id` after its cursor, a page at a time."""
         assert self._reader is not None
-        while not self._closing and run_id not in self._finished:
-            page = [RunEvent.from_wire(row) for row in
-                    queries.run_events(self._reader, run_id, self._cursors.get(run_id, 0), PAGE)]
+        follower = self._follower
+        while not self._closing and run_id not in follower.finished:
+            page = [RunEvent.from_wire(row) for row in follower.page(self._reader, run_id)]
             if not page:
                 return
             for event in page:  # the first event names the workflow: no view needed to say so
-                if event.kind in _FINISHES and event.created_at < self._floor:
+                if event.kind in _FINISHES and event.created_at < follower.floor:
                     # It ended before this subscription began: nothing of it is told, now or later.
                     # Remembered as finished (bounded), not by a cursor: a later event of it (a
                     # restart's note) would otherwise keep a cursor for every such run for ever.
@@ -194,7 +172,7 @@ class RunEventsSubscription(CoreActor):
                     return
                 if event.kind == "run_created" and isinstance(event.payload, dict) and event.payload.get("workflow"):
                     self._workflows[run_id] = str(event.payload["workflow"])
-            fresh = [event for event in page if event.created_at >= self._floor]
+            fresh = [event for event in page if event.created_at >= follower.floor]
             view = None
             if needs_view(fresh, run_id in self._workflows):
                 raw = queries.run_view(self._reader, run_id)
@@ -209,7 +187,7 @@ class RunEventsSubscription(CoreActor):
                 if isinstance(notice, RunFinished):
                     self._finish(run_id, event.created_at)
                     return
-            self._cursors[run_id] = page[-1].seq
+            follower.advance(run_id, page[-1].seq)
             if len(page) < PAGE:
                 return
 
@@ -222,18 +200,10 @@ class RunEventsSubscription(CoreActor):
         return False
 
     def _finish(self, run_id: str, finished_at: float) -> None:
-        self._cursors.pop(run_id, None)
+        """Remembered as finished; forgetting the oldest raises the floor to its end, so a later event
+        of it (a restart's note) is not mistaken for a new run's history (`RunEventFollower.finish`)."""
         self._workflows.pop(run_id, None)
-        self._finished[run_id] = finished_at
-        if self._runs is None and len(self._finished) > FINISHED_REMEMBERED:
-            self._forget_oldest()
-
-    def _forget_oldest(self) -> None:
-        """Forget the run that finished first. Raising the floor to its end keeps it forgotten: a
-        later event of it (a restart's note) is not mistaken for a new run's history, while any
-        run first seen from now on has only events newer than that."""
-        _run_id, finished_at = self._finished.popitem(last=False)
-        self._floor = max(self._floor, finished_at)
+        self._follower.finish(run_id, finished_at)
 
 
 class Subscription:

@@ -13,27 +13,34 @@ continues its trace; the worker needs no help to know the span of the node
 it runs (it derives the same ids for `TRACEPARENT` and `ctx.traceparent`).
 
 What it emits, and when:
-- Spans that end after the tracer started. A run first seen mid-way (after
-  a host restart) is read from its first event, so its open spans start
-  when they really began; spans that ended before this tracer started were
-  the previous host's to emit and are not emitted again.
+- Spans that end after the tracer started, which is when its host became
+  active (a standby's at its takeover, not at its process start). A run
+  first seen mid-way (after a host restart or a takeover) is read from its
+  first event, so its open spans start when they really began; spans that
+  ended before this host became active were the previous host's to emit and
+  are not emitted again.
 - Each span once per host: a run's state is dropped when its run span has
-  ended, and the run is then remembered as finished (bounded, like
-  `RunEventsSubscription`), so a later note on it (a restart) emits nothing.
+  ended, and the run is then remembered as finished (bounded), so a later
+  note on it (a restart) emits nothing. The noticed runs, cursors and
+  finished runs are a `RunEventFollower` (actors/event_follower.py), the
+  bookkeeping it shares with `RunEventsSubscription`.
 - A run's own span when the run ends; a run parked for a week has emitted
   its node and wait spans as they ended, its run span comes at its end.
 
 It never blocks another actor: it only `tell`s (the writer, itself). A read
-that fails is logged and tried again on the next commit. It is not a core
+that fails is logged and tried again on the next commit; any other error
+while following a run (an event the step function does not expect) is
+logged once with the run's id and ends that run's trace (it is remembered as
+finished); the other runs are traced on. It is not a core
 actor: its failure stops only tracing, never the host. `on_stop` flushes
-the provider (the host's own is shut down).
+the provider (the host's own is shut down), waiting a bounded time
+(`SpanEmitter.close`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,22 +48,17 @@ from typing import Any, Protocol
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.event_follower import PAGE, RunEventFollower
 from piwf_actors.actors.writer import Subscribe, Unsubscribe
 from piwf_actors.errors import PiwfError
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.store import queries, trace_queries
+from piwf_actors.store import trace_queries
 from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
 from piwf_actors.tracing.spans import Event, RunFacts, RunTrace, SpanRecord
 
 log = logging.getLogger(__name__)
-
-#: Events read per query; a longer history is read in several.
-PAGE = 500
-#: Finished runs remembered (their later events emit nothing); beyond it the oldest is forgotten.
-FINISHED_REMEMBERED = 10_000
-
 
 class Emitter(Protocol):
     """Where finished spans go: `piwf_actors.tracing.otel.SpanEmitter`, or a test's double."""
@@ -84,18 +86,16 @@ class RunTracer(CoreActor):
     def __init__(self, writer_ref: pykka.ActorRef[Any], database: DatabaseLocation, emitter: Emitter, *,
                  since: float | None = None) -> None:
         """Runs in the caller's thread: stores arguments only. Spans that ended before `since`
-        (default: now) are not emitted."""
+        (default: now; the host starts its tracer when it becomes active) are not emitted."""
         super().__init__(None)  # tracing's failure is not the host's
         self._writer_ref = writer_ref
         self._database = database
         self._emitter = emitter
-        self._floor = time.time() if since is None else since
+        # Finished runs are remembered up to a bound; a forgotten one raises the floor, which keeps a
+        # later note on it from emitting its spans again.
+        self._follower = RunEventFollower(floor=time.time() if since is None else since)
         self._reader: StoreReader | None = None
         self._traces: dict[str, RunTrace] = {}
-        self._cursors: dict[str, int] = {}
-        self._finished: OrderedDict[str, float] = OrderedDict()
-        self._dirty: dict[str, None] = {}  # insertion-ordered set
-        self._flush_told = False
         self._closed = False
 
     def on_start(self) -> None:
@@ -117,24 +117,22 @@ class RunTracer(CoreActor):
         return {ChangeNotice: self._noticed, _Flush: self._flush, TracerState: self._state}
 
     def _state(self, _message: TracerState) -> dict[str, int]:
-        return {"following": len(self._traces), "finished": len(self._finished)}
+        return {"following": len(self._traces), "finished": len(self._follower.finished)}
 
     def _noticed(self, notice: ChangeNotice) -> None:
-        for run_id in notice.runs:
-            if run_id not in self._finished:
-                self._dirty[run_id] = None
-        if self._dirty and not self._flush_told:
-            self._flush_told = safe_tell(self.actor_ref, _Flush())
+        self._follower.notice(notice.runs, lambda: safe_tell(self.actor_ref, _Flush()))
 
     def _flush(self, _message: _Flush) -> None:
-        self._flush_told = False
-        for run_id in list(self._dirty):
-            try:
-                self._follow(run_id)
-            except (*DRIVER_ERRORS, PiwfError) as exc:
-                log.warning("tracing: events of run %s not read (tried again on the next commit): %s", run_id, exc)
-                continue
-            self._dirty.pop(run_id, None)
+        self._follower.flush(self._follow_or_drop, what="tracing: events")
+
+    def _follow_or_drop(self, run_id: str) -> None:
+        try:
+            self._follow(run_id)
+        except (*DRIVER_ERRORS, PiwfError):
+            raise  # a read that failed: the follower keeps the run noticed for the next commit
+        except Exception:  # a fact the step function does not expect: this run's trace ends, not the tracer
+            log.exception("tracing: run %s is not traced any more: reading its events failed", run_id)
+            self._finish(run_id)
 
     def _follow(self, run_id: str) -> None:
         assert self._reader is not None
@@ -146,14 +144,15 @@ class RunTracer(CoreActor):
             run_trace = RunTrace(RunFacts(run_id, facts["workflow"], facts["parent_run_id"], facts["parent_wait_id"]))
             self._traces[run_id] = run_trace
         ended: list[SpanRecord] = []
+        follower = self._follower
         while not run_trace.finished:
-            page = queries.run_events(self._reader, run_id, self._cursors.get(run_id, 0), PAGE)
+            page = follower.page(self._reader, run_id)
             for row in page:
                 event = Event(int(row["seq"]), str(row["kind"]), float(row["created_at"]), row["node_id"],
                               row["attempt_id"], row["payload"])
-                ended += [record for record in run_trace.feed(event) if record.end >= self._floor]
+                ended += [record for record in run_trace.feed(event) if record.end >= follower.floor]
             if page:
-                self._cursors[run_id] = int(page[-1]["seq"])
+                follower.advance(run_id, int(page[-1]["seq"]))
             if len(page) < PAGE:
                 break
         if ended:
@@ -183,12 +182,15 @@ class RunTracer(CoreActor):
 
     def _finish(self, run_id: str) -> None:
         self._traces.pop(run_id, None)
-        self._cursors.pop(run_id, None)
-        self._finished[run_id] = time.time()
-        if len(self._finished) > FINISHED_REMEMBERED:
-            # Forgotten: raising the floor keeps a later note on it from emitting its spans again.
-            _forgotten, finished_at = self._finished.popitem(last=False)
-            self._floor = max(self._floor, finished_at)
+        self._follower.finish(run_id, time.time())
+
+
+def check_tracer_setting(setting: Any) -> None:
+    """Raise HostError for a `HostConfig.tracer_provider` the tracer could not start with (imports
+    opentelemetry: only for a host that traces). What a standby checks when it starts."""
+    from piwf_actors.tracing.otel import check_setting
+
+    check_setting(setting)
 
 
 def start_run_tracer(writer_ref: pykka.ActorRef[Any], database: DatabaseLocation, setting: Any) -> pykka.ActorRef[Any]:

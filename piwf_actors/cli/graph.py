@@ -2,8 +2,9 @@
 
 WORKFLOW or RUN: an argument that starts with `run_` is a run id (or a unique prefix of one, as
 everywhere in `piwf`) unless no run matches it (or no host and no state database is there) and a
-workflow has that name; anything else — a discovered name, `module:attr`, `path/to/file.py[:attr]`
-— is a workflow.
+workflow has that name; `module:attr` and `path/to/file.py[:attr]` are workflows; any other
+argument is a discovered workflow's name when one has it, else a run id written as other commands
+take one (a prefix without `run_`, or an end as piwf-top shows it: `…2mvr1rtt`).
 
 Where the definition comes from, and who runs its code: a workflow is loaded here, in this
 command's process, as `piwf workflows` does (no host needed). A run is drawn on the definition it
@@ -27,9 +28,9 @@ from rich.text import Text
 
 from piwf_actors.cli.context import EXIT_OK, Ctx
 from piwf_actors.cli.ids import NoMatch
-from piwf_actors.cli.runs import _workflow_spec as workflow_spec  # a file spec relative to this directory
+from piwf_actors.cli.runs import workflow_spec  # a file spec relative to this directory
 from piwf_actors.client import HostNotRunning
-from piwf_actors.errors import WorkflowError, WorkflowLoadFailed
+from piwf_actors.errors import WorkflowError, WorkflowLoadFailed, WorkflowNotFound
 from piwf_actors.workflows.discovery import resolve
 from piwf_actors.workflows.graph import Graph, build_graph, graph_from_view
 from piwf_actors.workflows.graph_render import RENDERERS, tree, tree_lines
@@ -48,8 +49,8 @@ def add_command(add: Any, sub: Any) -> None:
             "workflows of fan-outs. Given a run: the same with where the run is and what each node did (status, "
             "attempts, output or answer, children by status, open waits), on the definition stored with the run. "
             "A workflow is loaded in this command's process (no host needed); so is a run's stored snapshot.")
-    p.add_argument("target", metavar="WORKFLOW|RUN", help="a run id or a unique prefix of one (run_…), or a "
-                   "discovered workflow name, module:attr, or path/to/file.py[:attr]")
+    p.add_argument("target", metavar="WORKFLOW|RUN", help="a discovered workflow name, module:attr, or "
+                   "path/to/file.py[:attr]; or a run id: a unique prefix (with or without run_) or …end")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (a tree), mermaid (a flowchart GitHub renders) or dot (Graphviz); default text")
     p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
@@ -126,23 +127,41 @@ def _styled(graph: Graph, run: RunOverlay | None) -> Text:
     return out
 
 
-def cmd_graph(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
-    target: str = ctx.args.target
-    project = os.path.abspath(ctx.args.project or os.getcwd())
-    run: RunOverlay | None = None
-    if target.startswith("run_") and not _is_spec(target):
+def _run_id(ctx: Ctx, target: str) -> str:
+    """The run `target` names (a prefix with or without `run_`, or `…end`: cli/ids.py); NoMatch or
+    HostNotRunning when none does or nothing can say."""
+    ctx.client(offline_ok=True)  # a stopped host's database answers too (read-only)
+    return ctx.resolve("run", target)
+
+
+def _target(ctx: Ctx, target: str, project: str) -> tuple[Graph, RunOverlay | None]:
+    """A `run_…` argument is a run unless none matches and a workflow has that name; a spec
+    (`module:attr`, a file) is a workflow; anything else is a workflow when one resolves, else a run
+    (`01m8…` without its kind, piwf-top's `…2mvr1rtt`), as other commands take run ids."""
+    if _is_spec(target):
+        return build_graph(load_workflow(target, project)), None
+    if target.startswith("run_"):
         try:
-            ctx.client(offline_ok=True)  # a stopped host's database answers too (read-only)
-            run_id = ctx.resolve("run", target)
+            run_id = _run_id(ctx, target)
         except (NoMatch, HostNotRunning) as missing:  # no such run: perhaps a workflow named run_…
             try:
-                graph = build_graph(load_workflow(target, project))
+                return build_graph(load_workflow(target, project)), None
             except WorkflowError:
                 raise missing from None
-        else:
-            graph, run = _run_picture(ctx, run_id)
-    else:
-        graph = build_graph(load_workflow(target, project))
+        return _run_picture(ctx, run_id)
+    try:
+        return build_graph(load_workflow(target, project)), None
+    except WorkflowNotFound as not_found:  # a workflow that is there and fails to load says so
+        try:
+            run_id = _run_id(ctx, target)
+        except (NoMatch, HostNotRunning):
+            raise not_found from None
+    return _run_picture(ctx, run_id)
+
+
+def cmd_graph(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
+    project = os.path.abspath(ctx.args.project or os.getcwd())
+    graph, run = _target(ctx, ctx.args.target, project)
     if ctx.json:
         ctx.emit_json({"graph": graph.to_dict(), "run": None if run is None else run.to_dict(),
                        "format": ctx.args.format, "picture": RENDERERS[ctx.args.format](graph, run)})

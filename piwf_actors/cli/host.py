@@ -97,13 +97,20 @@ def _project_dir(text: str) -> str:
 def _tracer_setting(flag: bool) -> str | None:
     """"env" (a provider of the host's own, from the OTEL_* variables) when traces are asked for (`--otel`, or
     the variables: piwf_actors/tracing/env.py) and the otel extra is installed, else None. Raises ValueError
-    when `--otel` asks for traces without the extra."""
-    from piwf_actors.tracing.env import otel_installed, tracing_requested
+    when `--otel` asks for traces without the extra or with exporters the variables name that cannot be built;
+    when only the variables asked (they may be meant for other programs), that is one warning and no traces."""
+    from piwf_actors.tracing.env import exporter_problem, otel_installed, tracing_requested
 
     if not tracing_requested(os.environ, flag=flag):
         return None
     if otel_installed():
-        return "env"
+        problem = exporter_problem(os.environ)
+        if problem is None:
+            return "env"
+        if flag:
+            raise ValueError(f"--otel: {problem}")
+        log.warning("OTEL_* variables ask for traces, but %s: not tracing", problem)
+        return None
     if flag:
         raise ValueError("--otel needs the otel extra: pip install 'piwf_actors[otel]'")
     log.warning("OTEL_* variables ask for traces, but the otel extra is not installed "

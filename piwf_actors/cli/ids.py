@@ -3,7 +3,8 @@
 `piwf show run_01m8m1b5` works when one run id starts with it, and so does
 `piwf show 01m8m1b5`: the kind (`run_`, `req_` …) may be left out. The end of
 an id works too, as piwf-top shows it (`…vqyrxvjp2mvr1rtt`, with `…` or `...`
-before it, or without them when no id starts with it). A full id (the shape
+before it, or without them when no id starts with it and it has at least
+`SUFFIX_MIN` characters). A full id (the shape
 the host generates: every run id has one, `ids.derived_id`) is used as is,
 without a lookup; anything else is looked up with `ids.match` (or, for a
 channel delivery, among the deliveries `channel.status` lists). An id that is
@@ -39,6 +40,9 @@ KIND_PREFIX = {"run": "run_", "request": "req_", "effect": "eff_", "message": "m
 ELLIPSES = ("…", "...")
 #: How many candidates an ambiguous prefix lists.
 CANDIDATES = 10
+#: A bare argument this long that starts no id is also tried as an id's end (piwf-top shows 19 characters
+#: of one); a shorter one only with `…` or `...` before it.
+SUFFIX_MIN = 8
 
 
 class NoMatch(Exception):
@@ -92,15 +96,20 @@ def is_full(kind: str, value: str) -> bool:
 
 def tries(kind: str, value: str) -> list[tuple[str, str]]:
     """The lookups `value` may stand for, in order: ("prefix" | "suffix", text). `…end` is an end only;
-    otherwise the value as typed, then with its kind put in front, then as an id's end."""
+    one that starts with its kind (`run_…`) is a start only; otherwise the value as typed, then with its
+    kind put in front, then, for a value of SUFFIX_MIN characters or more, as an id's end (the host
+    scans every id for an end: not worth it for a short typo, and a few characters end many ids)."""
     for mark in ELLIPSES:
         if value.startswith(mark) and len(value) > len(mark):
             return [("suffix", value[len(mark):])]
     found = [("prefix", value)]
     head = KIND_PREFIX.get(kind)
-    if head is not None and not value.startswith(head):
+    if head is not None and value.startswith(head):
+        return found  # written as an id's start
+    if head is not None:
         found.append(("prefix", head + value))
-    found.append(("suffix", value))
+    if len(value) >= SUFFIX_MIN:
+        found.append(("suffix", value))
     return found
 
 

@@ -117,16 +117,23 @@ class WatchLines:
     """
 
     def __init__(self) -> None:
-        self._states: dict[str, str] = {}
+        self._states: dict[str, str] = {}  # the last `runs` view's runs: run id → the state printed
+        self._run_state: str | None = None  # a `run` view's last state printed
         self._nodes = NodeProgress()
 
     def runs(self, view: dict[str, Any] | None) -> list[str]:
+        if view is None:
+            return []
         lines = []
-        for run in reversed((view or {}).get("runs") or []):  # oldest first, as they happened
+        shown: dict[str, str] = {}
+        for run in reversed(view.get("runs") or []):  # oldest first, as they happened
             run_id, state = str(run.get("run_id")), _run_state(run)
+            shown[run_id] = state
             if self._states.get(run_id) != state:
-                self._states[run_id] = state
                 lines.append(f"{_stamp()} {run_id} {run.get('workflow')} {state}")
+        # Only the runs of this view are remembered: a view holds the newest runs, so one that has left
+        # it does not come back, and a watch left running for weeks keeps as many entries as a view has.
+        self._states = shown
         return lines
 
     def run(self, view: dict[str, Any] | None) -> list[str]:
@@ -134,8 +141,8 @@ class WatchLines:
             return [f"{_stamp()} the run is gone (pruned)"]
         lines = [f"{_stamp()} {line.plain}" for line in self._nodes.update(view)]
         state = _run_state(view)
-        if self._states.get("run") != state:
-            self._states["run"] = state
+        if self._run_state != state:
+            self._run_state = state
             line = f"{_stamp()} {view.get('run_id')} {view.get('workflow')} {state}"
             # The run's end comes after its last node; any other change before the nodes it led to.
             lines = [*lines, line] if ended(view) else [line, *lines]

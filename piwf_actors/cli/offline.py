@@ -17,7 +17,7 @@ from typing import Any
 from piwf_actors.client.connection import ContentReader, Response
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES
-from piwf_actors.store import queries
+from piwf_actors.store import id_queries, queries
 from piwf_actors.store.dialect import DRIVER_ERRORS
 from piwf_actors.store.reader import StoreReader
 
@@ -105,9 +105,9 @@ class LocalStore(ContentReader):
     @staticmethod
     def _ids_match(reader: StoreReader, payload: dict[str, Any], _run_id: str | None) -> Response:
         kind, prefix, suffix = payload.get("kind"), payload.get("prefix"), payload.get("suffix")
-        if kind not in queries.ID_KINDS or not (prefix or suffix):
+        if kind not in id_queries.ID_KINDS or not (prefix or suffix):
             return Response(None, "rejected", error=f"ids.match: unknown kind {kind!r} or empty prefix")
-        limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
-        matches, more = (queries.match_id_ends(reader, str(kind), str(suffix), limit) if suffix else
-                         queries.match_ids(reader, str(kind), str(prefix), limit))
+        limit = min(payload.get("limit") or id_queries.ID_MATCH_DEFAULT, id_queries.ID_MATCH_MAX)
+        matches, more = (id_queries.match_id_ends(reader, str(kind), str(suffix), limit) if suffix else
+                         id_queries.match_ids(reader, str(kind), str(prefix), limit))
         return Response(None, "accepted", receipt={"matches": matches, "more": more})

@@ -24,7 +24,6 @@ from piwf_actors.cli.render_text import (  # noqa: F401  (re-exported: callers u
     STATUS_STYLES,
     STDERR_TAIL_LINES,
     TERMINAL,
-    ago,
     answered_by,
     compact,
     duration,

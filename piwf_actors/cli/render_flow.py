@@ -1,9 +1,9 @@
 """What `piwf show` adds for waits, fan-out and flow control (run.get's flow keys: docs/protocol.md).
 
 - a child run's place: `child 3 of run_… node m` (`parent_run_id`, `parent_node_id`, `child_index`);
-- the open waits, one line each (`wait_text`): a sleep with
-  its wake-up time, a message wait with its topic and timeout clock, a children wait with how many
-  are still open;
+- the open waits, one line each, in the words of workflows/graph_run.py's `wait_words` (the ones
+  `piwf graph` and piwf-top's tree use), with zoned times: a sleep with its wake-up time, a message
+  wait with its topic and timeout clock, a children wait with how many are still open;
 - the mailbox when messages wait in it (`go: 2 pending`);
 - the children table: index, run id, workflow, status, with the counts by status and `… and N
   more` beyond the ones run.get lists.
@@ -20,7 +20,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render_text import duration, id_column, moment, one_line, short_ids, status_text, text, when
+from piwf_actors.cli.render_text import id_column, one_line, short_ids, status_text, text
+from piwf_actors.workflows.graph_run import wait_words
 
 
 def child_of(view: dict[str, Any]) -> str | None:
@@ -30,45 +31,6 @@ def child_of(view: dict[str, Any]) -> str | None:
     index = view.get("child_index")
     return (f"child{'' if index is None else f' {index}'} of {view['parent_run_id']} "
             f"node {view['parent_node_id']}")
-
-
-def _left(at: Any, remaining: Any, now: float) -> float | None:
-    """Seconds until `at` (from `now`), else the `remaining_s` run.get computed when it read the wait."""
-    if isinstance(at, (int, float)):
-        return at - now
-    return remaining if isinstance(remaining, (int, float)) else None
-
-
-def wait_text(wait: dict[str, Any], now: float | None = None, *, zoned: bool = False) -> str:
-    """One open wait in words: `sleeping until 2026-12-01 10:00:00 (in 12.0s)`, `waiting for a message
-    on 'go' (timeout in 30.0s)`, `waiting for children: 3 of 10 open`. `zoned` (what `piwf show` asks
-    for) writes a wake-up or deadline as a `moment`: `sleeping until 2026-12-01 10:00:00 UTC (in 12 s)`,
-    `… (timeout 2026-12-01 10:00:30 UTC (in 30 s))`; piwf-top's narrow pane keeps the short form."""
-    now = time.time() if now is None else now
-    kind = wait.get("kind")
-    if kind == "sleep":
-        if not isinstance(wait.get("wake_at"), (int, float)):
-            return "sleeping"
-        left = wait["wake_at"] - now
-        if zoned:
-            return f"sleeping until {moment(wait['wake_at'], now)}" + ("" if left > 0 else ", waking it is due")
-        return f"sleeping until {when(wait['wake_at'])} ({f'in {duration(left)}' if left > 0 else 'due'})"
-    if kind == "message":
-        clock = wait.get("clock")
-        if clock == "paused":
-            left = wait.get("remaining_s")
-            timeout = "clock paused" + (f", {duration(left)} left" if isinstance(left, (int, float)) else "")
-        elif clock == "running" and zoned and isinstance(wait.get("deadline_at"), (int, float)):
-            timeout = f"timeout {moment(wait['deadline_at'], now)}"
-        elif clock == "running":
-            left = _left(wait.get("deadline_at"), wait.get("remaining_s"), now)
-            timeout = "timeout" if left is None else f"timeout in {duration(left)}"
-        else:
-            timeout = "no timeout"
-        return f"waiting for a message on {str(wait.get('topic'))!r} ({timeout})"
-    if kind == "children":
-        return f"waiting for children: {wait.get('children_open')} of {wait.get('children_total')} open"
-    return f"waiting ({kind})"
 
 
 def place_rows(view: dict[str, Any]) -> list[tuple[str, Text]]:
@@ -85,7 +47,8 @@ def place_rows(view: dict[str, Any]) -> list[tuple[str, Text]]:
 
 def summary_rows(view: dict[str, Any], now: float | None = None) -> list[tuple[str, Text]]:
     """The summary's rows on what the run waits for: its open waits and its mailbox."""
-    rows = [("wait", text(f"{wait.get('node_id')}: {wait_text(wait, now, zoned=True)}"))
+    now = time.time() if now is None else now
+    rows = [("wait", text(f"{wait.get('node_id')}: {wait_words(wait, now, zoned=True)}"))
             for wait in view.get("waits") or []]
     mailbox = view.get("mailbox") or {}
     if mailbox:

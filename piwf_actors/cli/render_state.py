@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render import STATUS_STYLES, ago, id_column, kv_table, short_ids, text, when
+from piwf_actors.cli.render import STATUS_STYLES, id_column, kv_table, relative, short_ids, text, when
 
 
 def host_status(view: dict[str, Any]) -> RenderableType:
@@ -24,13 +24,13 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     if role == "runner":
         runner = view.get("runner") or {}
         host.add_row("runner lease", Text(
-            f"epoch {runner.get('epoch')}, heartbeat {ago(runner.get('heartbeat_at'), now)}, expires "
-            f"{ago(runner.get('expires_at'), now)}" + (" (lost)" if runner.get("lost") else ""),
+            f"epoch {runner.get('epoch')}, heartbeat {relative(runner.get('heartbeat_at'), now)}, expires "
+            f"{relative(runner.get('expires_at'), now)}" + (" (lost)" if runner.get("lost") else ""),
             style="red" if runner.get("lost") else ""))
     if role in ("standby", "runner"):
         active = view.get("active") or {}
         holder = (f"{active.get('host_id')} (epoch {active.get('epoch')}), lease expires "
-                  f"{ago(active.get('expires_at'), now)}" if active.get("live")
+                  f"{relative(active.get('expires_at'), now)}" if active.get("live")
                   else f"none: the lease of epoch {active.get('epoch')} has run out; taking over")
         host.add_row("active host", text(holder))
     # This host's own id and pid; the rows below are the lease holder's (on a standby: the active host's).
@@ -42,8 +42,8 @@ def host_status(view: dict[str, Any]) -> RenderableType:
     host.add_row("started", text(when(lease.get("started_at"))))
     host.add_row("lease", Text("live" if lease.get("live") else "expired", style="green" if lease.get("live")
                                else "red"))
-    host.add_row("heartbeat", text(ago(lease.get("heartbeat_at"), now)))
-    host.add_row("expires", text(ago(lease.get("expires_at"), now)))
+    host.add_row("heartbeat", text(relative(lease.get("heartbeat_at"), now)))
+    host.add_row("expires", text(relative(lease.get("expires_at"), now)))
     workers = view.get("workers") or {}
     active = workers.get("active") or []
     host.add_row("workers", text(f"{len(active)} active / {workers.get('max')} max, {workers.get('idle')} idle"
@@ -73,8 +73,8 @@ def host_status(view: dict[str, Any]) -> RenderableType:
             table.add_column(column)
         for item in runner_hosts:
             table.add_row(text(item.get("runner_id")), text(item.get("epoch")), text(item.get("max_workers")),
-                          text(item.get("active_runs")), text(ago(item.get("heartbeat_at"), now)),
-                          text(ago(item.get("expires_at"), now)), text(item.get("machine_id")))
+                          text(item.get("active_runs")), text(relative(item.get("heartbeat_at"), now)),
+                          text(relative(item.get("expires_at"), now)), text(item.get("machine_id")))
         parts.append(table)
     if active:
         table = Table(title="active workers", title_justify="left")

@@ -1,6 +1,7 @@
-"""The small pieces every rendering of `piwf` uses: times, durations, short ids, statuses and
-errors as `rich.text.Text` (host text never goes through Rich markup), JSON output. A leaf
-module: cli/render.py (runs, events) and cli/render_flow.py (waits, children) build on it."""
+"""The small pieces every rendering of `piwf` uses: times and durations (written by
+piwf_actors/timefmt.py, the one way every screen writes them), short ids, statuses and errors as
+`rich.text.Text` (host text never goes through Rich markup), JSON output. A leaf module of cli/:
+cli/render.py (runs, events) and cli/render_flow.py (waits, children) build on it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+
+from piwf_actors.timefmt import duration, moment, relative, when  # noqa: F401  (re-exported: cli/render.py)
 
 TERMINAL = ("done", "failed", "cancelled")
 #: Lines of a failed shell node's stderr that `piwf show` prints.
@@ -42,53 +45,6 @@ def compact(value: Any, limit: int = 80) -> str:
         return ""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def when(ts: float | None, *, precise: bool = False) -> str:
-    if not ts:
-        return ""
-    try:
-        base = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-    except (OverflowError, OSError, ValueError):
-        return str(ts)
-    return f"{base}.{int((ts % 1) * 1000):03d}" if precise else base
-
-
-def ago(ts: float | None, now: float | None = None) -> str:
-    """`3.2 s ago` / `in 12.0 s`."""
-    if not ts:
-        return ""
-    delta = (now if now is not None else time.time()) - ts
-    return f"{delta:.1f} s ago" if delta >= 0 else f"in {-delta:.1f} s"
-
-
-def relative(ts: float, now: float | None = None) -> str:
-    """`in 18 s`, `3 min 12 s ago`, `in 2 h 5 min`, `in 3 d 4 h`; `now` within a second. Whole units,
-    cut toward zero: a deadline 599.7 s away is `in 9 min 59 s`, never a minute it has not reached."""
-    delta = ts - (time.time() if now is None else now)
-    seconds = int(abs(delta))
-    if seconds < 1:
-        return "now"
-    units = [(86400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s")]
-    span = f"{seconds} s"
-    for size, name, smaller, smaller_name in units:
-        if seconds >= size:
-            rest = seconds % size // smaller
-            span = f"{seconds // size} {name}" + (f" {rest} {smaller_name}" if rest else "")
-            break
-    return f"in {span}" if delta > 0 else f"{span} ago"
-
-
-def moment(ts: float | None, now: float | None = None) -> str:
-    """A deadline or wake-up time as people read it: local time with its zone, and how far it is:
-    `2026-12-02 16:40:05 UTC (in 18 s)` / `(18 s ago)`."""
-    if not ts:
-        return ""
-    try:
-        zone = time.strftime("%Z", time.localtime(ts))
-    except (OverflowError, OSError, ValueError):
-        return str(ts)
-    return f"{when(ts)} {zone} ({relative(ts, now)})"
 
 
 def request_clock(request: dict[str, Any], now: float | None = None) -> str:
@@ -129,25 +85,6 @@ def answered_by(provenance: Any) -> str:
     else:
         program = f"client {client}" if client else "socket"
     return f"{'person' if kind == 'human' else kind or 'someone'} via {program}"
-
-
-def duration(seconds: float | None) -> str:
-    """`45ms`, `2.4s`, `3m12s`, `2h05m`, `3d04h`."""
-    if seconds is None:
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def run_duration(run: dict[str, Any], now: float | None = None) -> str:

@@ -144,7 +144,7 @@ def resources_table(resources: list[dict[str, Any]]) -> Table:
     for item in resources:
         table.add_row(render.text(item["manager"]), render.text(item["key"]), _state(item),
                       render.text(item["generation"]), render.text(item["observed_generation"]),
-                      render.text(item["resource_version"]), render.text(render.ago(item.get("reconciled_at"))),
+                      render.text(item["resource_version"]), render.text(render.relative(item.get("reconciled_at"))),
                       render.text(", ".join(item.get("finalizers") or [])))
     return table
 

@@ -19,6 +19,7 @@ from piwf_actors.cli import live, render
 from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, Ctx, Refused
 from piwf_actors.cli.progress import NodeProgress, park_hint, park_key
 from piwf_actors.cli.values import cutoff, json_value, key_value
+from piwf_actors.workflows.shapes import EXPECTED_INPUT
 
 RUN_HELP = "a run id or a unique prefix of one"
 
@@ -78,7 +79,7 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN", nargs="?", help=RUN_HELP)
 
 
-def _workflow_spec(spec: str) -> str:
+def workflow_spec(spec: str) -> str:
     """A file spec relative to *this* directory is made absolute (the host has another cwd)."""
     target, colon, attr = spec.rpartition(":")
     if not colon:
@@ -95,7 +96,7 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
         if value is not None and not isinstance(value, dict):
             parser.error("KEY=VALUE pairs need --input to be a JSON object (or no --input)")
         value = {**(value or {}), **dict(args.pairs)}
-    payload: dict[str, Any] = {"workflow": _workflow_spec(args.workflow), "input": {} if value is None else value,
+    payload: dict[str, Any] = {"workflow": workflow_spec(args.workflow), "input": {} if value is None else value,
                                "project_path": os.path.abspath(args.project or os.getcwd())}
     if args.session:
         payload["session_id"] = args.session
@@ -124,16 +125,11 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     return live.exit_status(view)
 
 
-#: Where the host's refusal of a run input goes on to the shape it expected (workflows/shapes.py's
-#: EXPECTED_INPUT; not imported, so that `piwf` does not load the workflow package to start).
-_EXPECTED_INPUT = "; expected input: "
-
-
 def _input_refused(ctx: Ctx, refused: Refused) -> int:
     """A refused input: its problems, then on a line of its own the input the workflow expects. Any
     other refusal (and --json) goes on to the usual handling."""
     answer = refused.answer
-    problems, mark, shape = str(answer.error or "").rpartition(_EXPECTED_INPUT)
+    problems, mark, shape = str(answer.error or "").rpartition(EXPECTED_INPUT)
     if ctx.json or not mark:
         raise refused
     print(f"piwf: {answer.outcome}: {problems}", file=sys.stderr)

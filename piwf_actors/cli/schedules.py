@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli.context import EXIT_OK, Ctx
+from piwf_actors.timefmt import relative
 
 
 def add_commands(add: Any, sub: Any) -> None:
@@ -37,16 +38,6 @@ def fire_time(ts: float | None, zone: str | None) -> str:
         return datetime.fromtimestamp(ts, ZoneInfo(zone or "UTC")).strftime("%Y-%m-%d %H:%M:%S %Z")
     except (ValueError, OSError, KeyError):
         return str(ts)
-
-
-def relative(ts: float | None, now: float) -> str:
-    if not ts:
-        return ""
-    delta = ts - now
-    seconds = abs(delta)
-    text = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
-        f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d"
-    return f"in {text}" if delta >= 0 else f"{text} ago"
 
 
 def state_of(item: dict[str, Any]) -> Text:

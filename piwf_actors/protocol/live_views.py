@@ -16,6 +16,7 @@ set.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.board import HostBoard
@@ -34,8 +35,11 @@ WINDOW_IDLE_S = 60.0
 
 
 class LiveViews:
-    def __init__(self, reader: StoreReader, board: HostBoard, loop: SocketLoop) -> None:
+    def __init__(self, reader: StoreReader, board: HostBoard, loop: SocketLoop, *,
+                 timer_now: Callable[[], float] = time.time) -> None:
+        """`timer_now`: the host's timer time (piwf_actors/clock.py), what a `run` view's clocks count to."""
         self.watches = WatchSet()
+        self._timer_now = timer_now
         self.output_tail = OutputTail()  # what running shell nodes printed so far (piwf logs -f)
         self._reader = reader
         self._board = board
@@ -101,7 +105,7 @@ class LiveViews:
             return window
 
         loop = self._loop
-        WatchSet.refresh(watches, Renderer(self._reader, self._board, synced_window),
+        WatchSet.refresh(watches, Renderer(self._reader, self._board, synced_window, self._timer_now),
                          lambda watch, payload: loop.post_event(watch.conn_id, watch.head, watch.revision, payload,
                                                                 subscription_id=watch.subscription_id,
                                                                 topic=watch.topic),

@@ -74,8 +74,9 @@ def runs_view(reader: StoreReader, limit: int = 50) -> dict[str, Any]:
     return {"runs": queries.run_list(reader, None, limit), "counts": queries.run_counts(reader)}
 
 
-def run_view(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
-    return queries.run_view(reader, run_id)
+def run_view(reader: StoreReader, run_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """A `run` watch's view: run.get's, its `remaining_s` counted to `now` (timer time; default: host time)."""
+    return queries.run_view(reader, run_id, now)
 
 
 def interactions_view(reader: StoreReader, session_id: str | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ and gets every change at once.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -87,13 +88,15 @@ class Renderer:
     """The views of one flush, each built and packed at most once, whatever number of watches share it.
 
     `window` supplies the `runs` view and the run counts of the `host` view; it is synced by the
-    caller before the flush.
+    caller before the flush. `timer_now` is what a `run` view's `remaining_s` count to (timer time).
     """
 
-    def __init__(self, reader: StoreReader, board: HostBoard, window: Callable[[], RunWindow]) -> None:
+    def __init__(self, reader: StoreReader, board: HostBoard, window: Callable[[], RunWindow],
+                 timer_now: Callable[[], float] = time.time) -> None:
         self._reader = reader
         self._board = board
         self._window = window
+        self._timer_now = timer_now
         self._built: dict[tuple[str, str | None], bytes] = {}
 
     def payload(self, watch: Watch) -> bytes:
@@ -108,7 +111,7 @@ class Renderer:
             return self._window().runs_payload()
         view: Any
         if watch.topic == "run":
-            view = views.run_view(self._reader, watch.run_id or "")
+            view = views.run_view(self._reader, watch.run_id or "", self._timer_now())
         elif watch.topic == "host":
             view = views.host_view(self._reader, self._board, include_rates=False, counts=self._window().counts())
         else:

@@ -24,9 +24,15 @@ from typing import Any
 
 from piwf_actors.clock import timer_sleep
 from piwf_actors.ids import new_id
-from piwf_actors.messages import pack
 from piwf_actors.runner.node_guard import NodeTimeout, deadline, one_line, user_traceback
-from piwf_actors.runner.output_check import OutputInvalid, checked_output_shape
+from piwf_actors.runner.output_check import (
+    MAX_OUTPUT_BYTES,
+    MAX_PRESENTED_BYTES,
+    OutputInvalid,
+    OutputTooLarge,
+    checked_output,
+    returned_report,
+)
 from piwf_actors.runner.output_stream import OutputStreamer
 from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
@@ -52,26 +58,6 @@ log = logging.getLogger(__name__)
 
 class MessageRefused(Exception):
     """The host refused a node's `ctx.send_message` (the run has ended, a bad topic)."""
-
-
-#: The largest node output, packed (larger ones fail the node `output_too_large`).
-MAX_OUTPUT_BYTES = 64 * 1024 * 1024
-#: The largest request a waiting node may present, and the largest notification: they are
-#: listed to people and programs (`interaction.list`), many in one answer.
-MAX_PRESENTED_BYTES = 64 * 1024
-
-
-class OutputTooLarge(Exception):
-    pass
-
-
-def _checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "output") -> Any:
-    """Outputs must be plain wire values (they are stored and sent to clients), nested two levels
-    less than a frame allows (they travel inside a request's payload), and not too large."""
-    size = len(pack([[value]]))
-    if size > limit:
-        raise OutputTooLarge(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
-    return value
 
 
 def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
@@ -145,7 +131,8 @@ class RunEngine:
                 self.link.accepted("effect_interrupted", report)
                 return
             outcome, output, error = report["outcome"], report.get("output"), report.get("error")
-            retry = outcome == "failed" and attempts[node_id] <= spec.retries
+            # An action that failed after it acted (`effect_applied`) is not run again: that would repeat it.
+            retry = outcome == "failed" and attempts[node_id] <= spec.retries and not report.get("effect_applied")
             if stopped is None:  # (an attempt the watchdog stopped is counted in the state already)
                 finished[node_id] = finished.get(node_id, 0) + 1
             if retry:
@@ -226,10 +213,10 @@ class RunEngine:
             if isinstance(spec, (ComputeSpec, ActionSpec)):
                 with deadline(spec.timeout_s):
                     output = spec.run(ctx)
-                report.update(outcome="ok", output=checked_output_shape(spec, _checked_output(output)))
+                report.update(returned_report(spec, output))  # an action's check failing: runner/output_check.py
                 return report
             if isinstance(spec, NotifySpec):
-                message = _checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
+                message = checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
                 report.update(outcome="ok", output={"message": message}, notification=message)
                 return report
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
@@ -239,8 +226,8 @@ class RunEngine:
             report.update(outcome="failed", error=str(exc), error_code="timeout",
                           interrupted=spec.has_side_effect and not spec.idempotent)
         except OutputTooLarge as exc:
-            report.update(outcome="failed", error=str(exc), error_code="output_too_large")
-        except OutputInvalid as exc:  # its declared `output=` shape (runner/output_check.py)
+            report.update(outcome="failed", error=str(exc), error_code=OutputTooLarge.code)
+        except OutputInvalid as exc:  # a compute node's declared `output=` shape (runner/output_check.py)
             report.update(outcome="failed", error=str(exc), error_code=OutputInvalid.code)
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker
             frames = user_traceback(exc)
@@ -280,7 +267,7 @@ class RunEngine:
                            attempt_id=attempt_id)
         try:
             request = wait_payload(self.workflow, spec, ctx)
-            _checked_output(request, MAX_OUTPUT_BYTES, "the children's inputs")
+            checked_output(request, MAX_OUTPUT_BYTES, "the children's inputs")
         except Exception as exc:  # its callback raised, or returned what cannot be waited for
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
                     "error": one_line(exc), "error_code": "bad_request"}
@@ -304,7 +291,7 @@ class RunEngine:
                            attempt_id=attempt_id)
         try:
             contract, after_s, default = self._contract(spec, ctx)
-            _checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
+            checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
                     "error": one_line(exc), "error_code": "bad_request"}

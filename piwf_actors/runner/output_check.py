@@ -1,23 +1,57 @@
-"""A node's output checked against its declared shape (`compute(output=…)`, `action(output=…)`), in the worker.
+"""A node's output checked in the worker, after the node returned and before its result is reported.
 
-The check runs after the node's function returned and before its result is
-reported, so a result without its shape is never committed as the node's
-output: the attempt fails with error code `output_invalid` and a one-line
-message naming the path of each problem (`output.count: expected integer,
-got string`), and is retried or routed like any other failure.
+Every output must be a plain wire value (it is stored and sent to clients) and
+not too large (`checked_output`); a compute or action node's output must also
+have its declared shape (`compute(output=…)`, `action(output=…)`:
+`checked_output_shape`). A result that fails a check is never committed as the
+node's output: the attempt fails with error code `output_too_large` or
+`output_invalid` and a one-line message naming the path of each problem
+(`output.count: expected integer, got string`).
+
+What follows depends on whether the node has acted (`returned_report`). A
+compute node's failure is retried and routed like any other. An action whose
+function returned has done its effect whatever it returned, so running it
+again would do the effect twice: the report says `effect_applied` (the host
+settles the effect `applied`, with the output when it is a wire value), and
+the engine routes the failure without retrying it (docs/durability.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from piwf_actors.errors import EncodeError
+from piwf_actors.messages import pack
 from piwf_actors.workflows.shapes import value_problem
+
+#: The largest node output, packed (larger ones fail the node `output_too_large`).
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+#: The largest request a waiting node may present, and the largest notification: they are
+#: listed to people and programs (`interaction.list`), many in one answer.
+MAX_PRESENTED_BYTES = 64 * 1024
 
 
 class OutputInvalid(Exception):
     """The node returned a value without its declared output shape (the message is one line)."""
 
     code = "output_invalid"
+
+
+class OutputTooLarge(Exception):
+    code = "output_too_large"
+
+
+def checked_output(value: Any, limit: int = MAX_OUTPUT_BYTES, what: str = "output") -> Any:
+    """`value` when it is a wire value, nested two levels less than a frame allows (it travels
+    inside a request's payload), of at most `limit` bytes packed; else raises EncodeError or
+    OutputTooLarge."""
+    try:
+        size = len(pack([[value]]))
+    except EncodeError as exc:  # the codec names paths from its own root, two levels up
+        raise EncodeError(str(exc).replace(" at $[0][0]", " at $", 1)) from None
+    if size > limit:
+        raise OutputTooLarge(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
+    return value
 
 
 def checked_output_shape(spec: Any, output: Any) -> Any:
@@ -29,3 +63,25 @@ def checked_output_shape(spec: Any, output: Any) -> Any:
         if problem is not None:
             raise OutputInvalid(problem)
     return output
+
+
+def returned_report(spec: Any, output: Any) -> dict[str, Any]:
+    """The outcome fields of the report of a compute or action node whose function returned `output`.
+
+    A compute node's output that fails a check raises (OutputTooLarge, OutputInvalid,
+    EncodeError), to be reported like any failure of the node. An action's is a failure that
+    says its effect happened: `effect_applied`, and `effect_output` when the output is at least
+    a wire value that fits.
+    """
+    try:
+        return {"outcome": "ok", "output": checked_output_shape(spec, checked_output(output))}
+    except (OutputTooLarge, OutputInvalid, EncodeError) as exc:
+        if not spec.has_side_effect:
+            raise
+        report: dict[str, Any] = {
+            "outcome": "failed", "error_code": OutputTooLarge.code if isinstance(exc, OutputTooLarge)
+            else OutputInvalid.code, "error": f"{exc}; the effect was applied, so the node is not retried",
+            "effect_applied": True}
+        if isinstance(exc, OutputInvalid):
+            report["effect_output"] = output
+        return report

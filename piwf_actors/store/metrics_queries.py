@@ -15,7 +15,7 @@ rows are deleted (pruning everything); `max_rowid` lets the follower notice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from piwf_actors.statuses import LIVE_SQL, TERMINAL_STATUSES
@@ -33,6 +33,9 @@ class RunRow:
     #: Launches that reached a worker: its `run_started` event, then one `run_resumed` per later
     #: launch (a restart, a crash, an answer). 0: it never began.
     launches: int
+    #: The run's highest event seq when it was read: its launches were counted up to there, and a
+    #: later read counts only the events above it (`runs_by_rowid`).
+    last_seq: int = 0
 
     @property
     def started(self) -> bool:
@@ -67,15 +70,20 @@ def _chunks(rowids: Iterable[int]) -> Iterable[list[int]]:
 
 # A worker's `ready` writes `run_started` on a run's first launch and `run_resumed` with the run's
 # `steps` on every later one; a run_resumed without `steps` is a park ending (answer, resume), which
-# only queues the run. Counted through the (run_id, seq) primary key: the run's own events only.
-_RUN_COLUMNS = """r.rowid, r.status,
-    (SELECT count(*) FROM run_event e WHERE e.run_id = r.run_id AND (e.kind = 'run_started'
-        OR (e.kind = 'run_resumed' AND e.payload LIKE '%"steps":%')))"""
+# only queues the run. Counted through the (run_id, seq) primary key, over the run's events above a
+# seq (0: all of them): a run watched between scrapes has only its new events read, so a scrape costs
+# what happened since the last one, not every live run's whole history. Its highest seq is the last
+# entry of that key, found without a scan.
+_LAUNCHES_ABOVE = """(SELECT count(*) FROM run_event e WHERE e.run_id = r.run_id AND e.seq > {since}
+        AND (e.kind = 'run_started' OR (e.kind = 'run_resumed' AND e.payload LIKE '%"steps":%')))"""
+_LAST_SEQ = "(SELECT coalesce(max(e.seq), 0) FROM run_event e WHERE e.run_id = r.run_id)"
+_RUN_COLUMNS = f"r.rowid, r.status, {_LAUNCHES_ABOVE.format(since='0')}, {_LAST_SEQ}"
 
 
 def _run_rows(reader: StoreReader, where: str, params: tuple[int, ...] = ()) -> list[RunRow]:
-    return [RunRow(int(rowid), status, int(launches))
-            for rowid, status, launches in reader.all(f"SELECT {_RUN_COLUMNS} FROM run r WHERE {where}", params)]
+    return [RunRow(int(rowid), status, int(launches), int(last_seq))
+            for rowid, status, launches, last_seq in reader.all(f"SELECT {_RUN_COLUMNS} FROM run r WHERE {where}",
+                                                                 params)]
 
 
 def max_run_rowid(reader: StoreReader) -> int:
@@ -92,10 +100,20 @@ def runs_after(reader: StoreReader, rowid: int) -> list[RunRow]:
     return _run_rows(reader, "r.rowid > ?", (rowid,))
 
 
-def runs_by_rowid(reader: StoreReader, rowids: Iterable[int]) -> list[RunRow]:
+def runs_by_rowid(reader: StoreReader, seen: Mapping[int, tuple[int, int]]) -> list[RunRow]:
+    """The runs of `seen` (rowid → (last seq counted, launches counted by then)) as they are now: their
+    launches are those counted plus the ones among their events above that seq."""
     found: list[RunRow] = []
-    for chunk in _chunks(rowids):
-        found += _run_rows(reader, f"r.rowid IN ({','.join('?' * len(chunk))})", tuple(chunk))
+    rowids = list(seen)
+    for start in range(0, len(rowids), _CHUNK // 3):  # three parameters a run
+        chunk = rowids[start:start + _CHUNK // 3]
+        values = ", ".join("(CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER))" for _ in chunk)
+        params = tuple(value for rowid in chunk for value in (rowid, *seen[rowid]))
+        found += [RunRow(int(rowid), status, int(launches), int(last_seq)) for rowid, status, launches, last_seq in
+                  reader.all(f"""WITH seen(run_rowid, since, counted) AS (VALUES {values})
+                                 SELECT r.rowid, r.status, s.counted + {_LAUNCHES_ABOVE.format(since="s.since")},
+                                        {_LAST_SEQ}
+                                 FROM seen s JOIN run r ON r.rowid = s.run_rowid""", params)]
     return found
 
 

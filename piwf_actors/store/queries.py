@@ -129,14 +129,16 @@ def content_chunk(reader: StoreReader, digest: str, offset: int = 0,
 
 
 def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
-    """What a restart needs of a run: its workflow's name, file, attribute, digest, project and source."""
+    """What a restart needs of a run: its workflow's name, file, attribute, digest, project and source,
+    with the source's stored digest (`source_sha256`, None when the source is not stored)."""
     row = reader.one("""SELECT r.workflow, r.workflow_path, r.workflow_attr, r.definition_digest, r.project_path,
-                               b.data FROM run r LEFT JOIN blob b ON b.sha256 = r.source_sha256 WHERE r.run_id = ?""",
-                     (run_id,))
+                               b.data, b.sha256 FROM run r LEFT JOIN blob b ON b.sha256 = r.source_sha256
+                        WHERE r.run_id = ?""", (run_id,))
     if row is None:
         return None
     keys = ("workflow", "workflow_path", "workflow_attr", "definition_digest", "project_path")
-    return {**dict(zip(keys, row[:5], strict=True)), "source": None if row[5] is None else bytes(row[5])}
+    return {**dict(zip(keys, row[:5], strict=True)), "source": None if row[5] is None else bytes(row[5]),
+            "source_sha256": row[6]}
 
 
 def run_input(reader: StoreReader, run_id: str) -> Any:
@@ -228,45 +230,6 @@ def max_run_rowid(reader: StoreReader) -> int:
     """The highest rowid of the run table (0 when empty). SQLite gives a new row max(rowid) + 1."""
     row = reader.one("SELECT max(rowid) FROM run")
     return int(row[0] or 0) if row else 0
-
-
-#: What `ids.match` (and `piwf`'s id prefixes) can look up: kind → (table, id column).
-ID_KINDS = {"run": ("run", "run_id"), "request": ("interactive_request", "request_id"),
-            "effect": ("effect", "effect_id"), "message": ("session_message", "message_id")}
-#: `ids.match`: matches returned when the request names no limit, and at most.
-ID_MATCH_DEFAULT, ID_MATCH_MAX = 10, 100
-
-
-def match_ids(reader: StoreReader, kind: str, prefix: str, limit: int = 10) -> tuple[list[str], bool]:
-    """Ids of `kind` (see ID_KINDS) that start with `prefix`, in id order: (the first `limit`, more?).
-
-    A range scan of the primary key: ids start with `prefix` exactly when they sort at or after it and
-    before the prefix with its last character bumped by one."""
-    table, column = ID_KINDS[kind]
-    if not prefix:
-        return [], False
-    last = ord(prefix[-1])
-    if last < 0xD7FF:
-        rows = reader.all(f"SELECT {column} FROM {table} WHERE {column} >= ? AND {column} < ? ORDER BY {column} "
-                          "LIMIT ?", (prefix, prefix[:-1] + chr(last + 1), limit + 1))
-    else:  # no simple upper bound (surrogates, the last code point): compare the prefix itself
-        rows = reader.all(f"SELECT {column} FROM {table} WHERE {column} >= ? AND substr({column}, 1, ?) = ? "
-                          f"ORDER BY {column} LIMIT ?", (prefix, len(prefix), prefix, limit + 1))
-    ids = [row[0] for row in rows]
-    return ids[:limit], len(ids) > limit
-
-
-def match_id_ends(reader: StoreReader, kind: str, suffix: str, limit: int = 10) -> tuple[list[str], bool]:
-    """Ids of `kind` that end with `suffix` (piwf-top shows the end of an id), in id order: (the first
-    `limit`, more?). A scan of the key column: for a person typing an id, not for a hot path."""
-    table, column = ID_KINDS[kind]
-    if not suffix:
-        return [], False
-    rows = reader.all(f"SELECT {column} FROM {table} WHERE length({column}) >= ? AND "
-                      f"substr({column}, length({column}) - ? + 1) = ? ORDER BY {column} LIMIT ?",
-                      (len(suffix), len(suffix), suffix, limit + 1))
-    ids = [row[0] for row in rows]
-    return ids[:limit], len(ids) > limit
 
 
 def run_view(reader: StoreReader, run_id: str, now: float | None = None) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from piwf_actors.results import PendingRequest, RunEvent, RunView
+from piwf_actors.timefmt import duration
 from piwf_actors.workflows.model import Workflow
 
 #: How many of a run's last events a failure message lists.
@@ -62,16 +63,12 @@ def _attribute_of(workflow: Workflow) -> str | None:
     return None
 
 
-def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
-
-
 def _request_line(request: PendingRequest, timer_now: float) -> str:
     if request.deadline_at is not None:
         left = request.deadline_at - timer_now
-        clock = f"deadline in {_seconds(left)} of timer time" if left > 0 else "deadline passed (being applied)"
+        clock = f"deadline in {duration(left)} of timer time" if left > 0 else "deadline passed (being applied)"
     elif request.paused_remaining_s is not None:
-        clock = f"paused, {_seconds(request.paused_remaining_s)} left"
+        clock = f"paused, {duration(request.paused_remaining_s)} left"
     else:
         clock = "no deadline"
     return f"{request.kind} {request.node_id!r} ({request.request_id}) is open: {clock}"
@@ -80,7 +77,7 @@ def _request_line(request: PendingRequest, timer_now: float) -> str:
 def _wait_line(wait: dict[str, Any]) -> str:
     kind = wait.get("kind")
     left = wait.get("remaining_s")
-    clock = "" if left is None else f", {_seconds(float(left))} of timer time left"
+    clock = "" if left is None else f", {duration(float(left))} of timer time left"
     if kind == "sleep":
         return f"sleep {wait.get('node_id')!r}{clock}"
     if kind == "message":

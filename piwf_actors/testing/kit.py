@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from piwf_actors.clock import TimerClock
 from piwf_actors.config import HostConfig
@@ -45,6 +45,8 @@ from piwf_actors.workflows.model import Workflow
 FINISHED = ("done", "failed", "cancelled")
 #: How often a wait looks again (a read of the state database).
 POLL_S = 0.01
+
+T = TypeVar("T")
 
 
 class WaitTimeout(AssertionError):
@@ -109,7 +111,9 @@ class Piwf:
 
     def skip(self, seconds: float) -> float:
         """Move timer time `seconds` forward: every timer due by then comes due now. Returns the new
-        timer time. (Real time does not move: a shell command's `timeout_s` still counts as it runs.)"""
+        timer time. (Real time does not move: a shell command's `timeout_s` still counts as it runs.)
+        A schedule's fire the skip leaves more than its misfire grace (60 s) behind counts as missed,
+        as after a host's downtime: its `catch_up` decides; `advance_to` each fire time to see each."""
         return self.clock.skip(seconds)
 
     def advance_to(self, when: Any) -> float:
@@ -149,34 +153,34 @@ class Piwf:
                    *, timeout: float | None = None) -> RunView:
         """Wait until `condition(view)` holds; returns that view. Gives up early (WaitTimeout) when the
         run has finished without it."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while True:
+
+        def look() -> RunView | None:
             view = self.host.get_run(run_id)
             if view is not None and condition(view):
                 return view
             if view is not None and view.finished:
                 raise WaitTimeout(f"waited for run {run_id} {what}, but it ended:\n  {self.describe(run_id)}")
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"run {run_id} did not get {what} within {self._limit(timeout)} s:\n  "
-                                  f"{self.describe(run_id)}")
-            time.sleep(POLL_S)
+            return None
+
+        return self._poll(look, timeout, lambda limit: f"run {run_id} did not get {what} within {limit} s:\n  "
+                                                       f"{self.describe(run_id)}")
 
     def wait_for_event(self, run_id: str, kind: str, node: str | None = None, *,
                        timeout: float | None = None) -> RunEvent:
         """Wait until the run's trace has an event of `kind` (at `node`, if given); returns the first."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while True:
+        where = f" at {node!r}" if node else ""
+
+        def look() -> RunEvent | None:
             view = self.host.get_run(run_id)  # read first: events read after it include its last ones
             found = self.events(run_id, kind, node)
             if found:
                 return found[0]
-            where = f" at {node!r}" if node else ""
             if view is not None and view.finished:
                 raise WaitTimeout(f"run {run_id} ended without a {kind} event{where}:\n  {self.describe(run_id)}")
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"run {run_id} has no {kind} event{where} after {self._limit(timeout)} s:\n  "
-                                  f"{self.describe(run_id)}")
-            time.sleep(POLL_S)
+            return None
+
+        return self._poll(look, timeout, lambda limit: f"run {run_id} has no {kind} event{where} after {limit} s:\n  "
+                                                       f"{self.describe(run_id)}")
 
     def describe(self, run_id: str) -> str:
         """What the run is doing, in a few lines (what a failed wait says)."""
@@ -189,20 +193,20 @@ class Piwf:
                 timeout: float | None = None) -> PendingRequest:
         """Wait for the run's open request (a `decision`, `checkpoint` or `agent` step; at `node`, if
         given) and return it."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while True:
+        what = f"{kind or 'request'}{f' at {node!r}' if node else ''}"
+
+        def look() -> PendingRequest | None:
             found = [r for r in self.host.pending_interactions() if r.run_id == run_id
                      and kind in (None, r.kind) and node in (None, r.node_id)]
             if found:
                 return found[0]
             view = self.host.get_run(run_id)
-            what = f"{kind or 'request'}{f' at {node!r}' if node else ''}"
             if view is not None and view.finished:
                 raise WaitTimeout(f"waited for a {what} of run {run_id}, but it ended:\n  {self.describe(run_id)}")
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"run {run_id} asks no {what} after {self._limit(timeout)} s:\n  "
-                                  f"{self.describe(run_id)}")
-            time.sleep(POLL_S)
+            return None
+
+        return self._poll(look, timeout, lambda limit: f"run {run_id} asks no {what} after {limit} s:\n  "
+                                                       f"{self.describe(run_id)}")
 
     def answer(self, target: RequestRef, choice: str, *, input: dict[str, Any] | None = None,
                node: str | None = None) -> AnswerReceipt:
@@ -222,17 +226,17 @@ class Piwf:
         request = self._request_of(target, "agent", node)
         submission_id = self.host.submit_agent(request.request_id, value,
                                                session_id=session_id or request.session_id)
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while True:
+
+        def look() -> Submission | None:
             state = self._read(lambda reader: queries.submission_state(reader, submission_id))
-            if state is not None and (state["outcome"] != "validating" or state["request_status"] == "cancelled"):
-                error = (state.get("receipt") or {}).get("error")
-                outcome = state["outcome"] if state["outcome"] != "validating" else "cancelled"
-                return Submission(submission_id, request.request_id, outcome, error)
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"submission {submission_id} was not decided within {self._limit(timeout)} s:\n  "
-                                  f"{self.describe(request.run_id)}")
-            time.sleep(POLL_S)
+            if state is None or (state["outcome"] == "validating" and state["request_status"] != "cancelled"):
+                return None
+            error = (state.get("receipt") or {}).get("error")
+            outcome = state["outcome"] if state["outcome"] != "validating" else "cancelled"
+            return Submission(submission_id, request.request_id, outcome, error)
+
+        return self._poll(look, timeout, lambda limit: f"submission {submission_id} was not decided within {limit} s:"
+                                                       f"\n  {self.describe(request.run_id)}")
 
     def send(self, run_id: str, topic: str, payload: Any = None, *, key: str | None = None) -> MessageReceipt:
         """Put a message on the run's `topic` (a `wait_message(topic)` takes it); with `key` a resend
@@ -294,8 +298,19 @@ class Piwf:
         if self._own_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def _limit(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else timeout
+    def _poll(self, look: Callable[[], T | None], timeout: float | None, timed_out: Callable[[float], str]) -> T:
+        """What every wait does: call `look()` every POLL_S until it returns something (returned) or
+        raises (a wait that can no longer succeed gives up early); once `timeout` (default: the kit's)
+        real seconds have passed, raise WaitTimeout(`timed_out(limit)`)."""
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while True:
+            found = look()
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(timed_out(limit))
+            time.sleep(POLL_S)
 
     def _request_of(self, target: RequestRef, kind: str, node: str | None) -> PendingRequest:
         if isinstance(target, PendingRequest):

@@ -4,8 +4,8 @@ Everything that comes from the host (ids, names, titles, outputs, errors,
 tracebacks) is untrusted: `clean` turns control characters (ESC included)
 into `�` and, for a one-line cell, line breaks into spaces; the result only
 ever goes into `rich.text.Text`, never into a markup string, so `[red]` is
-shown as typed. Times are relative to a given `now` (the snapshot's), never
-to the clock.
+shown as typed. Times and durations are written by piwf_actors/timefmt.py
+(as everywhere), relative to the snapshot's `now`, never to the clock.
 """
 
 from __future__ import annotations
@@ -67,27 +67,6 @@ def short(value: Any, width: int) -> str:
 
 def run_id_cell(value: Any, narrow: bool) -> Text:
     return Text(short(value, SHORT_ID) if narrow else clean(value), no_wrap=True, overflow="ellipsis")
-
-
-def span(seconds: float) -> str:
-    """12.3s, 4m05s, 2h03m, 3d04h: short enough for narrow columns."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
-
-
-def ago(ts: Any, now: float, *, suffix: bool = True) -> str:
-    """`2.0s ago` / `in 4m05s` relative to `now`; just the span without `suffix` (past times)."""
-    if not isinstance(ts, (int, float)) or not ts:
-        return ""
-    delta = now - ts
-    if delta >= 0:
-        return f"{span(delta)} ago" if suffix else span(delta)
-    return f"in {span(-delta)}"
 
 
 def compact(value: Any, limit: int = 200) -> str:

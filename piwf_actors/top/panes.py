@@ -16,17 +16,15 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from piwf_actors.cli.render import duration as seconds_text
+from piwf_actors import timefmt
 from piwf_actors.top.cells import (
     NARROW,
     SHORT_ID,
-    ago,
     cell,
     clean,
     compact,
     line,
     run_id_cell,
-    span,
     status_cell,
     worker_figures,
 )
@@ -88,10 +86,10 @@ def runs_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> Ren
                  status_cell(run.get("status"), run.get("park_reason")), cell(run.get("current_node"))]
         if not narrow:
             cells.append(cell(run.get("steps")))
-        cells += [Text("" if took is None else span(took)), Text(ago(run.get("created_at"), snapshot.taken_at,
-                                                                    suffix=False))]
+        cells += [Text("" if took is None else timefmt.duration(took)),
+                  Text(timefmt.relative(run.get("created_at"), snapshot.taken_at, suffix=False))]
         if not narrow:
-            cells.append(Text(ago(run.get("updated_at"), snapshot.taken_at)))
+            cells.append(Text(timefmt.relative(run.get("updated_at"), snapshot.taken_at)))
         style = ("reverse" if focused else "bold") if index == selected else ""
         table.add_row(*cells, style=style)
     if not runs:
@@ -146,9 +144,9 @@ def decisions_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -
             entry.append(clean(contract.get("summary")), style="dim")
         if request.get("paused_remaining_s") is not None:
             # The run is paused: its deadline stands still (nobody can answer a paused run).
-            entry.append(f" (paused, {seconds_text(request['paused_remaining_s'])} left)", style="dim")
+            entry.append(f" (paused, {timefmt.duration(request['paused_remaining_s'])} left)", style="dim")
         elif request.get("deadline_at"):
-            entry.append(f" (timeout {ago(request.get('deadline_at'), snapshot.taken_at)})", style="yellow")
+            entry.append(f" (timeout {timefmt.relative(request.get('deadline_at'), snapshot.taken_at)})", style="yellow")
         if index == selected:
             entry.stylize("bold")
         rows.append(entry)
@@ -175,7 +173,8 @@ def events_pane(snapshot: Snapshot, width: int, lines: int) -> RenderableType:
     table.add_column("node", max_width=16)
     table.add_column("detail", min_width=6, ratio=1)
     for event in snapshot.events[: max(0, lines - 2)]:
-        cells = [Text(ago(event.created_at, snapshot.taken_at, suffix=False)), run_id_cell(event.run_id, narrow)]
+        cells = [Text(timefmt.relative(event.created_at, snapshot.taken_at, suffix=False)),
+                 run_id_cell(event.run_id, narrow)]
         if not narrow:
             cells.append(cell(event.workflow))
         cells += [cell(event.kind), cell(event.node_id), cell(compact(event.payload), style="dim")]

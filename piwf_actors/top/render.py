@@ -35,7 +35,8 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES
-from piwf_actors.top.cells import NARROW, ago, clean, line, worker_figures
+from piwf_actors.timefmt import relative
+from piwf_actors.top.cells import NARROW, clean, line, worker_figures
 from piwf_actors.top.model import Snapshot, is_ambiguous
 from piwf_actors.top.panes import (
     decisions_pane,
@@ -112,7 +113,8 @@ def header_lines(snapshot: Snapshot, width: int) -> list[Text]:
     first = line(("piwf-top", "bold"), "  epoch ", (clean(host.get("epoch", "-")), "bold"), "  lease ",
                  ("live" if live else "expired", "green" if live else "bold red"))
     if lease:
-        first.append(f" (heartbeat {ago(lease.get('heartbeat_at'), now)}, expires {ago(lease.get('expires_at'), now)})")
+        first.append(f" (heartbeat {relative(lease.get('heartbeat_at'), now)}, "
+                     f"expires {relative(lease.get('expires_at'), now)})")
     if host.get("role") == "standby":
         active = host.get("active") or {}
         first.append("  standby", style="bold yellow")

@@ -15,19 +15,12 @@ from typing import Any
 
 from rich.text import Text
 
+from piwf_actors.timefmt import duration
 from piwf_actors.top.cells import clean, line
 
 
 def _until(seconds: float) -> str:
-    if seconds < 0:
-        return "due"
-    if seconds < 100:
-        return f"in {seconds:.0f}s"
-    if seconds < 6000:
-        return f"in {seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"in {seconds / 3600:.1f}h"
-    return f"in {seconds / 86400:.1f}d"
+    return "due" if seconds < 0 else f"in {duration(seconds)}"
 
 
 def _entry(item: dict[str, Any], now: float) -> tuple[str, str]:

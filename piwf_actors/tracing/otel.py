@@ -39,6 +39,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from piwf_actors.errors import HostError
+from piwf_actors.tracing.env import EXPORTER_GROUP, exporter_names, exporter_problem, otlp_protocol
 from piwf_actors.tracing.spans import SpanRecord
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,16 @@ def provider_for(setting: Any) -> tuple[Any, bool]:
     return setting, False
 
 
+def check_setting(setting: Any) -> None:
+    """Raise HostError for a setting `provider_for` would refuse, without making a provider."""
+    if setting == "env":
+        problem = exporter_problem(os.environ)
+        if problem is not None:
+            raise HostError(problem)
+    elif setting != "global" and (isinstance(setting, str) or not hasattr(setting, "get_tracer")):
+        provider_for(setting)  # raises
+
+
 def provider_from_env() -> Any:
     """A TracerProvider configured by the `OTEL_*` variables (see the module docstring)."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -81,41 +92,30 @@ def provider_from_env() -> Any:
 
 
 def exporters_from_env() -> list[Any]:
-    """The span exporters `OTEL_TRACES_EXPORTER` names (comma-separated; default `otlp`; `none`: none)."""
-    names = [name.strip().lower() for name in os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
+    """The span exporters `OTEL_TRACES_EXPORTER` names (comma-separated; default `otlp`; `none`: none).
+    Raises HostError naming one that cannot be built here (`env.exporter_problem`)."""
+    problem = exporter_problem(os.environ)
+    if problem is not None:
+        raise HostError(problem)
     exporters: list[Any] = []
-    for name in names:
-        if name in ("", "none"):
-            continue
+    for name in exporter_names(os.environ):
         if name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
             exporters.append(ConsoleSpanExporter())
-            continue
-        if name in ("otlp", "otlp_proto_http"):
-            protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
-            if name == "otlp" and protocol.strip().lower() == "grpc":
-                name = "otlp_proto_grpc"  # not in the extra: found below if installed
-            else:
-                if protocol.strip().lower() not in ("http/protobuf", "grpc"):
-                    raise HostError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: piwf-host exports http/protobuf")
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        elif name == "otlp_proto_http" or (name == "otlp" and otlp_protocol(os.environ)[1] != "grpc"):
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-                exporters.append(OTLPSpanExporter())  # endpoint, headers, timeout: OTEL_EXPORTER_OTLP_*
-                continue
-        exporters.append(_exporter_entry_point(name))
+            exporters.append(OTLPSpanExporter())  # endpoint, headers, timeout: OTEL_EXPORTER_OTLP_*
+        else:  # grpc's ("otlp_proto_grpc", when installed) or another package's
+            exporters.append(_exporter_entry_point("otlp_proto_grpc" if name == "otlp" else name))
     return exporters
 
 
 def _exporter_entry_point(name: str) -> Any:
     from importlib.metadata import entry_points
 
-    found = list(entry_points(group="opentelemetry_traces_exporter", name=name))
-    if not found:
-        raise HostError(f"OTEL_TRACES_EXPORTER names {name!r}, which no installed package provides "
-                        f"(the otel extra has otlp (http/protobuf), console and none)")
-    return found[0].load()()
+    return next(iter(entry_points(group=EXPORTER_GROUP, name=name))).load()()
 
 
 # --- chosen ids -----------------------------------------------------------------------------------
@@ -230,7 +230,22 @@ class SpanEmitter:
         span.end(end_time=_ns(max(record.end, record.start)))
 
     def close(self) -> None:
-        """Flush (an application's provider) or shut down (the host's own). Never raises."""
+        """Flush (an application's provider) or shut down (the host's own), waiting at most
+        FLUSH_TIMEOUT_MS (and a second more for the SDK's own joins). Never raises.
+
+        On a daemon thread joined for a bounded time: the SDK's BatchSpanProcessor ignores
+        force_flush's timeout and waits for an export in flight, and an unreachable collector
+        holds an export for its own timeout, retries included (~30 s): a host's stop must not wait
+        for that. A flush still running when the host stops is abandoned with its spans.
+        """
+        closing = threading.Thread(target=self._close, name="piwf-tracing-flush", daemon=True)
+        closing.start()
+        closing.join(FLUSH_TIMEOUT_MS / 1000 + 1)
+        if closing.is_alive():
+            log.warning("tracing: the tracer provider did not finish exporting within %d ms; "
+                        "spans still queued are lost", FLUSH_TIMEOUT_MS)
+
+    def _close(self) -> None:
         try:
             if self._owned:
                 self._provider.shutdown()

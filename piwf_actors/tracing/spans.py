@@ -31,6 +31,7 @@ so is the run's error message (`with_run_error`).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,6 +41,10 @@ from piwf_actors.tracing import ids
 RUN_SPAN_EVENTS = frozenset({"run_started", "run_resumed", "run_parked", "pause_requested", "pause_cancelled",
                              "cancel_requested", "run_restarted", "effect_resolved", "message_received",
                              "submission_rejected", "submission_missing", "effect_ambiguous"})
+#: Span events kept on a run span (OTel's default span limit): a run that lives for months gets a
+#: message_received or run_resumed per message; the latest are kept, the dropped ones counted
+#: (`piwf.run.events_dropped`).
+MAX_RUN_SPAN_EVENTS = 128
 _RUN_ENDS = {"run_finished": "done", "run_failed": "failed", "run_cancelled": "cancelled", "run_copied": "done"}
 _WAIT_NAMES = {"sleep": "sleep", "message": "wait message", "children": "wait children",
                "decision": "wait decision", "checkpoint": "wait checkpoint", "agent": "wait agent"}
@@ -145,11 +150,16 @@ class RunTrace:
         self.finished = False
         self._created_at: float | None = None
         self._last_at: float | None = None  # the previous event's time: where a pure node began
-        self._run_events: list[tuple[str, float, dict[str, Any]]] = []
+        self._run_events: deque[tuple[str, float, dict[str, Any]]] = deque(maxlen=MAX_RUN_SPAN_EVENTS)
+        self._run_events_dropped = 0
         self._attempts: dict[str, _Open] = {}
         self._waits: dict[str, _Open] = {}
         self._kinds: dict[str, str] = {}  # attempt id → node kind, as its events tell it
         self._effects: dict[str, str] = {}  # attempt id → effect id
+
+    def held(self) -> int:
+        """Entries kept in memory for the run's attempts and waits (bounded by the open ones)."""
+        return len(self._attempts) + len(self._waits) + len(self._kinds) + len(self._effects)
 
     def feed(self, event: Event) -> list[SpanRecord]:
         """The spans `event` ends (nothing once the run span has ended)."""
@@ -165,6 +175,8 @@ class RunTrace:
         kind, at, payload = event.kind, event.created_at, event.payload if isinstance(event.payload, dict) else {}
         attempt_id = event.attempt_id
         if kind in RUN_SPAN_EVENTS:
+            if len(self._run_events) == MAX_RUN_SPAN_EVENTS:
+                self._run_events_dropped += 1  # the oldest goes
             self._run_events.append((kind, at, _plain(payload)))
         if kind == "node_started" and attempt_id:
             self._open_attempt(event, at)
@@ -172,7 +184,7 @@ class RunTrace:
             self._kinds[attempt_id] = "effect"
             self._effects[attempt_id] = str(payload.get("effect_id") or "")
             self._open_attempt(event, at)
-        elif kind == "effect_settled" and attempt_id and payload.get("effect_id"):
+        elif kind == "effect_settled" and attempt_id in self._attempts and payload.get("effect_id"):
             self._effects[attempt_id] = str(payload["effect_id"])
         elif kind == "node_timed_out" and attempt_id in self._attempts:
             self._attempts[attempt_id].events.append(("timed_out", at, _plain(payload)))
@@ -235,11 +247,14 @@ class RunTrace:
         return ended
 
     def _attempt_record(self, opened: _Open, end: float, outcome: str, error: str | None) -> SpanRecord:
+        """The attempt's span, ended: what was kept of the attempt is dropped (a run's later attempts are
+        other attempts; a run of a million nodes holds only its open ones)."""
         attempt_id = opened.attempt_id or ""
-        attributes = {**opened.attributes, "piwf.node.kind": self._kinds.get(attempt_id, "compute"),
+        attributes = {**opened.attributes, "piwf.node.kind": self._kinds.pop(attempt_id, "compute"),
                       "piwf.node.outcome": outcome}
-        if self._effects.get(attempt_id):
-            attributes["piwf.effect.id"] = self._effects[attempt_id]
+        effect_id = self._effects.pop(attempt_id, None)
+        if effect_id:
+            attributes["piwf.effect.id"] = effect_id
         return SpanRecord(opened.name, self.trace_id, opened.span_id, opened.parent_span_id, opened.start, end,
                           attributes, error=error, events=tuple(opened.events), attempt_id=attempt_id)
 
@@ -288,6 +303,8 @@ class RunTrace:
             else:
                 links = (SpanLink(ids.trace_id(facts.parent_run_id), ids.run_span_id(facts.parent_run_id),
                                   {"piwf.link": "restarted_from"}),)
+        if self._run_events_dropped:
+            attributes["piwf.run.events_dropped"] = self._run_events_dropped
         if kind == "run_copied" and payload.get("copied_from"):
             attributes["piwf.run.copied_from"] = str(payload["copied_from"])
         error = None

@@ -163,7 +163,7 @@ def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
         if field.name == "output_shape" and spec.output_shape is None:
             continue  # absent unless declared: digests of nodes without one stay as they were
         if field.name == "audience" and spec.kind == "checkpoint" and getattr(spec, "audience", None) is None:
-            continue  # likewise a checkpoint's audience (delivered to channels only when given)
+            continue  # likewise a checkpoint's audience (optional: without one it goes to "*" profiles only)
         doc[field.name] = printer.value(getattr(spec, field.name))
     return doc
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from piwf_actors.timefmt import duration
 from piwf_actors.workflows.model import (
     END,
     ActionSpec,
@@ -101,18 +102,6 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def span(seconds: float) -> str:
-    """12s, 4m05s, 2h03m, 3d04h."""
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
-
-
 def _text_of(value: Any, computed: str = "") -> str:
     """A literal option as text; one computed at run time (a callable) as `computed`."""
     if callable(value):
@@ -149,9 +138,9 @@ def summary(spec: NodeSpec) -> str:
     elif isinstance(spec, HumanDecisionSpec):
         parts.append(f"{spec.audience} · {' | '.join(spec.choices)}")
         if spec.on_timeout is not None:
-            parts.append(f"timeout {span(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
+            parts.append(f"timeout {duration(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
     elif isinstance(spec, SleepSpec):
-        parts.append(span(spec.seconds) if spec.seconds is not None else "until (computed)")
+        parts.append(duration(spec.seconds) if spec.seconds is not None else "until (computed)")
     elif isinstance(spec, WaitMessageSpec):
         parts.append(f"topic {_text_of(spec.topic, '(computed)')}")
     elif isinstance(spec, MapWorkflowSpec):
@@ -163,7 +152,7 @@ def summary(spec: NodeSpec) -> str:
     elif isinstance(spec, ParallelSpec):
         parts.append(", ".join(spec.workflows))
     if isinstance(spec, (WaitMessageSpec, CheckpointSpec, AgentSpec)) and spec.timeout_s is not None:
-        parts.append(f"timeout {span(spec.timeout_s)}")
+        parts.append(f"timeout {duration(spec.timeout_s)}")
     if spec.retries:
         parts.append(f"retries {spec.retries}")
     return cut(" · ".join(part for part in parts if part), SUMMARY_CHARS)

@@ -11,13 +11,13 @@ given; `graph_render` draws the overlay on a `graph.Graph`.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.workflows.graph import cut, span
+from piwf_actors.timefmt import clock_time, duration, moment
+from piwf_actors.workflows.graph import cut
 
 #: How long a note may be (characters); a longer one ends with `…`.
 NOTE_CHARS = 48
@@ -86,52 +86,52 @@ def note(node: Mapping[str, Any]) -> str:
     return cut(_compact(output), NOTE_CHARS)
 
 
-def clock_time(ts: float, now: float) -> str:
-    """`14:03:00` (local time); with the date when it is not within the next 20 hours."""
-    shown = "%H:%M:%S" if 0 <= ts - now < 20 * 3600 else "%Y-%m-%d %H:%M:%S"
-    try:
-        return time.strftime(shown, time.localtime(ts))
-    except (OverflowError, OSError, ValueError):
-        return str(ts)
-
-
 def _left(at: Any, remaining: Any, now: float) -> float | None:
+    """Seconds until `at` (from `now`), else the `remaining_s` run.get computed when it read the wait."""
     if isinstance(at, (int, float)):
         return at - now
     return float(remaining) if isinstance(remaining, (int, float)) else None
 
 
-def _deadline(clock: Any, at: Any, remaining: Any, now: float, word: str) -> str:
-    if clock == "paused":
+def _deadline(clock: Any, at: Any, remaining: Any, now: float, word: str, zoned: bool) -> str:
+    if clock == "paused":  # the clock stands still while the run is paused: what is left, not a time
         left = remaining if isinstance(remaining, (int, float)) else None
-        return "clock paused" + (f", {span(left)} left" if left is not None else "")
+        return "clock paused" + (f", {duration(left)} left" if left is not None else "")
     if clock == "running":
+        if zoned and isinstance(at, (int, float)):
+            return f"{word} {moment(at, now)}"
         left = _left(at, remaining, now)
-        return word if left is None else f"{word} in {span(left)}" if left > 0 else f"{word} due"
+        return word if left is None else f"{word} in {duration(left)}" if left > 0 else f"{word} due"
     return f"no {word}"
 
 
-def wait_words(wait: Mapping[str, Any], now: float) -> str:
-    """An open wait of run.get's `waits`: `sleeping until 14:03:00 (in 12s)`, `waiting for a message
-    on 'go' (timeout in 30s)`, `waiting for children: 3 of 10 open`."""
+def wait_words(wait: Mapping[str, Any], now: float, *, zoned: bool = False) -> str:
+    """An open wait of run.get's `waits` in words: `sleeping until 14:03:00 (in 12s)`, `waiting for a
+    message on 'go' (timeout in 30s)`, `waiting for children: 3 of 10 open`. `zoned` (what `piwf show`
+    asks for) writes a wake-up or deadline as a `moment`: `sleeping until 2026-12-01 10:00:00 UTC (in
+    12s)`, `… (timeout 2026-12-01 10:00:30 UTC (in 30s))`; a tree (`piwf graph`, piwf-top) keeps the
+    short form."""
     kind = wait.get("kind")
     if kind == "sleep":
         at = wait.get("wake_at")
         if not isinstance(at, (int, float)):
             return "sleeping"
-        return f"sleeping until {clock_time(at, now)} ({f'in {span(at - now)}' if at > now else 'due'})"
+        if zoned:
+            return f"sleeping until {moment(at, now)}" + ("" if at > now else ", waking it is due")
+        return f"sleeping until {clock_time(at, now)} ({f'in {duration(at - now)}' if at > now else 'due'})"
     if kind == "message":
-        timeout = _deadline(wait.get("clock"), wait.get("deadline_at"), wait.get("remaining_s"), now, "timeout")
+        timeout = _deadline(wait.get("clock"), wait.get("deadline_at"), wait.get("remaining_s"), now, "timeout",
+                            zoned)
         return f"waiting for a message on {str(wait.get('topic'))!r} ({timeout})"
     if kind == "children":
         return f"waiting for children: {wait.get('children_open')} of {wait.get('children_total')} open"
     return f"waiting ({kind})"
 
 
-def request_words(request: Mapping[str, Any], now: float) -> str:
+def request_words(request: Mapping[str, Any], now: float, *, zoned: bool = False) -> str:
     """An open request of run.get's `waiting`: `waiting for an answer (decision, deadline in 59m57s)`."""
     deadline = _deadline(request.get("clock"), request.get("deadline_at"), request.get("remaining_s"), now,
-                         "deadline")
+                         "deadline", zoned)
     return f"waiting for an answer ({request.get('kind')}, {deadline})"
 
 

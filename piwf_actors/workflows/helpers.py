@@ -48,7 +48,8 @@ def action(
     output: Any = None,
 ) -> ActionSpec:
     """A side effect `run(ctx) -> JSON-able output`; `idempotent` allows re-running after a crash.
-    `output` is checked like compute's."""
+    `output` is checked like compute's, but a mismatch is not retried: `run` returned, so the effect
+    happened (it is recorded `applied`)."""
     return ActionSpec(
         run=run, idempotent=idempotent, timeout_s=timeout_s, retries=retries,
         retry_backoff_s=retry_backoff_s, output_shape=output,

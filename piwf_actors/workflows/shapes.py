@@ -39,7 +39,7 @@ from piwf_actors.workflows.model import freeze
 from piwf_actors.workflows.schema import schema_problem, validate_shape
 
 #: Joins a refused run input's problems and the shape it should have had, in one line (`piwf start`
-#: splits the line there to print the shape on a line of its own; cli/runs.py has the same text).
+#: splits the line there to print the shape on a line of its own: cli/runs.py).
 EXPECTED_INPUT = "; expected input: "
 #: At most this many of a value's problems are named in its refusal.
 MAX_NAMED = 3

@@ -325,10 +325,10 @@ def test_run_follower_counts_each_start_and_end_once():
     assert sorted(follower.watched) == [1, 2] and follower.after == 4
     changes = follower.step([RunRow(1, "failed", True), RunRow(2, "queued", True)], max_rowid=4)
     assert (changes.started, changes.finished) == (0, {"failed": 1})  # 2 went back to the queue: not again
-    assert follower.watched == [2]
+    assert list(follower.watched) == [2]
     # The newest rows were deleted and rowids are handed out again: follow from the new top.
     changes = follower.step([], max_rowid=1)
-    assert follower.watched == [] and follower.after == 1
+    assert list(follower.watched) == [] and follower.after == 1
 
 
 def test_attempt_follower_observes_each_finished_attempt_once():

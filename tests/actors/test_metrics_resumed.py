@@ -69,3 +69,22 @@ def test_promtool_accepts_the_exposition(hosts, state_dir, flows) -> None:
         text = reply.read()
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_watched_runs_launches_are_counted_from_its_new_events_only(hosts, state_dir, flows) -> None:
+    from piwf_actors.store import metrics_queries as mq
+    from piwf_actors.store.reader import StoreReader
+
+    host = hosts(state_dir, **HOST)
+    run_id = start(flows, host, "ask")
+    host.wait_for_run(run_id, ("parked",), timeout=30)
+    reader = StoreReader(host.paths.database)
+    try:
+        [row] = mq.live_runs(reader)
+        assert row.launches == 1 and row.last_seq > 0
+        assert mq.runs_by_rowid(reader, {row.rowid: (row.last_seq, 1)}) == [row]  # nothing new: the same
+        # Counted from a seq: what lies above it, plus what was counted by then (here: from the start).
+        assert mq.runs_by_rowid(reader, {row.rowid: (0, 0)})[0].launches == 1
+        assert mq.runs_by_rowid(reader, {row.rowid: (row.last_seq, 5)})[0].launches == 5
+    finally:
+        reader.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from cli_support import REPO, ok_json, piwf, run_view, short_dir, wait_until
+from testsupport import hosts_on_postgres
 
 from piwf_actors import HostHandle
 from piwf_actors.client import Client
@@ -218,6 +219,10 @@ def test_run_arguments_errors_and_a_stopped_host(host: HostHandle, state_dir: Pa
     assert "workflow 'nope' not found" in graph(state_dir, project, "nope", code=1)
     run_id = start(state_dir, project, "release", "version=1")
     parked(state_dir, run_id, lambda view: bool(view["waiting"]))
+    # A run id as other commands take one: a prefix without run_, the end piwf-top shows, a long bare end.
+    for written in (run_id[4:20], "…" + run_id[-19:], "..." + run_id[-6:], run_id[-12:]):
+        assert graph(state_dir, project, written).splitlines()[0] == f"run {run_id}  release  parked (waiting)"
+    assert "workflow 'nope' not found" in graph(state_dir, project, "nope", code=1)  # still, with a run there
     dot = graph(state_dir, project, run_id, "--format", "dot")
     assert re.search(r'n2 \[shape=hexagon, label="approve\\n.*", fillcolor="#fef9c3", color="#ca8a04", '
                      r'style="filled", penwidth=3\];', dot), dot
@@ -235,7 +240,10 @@ def test_run_arguments_errors_and_a_stopped_host(host: HostHandle, state_dir: Pa
     assert receipt["workflow_path"] == str(bulky) and receipt["workflow_attr"] == "bulky"
     assert graph(state_dir, project, big).splitlines()[1].startswith("└── a  compute")
 
-    # A stopped host's database answers too (read-only), snapshot included.
+    # A stopped host's database answers too (read-only), snapshot included: the state directory's
+    # SQLite file, which a host on PostgreSQL does not have.
+    if hosts_on_postgres():
+        return
     host.stop("drawn offline next")
     offline = piwf(state_dir, "graph", run_id, cwd=project)
     assert offline.returncode == 0, offline.stderr

@@ -185,3 +185,18 @@ def test_picking_among_candidates() -> None:
     with pytest.raises(ids.Ambiguous):
         ids.resolve_among("delivery", "chf_01m8m", deliveries)
     assert ids.resolve_among("delivery", deliveries[0], []) == deliveries[0]  # a full id: no lookup
+
+
+def test_only_an_end_written_as_one_or_a_long_bare_argument_is_looked_up_as_an_end() -> None:
+    # An id's end means a scan of every id: `…end`/`...end` always, a bare argument only when it is long
+    # enough to be one copied from piwf-top (a short typo that starts nothing is not worth the scan).
+    assert ids.tries("run", "…2mvr") == [("suffix", "2mvr")]
+    assert ids.tries("run", "...2mvr") == [("suffix", "2mvr")]
+    assert ids.tries("run", "01m8x") == [("prefix", "01m8x"), ("prefix", "run_01m8x")]
+    assert ids.tries("run", "run_01m8x") == [("prefix", "run_01m8x")]
+    assert ids.tries("run", "vqyrxvjp") == [("prefix", "vqyrxvjp"), ("prefix", "run_vqyrxvjp"),
+                                            ("suffix", "vqyrxvjp")]
+    runs = ["run_01m8m1b53snnn7j59r08xq9pc7", "run_01m8zzzzzzzzzzzzzzzzzzzzzz"]
+    assert ids.resolve_among("run", "9pc7", runs) is None  # a short bare end: not an end
+    assert ids.resolve_among("run", "…9pc7", runs) == runs[0]
+    assert ids.resolve_among("run", "08xq9pc7", runs) == runs[0]

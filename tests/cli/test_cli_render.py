@@ -120,7 +120,7 @@ def test_a_waiting_run_shows_its_clock_running_or_paused() -> None:
                          "remaining_s": 95.0, "deadline_at": None}]}
     assert "waiting on  ask (checkpoint): paused, 1m35s left when it resumes" in rendered(render.run_view(view), 120)
     assert render.request_clock({"paused_remaining_s": 95.0, "deadline_at": None}) == "paused (1m35s left)"
-    assert render.request_clock({"deadline_at": 1000.0}, now=940.0).endswith("(in 1 min)")
+    assert render.request_clock({"deadline_at": 1000.0}, now=940.0).endswith("(in 1m00s)")
     assert render.request_clock({}) == "—"
 
 

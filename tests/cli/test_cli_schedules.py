@@ -70,7 +70,7 @@ def test_render_list_at_a_fixed_width() -> None:
     console = Console(record=True, width=140, color_system=None)
     console.print(render_list(view, now=BERLIN_3AM - 3600))
     text = console.export_text()
-    assert "nightly  active  report    cron 0 3 * * * (Europe/Berlin)  2026-12-01 03:00:00 CET (in 60 min)" in text
+    assert "nightly  active  report    cron 0 3 * * * (Europe/Berlin)  2026-12-01 03:00:00 CET (in 1h00m)" in text
     assert "2026-11-30 03:00:00 CET" in text and "12 (2 skipped)" in text
     assert "tick     paused  echo      every 60 s" in text
     assert "tick: last fire started no run: ValueError: no input" in text

@@ -32,3 +32,12 @@ def test_a_run_view_prints_its_status_changes_and_node_starts_and_ends() -> None
     done = {**_run("run_a", "done"), "nodes": [{"node_id": "n", "attempt_id": "a1", "status": "succeeded"}]}
     assert words(lines.run(done)) == [["node", "n", "succeeded"], ["run_a", "wf", "done"]]
     assert words(lines.run(None)) == [["the", "run", "is", "gone", "(pruned)"]]
+
+
+def test_a_long_watch_remembers_only_the_runs_of_the_last_view() -> None:
+    lines = WatchLines()
+    for n in range(200):  # one new run a view; the view holds the newest three
+        view = {"runs": [_run(f"run_{m:03d}", "done") for m in range(n, max(-1, n - 3), -1)]}
+        assert words(lines.runs(view)) == [[f"run_{n:03d}", "wf", "done"]]  # the others were printed before
+    assert len(lines._states) == 3  # not 200: a finished run that left the view is forgotten
+    assert lines.runs(None) == [] and len(lines._states) == 3  # no view (host gone): nothing forgotten

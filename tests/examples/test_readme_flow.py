@@ -48,7 +48,8 @@ def test_review_example_reminds_after_its_timeout_and_takes_the_verdict_message(
     with Piwf(project=project) as piwf:
         run_id = piwf.start("review", {"pr": 1234})
         [cool_off] = piwf.wait_parked(run_id, "waiting").waits
-        assert cool_off["kind"] == "sleep" and 59 < cool_off["remaining_s"] <= 60
+        # A minute of timer time, less the real time this machine took to get here (at most that minute).
+        assert cool_off["kind"] == "sleep" and 0 < cool_off["remaining_s"] <= 60
         piwf.skip(60)
         # Then a day without a review: the answer wait times out, the run reminds and waits again.
         piwf.wait_until(run_id, lambda view: [w["kind"] for w in view.waits] == ["message"], "to wait for the review")

@@ -3,20 +3,25 @@
 - `run.start` refuses an input without the workflow's `input=` shape: one line naming the field,
   outcome `rejected`, no run written — through the embedding handle (with and without an
   idempotency key) and through the socket; a valid input runs.
-- A node's `output=` shape is checked in its worker: a mismatch fails the attempt `output_invalid`
-  (retries apply), counted by an oracle file outside the database.
+- A node's `output=` shape is checked in its worker: a mismatch fails a compute node's attempt
+  `output_invalid` (retries apply), counted by an oracle file outside the database.
+- An action whose function returned has acted, whatever it returned: an output without its shape
+  (or not a wire value) settles the effect `applied` and fails the node once, never retried —
+  the oracle file shows one execution despite `retries=2`, also when the failure is routed.
 - A fan-out whose child input lacks the child's shape fails the parent node before any child
   starts; a restart onto code whose input shape the old input lacks is refused.
 """
 
 from __future__ import annotations
 
+import json
 import textwrap
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from testsupport import events, rows
 
 from piwf_actors import HostHandle
 from piwf_actors.client import Client
@@ -27,7 +32,7 @@ FLOWS = textwrap.dedent('''
 
     import dataclasses
 
-    from piwf_actors.workflows import action, compute, define_workflow, map_workflow
+    from piwf_actors.workflows import action, compute, define_workflow, map_workflow, switch
 
 
     @dataclasses.dataclass
@@ -57,11 +62,25 @@ FLOWS = textwrap.dedent('''
         edges=[],
     )
 
-    # A side effect that returned (it happened) with a bad output: a known failure, its effect `failed`.
+    def ship(ctx):
+        with open(ctx.input["oracle"], "a") as oracle:  # the side effect, counted outside the database
+            oracle.write("ship\\n")
+        return {"receipt": {1, 2}} if ctx.input.get("opaque") else "shipped"
+
+
+    # A side effect that returned (it happened) with an output it may not have: `retries` must not
+    # run it again.
     shipped = define_workflow(
         name="shipped", start_at="ship",
-        nodes={"ship": action(run=lambda ctx: "shipped", output=int)},
+        nodes={"ship": action(run=ship, retries=2, output=int)},
         edges=[],
+    )
+
+    shipped_routed = define_workflow(
+        name="shipped_routed", start_at="ship",
+        nodes={"ship": action(run=ship, retries=2, output=int),
+               "done": compute(run=lambda ctx: "done"), "recover": compute(run=lambda ctx: "recovered")},
+        edges=[switch("ship", on="$result.outcome", cases={"ok": "done", "failed": "recover"})],
     )
 
     fanout = define_workflow(
@@ -131,13 +150,57 @@ def test_an_output_without_its_shape_fails_the_attempt_output_invalid_and_is_ret
     done = host.wait_for_run(good, timeout=60)
     assert done.status == "done" and done.output == {"count": 3}, done
 
-    effect = host.start_run("shipped", {}, project_path=str(project)).run_id
-    failed = host.wait_for_run(effect, timeout=60)
+
+APPLIED = "; the effect was applied, so the node is not retried"
+
+
+def test_an_action_whose_output_lacks_its_shape_ran_once_its_effect_is_applied_and_it_is_not_retried(
+        hosts: Callable[..., HostHandle], state_dir: Path, project: Path, tmp_path: Path) -> None:
+    host = hosts(state_dir)
+    oracle = tmp_path / "oracle"
+    run_id = host.start_run("shipped", {"oracle": str(oracle)}, project_path=str(project)).run_id
+    failed = host.wait_for_run(run_id, timeout=60)
     assert failed.status == "failed", failed
+    assert oracle.read_text() == "ship\n"  # retries=2, and the effect happened exactly once
     [node] = failed.nodes
+    assert node.attempts == 1 and node.output is None
     assert node.error is not None and node.error.code == "output_invalid"
-    assert node.error.message == "output: expected integer, got string"
-    assert [(e.node_id, e.status) for e in failed.effects] == [("ship", "failed")]
+    assert node.error.message == "output: expected integer, got string" + APPLIED
+    assert failed.error is not None and failed.error.code == "node_failed"
+    assert [(e.node_id, e.status) for e in failed.effects] == [("ship", "applied")]
+    # What it returned is kept with its effect, for the person who looks into it; not as the node's output.
+    [effect] = rows(state_dir, "SELECT b.data FROM effect e JOIN blob b ON b.sha256 = e.output_sha256 "
+                               "WHERE e.run_id = ?", (run_id,))
+    assert json.loads(bytes(effect["data"])) == "shipped"
+    assert [(e["kind"], e["payload"]["status"]) for e in events(state_dir, run_id)
+            if e["kind"] == "effect_settled"] == [("effect_settled", "applied")]
+
+    # An output that is no wire value at all: the same, with nothing to keep.
+    opaque = host.start_run("shipped", {"oracle": str(oracle), "opaque": True}, project_path=str(project)).run_id
+    failed = host.wait_for_run(opaque, timeout=60)
+    assert failed.status == "failed", failed
+    assert oracle.read_text() == "ship\nship\n"
+    [node] = failed.nodes
+    assert node.attempts == 1
+    assert node.error is not None and node.error.code == "output_invalid"
+    assert node.error.message == "cannot encode: unsupported type set at $.receipt" + APPLIED
+    assert rows(state_dir, "SELECT status, output_sha256 FROM effect WHERE run_id = ?", (opaque,)) == [
+        {"status": "applied", "output_sha256": None}]
+
+
+def test_an_action_failed_after_its_effect_is_routed_on_its_outcome_without_running_again(
+        hosts: Callable[..., HostHandle], state_dir: Path, project: Path, tmp_path: Path) -> None:
+    host = hosts(state_dir)
+    oracle = tmp_path / "oracle"
+    run_id = host.start_run("shipped_routed", {"oracle": str(oracle)}, project_path=str(project)).run_id
+    done = host.wait_for_run(run_id, timeout=60)
+    assert done.status == "done", done
+    assert done.output == "recovered"
+    assert oracle.read_text() == "ship\n"
+    nodes = {node.node_id: node for node in done.nodes}
+    assert nodes["ship"].attempts == 1 and nodes["ship"].status == "failed"
+    assert nodes["ship"].error is not None and nodes["ship"].error.code == "output_invalid"
+    assert [(e.node_id, e.status) for e in done.effects] == [("ship", "applied")]
 
 
 def test_a_child_input_without_the_child_shape_fails_the_parent_node_before_any_child_starts(

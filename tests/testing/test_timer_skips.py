@@ -8,27 +8,28 @@ kit moves timer time forward (`piwf.skip`), never because it waited. The tests u
 from __future__ import annotations
 
 import datetime
-import textwrap
 from pathlib import Path
 
 import kit_flows as flows
 import pytest
-from testsupport import wait_for
 
-from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.schedule_queries import schedule_rows
 from piwf_actors.testing.kit import Piwf
+
+HOUR_S = 3600
+#: Real seconds a loaded machine may take between a timer's start and the test's read of it: a
+#: remaining time is checked within this, never to the second (schedules: test_schedule_skips.py).
+SLACK_S = 60
 
 
 def test_a_durable_sleep_wakes_when_its_hour_is_skipped(piwf: Piwf) -> None:
     run = piwf.start(flows.napper)
     parked = piwf.wait_parked(run, "waiting")
     [nap] = parked.waits
-    assert nap["kind"] == "sleep" and 3599 < nap["remaining_s"] <= 3600
+    assert nap["kind"] == "sleep" and HOUR_S - SLACK_S < nap["remaining_s"] <= HOUR_S
 
     piwf.skip(1800)  # half of it: still asleep, with half an hour of timer time left
     half = piwf.run(run)
-    assert half.status == "parked" and 1799 < half.waits[0]["remaining_s"] <= 1800
+    assert half.status == "parked" and 1800 - SLACK_S < half.waits[0]["remaining_s"] <= 1800
 
     piwf.skip(1800)
     done = piwf.wait(run)
@@ -68,7 +69,7 @@ def test_a_message_wait_without_a_default_fails_message_timeout(piwf: Piwf) -> N
 def test_a_decision_takes_its_default_when_its_timeout_is_skipped(piwf: Piwf) -> None:
     run = piwf.start(flows.gate)
     decision = piwf.request(run, "decision")
-    assert decision.deadline_at is not None and 3599 < decision.deadline_at - piwf.now() <= 3600
+    assert decision.deadline_at is not None and HOUR_S - SLACK_S < decision.deadline_at - piwf.now() <= HOUR_S
     piwf.skip(3600)
     done = piwf.wait(run)
     assert done.output == {"went": False}
@@ -79,9 +80,9 @@ def test_a_decision_takes_its_default_when_its_timeout_is_skipped(piwf: Piwf) ->
 def test_a_checkpoint_fails_checkpoint_timeout_when_its_timeout_is_skipped(piwf: Piwf) -> None:
     run = piwf.start(flows.note)
     piwf.request(run, "checkpoint")
-    piwf.skip(599)
-    assert piwf.run(run).status == "parked"  # a second early: nothing happens
-    piwf.skip(1)
+    piwf.skip(600 - SLACK_S)
+    assert piwf.run(run).status == "parked"  # a minute early: nothing happens
+    piwf.skip(SLACK_S)
     failed = piwf.wait(run)
     assert failed.status == "failed" and failed.error.code == "checkpoint_timeout", failed.error
 
@@ -111,37 +112,6 @@ def test_a_retry_back_off_of_an_hour_ends_when_it_is_skipped(piwf: Piwf, tmp_pat
     assert done.node("try").attempts == 2
 
 
-def test_a_schedule_fires_when_its_time_is_skipped(tmp_path: Path) -> None:
-    project = tmp_path / "project"
-    (project / ".piwf" / "workflows").mkdir(parents=True)
-    (project / ".piwf" / "workflows" / "hourly.py").write_text(textwrap.dedent("""
-        from piwf_actors.workflows import compute, define_schedule, define_workflow
-
-        tick = define_workflow(name="tick", start_at="t", nodes={
-            "t": compute(run=lambda ctx: {"fired_at": ctx.input["at"]}),
-        }, edges=[])
-        hourly = define_schedule("hourly", tick, every_s=3600, input=lambda fire: {"at": fire.timestamp()})
-    """))
-    with Piwf(project=project) as piwf:
-        # The keeper records the schedule first, with its next fire time: the next full hour.
-        wait_for(lambda: _next_fire(piwf) is not None, piwf.timeout, "the schedule is recorded")
-        next_fire = _next_fire(piwf)
-        assert next_fire is not None and not piwf.host.list_runs()
-        piwf.advance_to(next_fire)
-        wait_for(lambda: piwf.host.list_runs(), piwf.timeout, "the schedule fires")
-        [fired] = piwf.host.list_runs()
-        assert piwf.wait(fired.run_id).output == {"fired_at": next_fire}
-
-
-def _next_fire(piwf: Piwf) -> float | None:
-    reader = StoreReader(piwf.host.paths.database)
-    try:
-        row = schedule_rows(reader).get("hourly")
-    finally:
-        reader.close()
-    return None if row is None else row["next_fire_at"]
-
-
 def test_a_paused_runs_deadline_stands_still_in_timer_time(piwf: Piwf) -> None:
     run = piwf.start(flows.gate)
     piwf.request(run, "decision")
@@ -150,11 +120,11 @@ def test_a_paused_runs_deadline_stands_still_in_timer_time(piwf: Piwf) -> None:
     paused = piwf.run(run)  # (a run parked waiting stays parked, with its pause requested)
     assert paused.pause_requested
     [waiting] = paused.extra["waiting"]
-    assert waiting["clock"] == "paused" and 1799 < waiting["remaining_s"] <= 1800
+    assert waiting["clock"] == "paused" and 1800 - SLACK_S < waiting["remaining_s"] <= 1800
     piwf.skip(7200)  # a pause longer than the deadline: nothing expires
     assert piwf.run(run).status == "parked" and not piwf.host.pending_interactions()[0].deadline_at
     piwf.host.resume_run(run)
     resumed = piwf.request(run, "decision")
-    assert resumed.deadline_at is not None and 1799 < resumed.deadline_at - piwf.now() <= 1800
+    assert resumed.deadline_at is not None and 1800 - SLACK_S < resumed.deadline_at - piwf.now() <= 1800
     piwf.skip(1800)
     assert piwf.wait(run).output == {"went": False}

@@ -18,13 +18,13 @@ SCHEDULES = (
 
 def test_the_header_lists_schedules_soonest_first_with_their_next_fire() -> None:
     text = screen(snapshot(schedules=SCHEDULES), width=140, height=None)
-    has_all(text, "schedules  tick in 42s  [red]bad[/red] in 10m failing  nightly in 3.0h  gone not loaded  "
+    has_all(text, "schedules  tick in 42s  [red]bad[/red] in 10m00s failing  nightly in 3h00m  gone not loaded  "
                   "weekly paused")
 
 
 def test_80x24_keeps_every_pane_and_counts_what_does_not_fit() -> None:
     text = screen(snapshot(schedules=SCHEDULES))
-    has_all(text, "schedules  tick in 42s  [red]bad[/red] in 10m failing  nightly in 3.0h  +2", "epoch 7",
+    has_all(text, "schedules  tick in 42s  [red]bad[/red] in 10m00s failing  nightly in 3h00m  +2", "epoch 7",
             "decisions")
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from piwf_actors.tracing import ids
 from piwf_actors.tracing.env import tracing_requested
-from piwf_actors.tracing.spans import Event, RunFacts, RunTrace, SpanRecord
+from piwf_actors.tracing.spans import MAX_RUN_SPAN_EVENTS, Event, RunFacts, RunTrace, SpanRecord
 
 
 def _feed(trace: RunTrace, *events: Event) -> list[SpanRecord]:
@@ -79,6 +79,30 @@ def test_an_attempts_facts_fill_in_its_number_and_error() -> None:
     assert filled.attributes["piwf.node.attempt"] == 2
     assert (filled.attributes["error.type"], filled.error) == ("node_error", "KeyError: 'k' (in full)")
     assert filled.attributes["piwf.executed_by"] == "host-1"
+
+
+def test_a_long_lived_run_keeps_its_latest_span_events_and_no_fact_of_an_ended_attempt() -> None:
+    trace = RunTrace(RunFacts("run_e", "chat"))
+    _feed(trace, Event(1, "run_created", 1.0), Event(2, "run_started", 1.0))
+    seq = 2
+    for n in range(300):  # a run that lives on messages: an effect and a wait per message
+        attempt = f"att_{n}"
+        seq += 4
+        ended = _feed(trace,
+                      Event(seq - 3, "message_received", 2.0 + n, payload={"topic": "chat", "n": n}),
+                      Event(seq - 2, "effect_reserved", 2.0 + n, "reply", attempt, {"effect_id": f"eff_{n}"}),
+                      Event(seq - 1, "wait_started", 2.0 + n, "reply", attempt, {"wait_id": f"w_{n}", "kind": "message"}),
+                      Event(seq, "node_finished", 2.5 + n, "reply", attempt))
+        assert [record.name for record in ended] == ["wait message", "node reply"]
+        assert ended[1].attributes["piwf.effect.id"] == f"eff_{n}"
+        assert trace.held() == 0  # nothing of an ended attempt stays
+    (run,) = _feed(trace, Event(seq + 1, "run_finished", 400.0))
+    assert len(run.events) == MAX_RUN_SPAN_EVENTS == 128
+    assert run.attributes["piwf.run.events_dropped"] == 301 - 128  # run_started and 300 messages
+    assert run.events[-1] == ("message_received", 301.0, {"piwf.topic": "chat", "piwf.n": 299})  # the latest kept
+    short = RunTrace(RunFacts("run_f", "wf"))
+    (run,) = _feed(short, Event(1, "run_created", 1.0), Event(2, "run_started", 1.0), Event(3, "run_finished", 2.0))
+    assert "piwf.run.events_dropped" not in run.attributes
 
 
 def test_ids_are_derived_and_the_traceparent_round_trips() -> None:

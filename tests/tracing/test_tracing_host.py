@@ -242,6 +242,69 @@ def test_a_run_resumed_by_the_next_host_continues_its_trace_and_no_span_is_emitt
         second_provider.shutdown()
 
 
+def test_a_standby_that_takes_over_emits_only_the_spans_that_end_after_it_became_active(
+        state_dir: Path, other_state_dir: Path, project: Path,
+        exported: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    """The standby's tracer starts when it becomes active, not when its process started: the run it
+    inherits is read from its first event, and what ended before the takeover was the old host's to emit."""
+    from piwf_actors import HostConfig, start_host
+
+    provider, exporter = exported
+    standby_provider = TracerProvider()
+    standby_exporter = InMemorySpanExporter()
+    standby_provider.add_span_processor(SimpleSpanProcessor(standby_exporter))
+    shared = f"sqlite://{other_state_dir}/shared.db"
+    started: list[HostHandle] = []
+    try:
+        for name, traced_by in (("a", provider), ("b", standby_provider)):
+            started.append(start_host(HostConfig(state_dir=state_dir / name, database=shared, host_id=f"host-{name}",
+                                                 lease_s=300.0, reap_grace_s=0.5, tracer_provider=traced_by)))
+        active, standby = started
+        assert (active.role, standby.role) == ("active", "standby")
+        run_id = active.start_run("traced", project_path=str(project)).run_id
+        request = wait_for(lambda: next(iter(active.pending_interactions()), None), 60, "the decision")
+        wait_for(lambda: any(s.name == "node kid" for s in _spans(exporter, run_id)), 30, "the first host's spans")
+        active.stop("the active host goes away")  # a clean stop releases the lease: the standby takes it
+        assert standby.wait_active(timeout=60)
+        standby.answer_decision(request.request_id, "go")
+        assert standby.wait_for_run(run_id, timeout=60).status == "done"
+        _run_span(standby_exporter, run_id, "traced")
+        assert sorted(span.name for span in _spans(standby_exporter, run_id)) == [
+            "node ask", "run traced", "wait decision"]
+    finally:
+        for host in reversed(started):
+            host.stop("test teardown")
+        standby_provider.shutdown()
+
+
+def test_an_event_the_tracer_cannot_read_ends_that_runs_trace_and_the_others_are_traced_on(
+        hosts: Callable[..., HostHandle], state_dir: Path, project: Path, caplog: pytest.LogCaptureFixture,
+        exported: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    import logging
+    import sqlite3
+
+    provider, exporter = exported
+    host = hosts(state_dir, tracer_provider=provider)
+    if not isinstance(host.paths.database, Path):
+        pytest.skip("the odd event is written into the SQLite file")
+    odd = host.start_run("traced", project_path=str(project)).run_id
+    request = wait_for(lambda: next(iter(host.pending_interactions()), None), 60, "the decision")
+    # An event no writer would commit: a time that is not a number (SQLite keeps the text in a REAL column).
+    with sqlite3.connect(host.paths.database, timeout=30) as conn:
+        conn.execute("INSERT INTO run_event (run_id, seq, kind, created_at) SELECT ?, max(seq) + 1, 'run_parked', "
+                     "'not a time' FROM run_event WHERE run_id = ?", (odd, odd))
+    conn.close()
+    with caplog.at_level(logging.ERROR, logger="piwf_actors.actors.tracing"):
+        host.answer_decision(request.request_id, "go")  # a commit naming the run: the tracer reads the odd event
+        assert host.wait_for_run(odd, timeout=60).status == "done"
+        other = host.start_run("broken", project_path=str(project)).run_id
+        assert host.wait_for_run(other, timeout=60).status == "failed"
+        assert _run_span(exporter, other, "broken").attributes["piwf.run.status"] == "failed"
+    failures = [record.getMessage() for record in caplog.records if odd in record.getMessage()]
+    assert failures == [f"tracing: run {odd} is not traced any more: reading its events failed"]
+    assert not [s for s in _spans(exporter, odd) if s.name == "run traced"]
+
+
 def test_a_host_that_does_not_trace_never_imports_opentelemetry(state_dir: Path, project: Path) -> None:
     script = f'''
 import sys

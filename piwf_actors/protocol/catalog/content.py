@@ -6,7 +6,7 @@ from typing import Any
 
 from piwf_actors.protocol.catalog.registry import OperationContext, operation
 from piwf_actors.protocol.envelope import BadRequest
-from piwf_actors.store import queries
+from piwf_actors.store import id_queries, queries
 
 
 @operation("content.read", payload={"digest": ("str", True), "offset": ("int", False), "length": ("int", False)},
@@ -28,8 +28,8 @@ def ids_match(ctx: OperationContext, payload: dict[str, Any]) -> None:
     """The full ids that start with a prefix (what `piwf` does with `piwf show run_01m8`), or that end
     with a suffix (`piwf show …2mvr1rtt`, as piwf-top shows ids): exactly one of the two."""
     kind, prefix, suffix = payload["kind"], payload.get("prefix"), payload.get("suffix")
-    if kind not in queries.ID_KINDS:
-        raise BadRequest(f"ids.match: unknown kind {kind!r} (kinds: {', '.join(queries.ID_KINDS)})",
+    if kind not in id_queries.ID_KINDS:
+        raise BadRequest(f"ids.match: unknown kind {kind!r} (kinds: {', '.join(id_queries.ID_KINDS)})",
                          ctx.request.request_id)
     if prefix is None and suffix is None:
         raise BadRequest("ids.match: payload.prefix is required (or payload.suffix)", ctx.request.request_id)
@@ -38,9 +38,9 @@ def ids_match(ctx: OperationContext, payload: dict[str, Any]) -> None:
     if not (prefix or suffix):
         raise BadRequest(f"ids.match: {'prefix' if prefix is not None else 'suffix'} must not be empty",
                          ctx.request.request_id)
-    limit = min(payload.get("limit") or queries.ID_MATCH_DEFAULT, queries.ID_MATCH_MAX)
+    limit = min(payload.get("limit") or id_queries.ID_MATCH_DEFAULT, id_queries.ID_MATCH_MAX)
     if suffix is not None:
-        matches, more = queries.match_id_ends(ctx.reader, kind, suffix, limit)
+        matches, more = id_queries.match_id_ends(ctx.reader, kind, suffix, limit)
     else:
-        matches, more = queries.match_ids(ctx.reader, kind, prefix, limit)
+        matches, more = id_queries.match_ids(ctx.reader, kind, prefix, limit)
     ctx.reply("accepted", receipt={"matches": matches, "more": more})

@@ -25,6 +25,7 @@ function hands slow work to the gateway's executor with
 from __future__ import annotations
 
 import functools
+import time
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -205,6 +206,9 @@ class GatewayServices:
     #: `env` with a resolver that only has what is cached: a miss raises instead of running a file.
     cached_env: BuildEnv
     connections: Callable[[], int]
+    #: Timer time (piwf_actors/clock.py): what a view's `remaining_s` counts to. Host time unless the
+    #: host was given a timer clock (a test host), so a client sees what the embedding handle sees.
+    timer_now: Callable[[], float] = time.time
     stats: GatewayStats = field(default_factory=GatewayStats)
     shutdown: Callable[[str], None] | None = None
     channels: pykka.ActorRef[Any] | None = None
@@ -239,6 +243,10 @@ class OperationContext:
     @property
     def env(self) -> BuildEnv:
         return self.services.env
+
+    def timer_now(self) -> float:
+        """Timer time now: what a view's clocks (`remaining_s`) count to."""
+        return self.services.timer_now()
 
     def reply(self, outcome: str, *, receipt: Any = None, revision: int | None = None,
               error: str | None = None) -> None:

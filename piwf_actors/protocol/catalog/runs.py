@@ -15,7 +15,6 @@ the command itself (docs/protocol.md 3.5).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
@@ -68,7 +67,7 @@ def run_list(ctx: OperationContext, payload: dict[str, Any]) -> None:
 def run_get(ctx: OperationContext, _payload: dict[str, Any]) -> None:
     run_id = ctx.request.run_id
     assert run_id is not None
-    view = queries.run_view(ctx.reader, run_id)
+    view = queries.run_view(ctx.reader, run_id, ctx.timer_now())
     if view is None:
         ctx.reply("notFound", error=f"run {run_id} not found")
         return
@@ -81,9 +80,8 @@ def source_receipt(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     found = queries.run_source(reader, run_id)
     if found is None:
         return None
-    source = found.pop("source")
-    receipt = {"run_id": run_id, **found, "source_sha256": None if source is None else hashlib.sha256(source).hexdigest(),
-               "source_bytes": 0 if source is None else len(source)}
+    source = found.pop("source")  # its digest is the one stored with the run (blobs are keyed by it)
+    receipt = {"run_id": run_id, **found, "source_bytes": 0 if source is None else len(source)}
     if source is not None and len(source) <= queries.CONTENT_INLINE_BYTES:
         receipt["source"] = source
     return receipt

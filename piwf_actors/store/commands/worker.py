@@ -369,10 +369,16 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
         consume_wait(ctx, run_id, payload["wait_id"])
     effect_id = payload.get("effect_id")
     if effect_id is not None:
-        effect_status = "applied" if outcome == "ok" else "failed"
+        # `effect_applied`: the function returned (it acted) and then its output failed a check; the
+        # output, if any, is the effect's only. Without it (older workers too): applied only when ok.
+        after_effect = outcome != "ok" and payload.get("effect_applied") is True
+        effect_status = "applied" if outcome == "ok" or after_effect else "failed"
         resolution = "confirmed_consumed" if payload.get("confirmed") else None
         # An effect's output is kept as a blob (effects are few, and `resolve` reads it back).
-        effect_sha = output_sha if output_json is None else put_json_blob(ctx.conn, payload.get("output"), ctx.now)
+        if not after_effect:
+            effect_sha = output_sha if output_json is None else put_json_blob(ctx.conn, payload.get("output"), ctx.now)
+        else:
+            effect_sha = put_json_blob(ctx.conn, payload["effect_output"], ctx.now) if "effect_output" in payload else None
         ctx.conn.execute(
             """UPDATE effect SET status = ?, output_sha256 = ?, error = ?, settled_at = ?,
                    resolution = coalesce(?, resolution) WHERE effect_id = ? AND run_id = ?""",
