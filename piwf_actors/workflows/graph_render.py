@@ -245,15 +245,21 @@ def _mermaid_text(text: str) -> str:
     return ("".join({"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", "`": "#96;"}.get(c, c) for c in text))
 
 
-def render_mermaid(graph: Graph, run: RunOverlay | None = None) -> str:
-    ids = _Ids(graph)
-    out = ["flowchart TD"]
+def _nesting(graph: Graph) -> tuple[dict[str | None, list[GraphNode]], dict[str | None, list[GraphGroup]]]:
+    """The nodes of each group and the groups inside each group (None: the top level), as both diagrams nest them."""
     by_group: dict[str | None, list[GraphNode]] = {}
     for node in graph.nodes:
         by_group.setdefault(node.group, []).append(node)
     inner: dict[str | None, list[GraphGroup]] = {}
     for group in graph.groups:
         inner.setdefault(group.parent, []).append(group)
+    return by_group, inner
+
+
+def render_mermaid(graph: Graph, run: RunOverlay | None = None) -> str:
+    ids = _Ids(graph)
+    out = ["flowchart TD"]
+    by_group, inner = _nesting(graph)
 
     def emit(parent: str | None, indent: str) -> None:
         for node in by_group.get(parent, []):
@@ -309,12 +315,7 @@ def render_dot(graph: Graph, run: RunOverlay | None = None) -> str:
     out = [f"digraph {_dot_text(graph.workflow)} {{", "    rankdir=TB;",
            '    node [fontname="Helvetica", fontsize=11];', '    edge [fontname="Helvetica", fontsize=10];',
            '    start [shape=circle, label="start", fontsize=9];']
-    by_group: dict[str | None, list[GraphNode]] = {}
-    for node in graph.nodes:
-        by_group.setdefault(node.group, []).append(node)
-    inner: dict[str | None, list[GraphGroup]] = {}
-    for group in graph.groups:
-        inner.setdefault(group.parent, []).append(group)
+    by_group, inner = _nesting(graph)
 
     def emit(parent: str | None, indent: str) -> None:
         for node in by_group.get(parent, []):
