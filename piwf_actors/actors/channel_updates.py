@@ -66,12 +66,18 @@ def read_update(reader: StoreReader, profile: ChannelProfile, moves: dict[int, i
     return NOTHING
 
 
-def _answer(profile: ChannelProfile, update_id: int, decision: dict[str, Any], response: dict[str, Any],
-            user_id: int, chat_id: int, found: dict[str, Any] | None) -> tuple[str, dict[str, Any], str]:
-    return ("channel.answer", {"channel": profile.channel_type, "update_id": update_id,
+def _answer(profile: ChannelProfile, event: Tap | Reply, decision: dict[str, Any], response: dict[str, Any],
+            found: dict[str, Any] | None) -> tuple[str, dict[str, Any], str]:
+    return ("channel.answer", {"channel": profile.channel_type, "update_id": event.update_id,
                                "request_id": decision["request_id"], "expected_revision": decision["revision"],
-                               "response": response, "user_id": user_id, "chat_id": chat_id, "found": found},
+                               "response": response, "found": found, **_who(event)},
             "answer")
+
+
+def _who(event: Tap | Reply) -> dict[str, Any]:
+    """Who answered, for the answer's provenance: the ids, and the name and username when the channel gave them."""
+    name, username = event.person
+    return {"user_id": event.user_id, "chat_id": event.chat_id, "name": name, "username": username}
 
 
 def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], tap: Tap, text_limit: int) -> Outcome:
@@ -104,7 +110,7 @@ def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], ta
                               "revision": decision["revision"], "label": choice.label}}
         return Outcome(None, ("channel.effect_reserve", reserve, "prompt"), choice.label,
                        Prompt(tap.chat_id, presented, choice, tap.user_id))
-    return Outcome(None, _answer(profile, tap.update_id, decision, {"choice": choice.key}, tap.user_id, tap.chat_id,
+    return Outcome(None, _answer(profile, tap, decision, {"choice": choice.key},
                                  target.found), choice.label)
 
 
@@ -126,7 +132,7 @@ def _checkpoint_reply(reader: StoreReader, profile: ChannelProfile, moves: dict[
     return Outcome(None, ("channel.answer", {
         "channel": profile.channel_type, "update_id": reply.update_id, "kind": "checkpoint",
         "request_id": checkpoint["request_id"], "expected_revision": checkpoint["revision"], "input": value,
-        "user_id": reply.user_id, "chat_id": reply.chat_id}, "answer"), "your answer")
+        **_who(reply)}, "answer"), "your answer")
 
 
 def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
@@ -139,5 +145,5 @@ def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], 
         return Outcome("Not recorded: this question was asked of someone else.")
     decision = {"request_id": prompt["request_id"], "revision": detail.get("revision")}
     response = {"choice": detail["choice"], "input": {detail["input_name"]: reply.text}}
-    return Outcome(None, _answer(profile, reply.update_id, decision, response, reply.user_id, reply.chat_id, None),
+    return Outcome(None, _answer(profile, reply, decision, response, None),
                    str(detail.get("label") or detail["choice"]))

@@ -98,6 +98,7 @@ class Tap:
     message_id: int
     data: str
     callback_id: str = ""
+    person: tuple[str, str] = ("", "")  # (name, username) as the channel names who tapped; kept with the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class Reply:
     text: str
     reply_to: int | None = None
     message_id: int = 0  # the person's message (a notice replies to it)
+    person: tuple[str, str] = ("", "")  # (name, username) as the channel names the writer; kept with the answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,7 +153,7 @@ def _event(update: dict[str, Any]) -> Event:
         data = callback.get("data")
         return Tap(update_id, _int_at(callback, "from", "id"), _int_at(callback, "message", "chat", "id"),
                    _int_at(callback, "message", "message_id"), data if isinstance(data, str) else "",
-                   str(callback.get("id") or ""))
+                   str(callback.get("id") or ""), _person(callback.get("from")))
     message = update.get("message")
     if isinstance(message, dict) and isinstance(message.get("text"), str):
         replied = message.get("reply_to_message")
@@ -162,5 +162,19 @@ def _event(update: dict[str, Any]) -> Event:
             return Other(update_id)
         return Reply(update_id, user_id, chat_id, message["text"],
                      _int_at(replied, "message_id") or None if isinstance(replied, dict) else None,
-                     _int_at(message, "message_id"))
+                     _int_at(message, "message_id"), _person(message.get("from")))
     return Other(update_id)
+
+
+#: A name kept with an answer is at most this long (Telegram's own limits are 64 and 32 characters).
+PERSON_CHARS = 64
+
+
+def _person(sender: Any) -> tuple[str, str]:
+    """(name, username) of an update's `from`: what `piwf show` names a Telegram answerer by besides the id."""
+    if not isinstance(sender, dict):
+        return ("", "")
+    parts = [sender.get(key) for key in ("first_name", "last_name")]
+    name = " ".join(part.strip() for part in parts if isinstance(part, str) and part.strip())
+    username = sender.get("username")
+    return (name[:PERSON_CHARS], username[:PERSON_CHARS] if isinstance(username, str) else "")

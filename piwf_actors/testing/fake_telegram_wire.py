@@ -112,7 +112,8 @@ def error_body(code: int, description: str, parameters: dict[str, Any] | None = 
 
 
 def person(user_id: int) -> dict[str, Any]:
-    return {"id": user_id, "is_bot": False, "first_name": f"User{user_id}", "language_code": "en"}
+    return {"id": user_id, "is_bot": False, "first_name": f"User{user_id}", "username": f"user{user_id}",
+            "language_code": "en"}
 
 
 def chat_of(chat_id: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ settles. Nothing here talks to anything but loopback.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def test_a_decision_is_delivered_with_buttons_and_answered_once_by_an_allowed_ta
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
     assert '"channel":"telegram"' in submission["provenance"] and f'"user_id":{USER}' in submission["provenance"]
     assert '"profile":"ops"' in submission["provenance"]
+    # Who tapped, as Telegram names them: `piwf show` prints "telegram user N (UserN, @userN)".
+    assert json.loads(submission["provenance"])["name"] == f"User{USER}"
+    assert json.loads(submission["provenance"])["username"] == f"user{USER}"
 
     # A late tap on the settled message: refused, nothing happens twice.
     fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"], data=keys["Stop"])

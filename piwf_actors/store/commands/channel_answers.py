@@ -59,6 +59,7 @@ def channel_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         record_found(ctx, profile, args["found"])
     provenance = {"kind": "channel", "channel": args.get("channel", "telegram"), "profile": profile,
                   "user_id": args["user_id"], "chat_id": args["chat_id"], "update_id": update_id}
+    provenance.update({key: args[key] for key in ("name", "username") if isinstance(args.get(key), str) and args[key]})
     answer = {"request_id": args["request_id"], "expected_revision": args.get("expected_revision"),
               "idempotency_key": f"channel:{stream}:{generation}:{update_id}"}
     checkpoint = args.get("kind") == "checkpoint"
