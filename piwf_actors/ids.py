@@ -31,12 +31,12 @@ def _base32(value: int, length: int) -> str:
 
 def new_id(prefix: str, now: float | None = None) -> str:
     """`prefix_` + 26 base32 characters; later calls sort after earlier ones (per ms)."""
-    millis = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
     rand = int.from_bytes(os.urandom(10), "big")
-    return f"{prefix}_{_base32((millis << 80) | rand, 26)}"
+    return f"{prefix}_{_base32((_millis(time.time() if now is None else now) << 80) | rand, 26)}"
 
 
 def _millis(at: float) -> int:
+    """The 48-bit millisecond time an id starts with."""
     return int(at * 1000) & ((1 << 48) - 1)
 
 

@@ -122,22 +122,21 @@ class RunFollower:
 
     def __init__(self) -> None:
         self.after = 0
-        self._live: dict[int, int] = {}
-        self._seq: dict[int, int] = {}  # rowid → the event seq its launches were counted up to
+        # rowid → (the event seq its launches were counted up to, launches by then)
+        self._live: dict[int, tuple[int, int]] = {}
         self._inherited: dict[int, int] = {}  # begun before the baseline: rowid → launches then
 
     @property
     def watched(self) -> dict[int, tuple[int, int]]:
         """rowid → (last event seq counted, launches by then): `metrics_queries.runs_by_rowid` reads
         only the events above it."""
-        return {rowid: (self._seq.get(rowid, 0), launches) for rowid, launches in self._live.items()}
+        return dict(self._live)
 
     def baseline(self, max_rowid: int, live: Iterable[mq.RunRow]) -> None:
         """What exists when the exporter starts is not counted; its live runs are watched."""
         self.after = max_rowid
         live = list(live)
-        self._live = {row.rowid: row.launches for row in live}
-        self._seq = {row.rowid: row.last_seq for row in live}
+        self._live = {row.rowid: (row.last_seq, row.launches) for row in live}
         self._inherited = {row.rowid: row.launches for row in live if row.started}
 
     def step(self, rows: Iterable[mq.RunRow], max_rowid: int) -> RunChanges:
@@ -148,7 +147,8 @@ class RunFollower:
         for row in rows:
             gone.discard(row.rowid)
             top = max(top, row.rowid)
-            if row.started and not self._live.get(row.rowid, 0):
+            seq, launches = self._live.get(row.rowid, (0, 0))
+            if row.started and not launches:
                 changes.started += 1
             inherited = self._inherited.get(row.rowid)
             if inherited is not None and row.launches > inherited:
@@ -157,14 +157,11 @@ class RunFollower:
             if row.finished:
                 changes.finished[row.status] = changes.finished.get(row.status, 0) + 1
                 self._live.pop(row.rowid, None)
-                self._seq.pop(row.rowid, None)
                 self._inherited.pop(row.rowid, None)
             else:
-                self._live[row.rowid] = max(row.launches, self._live.get(row.rowid, 0))
-                self._seq[row.rowid] = max(row.last_seq, self._seq.get(row.rowid, 0))
+                self._live[row.rowid] = (max(row.last_seq, seq), max(row.launches, launches))
         for rowid in gone:  # deleted without finishing (not done by the host; never counted)
             del self._live[rowid]
-            self._seq.pop(rowid, None)
             self._inherited.pop(rowid, None)
         # Rowids are reused only after the newest rows were deleted: start again from the top.
         self.after = min(top, max_rowid)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,6 @@ from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import Section
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.channels.telegram import TelegramOptions
-from piwf_actors.clock import TimerClock
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
 from piwf_actors.paths import StatePaths, ensure_private_dir
@@ -203,10 +203,10 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
     _require_started("channels", channels)
     keeper = None
     if config.schedules:  # only the active host fires schedules (actors/schedules.py)
-        timer = config.timer_clock or TimerClock()  # fires are timer time (piwf_actors/clock.py)
         keeper = ScheduleKeeper.start(parts.writer, paths.database, projects=config.projects,
                                       supervisor=supervisor, board=parts.board, resolver=parts.resolver,
-                                      clock=timer.now)
+                                      # fires are timer time (piwf_actors/clock.py)
+                                      clock=config.timer_clock.now if config.timer_clock else time.time)
         parts.actors.append(("schedules", keeper))
         _require_started("schedules", keeper)
     parts.board.publish(Section.ROLE, {"role": "active", "host_id": claim.host_id})

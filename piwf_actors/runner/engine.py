@@ -225,10 +225,8 @@ class RunEngine:
             # Cut off, not finished: a side effect's outcome is unknown unless it is idempotent.
             report.update(outcome="failed", error=str(exc), error_code="timeout",
                           interrupted=spec.has_side_effect and not spec.idempotent)
-        except OutputTooLarge as exc:
-            report.update(outcome="failed", error=str(exc), error_code=OutputTooLarge.code)
-        except OutputInvalid as exc:  # a compute node's declared `output=` shape (runner/output_check.py)
-            report.update(outcome="failed", error=str(exc), error_code=OutputInvalid.code)
+        except (OutputTooLarge, OutputInvalid) as exc:  # a compute node's output (runner/output_check.py)
+            report.update(outcome="failed", error=str(exc), error_code=exc.code)
         except Exception as exc:  # the node's own failure: recorded, routed, never fatal to the worker
             frames = user_traceback(exc)
             log.info("node %s failed:\n%s", node_id, frames)

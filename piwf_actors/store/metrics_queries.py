@@ -19,11 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from piwf_actors.statuses import LIVE_SQL, TERMINAL_STATUSES
-from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.reader import IN_LIST_MAX, StoreReader, chunked
 
 #: Statuses a run can still leave.
-#: Rowids per `IN (...)` list (below SQLite's default limit of host parameters).
-_CHUNK = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,17 +51,6 @@ class AttemptRow:
     duration_s: float | None  # finished_at - started_at once finished
     kind: str | None  # once finished: effect | checkpoint | decision | agent | compute (see _ATTEMPT_COLUMNS)
     run_live: bool  # its run has not finished (an unfinished attempt of a finished run never finishes)
-
-
-def _chunks(rowids: Iterable[int]) -> Iterable[list[int]]:
-    chunk: list[int] = []
-    for rowid in rowids:
-        chunk.append(rowid)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -104,9 +91,7 @@ def runs_by_rowid(reader: StoreReader, seen: Mapping[int, tuple[int, int]]) -> l
     """The runs of `seen` (rowid → (last seq counted, launches counted by then)) as they are now: their
     launches are those counted plus the ones among their events above that seq."""
     found: list[RunRow] = []
-    rowids = list(seen)
-    for start in range(0, len(rowids), _CHUNK // 3):  # three parameters a run
-        chunk = rowids[start:start + _CHUNK // 3]
+    for chunk in chunked(seen, IN_LIST_MAX // 3):  # three parameters a run
         values = ", ".join("(CAST(? AS INTEGER), CAST(? AS INTEGER), CAST(? AS INTEGER))" for _ in chunk)
         params = tuple(value for rowid in chunk for value in (rowid, *seen[rowid]))
         found += [RunRow(int(rowid), status, int(launches), int(last_seq)) for rowid, status, launches, last_seq in
@@ -160,7 +145,7 @@ def attempts_after(reader: StoreReader, rowid: int) -> list[AttemptRow]:
 
 def attempts_by_rowid(reader: StoreReader, rowids: Iterable[int]) -> list[AttemptRow]:
     found: list[AttemptRow] = []
-    for chunk in _chunks(rowids):
+    for chunk in chunked(rowids):
         found += _attempt_rows(reader, f"a.rowid IN ({','.join('?' * len(chunk))})", tuple(chunk))
     return found
 

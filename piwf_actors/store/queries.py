@@ -368,12 +368,15 @@ def pending_interactions(reader: StoreReader, session_id: str | None = None) -> 
 
 
 def submission_state(reader: StoreReader, submission_id: str) -> dict[str, Any] | None:
+    """A submission's outcome and its request's status; `decided`: the worker's verdict is in (or the
+    request was cancelled under it, which decides it too)."""
     row = reader.one(
         """SELECT s.request_id, s.outcome, s.receipt, r.status FROM interactive_submission s
            JOIN interactive_request r ON r.request_id = s.request_id WHERE s.submission_id = ?""", (submission_id,))
     if row is None:
         return None
-    return {"request_id": row[0], "outcome": row[1], "receipt": _json(row[2]), "request_status": row[3]}
+    return {"request_id": row[0], "outcome": row[1], "receipt": _json(row[2]), "request_status": row[3],
+            "decided": row[1] != "validating" or row[3] == "cancelled"}
 
 
 def next_deadline(reader: StoreReader) -> float | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from piwf_actors.paths import DatabaseLocation
@@ -73,3 +73,19 @@ class StoreReader:
 
     def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.conn.execute(sql, params).fetchall()
+
+
+#: Parameters per `IN (...)` list: below SQLite's default limit of host parameters.
+IN_LIST_MAX = 500
+
+
+def chunked(values: Iterable[Any], size: int = IN_LIST_MAX) -> Iterator[list[Any]]:
+    """`values` in lists of at most `size`, for queries that name them in an `IN (...)` list."""
+    chunk: list[Any] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

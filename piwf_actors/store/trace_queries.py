@@ -7,10 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from piwf_actors.store.reader import StoreReader
-
-#: Attempt ids per `IN (...)` list (below SQLite's default limit of host parameters).
-_CHUNK = 500
+from piwf_actors.store.reader import StoreReader, chunked
 
 
 def run_facts(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
@@ -26,10 +23,8 @@ def run_facts(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
 
 def attempt_facts(reader: StoreReader, attempt_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
     """attempt id → {attempt_no, error_code, error_message, executed_by} of the attempts that exist."""
-    wanted = list(dict.fromkeys(attempt_ids))
     facts: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(wanted), _CHUNK):
-        chunk = wanted[start:start + _CHUNK]
+    for chunk in chunked(dict.fromkeys(attempt_ids)):
         marks = ", ".join("?" for _ in chunk)
         for attempt_id, attempt_no, error_code, error_message, executed_by in reader.all(
                 f"SELECT attempt_id, attempt_no, error_code, error_message, executed_by FROM node_attempt "

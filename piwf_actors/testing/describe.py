@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from piwf_actors.results import PendingRequest, RunEvent, RunView
+from piwf_actors.results import RunEvent, RunView
 from piwf_actors.timefmt import duration
 from piwf_actors.workflows.model import Workflow
 
@@ -63,15 +63,16 @@ def _attribute_of(workflow: Workflow) -> str | None:
     return None
 
 
-def _request_line(request: PendingRequest, timer_now: float) -> str:
-    if request.deadline_at is not None:
-        left = request.deadline_at - timer_now
-        clock = f"deadline in {duration(left)} of timer time" if left > 0 else "deadline passed (being applied)"
-    elif request.paused_remaining_s is not None:
-        clock = f"paused, {duration(request.paused_remaining_s)} left"
+def _request_line(request: dict[str, Any]) -> str:
+    """One open request of run.get's `waiting` (its clock counted on timer time by the host)."""
+    left = request.get("remaining_s")
+    if request.get("clock") == "running":
+        clock = f"deadline in {duration(float(left))} of timer time" if left else "deadline passed (being applied)"
+    elif request.get("clock") == "paused":
+        clock = f"paused, {duration(float(left or 0))} left"
     else:
         clock = "no deadline"
-    return f"{request.kind} {request.node_id!r} ({request.request_id}) is open: {clock}"
+    return f"{request.get('kind')} {request.get('node_id')!r} ({request.get('request_id')}) is open: {clock}"
 
 
 def _wait_line(wait: dict[str, Any]) -> str:
@@ -93,8 +94,7 @@ def _event_line(event: RunEvent) -> str:
     return f"{event.seq} {event.kind}{where}{f' ({detail})' if detail else ''}"
 
 
-def describe_run(view: RunView | None, run_id: str, requests: Sequence[PendingRequest],
-                 events: Sequence[RunEvent], timer_now: float) -> str:
+def describe_run(view: RunView | None, run_id: str, events: Sequence[RunEvent]) -> str:
     """A few lines on what run `run_id` is doing (None: there is no such run)."""
     if view is None:
         return f"there is no run {run_id}"
@@ -106,7 +106,7 @@ def describe_run(view: RunView | None, run_id: str, requests: Sequence[PendingRe
              + f" after {view.steps} step(s)"]
     if view.error is not None:
         lines.append(f"error: {view.error.code}: {view.error.message}")
-    lines += [_request_line(request, timer_now) for request in requests]
+    lines += [_request_line(request) for request in view.extra.get("waiting") or ()]
     lines += [_wait_line(wait) for wait in view.waits]
     lines += [f"effect {effect.effect_id} of {effect.node_id!r} is {effect.status}"
               for effect in view.effects if effect.status in ("applying", "ambiguous")]

@@ -37,7 +37,6 @@ from piwf_actors.results import (
     RunView,
 )
 from piwf_actors.store import queries
-from piwf_actors.store.reader import StoreReader
 from piwf_actors.testing.describe import describe_run, workflow_spec
 from piwf_actors.workflows.model import Workflow
 
@@ -184,8 +183,7 @@ class Piwf:
 
     def describe(self, run_id: str) -> str:
         """What the run is doing, in a few lines (what a failed wait says)."""
-        requests = [r for r in self.host.pending_interactions() if r.run_id == run_id]
-        return describe_run(self.host.get_run(run_id), run_id, requests, self.events(run_id), self.now())
+        return describe_run(self.host.get_run(run_id), run_id, self.events(run_id))
 
     # --- people, agents and messages -------------------------------------------------------------
 
@@ -228,8 +226,9 @@ class Piwf:
                                                session_id=session_id or request.session_id)
 
         def look() -> Submission | None:
-            state = self._read(lambda reader: queries.submission_state(reader, submission_id))
-            if state is None or (state["outcome"] == "validating" and state["request_status"] != "cancelled"):
+            # The handle's own read-only connection per read (no public reader: the kit is the package's own).
+            state = self.host._read(lambda reader: queries.submission_state(reader, submission_id))
+            if state is None or not state["decided"]:
                 return None
             error = (state.get("receipt") or {}).get("error")
             outcome = state["outcome"] if state["outcome"] != "validating" else "cancelled"
@@ -316,10 +315,3 @@ class Piwf:
         if isinstance(target, PendingRequest):
             return target
         return self.request(target, kind, node)
-
-    def _read(self, fn: Callable[[StoreReader], Any]) -> Any:
-        reader = StoreReader(self.host.paths.database)
-        try:
-            return fn(reader)
-        finally:
-            reader.close()

@@ -216,11 +216,13 @@ class RunTrace:
         assert event.attempt_id is not None
         if event.attempt_id in self._attempts:
             return  # effect_reserved after its own node_started: the same attempt
-        node_id = event.node_id or ""
-        self._attempts[event.attempt_id] = _Open(
-            f"node {node_id}", ids.attempt_span_id(event.attempt_id), self.run_span_id, at,
-            {"piwf.run.id": self.facts.run_id, "piwf.node.id": node_id, "piwf.node.attempt_id": event.attempt_id},
-            attempt_id=event.attempt_id)
+        self._attempts[event.attempt_id] = self._new_attempt(event.attempt_id, event.node_id or "", at)
+
+    def _new_attempt(self, attempt_id: str, node_id: str, start: float) -> _Open:
+        """The span of one node attempt, opened at `start`: a child of the run's span."""
+        return _Open(f"node {node_id}", ids.attempt_span_id(attempt_id), self.run_span_id, start,
+                     {"piwf.run.id": self.facts.run_id, "piwf.node.id": node_id, "piwf.node.attempt_id": attempt_id},
+                     attempt_id=attempt_id)
 
     def _end_attempt(self, event: Event, at: float, payload: dict[str, Any]) -> list[SpanRecord]:
         attempt_id = event.attempt_id
@@ -228,11 +230,7 @@ class RunTrace:
             return []
         opened = self._attempts.pop(attempt_id, None)
         if opened is None:  # a pure node: it began when the run's previous event was committed
-            node_id = event.node_id or ""
-            start = self._last_at if self._last_at is not None else at
-            opened = _Open(f"node {node_id}", ids.attempt_span_id(attempt_id), self.run_span_id, start,
-                           {"piwf.run.id": self.facts.run_id, "piwf.node.id": node_id,
-                            "piwf.node.attempt_id": attempt_id}, attempt_id=attempt_id)
+            opened = self._new_attempt(attempt_id, event.node_id or "", self._last_at if self._last_at is not None else at)
         if event.kind == "node_finished":
             outcome, error = "ok", None
         elif event.kind == "node_interrupted":

@@ -160,12 +160,16 @@ def fingerprint(value: Any) -> str:
 def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
     doc: dict[str, Any] = {"kind": spec.kind}
     for field in dataclasses.fields(spec):
-        if field.name == "output_shape" and spec.output_shape is None:
-            continue  # absent unless declared: digests of nodes without one stay as they were
-        if field.name == "audience" and spec.kind == "checkpoint" and getattr(spec, "audience", None) is None:
-            continue  # likewise a checkpoint's audience (optional: without one it goes to "*" profiles only)
-        doc[field.name] = printer.value(getattr(spec, field.name))
+        value = getattr(spec, field.name)
+        if value is None and ((field.name, spec.kind) in _ADDED_LATER or (field.name, "*") in _ADDED_LATER):
+            continue  # absent unless declared: digests of nodes written before the field stay as they were
+        doc[field.name] = printer.value(value)
     return doc
+
+
+#: (field, node kind or "*": every kind) of the optional fields added after digests were stored, left out
+#: while None: a node's `output=` shape, a checkpoint's audience (without one it goes to "*" profiles only).
+_ADDED_LATER = frozenset({("output_shape", "*"), ("audience", "checkpoint")})
 
 
 def _route_doc(route: Edge | Switch) -> Any:

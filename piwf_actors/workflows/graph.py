@@ -181,8 +181,13 @@ def _exit_name(source: str, target: str, mounts: Mapping[str, Any]) -> str | Non
     left = [mount for mount in _mounts_of(source, mounts) if mount not in inside]
     if not left:
         return None
-    outer = left[0]
-    return f"{outer.rsplit('/', 1)[-1]}.{source[len(outer) + 1:]}"
+    return exit_label(left[0], source)
+
+
+def exit_label(mount_id: str, node_id: str) -> str:
+    """How the outer workflow's author names the exit `node_id` of the include mounted at `mount_id`:
+    `mount.exit` (the mount's own name, the node's id inside it)."""
+    return f"{mount_id.rsplit('/', 1)[-1]}.{node_id[len(mount_id) + 1:]}"
 
 
 def build_graph(workflow: Workflow) -> Graph:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from piwf_actors.workflows.graph import Graph, GraphEdge, GraphGroup, GraphNode
+from piwf_actors.workflows.graph import Graph, GraphEdge, GraphGroup, GraphNode, exit_label
 from piwf_actors.workflows.graph_run import NodeState, RunOverlay
 from piwf_actors.workflows.model import END
 
@@ -120,8 +120,7 @@ def _node_item(graph: Graph, node: GraphNode, run: RunOverlay | None, routes: bo
 
 
 def _group_text(group: GraphGroup) -> str:
-    exits = ", ".join(f"{group.mount_id.rsplit('/', 1)[-1]}.{node_id[len(group.mount_id) + 1:]}"
-                      for node_id in group.exits)
+    exits = ", ".join(exit_label(group.mount_id, node_id) for node_id in group.exits)
     what = f"include {group.mount_id}" + (f": {group.workflow}" if group.workflow else "")
     return what + (f"  (exits {exits})" if exits else "")
 

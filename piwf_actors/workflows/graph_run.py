@@ -21,7 +21,6 @@ from piwf_actors.workflows.graph import cut
 
 #: How long a note may be (characters); a longer one ends with `…`.
 NOTE_CHARS = 48
-TERMINAL = TERMINAL_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +48,11 @@ class RunOverlay:
 
     @property
     def ended(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_STATUSES
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "park_reason": self.park_reason,
                 "current": self.current, "nodes": {key: asdict(value) for key, value in self.nodes.items()}}
-
-
-
 
 
 def _compact(value: Any) -> str:
@@ -128,10 +124,10 @@ def wait_words(wait: Mapping[str, Any], now: float, *, zoned: bool = False) -> s
     return f"waiting ({kind})"
 
 
-def request_words(request: Mapping[str, Any], now: float, *, zoned: bool = False) -> str:
+def request_words(request: Mapping[str, Any], now: float) -> str:
     """An open request of run.get's `waiting`: `waiting for an answer (decision, deadline in 59m57s)`."""
     deadline = _deadline(request.get("clock"), request.get("deadline_at"), request.get("remaining_s"), now,
-                         "deadline", zoned)
+                         "deadline", False)
     return f"waiting for an answer ({request.get('kind')}, {deadline})"
 
 
@@ -191,7 +187,7 @@ def overlay(view: Mapping[str, Any], now: float) -> RunOverlay:
     if current and str(current) not in states and view.get("status") == "running":
         # A pure node's attempt is recorded when it ends: until then only `current_node` says it runs.
         states[str(current)] = NodeState("running")
-    if not current and view.get("status") in TERMINAL:
+    if not current and view.get("status") in TERMINAL_STATUSES:
         # An ended run has no current node: it ended at its last node (a failed one: the last that failed).
         reached = [n for n in view.get("nodes") or [] if isinstance(n, Mapping)]
         failed = [n for n in reached if n.get("status") in ("failed", "timed_out")]

@@ -135,10 +135,7 @@ def _shell(node_id: str, spec: ShellSpec) -> dict[str, Any]:
 
 def _agent(node_id: str, spec: AgentSpec) -> dict[str, Any]:
     _text_or_callable(node_id, "prompt", spec.prompt)
-    try:  # a shape, or a Python type such as a dataclass (shapes.py)
-        schema = checked_shape(spec.expected_output, "expected_output")
-    except ShapeError as exc:
-        raise fail(node_id, str(exc)) from None
+    schema = _shape(node_id, spec.expected_output, "expected_output")  # a shape, or a Python type (shapes.py)
     if spec.validate is not None:
         _callable(node_id, "validate", spec.validate)
     count = spec.max_submissions
@@ -230,8 +227,13 @@ def _output_shape(node_id: str, spec: NodeSpec) -> Any:
         return None
     if not isinstance(spec, (ComputeSpec, ActionSpec)):
         raise fail(node_id, f"output= applies to compute and action nodes, not {spec.kind}")
+    return _shape(node_id, spec.output_shape, "output")
+
+
+def _shape(node_id: str, value: Any, root: str) -> Any:
+    """`value` (a shape, or a Python type such as a dataclass) as a checked shape, or a definition error naming the node."""
     try:
-        return checked_shape(spec.output_shape, "output")
+        return checked_shape(value, root)
     except ShapeError as exc:
         raise fail(node_id, str(exc)) from None
 

@@ -68,7 +68,7 @@ def check_verdicts(services: GatewayServices) -> None:
     """Answer every waiting interaction.submit whose submission is decided (or whose request was cancelled)."""
     for submission_id, (ctx, outcome) in list(services.verdicts.items()):
         decided = queries.submission_state(services.reader, submission_id)
-        if decided is None or decided["outcome"] == "validating" and decided["request_status"] != "cancelled":
+        if decided is None or not decided["decided"]:
             continue
         del services.verdicts[submission_id]
         receipt = {"submission_id": submission_id, "request_id": decided["request_id"],
