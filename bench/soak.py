@@ -8,9 +8,13 @@ Per engine (`--engines sqlite,postgresql`, the duration split between them):
              cluster (tests/pg_cluster.py, fsync on) stopped at the end. Every process started
              carries PIWF_SOAK_TAG=<uuid> in its environment (workers and shell commands
              inherit it), which is how leftovers are found.
-  clients    `--clients` threads, each: `run.start` of bench/soak_workflows.py:soak (rounds of
-             compute → compute → action → compute → shell → compute → loop), then `run.get`
-             every 0.25 s until the run ends. A request left unanswered (connection lost,
+  clients    `--clients` threads, each: `run.start` of a shape drawn by `--shapes` (bench/soak_shapes.py),
+             then `run.get` every 0.25 s until the run ends. The shapes: `soak`, bench/soak_workflows.py
+             (rounds of compute → compute → action → compute → shell → compute → loop); `fan`, a
+             parent with a child run per item, at most 2 at once (its client resumes children parked
+             `no_progress`); `taker`, a run that takes 3 messages, which its client sends under keys
+             of their own, again until answered (hang-ups included), across kills; `sleeper`, a
+             durable sleep until a time a few seconds ahead; `limited`, runs under `limit(2, key=…)`. A request left unanswered (connection lost,
              host gone, `unavailable` from a standby) is sent again with the same client id
              and idempotency key until it is answered; `--drop-rate` of the starts are first
              sent on a connection closed before the answer is read, then sent again. Every `run.get` answer is a sample:
@@ -59,6 +63,15 @@ Columns (each per engine and in total; the ones marked * make the exit status 1)
   * outputs unlike a clean run a finished run's committed outputs differ from a run nothing
                               disturbed (the chain digests of soak_workflows.clean_outputs)
   * runs not settled          a run not done at the end (failed, cancelled, still open)
+  * fan-out children wrong    a done parent without exactly one child run per index, or whose
+                              output is not each child's output once in item order, or a child
+                              whose node committed other than once
+  * messages not taken once   a done taker that did not take each message once, in send order
+                              (mailbox rows, committed outputs and the oracle's `took` lines)
+  * sleepers woken early / twice  an execution after the sleep that started before the run's
+                              wake-up time (oracle `woke` lines), or a sleep committed other than once
+  * limits exceeded           at some moment more runs of one key (or one fan-out) between their
+                              first `enter` and last `leave` oracle lines than the limit allows
   * PRAGMA quick_check / state verify / leftover processes
   restart-to-ready            a host's SIGKILL → its replacement answering `host.status` as
                               the active host (p50 / max), and the same for runner hosts
@@ -102,14 +115,14 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-import soak_workflows as wf  # noqa: E402  (bench/ is the script's directory)
+import soak_shapes  # noqa: E402  (bench/ is the script's directory)
+import soak_workflows as wf  # noqa: E402
 from common import pct  # noqa: E402
 
 from piwf_actors.client import Client  # noqa: E402
 from piwf_actors.errors import PiwfError  # noqa: E402
 from piwf_actors.messages import recv_frame, send_frame  # noqa: E402
 
-WORKFLOW = f"{BENCH / 'soak_workflows.py'}:soak"
 TAG_VAR = "PIWF_SOAK_TAG"
 TERMINAL = ("done", "failed", "cancelled")
 OPEN = ("queued", "starting", "running", "parked")
@@ -117,7 +130,7 @@ PERSON = "soak-person"
 KINDS = ("host", "worker", "runner")
 WORKER_MARK = "piwf_actors.runner.worker"
 #: Mutations whose resends and answers the report counts.
-COUNTED = ("run.start", "effect.resolve", "run.resume")
+COUNTED = ("run.start", "effect.resolve", "run.resume", "message.send")
 #: How long the person waits for a process that could still act for an ambiguous attempt.
 PERSON_PATIENCE_S = 30.0
 #: How long a client follows one run before it starts the next (the end settles the rest).
@@ -324,7 +337,11 @@ class Result:
     executions: int = 0
     reruns: int = 0
     unanswered_starts: int = 0
+    shapes: collections.Counter = field(default_factory=collections.Counter)  # shape -> acknowledged starts
+    shape_counts: collections.Counter = field(default_factory=collections.Counter)  # soak_shapes.check's counts
+    messages_acked: dict[str, int] = field(default_factory=dict)  # taker run -> message sends acknowledged
     hang_ups: int = 0  # run.start requests sent on a connection closed before the answer
+    hang_ups_by_op: collections.Counter = field(default_factory=collections.Counter)
     soak_s: float = 0.0
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -342,6 +359,7 @@ PROBLEMS = [
     ("missing_effects", "effects missing in done runs"),
     ("unclean_outputs", "outputs unlike a clean run"),
     ("unsettled", "runs not settled (not done)"),
+    *soak_shapes.PROBLEMS,
 ]
 
 
@@ -464,13 +482,19 @@ class Phase:
         assert self.oracle is not None
         try:
             n = 0
+            rng = self.rng_for(index)
+            shapes, weights = zip(*self.args.shapes.items(), strict=True)
             while not self.stop_starting.is_set() and not self.abort.is_set():
                 n += 1
                 key = f"{client.client_id}-{n}"
-                run_input = {"oracle": str(self.oracle.path), "rounds": self.args.rounds, "sleep": 0.02,
-                             "act_sleep": 0.05, "sh_sleep": 0.05, "key": key}
-                payload = {"workflow": WORKFLOW, "input": run_input}
-                if self.rng_for(index).random() < self.args.drop_rate:
+                shape = rng.choices(shapes, weights)[0]
+                if shape == "soak":
+                    run_input = {"oracle": str(self.oracle.path), "rounds": self.args.rounds, "sleep": 0.02,
+                                 "act_sleep": 0.05, "sh_sleep": 0.05, "key": key}
+                else:
+                    run_input = soak_shapes.start_input(shape, rng, str(self.oracle.path), key)
+                payload = {"workflow": soak_shapes.workflow_spec(str(BENCH), shape), "input": run_input}
+                if rng.random() < self.args.drop_rate:
                     self.send_and_hang_up(client.client_id, "run.start", payload, key)
                 answer = self.call(client, "run.start", payload, key=key)
                 if answer is None:
@@ -482,10 +506,12 @@ class Phase:
                         self.result.notes.append(f"run.start {key} answered {answer.outcome}: {answer.error}")
                     time.sleep(0.5)
                     continue
+                run_id = answer.receipt["run_id"]
                 with self.lock:
-                    self.acked[answer.receipt["run_id"]] = key
+                    self.acked[run_id] = key
                     self.result.started += 1
-                self.follow(client, person, answer.receipt["run_id"])
+                    self.result.shapes[shape] += 1
+                self.follow(client, person, soak_shapes.Driver(self, shape, run_id, key, rng))
         finally:
             client.close()
             person.close()
@@ -508,19 +534,25 @@ class Phase:
             if recv_frame(sock) is not None:
                 send_frame(sock, frame)
                 with self.lock:
-                    self.result.hang_ups += 1
+                    self.result.hang_ups_by_op[operation] += 1
+                    if operation == "run.start":
+                        self.result.hang_ups += 1
                 time.sleep(0.02)  # let the host read it before the connection goes away
 
-    def follow(self, client: Client, person: Client, run_id: str) -> None:
+    def follow(self, client: Client, person: Client, driver: soak_shapes.Driver) -> None:
         deadline = time.monotonic() + FOLLOW_CAP_S
-        while not self.stop_starting.is_set() and time.monotonic() < deadline:
-            view = self.get(client, run_id)
-            if view is not None:
-                if view["status"] in TERMINAL:
-                    return
-                if view["status"] == "parked":
-                    self.play_person(person, view)
-            time.sleep(0.25)
+        try:
+            while not self.stop_starting.is_set() and time.monotonic() < deadline:
+                view = self.get(client, driver.run_id)
+                if view is not None:
+                    if view["status"] in TERMINAL:
+                        return
+                    if view["status"] == "parked":
+                        self.play_person(person, view)
+                driver.step(client, person, view)
+                time.sleep(0.25)
+        finally:
+            driver.finish(client)
 
     def get(self, client: Client, run_id: str) -> dict[str, Any] | None:
         answer = self.call(client, "run.get", run_id=run_id, patience=2)
@@ -533,19 +565,24 @@ class Phase:
         """Record every node output the view shows committed (with the oracle's size now)."""
         assert self.oracle is not None
         size = self.oracle.size()
-        run_id = view["run_id"]
+        run_id, workflow = view["run_id"], view.get("workflow")
         with self.lock:
             self.result.samples += 1
             for node in view.get("nodes") or ():
                 output = node.get("output")
                 if node.get("status") != "succeeded" or not isinstance(output, dict):
                     continue
-                try:
-                    _link, step = wf.link_of(node["node_id"], output)
-                except (KeyError, ValueError, TypeError, AttributeError):
-                    self.result.problems["unclean_outputs"].append(
-                        f"{run_id} {node['node_id']}: committed output without a chain link: {output!r}")
-                    continue
+                if workflow != "soak":
+                    step = soak_shapes.step_of(str(workflow), node["node_id"], output)
+                    if step is None:
+                        continue  # a node of the other shapes that writes no `exec` lines
+                else:
+                    try:
+                        _link, step = wf.link_of(node["node_id"], output)
+                    except (KeyError, ValueError, TypeError, AttributeError):
+                        self.result.problems["unclean_outputs"].append(
+                            f"{run_id} {node['node_id']}: committed output without a chain link: {output!r}")
+                        continue
                 key = (run_id, node["node_id"], step)
                 seen = self.observed.get(key)
                 if seen is None:
@@ -570,6 +607,8 @@ class Phase:
                     if key not in self.resumes:
                         self.resumes.add(key)
                         self.result.person["resume"] += 1
+        elif reason == "waiting":
+            return  # a sleep, a message wait or its children: the shapes' own business
         else:
             with self.lock:
                 note = f"{run_id} parked for an unexpected reason: {reason} {view.get('park_detail')}"
@@ -871,40 +910,47 @@ class Phase:
 
     # --- analysis -------------------------------------------------------------------------------
 
-    def read_database(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        runs_sql = "SELECT run_id, status, park_reason, error_code, input_json, input_sha256 FROM run"
-        attempts_sql = ("SELECT run_id, node_id, attempt_id, status, finished_at, output_json, output_sha256 "
-                        "FROM node_attempt ORDER BY run_id, started_at")
+    def read_database(self) -> dict[str, list[dict[str, Any]]]:
+        """The tables the analysis reads (`runs`, `attempts`, `waits`, `messages`), values decoded."""
+        queries = {
+            "runs": "SELECT run_id, workflow, parent_run_id, status, park_reason, error_code, input_json, "
+                    "input_sha256 FROM run",
+            "attempts": "SELECT run_id, node_id, attempt_id, status, started_at, finished_at, output_json, "
+                        "output_sha256 FROM node_attempt ORDER BY run_id, started_at",
+            "waits": "SELECT wait_id, run_id, node_id, kind, status, wake_at FROM run_wait",
+            "messages": "SELECT message_id, run_id, topic, seq, status, wait_id, payload_json, payload_sha256 "
+                        "FROM run_message",
+        }
         blob_sql = "SELECT data FROM blob WHERE sha256 = ?"
         if self.database.startswith("postgresql://"):
             import psycopg
 
             with psycopg.connect(self.database, autocommit=True) as conn:
-                runs = _dicts(conn.execute(runs_sql))
-                attempts = _dicts(conn.execute(attempts_sql))
+                tables = {name: _dicts(conn.execute(sql)) for name, sql in queries.items()}
                 blob = lambda key: conn.execute(blob_sql.replace("?", "%s"), (key,)).fetchone()  # noqa: E731
-                _inline_values(runs, attempts, blob)
-            return runs, attempts
+                _inline_values(tables, blob)
+            return tables
         path = self.database.removeprefix("sqlite://")
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
         try:
             rows = conn.execute("PRAGMA quick_check").fetchall()
             self.result.quick_check = "ok" if [tuple(r) for r in rows] == [("ok",)] else \
                 "; ".join(str(r[0]) for r in rows[:5])
-            runs = _dicts(conn.execute(runs_sql))
-            attempts = _dicts(conn.execute(attempts_sql))
-            _inline_values(runs, attempts, lambda key: conn.execute(blob_sql, (key,)).fetchone())
+            tables = {name: _dicts(conn.execute(sql)) for name, sql in queries.items()}
+            _inline_values(tables, lambda key: conn.execute(blob_sql, (key,)).fetchone())
         finally:
             conn.close()
-        return runs, attempts
+        return tables
 
     def analyse(self) -> None:
         assert self.oracle is not None
         result, problems = self.result, self.result.problems
-        runs, attempts = self.read_database()
+        tables = self.read_database()
+        runs, attempts = tables["runs"], tables["attempts"]
         lines = self.oracle.lines()
         by_run = {run["run_id"]: run for run in runs}
         result.statuses = collections.Counter(run["status"] for run in runs)
+        soak_runs = {run["run_id"] for run in runs if run["workflow"] == "soak"}
 
         # Acknowledged starts, and one run per start key.
         for run_id, key in sorted(self.acked.items()):
@@ -912,7 +958,7 @@ class Phase:
                 problems["lost_starts"].append(f"{run_id} (start key {key}) was acknowledged and is not in the database")
         keys = collections.Counter((run.get("input") or {}).get("key") for run in runs)
         for key, count in keys.items():
-            if count > 1:
+            if key is not None and count > 1:  # a fan-out's children carry no start key
                 problems["duplicate_runs"].append(f"start key {key}: {count} runs "
                                                   f"{[r['run_id'] for r in runs if (r.get('input') or {}).get('key') == key]}")
         for run in runs:
@@ -925,6 +971,12 @@ class Phase:
         by_attempt = {a["attempt_id"]: a for a in attempts}
         for attempt in attempts:
             if attempt["status"] != "succeeded":
+                continue
+            if attempt["run_id"] not in soak_runs:
+                run = by_run.get(attempt["run_id"])
+                shape_step = soak_shapes.step_of(run["workflow"] if run else "", attempt["node_id"], attempt["output"])
+                if shape_step is not None:
+                    succeeded[(attempt["run_id"], attempt["node_id"], shape_step)].append(attempt)
                 continue
             try:
                 _link, step = wf.link_of(attempt["node_id"], attempt["output"])
@@ -992,7 +1044,7 @@ class Phase:
                         f"attempt {line.attempt_id} with no retry between (oracle bytes {applied.offset}, {line.offset})")
                 applied = line
         for run in runs:
-            if run["status"] != "done":
+            if run["status"] != "done" or run["run_id"] not in soak_runs:
                 continue
             rounds = int((run.get("input") or {}).get("rounds", self.args.rounds))
             clean = wf.clean_outputs(run["run_id"], rounds)
@@ -1011,14 +1063,18 @@ class Phase:
                     problems["unclean_outputs"].append(f"{run['run_id']} {node_id} step {step}: {output!r}, a clean "
                                                        f"run gives {want!r}")
 
+        # The other shapes: children, messages, sleepers, limits (bench/soak_shapes.py).
+        soak_shapes.check(runs, attempts, lines, tables["waits"], tables["messages"], self.result.messages_acked,
+                          problems, result.shape_counts)
+
 
 def _dicts(cursor: Any) -> list[dict[str, Any]]:
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def _inline_values(runs: list[dict[str, Any]], attempts: list[dict[str, Any]], blob: Any) -> None:
-    """`input` / `output` from the inline JSON or the blob table."""
+def _inline_values(tables: dict[str, list[dict[str, Any]]], blob: Any) -> None:
+    """`input` / `output` / `payload` from the inline JSON or the blob table."""
 
     def value(text: Any, key: Any) -> Any:
         if text is None and key is not None:
@@ -1028,10 +1084,12 @@ def _inline_values(runs: list[dict[str, Any]], attempts: list[dict[str, Any]], b
             return None
         return json.loads(text) if isinstance(text, str | bytes) else text
 
-    for run in runs:
+    for run in tables["runs"]:
         run["input"] = value(run.pop("input_json"), run.pop("input_sha256"))
-    for attempt in attempts:
+    for attempt in tables["attempts"]:
         attempt["output"] = value(attempt.pop("output_json"), attempt.pop("output_sha256"))
+    for message in tables["messages"]:
+        message["payload"] = value(message.pop("payload_json"), message.pop("payload_sha256"))
 
 
 # --- the report --------------------------------------------------------------------------------------
@@ -1053,6 +1111,20 @@ def report(results: list[Result], args: argparse.Namespace) -> int:
         row(f"kills: {kind}", [r.kills[kind] for r in results], sum(r.kills[kind] for r in results))
     row("kills: all", [sum(r.kills.values()) for r in results], sum(sum(r.kills.values()) for r in results))
     row("runs started (acknowledged)", [r.started for r in results], sum(r.started for r in results))
+    row("  soak / fan / taker / sleeper / limited",
+        [" / ".join(str(r.shapes[s]) for s in soak_shapes.SHAPES) for r in results],
+        " / ".join(str(sum(r.shapes[s] for r in results)) for s in soak_shapes.SHAPES))
+    for label in ("fan children", "messages sent", "limit peak key", "limit peak fan"):
+        peak = label.startswith("limit peak")
+        row(f"  {label}", [r.shape_counts[label] for r in results],
+            max((r.shape_counts[label] for r in results), default=0) if peak
+            else sum(r.shape_counts[label] for r in results))
+    row("message.send hang-ups / resends / adopted",
+        [f"{r.hang_ups_by_op['message.send']} / {r.resent['message.send']} / "
+         f"{r.answers[('message.send', 'adopted')]}" for r in results],
+        f"{sum(r.hang_ups_by_op['message.send'] for r in results)} / "
+        f"{sum(r.resent['message.send'] for r in results)} / "
+        f"{sum(r.answers[('message.send', 'adopted')] for r in results)}")
     row("runs finished (done)", [r.statuses["done"] for r in results], sum(r.statuses["done"] for r in results))
     row("node executions (oracle)", [r.executions for r in results], sum(r.executions for r in results))
     row("  re-runs of uncommitted nodes", [r.reruns for r in results], sum(r.reruns for r in results))
@@ -1121,6 +1193,21 @@ def _mix(text: str) -> dict[str, float]:
     return mix
 
 
+DEFAULT_SHAPES = "soak=3,fan=1,taker=1,sleeper=1,limited=2"
+
+
+def _shapes(text: str) -> dict[str, float]:
+    shapes: dict[str, float] = {}
+    for part in filter(None, text.split(",")):
+        shape, _, weight = part.partition("=")
+        if shape not in soak_shapes.SHAPES:
+            raise argparse.ArgumentTypeError(f"unknown shape {shape!r} ({', '.join(soak_shapes.SHAPES)})")
+        shapes[shape] = float(weight or 1)
+    if not any(shapes.values()):
+        raise argparse.ArgumentTypeError("every weight is 0")
+    return {shape: weight for shape, weight in shapes.items() if weight > 0}
+
+
 def _engines(text: str) -> list[str]:
     engines = [e.strip() for e in text.split(",") if e.strip()]
     for engine in engines:
@@ -1148,6 +1235,9 @@ def main() -> int:
                         "answer, then sent again with the same key (default 0.2)")
     parser.add_argument("--runners", type=int, default=1, help="runner hosts beside the active host (default 1)")
     parser.add_argument("--workers", type=int, default=2, help="--max-workers of every host (default 2)")
+    parser.add_argument("--shapes", type=_shapes, default=_shapes(DEFAULT_SHAPES),
+                        help=f"relative weights of the shapes a client starts (default {DEFAULT_SHAPES}; "
+                        "see bench/soak_shapes.py)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of the workflow's loop per run (default 2)")
     parser.add_argument("--lease-s", type=float, default=2.0, help="host and runner lease (default 2 s)")
     parser.add_argument("--min-uptime", type=float, default=1.0,
@@ -1165,6 +1255,7 @@ def main() -> int:
     print(f"soak: {', '.join(args.engines)}, {per_engine:.0f} s of kills each, {args.kill_rate:g} kills/s "
           f"(mix {', '.join(f'{k}={v:g}' for k, v in args.mix.items())}), seed {seed}; {args.clients} clients, "
           f"{args.runners} runner host(s), {args.workers} workers per host, {args.rounds} rounds per run, "
+          f"shapes {', '.join(f'{k}={v:g}' for k, v in args.shapes.items())}, "
           f"lease {args.lease_s:g} s; {os.cpu_count()} cores, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{base}", flush=True)
 
