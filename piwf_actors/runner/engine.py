@@ -219,6 +219,8 @@ class RunEngine:
             if isinstance(spec, NotifySpec):
                 message = checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
                 report.update(outcome="ok", output={"message": message}, notification=message)
+                if spec.audience is not None:  # the channels that route it send it too
+                    report["notification_audience"] = spec.audience
                 return report
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report

@@ -138,6 +138,8 @@ def summary(spec: NodeSpec) -> str:
         parts.append(_text_of(spec.prompt))
     elif isinstance(spec, NotifySpec):
         parts.append(_text_of(spec.message))
+        if spec.audience is not None:
+            parts.append(f"to {spec.audience}")
     elif isinstance(spec, AgentSpec):
         parts.append(_text_of(spec.prompt))
     elif isinstance(spec, HumanDecisionSpec):

@@ -88,9 +88,10 @@ def checkpoint(prompt: Any = "", timeout_s: Any = None, audience: str | None = N
     return CheckpointSpec(prompt=prompt, timeout_s=timeout_s, audience=audience)
 
 
-def notify(message: Any) -> NotifySpec:
-    """Deliver `message` (a string or a callable of ctx)."""
-    return NotifySpec(message=message)
+def notify(message: Any, audience: str | None = None) -> NotifySpec:
+    """Deliver `message` (a string or a callable of ctx) to the run's session outbox; with an
+    `audience`, also to the chats of the channel profiles that route it (channels.toml), once."""
+    return NotifySpec(message=message, audience=audience)
 
 
 def agent(

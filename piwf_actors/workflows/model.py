@@ -137,10 +137,13 @@ class CheckpointSpec(NodeSpec):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NotifySpec(NodeSpec):
-    """Delivers a message; counted as idempotent (a duplicate message is harmless)."""
+    """Delivers a message to the run's session outbox, and with an `audience` to the chats of the
+    channels that route it (at most once each, docs/channels.md). Pure: it runs again only when its
+    result was not committed, and only a committed result is delivered."""
 
     kind: ClassVar[str] = "notify"
     message: Any  # str | Callback
+    audience: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

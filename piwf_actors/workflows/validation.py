@@ -293,6 +293,8 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
         changes = _common(node_id, spec, optional_timeout=True, computed_timeout=True)
     elif isinstance(spec, NotifySpec):
         _text_or_callable(node_id, "message", spec.message)
+        if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
+            raise fail(node_id, "audience must be a non-empty string (or None)")
         changes = _common(node_id, spec, optional_timeout=True)
     elif isinstance(spec, AgentSpec):
         changes = _common(node_id, spec, optional_timeout=True) | _agent(node_id, spec)
