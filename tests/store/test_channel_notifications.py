@@ -13,7 +13,7 @@ import pytest
 from test_store_regressions import Store
 
 from piwf_actors.errors import Rejected
-from piwf_actors.store import channel_queries
+from piwf_actors.store import channel_queries, metrics_queries
 from piwf_actors.store.reader import StoreReader
 
 #: Now, near the wall clock: `channel.status` lists what is still wanted as of the wall clock.
@@ -88,11 +88,14 @@ def test_a_notification_is_sent_once_and_an_unknown_outcome_waits_for_a_person(s
         "skip": "ambiguous"}  # never sent again by itself
     [waiting] = _listed(store, "ambiguous")
     assert (waiting["purpose"], waiting["request_id"]) == ("notification", message_id)
+    assert _read(store, metrics_queries.ambiguous_channel_deliveries) == 1  # the gauge counts it too
     # A person's retry makes its next attempt due (no copies: a notification has no buttons to replace).
     receipt = store.call("channel.recover", {"profile": "ops", "message_id": waiting["message_id"],
                                              "action": "retry"}, NOW)
     assert receipt["receipt"]["next_message_id"] == f"{effect['effect_id']}-2"
     assert _listed(store, "ambiguous") == [] and [u["attempts"] for u in _listed(store, "undelivered")] == [1]
+    assert (_read(store, metrics_queries.ambiguous_channel_deliveries),
+            _read(store, metrics_queries.undelivered_channel_messages)) == (0, 1)
     again = store.call("channel.effect_reserve", {"profile": "ops", "adapter_epoch": "a2", "purpose": "notification",
                                                   "request_id": message_id, "chat_id": 2002}, NOW)
     assert (again["effect_id"], again["attempt"]) == (effect["effect_id"], 2)
