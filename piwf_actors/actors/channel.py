@@ -58,8 +58,8 @@ from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
 
-#: Tables whose changes may mean work for a channel (a notification is a session message).
-_WATCHED = frozenset({"interactive_request", "interactive_submission", "channel_effect", "session_message"})
+#: Tables whose changes may mean work for a channel. Not session_message: every run ends with one (notify: next tick).
+_WATCHED = frozenset({"interactive_request", "interactive_submission", "channel_effect"})
 #: Sure failures of one message logged as WARNING (the rest at INFO): the first, then every tenth.
 _WARN_EVERY = 10
 #: Refusals of a receipt that make it final: the attempt is stale (another adapter owns the profile).
