@@ -2,8 +2,8 @@
 
 `next_work` picks the one message an adapter should attempt now (deliveries,
 then notifications, then edits, each only when it is due); `place_tap` says
-what a tapped button belongs to. The adapter (`actors/channel.py`) reserves, attempts and
-settles what these return.
+what a tapped button belongs to. The adapter (`actors/channel.py`) reserves,
+attempts and settles what these return.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _due(effect: dict[str, Any] | None, now: float) -> bool:
 def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], *, text_limit: int,
               now: float | None = None, deferred: set[tuple[Any, ...]] | frozenset[tuple[Any, ...]] = frozenset(),
               ) -> Work | None:
-    """The next delivery or edit that is due and not `deferred` (keys of `Work.key`), or None."""
+    """The next delivery, notification or edit that is due and not `deferred` (keys of `Work.key`), or None."""
     now = time.time() if now is None else now
     for plan in (_deliveries, _notifications, _settlements):
         for work in plan(reader, profile, moves, text_limit, now):
