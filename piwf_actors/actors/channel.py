@@ -7,15 +7,15 @@ acknowledger for taps and replies, and a poller that waits for updates. They
 tell the actor what happened; the actor never blocks on the network.
 
 Delivery, one message at a time (`actors/channel_plan.py` picks it): an open
-decision whose audience routes to the profile and that has no delivery to an
-allowed chat yet is reserved (`channel.effect_reserve` commits it
+decision (or a notification) whose audience routes to the profile, not yet
+sent to an allowed chat, is reserved (`channel.effect_reserve` commits it
 `applying`), then sent; the receipt settles it (`channel.effect_settle`):
 `applied` with the message reference, `failed` when surely not sent — tried
-again with back-off for as long as the decision is open, at once in the new
-chat when the chat moved — or `ambiguous`, never sent again without a
-person. When the decision is settled (answered anywhere, timed out,
-cancelled) each delivered message is edited to show the outcome without
-buttons.
+again with back-off while the decision is open (a notification: a day), at
+once in the new chat when the chat moved — or `ambiguous`, never sent again
+without a person. When the decision is settled (answered anywhere, timed
+out, cancelled) each delivered message is edited to show the outcome
+without buttons.
 
 Answers, one update at a time and in order: a tap on a button or a reply to
 a text prompt is accepted only from an allowed user in an allowed chat and
@@ -58,7 +58,7 @@ from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
 
-#: Tables whose changes may mean work for a channel.
+#: Tables whose changes may mean work for a channel. Not session_message: every run ends with one (notify: next tick).
 _WATCHED = frozenset({"interactive_request", "interactive_submission", "channel_effect"})
 #: Sure failures of one message logged as WARNING (the rest at INFO): the first, then every tenth.
 _WARN_EVERY = 10

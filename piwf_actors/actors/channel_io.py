@@ -3,8 +3,8 @@
 The adapter actor (`actors/channel.py`) never blocks on the network; these
 threads do, each on its own so that none waits behind another:
 
-- the **sender** makes one attempt at a time (a delivery, a prompt, an
-  edit) and tells the actor how it ended (`JobDone`);
+- the **sender** makes one attempt at a time (a delivery, a prompt, a
+  notification, an edit) and tells the actor how it ended (`JobDone`);
 - the **acknowledger** answers taps and replies (`notice`): best effort, and
   never behind a send that waits out a service's back-off;
 - the **poller** waits for updates from the cursor the actor gives it
@@ -48,7 +48,7 @@ POLL_PAUSE_MAX_S = 30.0
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One attempt for the sender thread (kind: present | ask | settle)."""
+    """One attempt for the sender thread (kind: present | ask | announce | settle)."""
 
     kind: str
     chat_id: int
@@ -152,6 +152,8 @@ class ChannelThreads:
             elif job.kind == "ask":
                 assert job.presented is not None and job.choice is not None
                 result = io.ask_text(job.chat_id, job.presented, job.choice, job.user_id).to_wire()
+            elif job.kind == "announce":
+                result = io.announce(job.chat_id, job.text).to_wire()
             else:
                 assert job.ref is not None
                 io.settle(job.ref, job.text)

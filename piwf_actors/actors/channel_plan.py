@@ -1,9 +1,9 @@
 """What a channel adapter does next, decided from the store: pure reads, no I/O, no actor.
 
-`next_work` picks the one message an adapter should attempt now (deliveries
-before edits, each only when it is due); `place_tap` says what a tapped
-button belongs to. The adapter (`actors/channel.py`) reserves, attempts and
-settles what these return.
+`next_work` picks the one message an adapter should attempt now (deliveries,
+then notifications, then edits, each only when it is due); `place_tap` says
+what a tapped button belongs to. The adapter (`actors/channel.py`) reserves,
+attempts and settles what these return.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from piwf_actors.store.reader import StoreReader
 class Work:
     """One message to attempt: `reserve` are the arguments of channel.effect_reserve."""
 
-    kind: str  # present | settle
+    kind: str  # present | announce (a notification) | settle
     chat_id: int  # where it goes (a moved chat's new id)
     reserve: dict[str, Any]
     presented: Presented | None = None
@@ -61,14 +61,12 @@ def _due(effect: dict[str, Any] | None, now: float) -> bool:
 def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], *, text_limit: int,
               now: float | None = None, deferred: set[tuple[Any, ...]] | frozenset[tuple[Any, ...]] = frozenset(),
               ) -> Work | None:
-    """The next delivery or edit that is due and not `deferred` (keys of `Work.key`), or None."""
+    """The next delivery, notification or edit that is due and not `deferred` (keys of `Work.key`), or None."""
     now = time.time() if now is None else now
-    for work in _deliveries(reader, profile, moves, text_limit, now):
-        if work.key not in deferred:
-            return work
-    for work in _settlements(reader, profile, moves, text_limit, now):
-        if work.key not in deferred:
-            return work
+    for plan in (_deliveries, _notifications, _settlements):
+        for work in plan(reader, profile, moves, text_limit, now):
+            if work.key not in deferred:
+                return work
     return None
 
 
@@ -102,6 +100,28 @@ def _deliveries(reader: StoreReader, profile: ChannelProfile, moves: dict[int, i
             reserve = {"purpose": "delivery", "request_id": decision["request_id"], "chat_id": chat_id,
                        "copy": copy, "detail": {"revision": decision["revision"]}}
             yield Work("present", target, reserve, presented=presented)
+
+
+def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+                   now: float) -> Iterator[Work]:
+    """Notifications for an audience the profile routes (a `"*"` profile: any audience; one without an
+    audience stays in the outbox), written within the window, not yet sent to each chat, oldest first."""
+    targets = _targets(profile, moves)
+    for notice in channel_queries.addressed_notifications(reader, profile.profile,
+                                                          channel_queries.notifications_since(now)):
+        if not profile.routes(notice["audience"]):
+            continue
+        by_target: dict[int, tuple[int, dict[str, Any]]] = {}
+        for chat_id, effect in notice["effects"].items():  # sent under any id of the chat counts for the chat
+            by_target.setdefault(resolve_chat(moves, chat_id), (chat_id, effect))
+        for target, configured in targets.items():
+            chat_id, latest = by_target.get(target, (configured, None))
+            if not _due(latest, now):
+                continue
+            body = channel_queries.notification_body(reader, notice["message_id"])
+            reserve = {"purpose": "notification", "request_id": notice["message_id"], "chat_id": chat_id}
+            yield Work("announce", target, reserve,
+                       text=channel_text.notification_text(body.get("message"), limit=text_limit))
 
 
 def _settlements(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,

@@ -140,6 +140,9 @@ class ChannelIO(Protocol):
     def ask_text(self, chat_id: int, presented: Presented, choice: Choice, user_id: int) -> MessageRef:
         """Ask `user_id` for the text `choice` needs (a reply to this message answers it)."""
 
+    def announce(self, chat_id: int, text: str) -> MessageRef:
+        """Send `text` as a plain message (a notification): no buttons, no reply asked for."""
+
     def settle(self, ref: MessageRef, text: str) -> None:
         """Replace a delivered decision's text with `text` and remove its buttons."""
 

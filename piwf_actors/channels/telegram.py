@@ -1,7 +1,8 @@
 """Telegram as a decision channel: the `ChannelIO` of a `[telegram.<profile>]` profile.
 
 Decisions go out with `sendMessage` (plain text, at most 4,096 characters,
-one inline button per choice); a choice that needs text is asked for with a
+one inline button per choice), notifications as plain messages without
+buttons; a choice that needs text is asked for with a
 `force_reply` message, and so is a checkpoint (answered by a reply); answers come in by long polling `getUpdates`
 (`callback_query` for taps, `message` for replies); a settled decision's
 messages are edited to show the outcome without buttons. Every tap is
@@ -103,6 +104,10 @@ class TelegramIO:
         message = self._do("sendMessage", lambda: self._api.send_message(
             chat_id, prompt, reply_markup={"force_reply": True, "selective": True,
                                            "input_field_placeholder": str(field.get("name") or "")[:64]}))
+        return MessageRef(chat_id, int(message["message_id"]))
+
+    def announce(self, chat_id: int, text: str) -> MessageRef:
+        message = self._do("sendMessage", lambda: self._api.send_message(chat_id, text[:TEXT_LIMIT]))
         return MessageRef(chat_id, int(message["message_id"]))
 
     def settle(self, ref: MessageRef, text: str) -> None:

@@ -1,4 +1,5 @@
-"""Decisions and checkpoints as plain text for chat channels, and the data their buttons carry.
+"""Decisions, checkpoints and notifications as plain text for chat channels, and the data their
+buttons carry.
 
 Presentation text is display-only and plain (no markup: a decision's title may
 contain anything). A button carries `<token>:<choice index>`, where the token
@@ -166,6 +167,13 @@ def outcome_text(contract: dict[str, Any], status: str, answer: Any, provenance:
     else:
         line += " (answered elsewhere)"
     return _cut(f"{title}\n\n{line}", limit)
+
+
+def notification_text(message: Any, *, limit: int) -> str:
+    """A notification as a chat shows it: the message itself (one that is not text as compact JSON),
+    cut to `limit` characters."""
+    text = message if isinstance(message, str) else json.dumps(message, ensure_ascii=False, sort_keys=True)
+    return _cut(text.strip() or "(an empty notification)", limit)
 
 
 def _cut(text: str, limit: int) -> str:

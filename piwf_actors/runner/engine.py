@@ -51,6 +51,7 @@ from piwf_actors.workflows.model import (
     ShellSpec,
     thaw,
 )
+from piwf_actors.workflows.validation import checked_seconds, decision_timeout_for
 from piwf_actors.workflows.waits import WAIT_KINDS, ChildRunsSpec
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,8 @@ class RunEngine:
             if isinstance(spec, NotifySpec):
                 message = checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
                 report.update(outcome="ok", output={"message": message}, notification=message)
+                if spec.audience is not None:  # the channels that route it send it too
+                    report["notification_audience"] = spec.audience
                 return report
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report
@@ -288,7 +291,7 @@ class RunEngine:
         ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                            attempt_id=attempt_id)
         try:
-            contract, after_s, default = self._contract(spec, ctx)
+            contract, after_s, default = self._contract(node_id, spec, ctx)
             checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
@@ -319,12 +322,14 @@ class RunEngine:
                 "request_id": answer["request_id"]}
 
     @staticmethod
-    def _contract(spec: Any, ctx: Any) -> tuple[dict[str, Any], float | None, Any]:
+    def _contract(node_id: str, spec: Any, ctx: Any) -> tuple[dict[str, Any], float | None, Any]:
+        """(contract, seconds to its deadline or None, default response); a deadline computed from the
+        run is computed here, once per request (the host stores the deadline it makes of it)."""
         if isinstance(spec, CheckpointSpec):
             # The audience only when given: a checkpoint without one keeps the contract (and request id) it had.
             audience = {} if spec.audience is None else {"audience": spec.audience}
             return ({"kind": "checkpoint", "prompt": str(evaluate(spec.prompt, ctx) or ""), **audience},
-                    spec.timeout_s, None)
+                    checked_seconds(node_id, evaluate(spec.timeout_s, ctx)), None)
         if isinstance(spec, AgentSpec):
             return ({"kind": "agent", "prompt": str(evaluate(spec.prompt, ctx)),
                      "expected_output": thaw(spec.expected_output), "max_submissions": spec.max_submissions,
@@ -335,7 +340,7 @@ class RunEngine:
                              "name": choice.input.name, "prompt": choice.input.prompt,
                              "min_length": choice.input.min_length, "max_length": choice.input.max_length}}
                    for key, choice in spec.choices.items()}
-        timeout = spec.on_timeout
+        timeout = decision_timeout_for(node_id, spec, ctx)
         default = timeout.response() if timeout is not None else None
         contract = {"kind": "decision", "audience": spec.audience, **shown, "choices": choices,
                     "default_response": default, "timeout_s": timeout.after_s if timeout is not None else None}

@@ -4,11 +4,20 @@ and what `channel.status` lists for a person."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from piwf_actors.store.reader import StoreReader
 
 _OPEN = "('pending', 'presenting')"
+#: How long after it was written a notification is still sent to a chat (a new profile or chat, or a
+#: channel back after an outage, gets the notifications of the last day, never an older backlog).
+NOTIFICATION_WINDOW_S = 24 * 3600.0
+
+
+def notifications_since(now: float | None = None) -> float:
+    """The oldest a notification may be and still be sent (`NOTIFICATION_WINDOW_S` before `now`)."""
+    return (time.time() if now is None else now) - NOTIFICATION_WINDOW_S
 
 
 def _json(text: str | None) -> Any:
@@ -33,6 +42,28 @@ def open_decisions(reader: StoreReader) -> list[dict[str, Any]]:
             ORDER BY created_at""")
     keys = ("request_id", "run_id", "node_id", "revision", "audience", "deadline_at", "kind")
     return [{**dict(zip(keys, row[:7], strict=True)), "contract": _contract(reader, row[7])} for row in rows]
+
+
+def addressed_notifications(reader: StoreReader, profile: str, since: float) -> list[dict[str, Any]]:
+    """Notifications that name an audience, written at `since` or later, oldest first, each with the
+    profile's notification effects for it: {message_id, audience, effects: {chat id: {effect_id,
+    status, retry_at}}}. The bodies are read one at a time (`notification_body`), for what is sent."""
+    found: dict[str, dict[str, Any]] = {}
+    for message_id, audience, effect_id, chat_id, status, retry_at in reader.all(
+            """SELECT m.message_id, m.audience, e.effect_id, e.chat_id, e.status, e.retry_at
+               FROM session_message m LEFT JOIN channel_effect e
+                    ON e.request_id = m.message_id AND e.profile = ? AND e.purpose = 'notification'
+               WHERE m.audience IS NOT NULL AND m.created_at >= ? ORDER BY m.created_at""", (profile, since)):
+        notice = found.setdefault(message_id, {"message_id": message_id, "audience": audience, "effects": {}})
+        if effect_id is not None:
+            notice["effects"][int(chat_id)] = {"effect_id": effect_id, "status": status, "retry_at": retry_at}
+    return list(found.values())
+
+
+def notification_body(reader: StoreReader, message_id: str) -> dict[str, Any]:
+    """A notification's outbox body: {node_id, message, audience}."""
+    row = reader.one("SELECT body FROM session_message WHERE message_id = ?", (message_id,))
+    return {} if row is None else dict(json.loads(row[0]))
 
 
 def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, int], dict[str, Any]]:
@@ -125,32 +156,45 @@ def checkpoint_for_reply(reader: StoreReader, profile: str, chat_id: int, messag
 
 # --- what channel.status shows a person ------------------------------------------------------------
 
+def _waiting(reader: StoreReader, status: str, settlements: bool) -> list[tuple[Any, ...]]:
+    """The channel effects of `status` (a literal, so that its partial index serves the statement) a
+    person may have to act on: deliveries of decisions still open (`settlements`: edits too, also
+    after), and notifications still wanted."""
+    assert status in ("ambiguous", "failed")
+    edits = "e.purpose = 'settlement' OR " if settlements else ""
+    return reader.all(
+        f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error, e.retry_at,
+                   e.created_at
+            FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
+            WHERE e.status = '{status}' AND e.purpose <> 'input_prompt' AND ({edits}r.status IN {_OPEN})
+            UNION ALL
+            SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error, e.retry_at,
+                   e.created_at
+            FROM channel_effect e JOIN session_message m ON m.message_id = e.request_id
+            WHERE e.status = '{status}' AND e.purpose = 'notification' AND m.created_at >= ?
+            ORDER BY 9""", (notifications_since(),))
+
+
 def ambiguous(reader: StoreReader) -> list[dict[str, Any]]:
-    """Deliveries of unknown outcome for decisions still open, waiting for a person (`channel.recover
-    confirm|retry`): {profile, message_id, purpose, request_id, chat_id, error}, oldest first. (A
-    prompt for text is asked again when its person taps again: it waits for no one else.)"""
+    """Deliveries of unknown outcome for decisions still open, and notifications of unknown outcome
+    still wanted, waiting for a person (`channel.recover confirm|retry`): {profile, message_id, purpose,
+    request_id, chat_id, error}, oldest first. (A prompt for text is asked again when its person taps
+    again: it waits for no one else.)"""
     return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
              "request_id": request_id, "chat_id": chat_id, "error": error}
-            for profile, effect_id, attempt, purpose, request_id, chat_id, error in reader.all(
-                f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error
-                    FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
-                    WHERE e.status = 'ambiguous' AND r.status IN {_OPEN} AND e.purpose <> 'input_prompt'
-                    ORDER BY e.created_at""")]
+            for profile, effect_id, attempt, purpose, request_id, chat_id, error, _retry, _at in _waiting(
+                reader, "ambiguous", settlements=False)]
 
 
 def undelivered(reader: StoreReader) -> list[dict[str, Any]]:
     """Messages that surely failed and are being tried again (`channel.recover retry` tries now):
-    deliveries of open decisions, and edits. {profile, message_id, purpose, request_id,
-    chat_id, attempts, error, retry_at}, oldest first."""
+    deliveries of open decisions, edits, and notifications still wanted. {profile, message_id,
+    purpose, request_id, chat_id, attempts, error, retry_at}, oldest first."""
     return [{"profile": profile, "message_id": f"{effect_id}-{attempt}", "purpose": purpose,
              "request_id": request_id, "chat_id": chat_id, "attempts": attempt, "error": error,
              "retry_at": retry_at}
-            for profile, effect_id, attempt, purpose, request_id, chat_id, error, retry_at in reader.all(
-                f"""SELECT e.profile, e.effect_id, e.attempt, e.purpose, e.request_id, e.chat_id, e.error, e.retry_at
-                    FROM channel_effect e JOIN interactive_request r ON r.request_id = e.request_id
-                    WHERE e.status = 'failed' AND e.purpose <> 'input_prompt'
-                      AND (e.purpose = 'settlement' OR r.status IN {_OPEN})
-                    ORDER BY e.created_at""")]
+            for profile, effect_id, attempt, purpose, request_id, chat_id, error, retry_at, _at in _waiting(
+                reader, "failed", settlements=True)]
 
 
 def unsettled(reader: StoreReader) -> list[dict[str, Any]]:

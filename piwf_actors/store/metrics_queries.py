@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from piwf_actors.statuses import LIVE_SQL, TERMINAL_STATUSES
+from piwf_actors.store.channel_queries import notifications_since
 from piwf_actors.store.reader import IN_LIST_MAX, StoreReader, chunked
 
 #: Statuses a run can still leave.
@@ -172,18 +173,30 @@ def ambiguous_effects(reader: StoreReader) -> int:
 
 
 def ambiguous_channel_deliveries(reader: StoreReader) -> int:
-    """Channel messages of decisions still open that may or may not have been sent (they wait for
-    `channel recover`, as `channel.status` lists them); found through the partial index
-    `channel_effect_ambiguous` (schema v5), like `ambiguous_effects`."""
+    """Channel messages of decisions still open, and notifications still wanted, that may or may not
+    have been sent (they wait for `channel recover`, as `channel.status` lists them); found through
+    the partial index `channel_effect_ambiguous` (schema v5), like `ambiguous_effects`."""
     return _count(reader, "SELECT count(*) FROM channel_effect e JOIN interactive_request r "
                           "ON r.request_id = e.request_id WHERE e.status = 'ambiguous' "
-                          "AND r.status IN ('pending', 'presenting') AND e.purpose <> 'input_prompt'")
+                          "AND r.status IN ('pending', 'presenting') AND e.purpose <> 'input_prompt'") \
+        + _notifications(reader, "ambiguous")
 
 
 def undelivered_channel_messages(reader: StoreReader) -> int:
     """Channel messages that surely were not sent and are being tried again (deliveries of open
-    decisions, and edits), as `channel.status` lists them under `undelivered`; found through the
-    partial index `channel_effect_failed` (schema v12)."""
+    decisions, edits, and notifications still wanted), as `channel.status` lists them under
+    `undelivered`; found through the partial index `channel_effect_failed` (schema v12)."""
     return _count(reader, "SELECT count(*) FROM channel_effect e JOIN interactive_request r "
                           "ON r.request_id = e.request_id WHERE e.status = 'failed' AND e.purpose <> 'input_prompt' "
-                          "AND (e.purpose = 'settlement' OR r.status IN ('pending', 'presenting'))")
+                          "AND (e.purpose = 'settlement' OR r.status IN ('pending', 'presenting'))") \
+        + _notifications(reader, "failed")
+
+
+def _notifications(reader: StoreReader, status: str) -> int:
+    """Notifications still wanted (channel_queries.notifications_since) whose channel effect is `status`
+    (a literal: the partial index of that status serves the statement)."""
+    assert status in ("ambiguous", "failed")
+    row = reader.one(f"SELECT count(*) FROM channel_effect e JOIN session_message m ON m.message_id = e.request_id "
+                     f"WHERE e.status = '{status}' AND e.purpose = 'notification' AND m.created_at >= ?",
+                     (notifications_since(),))
+    return int(row[0]) if row is not None else 0

@@ -205,6 +205,15 @@ def _v14_waits_children_limits(db: Any) -> None:
     db.execute_sql("DROP INDEX IF EXISTS run_status_queue_class_queued_at")
 
 
+def _v15_addressed_notifications(db: Any) -> None:
+    """Notifications for people (docs/channels.md): session_message.audience, the audience a `notify`
+    names, and an index of the messages that have one, by time, which channel adapters read."""
+    _add_columns(db, (("session_message", "audience", "TEXT"),))
+    with _BIND_LOCK, db.bind_ctx((schema.SessionMessage,)):
+        for model, index in schema.V15_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -243,7 +252,7 @@ POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
-                               _v14_waits_children_limits]
+                               _v14_waits_children_limits, _v15_addressed_notifications]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

@@ -358,7 +358,9 @@ class InteractiveSubmission(Base):
 
 
 class SessionMessage(Base):
-    """A durable notification in a session's outbox."""
+    """A durable notification in a session's outbox. A `notify` with an audience (schema v15) is
+    also sent to the chats of the channel profiles that route it (`channel_effect`, purpose
+    `notification`, whose request_id is this message_id)."""
 
     message_id = pw.TextField(primary_key=True)
     session_id = pw.TextField(null=True)
@@ -367,6 +369,7 @@ class SessionMessage(Base):
     body = pw.TextField()
     created_at = pw.FloatField()
     acked_at = pw.FloatField(null=True)
+    audience = pw.TextField(null=True)
 
     class Meta:
         table_name = "session_message"
@@ -475,4 +478,13 @@ V14_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (RunMessage, _blob_prefix_index(RunMessage, RunMessage.payload_sha256, "run_message_payload_sha256_prefix")),
 )
 for _model, _index in V14_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v15: the notifications addressed to an audience, by time — what a channel
+#: adapter reads for the ones still to send (only those written in the last day are wanted).
+V15_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (SessionMessage, SessionMessage.index(SessionMessage.created_at, name="session_message_addressed",
+                                          where=SessionMessage.audience.is_null(False))),
+)
+for _model, _index in V15_INDEXES:
     _model.add_index(_index)

@@ -114,6 +114,11 @@ def _function(value: Any) -> str:
     return "" if not name or name == "<lambda>" else f"{name}()"
 
 
+def _seconds(value: Any) -> str:
+    """A literal time as a duration; one computed from the run (a callable) as `(computed)`."""
+    return "(computed)" if callable(value) else duration(value)
+
+
 def _shell_command(spec: ShellSpec) -> str:
     if callable(spec.command):
         return "(command computed)"
@@ -133,12 +138,16 @@ def summary(spec: NodeSpec) -> str:
         parts.append(_text_of(spec.prompt))
     elif isinstance(spec, NotifySpec):
         parts.append(_text_of(spec.message))
+        if spec.audience is not None:
+            parts.append(f"to {spec.audience}")
     elif isinstance(spec, AgentSpec):
         parts.append(_text_of(spec.prompt))
     elif isinstance(spec, HumanDecisionSpec):
         parts.append(f"{spec.audience} · {' | '.join(spec.choices)}")
-        if spec.on_timeout is not None:
-            parts.append(f"timeout {duration(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
+        if callable(spec.on_timeout):
+            parts.append("timeout (computed)")
+        elif spec.on_timeout is not None:
+            parts.append(f"timeout {_seconds(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
     elif isinstance(spec, SleepSpec):
         parts.append(duration(spec.seconds) if spec.seconds is not None else "until (computed)")
     elif isinstance(spec, WaitMessageSpec):
@@ -152,7 +161,7 @@ def summary(spec: NodeSpec) -> str:
     elif isinstance(spec, ParallelSpec):
         parts.append(", ".join(spec.workflows))
     if isinstance(spec, (WaitMessageSpec, CheckpointSpec, AgentSpec)) and spec.timeout_s is not None:
-        parts.append(f"timeout {duration(spec.timeout_s)}")
+        parts.append(f"timeout {_seconds(spec.timeout_s)}")
     if spec.retries:
         parts.append(f"retries {spec.retries}")
     return cut(" · ".join(part for part in parts if part), SUMMARY_CHARS)

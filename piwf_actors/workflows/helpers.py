@@ -80,15 +80,18 @@ def shell(
     )
 
 
-def checkpoint(prompt: Any = "", timeout_s: float | None = None, audience: str | None = None) -> CheckpointSpec:
+def checkpoint(prompt: Any = "", timeout_s: Any = None, audience: str | None = None) -> CheckpointSpec:
     """Wait for an answer; `prompt` is a string or a callable of ctx. With an `audience`, the
-    channels that route it (channels.toml) deliver the prompt too, answered there by a reply."""
+    channels that route it (channels.toml) deliver the prompt too, answered there by a reply.
+    `timeout_s` (seconds, None for none) may be a callable of ctx: the worker calls it when the
+    request is made, and a result that is not a positive number or None fails the node."""
     return CheckpointSpec(prompt=prompt, timeout_s=timeout_s, audience=audience)
 
 
-def notify(message: Any) -> NotifySpec:
-    """Deliver `message` (a string or a callable of ctx)."""
-    return NotifySpec(message=message)
+def notify(message: Any, audience: str | None = None) -> NotifySpec:
+    """Deliver `message` (a string or a callable of ctx) to the run's session outbox; with an
+    `audience`, also to the chats of the channel profiles that route it (channels.toml), once."""
+    return NotifySpec(message=message, audience=audience)
 
 
 def agent(
@@ -120,14 +123,18 @@ def human_decision(
     audience: str,
     choices: Mapping[str, Choice],
     request: Any,
-    on_timeout: Mapping[str, Any] | None = None,
+    on_timeout: Any = None,
     timeout_s: float | None = None,
 ) -> HumanDecisionSpec:
     """A typed decision for `audience`.
 
     `on_timeout={"after_s": s, "response": {"choice": key, "input"?: {...}}}`
     answers the decision by itself after `s` seconds; it is checked against
-    `choices` when the workflow is defined.
+    `choices` when the workflow is defined. Computed from the run: `after_s`
+    may be a callable of ctx, or `on_timeout` itself a callable of ctx
+    returning such a dict (or None: no deadline); the worker calls it when the
+    request is made and checks the result as a constant one is checked (a
+    result that does not fit fails the node with one line naming it).
     """
     # The raw on_timeout dict stays in the spec until define_workflow turns it
     # into a DecisionTimeout (and can name the node in an error).

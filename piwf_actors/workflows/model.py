@@ -126,19 +126,24 @@ class ShellSpec(NodeSpec):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointSpec(NodeSpec):
-    """Waits for an answer; the output is the answer's input."""
+    """Waits for an answer; the output is the answer's input. `timeout_s` may be a callable of ctx,
+    evaluated in the worker when the request is made (`validation.checked_seconds`)."""
 
     kind: ClassVar[str] = "checkpoint"
+    timeout_s: Any = None  # float | Callback | None
     prompt: Any = ""  # str | Callback
     audience: str | None = None  # delivered to the channels that route it (docs/channels.md)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NotifySpec(NodeSpec):
-    """Delivers a message; counted as idempotent (a duplicate message is harmless)."""
+    """Delivers a message to the run's session outbox, and with an `audience` to the chats of the
+    channels that route it (at most once each, docs/channels.md). Pure: it runs again only when its
+    result was not committed, and only a committed result is delivered."""
 
     kind: ClassVar[str] = "notify"
     message: Any  # str | Callback
+    audience: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -178,9 +183,10 @@ class Choice:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DecisionTimeout:
-    """The response a human decision takes by itself after `after_s` seconds."""
+    """The response a human decision takes by itself after `after_s` seconds (a number, or a callable
+    of ctx evaluated in the worker when the request is made)."""
 
-    after_s: float
+    after_s: Any  # float | Callback
     choice: str
     input: Mapping[str, str] | None = None
 
@@ -204,7 +210,8 @@ class HumanDecisionSpec(NodeSpec):
     audience: str
     choices: Mapping[str, Choice]
     request: Any  # Mapping[str, Any] (frozen) | Callback
-    # A DecisionTimeout once defined; helpers leave the raw dict here.
+    # A DecisionTimeout or a callable of ctx (returning the raw dict or None) once defined; helpers
+    # leave the raw dict here.
     on_timeout: Any = None
 
 

@@ -29,6 +29,7 @@ from piwf_actors.workflows.model import (
     TextInput,
     freeze,
     is_number,
+    thaw,
 )
 from piwf_actors.workflows.shapes import ShapeError, checked_shape
 from piwf_actors.workflows.waits import WAIT_KINDS, checked_wait
@@ -79,20 +80,35 @@ def _timeout(node_id: str, value: Any, optional: bool, name: str = "timeout_s") 
     if value is None and optional:
         return None
     if not is_number(value) or value <= 0:
-        raise fail(node_id, f"{name} must be a positive number of seconds, got {value!r}")
+        raise fail(node_id, f"{name} must be a positive number of seconds, got {_shown(value)}")
     return float(value)
 
 
-def _common(node_id: str, spec: NodeSpec, optional_timeout: bool) -> dict[str, Any]:
-    """Checked common options as keyword arguments for `dataclasses.replace`."""
+def _shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)`, cut: a computed value may be anything, and an error stays one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def checked_seconds(node_id: str, value: Any, name: str = "timeout_s") -> float | None:
+    """What a computed deadline (`checkpoint(timeout_s=fn)`, `on_timeout={"after_s": fn, …}`) returned,
+    checked in the worker as a constant one is when the workflow is defined: a positive number of
+    seconds, or None for no deadline. Anything else raises a WorkflowDefinitionError naming the node."""
+    return _timeout(node_id, value, True, name)
+
+
+def _common(node_id: str, spec: NodeSpec, optional_timeout: bool, computed_timeout: bool = False) -> dict[str, Any]:
+    """Checked common options as keyword arguments for `dataclasses.replace`; with `computed_timeout`,
+    `timeout_s` may be a callable of ctx (checked with `checked_seconds` when it is called)."""
     if isinstance(spec.retries, bool) or not isinstance(spec.retries, int) or spec.retries < 0:
         raise fail(node_id, f"retries must be a non-negative integer, got {spec.retries!r}")
     if not is_number(spec.retry_backoff_s) or spec.retry_backoff_s < 0:
         raise fail(node_id, f"retry_backoff_s must be a non-negative number, got {spec.retry_backoff_s!r}")
     if not isinstance(spec.idempotent, bool):
         raise fail(node_id, f"idempotent must be true or false, got {spec.idempotent!r}")
+    computed = computed_timeout and callable(spec.timeout_s)
     return {
-        "timeout_s": _timeout(node_id, spec.timeout_s, optional_timeout),
+        "timeout_s": spec.timeout_s if computed else _timeout(node_id, spec.timeout_s, optional_timeout),
         "retry_backoff_s": float(spec.retry_backoff_s),
     }
 
@@ -204,20 +220,43 @@ def _human_decision(node_id: str, spec: HumanDecisionSpec) -> dict[str, Any]:
     elif not callable(request):
         raise fail(node_id, f"request must be a mapping or a callable of ctx, got {type(request).__name__}")
     timeout = spec.on_timeout
-    if timeout is not None and not isinstance(timeout, DecisionTimeout):
-        if not isinstance(timeout, Mapping) or set(timeout) != {"after_s", "response"}:
-            raise fail(node_id, "on_timeout must be {'after_s': seconds, 'response': {'choice': ...}}")
-        after_s = float(_timeout(node_id, timeout["after_s"], False, "on_timeout.after_s") or 0.0)
-        candidate = dataclasses.replace(spec, choices=choices)
-        problem = check_decision_response(candidate, timeout["response"])
-        if problem:
-            raise fail(node_id, f"on_timeout.response: {problem}")
-        given = timeout["response"].get("input")
-        timeout = DecisionTimeout(
-            after_s=after_s, choice=timeout["response"]["choice"],
-            input=freeze(given) if given is not None else None,
-        )
+    if timeout is not None and not isinstance(timeout, DecisionTimeout) and not callable(timeout):
+        # A callable is checked when the worker calls it (`checked_decision_timeout`); so is a callable after_s.
+        timeout = _decision_timeout(node_id, dataclasses.replace(spec, choices=choices), timeout, computed=True)
     return {"choices": choices, "request": request, "on_timeout": timeout}
+
+
+def _decision_timeout(node_id: str, spec: HumanDecisionSpec, value: Any, *, computed: bool) -> DecisionTimeout:
+    """`{"after_s": seconds, "response": {...}}` checked against `spec`'s choices; `computed`: after_s
+    may be a callable of ctx (as written in a workflow, not as returned by a callable on_timeout)."""
+    if not isinstance(value, Mapping) or set(value) != {"after_s", "response"}:
+        raise fail(node_id, "on_timeout must be {'after_s': seconds, 'response': {'choice': ...}} "
+                            f"(or a callable of ctx returning one, or None), got {_shown(value)}")
+    after_s = value["after_s"]
+    if not (computed and callable(after_s)):
+        after_s = float(_timeout(node_id, after_s, False, "on_timeout.after_s") or 0.0)
+    problem = check_decision_response(spec, value["response"])
+    if problem:
+        raise fail(node_id, f"on_timeout.response: {problem}")
+    given = value["response"].get("input")
+    return DecisionTimeout(after_s=after_s, choice=value["response"]["choice"],
+                           input=freeze(given) if given is not None else None)
+
+
+def decision_timeout_for(node_id: str, spec: HumanDecisionSpec, ctx: Any) -> DecisionTimeout | None:
+    """The default a decision's request takes by itself, with its time in seconds: `on_timeout` as
+    defined, or computed from `ctx` — a callable `on_timeout` returning None (no deadline) or
+    `{"after_s": seconds, "response": …}`, or a callable `after_s` returning seconds or None — and
+    checked as a constant one is when the workflow is defined. Called in the worker (it runs user
+    code); anything that does not fit raises a WorkflowDefinitionError naming the node."""
+    timeout = spec.on_timeout
+    if callable(timeout):
+        value = thaw(timeout(ctx))
+        return None if value is None else _decision_timeout(node_id, spec, value, computed=False)
+    if timeout is not None and callable(timeout.after_s):
+        after_s = checked_seconds(node_id, timeout.after_s(ctx), "on_timeout.after_s")
+        return None if after_s is None else dataclasses.replace(timeout, after_s=after_s)
+    return timeout  # type: ignore[no-any-return]
 
 
 def _output_shape(node_id: str, spec: NodeSpec) -> Any:
@@ -251,9 +290,11 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
         _text_or_callable(node_id, "prompt", spec.prompt)
         if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
             raise fail(node_id, "audience must be a non-empty string (or None)")
-        changes = _common(node_id, spec, optional_timeout=True)
+        changes = _common(node_id, spec, optional_timeout=True, computed_timeout=True)
     elif isinstance(spec, NotifySpec):
         _text_or_callable(node_id, "message", spec.message)
+        if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
+            raise fail(node_id, "audience must be a non-empty string (or None)")
         changes = _common(node_id, spec, optional_timeout=True)
     elif isinstance(spec, AgentSpec):
         changes = _common(node_id, spec, optional_timeout=True) | _agent(node_id, spec)

@@ -23,6 +23,12 @@ An adapter that starts (`channel.adapter_start`) marks what an earlier
 adapter of its profile left `applying` ambiguous (edits: failed, to be made
 again): that adapter died between the attempt and its receipt.
 
+A notification (`notify(…, audience=…)`, purpose `notification`: a plain message, no buttons,
+its request_id the outbox message's id) follows the same rules. It is wanted — sent, and tried
+again after a sure failure — for a day after it was written (`channel_queries.NOTIFICATION_WINDOW_S`),
+whatever became of its run; an ambiguous one is sent again only at a person's `retry` (the same
+row, its next attempt).
+
 When a person asks to send an ambiguous delivery again, the first copy
 becomes `replaced` and the next copy is a row of its own (`detail.copy`),
 whose buttons carry a token of their own: the earlier copy, if it arrived,
@@ -38,13 +44,14 @@ from typing import Any
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import AdapterReplaced, NotFound, Rejected
 from piwf_actors.ids import new_id
+from piwf_actors.store import channel_queries
 from piwf_actors.store.commands.idempotency import recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 
 #: Why an `applying` effect became ambiguous (stable codes, shown by channel.status).
 HOST_RESTARTED = "host_restarted_without_receipt"
 ADAPTER_EXITED = "adapter_exited_without_receipt"
-PURPOSES = ("delivery", "settlement", "input_prompt")
+PURPOSES = ("delivery", "settlement", "input_prompt", "notification")
 #: The pause after a sure failure: FIRST_RETRY_S, doubling per attempt, at most MAX_RETRY_S.
 FIRST_RETRY_S = 1.0
 MAX_RETRY_S = 300.0
@@ -140,8 +147,18 @@ def _copy_extra(copy: int) -> str | None:
     return f"copy{copy}" if copy else None
 
 
+def notification_wanted(ctx: WriteContext, message_id: str) -> bool:
+    """Whether a notification is still to be sent: it names an audience and was written less than
+    `channel_queries.NOTIFICATION_WINDOW_S` ago (its run may have ended long since)."""
+    row = ctx.conn.execute("SELECT created_at FROM session_message WHERE message_id = ? AND kind = 'notify' "
+                           "AND audience IS NOT NULL", (message_id,)).fetchone()
+    return row is not None and float(row[0]) >= channel_queries.notifications_since(ctx.now)
+
+
 def _reservable(ctx: WriteContext, args: dict[str, Any], purpose: str, request_id: str) -> str | None:
     """Why this effect must not be attempted now, or None."""
+    if purpose == "notification":
+        return None if notification_wanted(ctx, request_id) else "the notification is no longer wanted"
     state = _request_state(ctx, request_id)
     # A checkpoint is delivered and settled like a decision; only a decision's choice asks for text.
     if state is None or state[0] not in (("decision",) if purpose == "input_prompt" else ("decision", "checkpoint")):
@@ -297,7 +314,7 @@ def channel_recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
     An ambiguous one: `confirm` says it reached the chat (its message is found, and its buttons
     removed, when someone taps it); `retry` sends it again, as a new copy whose buttons replace the
-    first's. A failed one (surely not sent, waiting for its next automatic attempt): `retry` makes
+    first's (a notification, which has no buttons: its next attempt). A failed one (surely not sent, waiting for its next automatic attempt): `retry` makes
     that attempt now. Recorded for idempotency like every client command.
     """
     return recorded(ctx, args, lambda: _recover(ctx, args))
@@ -330,8 +347,11 @@ def _recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             _presenting(ctx, effect["request_id"])
         next_id: str | None = stable
     else:
-        state = _request_state(ctx, effect["request_id"])
-        if state is None or state[1] not in _OPEN:
+        if purpose == "notification":
+            if not notification_wanted(ctx, effect["request_id"]):
+                raise Rejected(f"channel delivery {stable}: the notification is older than "
+                               f"{channel_queries.NOTIFICATION_WINDOW_S / 3600:g} h; it is no longer sent")
+        elif (state := _request_state(ctx, effect["request_id"])) is None or state[1] not in _OPEN:
             raise Rejected(f"channel delivery {stable}: the decision is no longer open; nothing to send again")
         if purpose == "delivery":
             # The copy that may be in the chat stops answering: its buttons carry the old copy's token.

@@ -85,6 +85,11 @@ def _delete_runs(ctx: WriteContext, run_ids: list[str], before: float) -> None:
     ctx.conn.execute(
         f"""DELETE FROM channel_effect WHERE request_id IN
                 (SELECT request_id FROM interactive_request WHERE run_id IN {_DOOMED})""", (doomed,))
+    # … and about their notifications (keyed by the outbox message they were sent from).
+    ctx.conn.execute(
+        f"""DELETE FROM channel_effect WHERE request_id IN
+                (SELECT message_id FROM session_message WHERE run_id IN {_DOOMED} AND audience IS NOT NULL)""",
+        (doomed,))
     ctx.conn.execute(f"DELETE FROM interactive_request WHERE run_id IN {_DOOMED}", (doomed,))
     for table in _RUN_TABLES:
         ctx.conn.execute(f"DELETE FROM {table} WHERE run_id IN {_DOOMED}", (doomed,))

@@ -390,7 +390,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     append_event(ctx.conn, run_id, "node_finished" if outcome == "ok" else "node_failed", ctx.now,
                  node_id=node_id, attempt_id=attempt_id, payload=event_payload)
     if payload.get("notification") is not None:
-        _notify(ctx, run, node_id, payload["notification"])
+        _notify(ctx, run, node_id, payload["notification"], payload.get("notification_audience"))
     ctx.changes.touch("node_attempt", run_id)
     if nxt.get("retry"):
         run["progress"] = ctx.conn.execute("UPDATE run SET progress = progress + 1 WHERE run_id = ? "
@@ -417,11 +417,15 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
 
 
-def _notify(ctx: WriteContext, run: dict[str, Any], node_id: str, message: Any) -> None:
+def _notify(ctx: WriteContext, run: dict[str, Any], node_id: str, message: Any, audience: Any) -> None:
+    """The notification in the run's session outbox; with an audience, the channels that route it send
+    it too (docs/channels.md, *Notifications*), reading it from this row."""
+    audience = audience if isinstance(audience, str) and audience else None
+    body = {"node_id": node_id, "message": message, **({"audience": audience} if audience else {})}
     ctx.conn.execute(
-        "INSERT INTO session_message (message_id, session_id, run_id, kind, body, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-        (new_id("msg", ctx.now), run["session_id"], run["run_id"], "notify",
-         canonical_json({"node_id": node_id, "message": message}), ctx.now))
+        "INSERT INTO session_message (message_id, session_id, run_id, kind, body, created_at, audience) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (new_id("msg", ctx.now), run["session_id"], run["run_id"], "notify", canonical_json(body), ctx.now, audience))
     ctx.changes.touch("session_message", run["run_id"])
 
 
