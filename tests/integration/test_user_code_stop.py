@@ -88,7 +88,9 @@ def test_a_looping_key_function_is_refused_and_sigterm_stops_the_host(
     except subprocess.TimeoutExpired:
         pytest.fail(f"piwf-host still running 30 s after SIGTERM:\n{log_path.read_text()[-3000:]}")
     assert exit_status == 0, log_path.read_text()[-3000:]
-    assert "host stopped" in log_path.read_text()
+    log = log_path.read_text()
+    assert "host stopped" in log and "Traceback" not in log, log[-3000:]
+    assert "its concurrency key did not return within 5 s (key_timeout_s); its thread is abandoned" in log
 
     assert len(answers) == 1, answers
     answer = answers[0]
