@@ -103,6 +103,7 @@ class _SharedRun:
     finished: threading.Event = dataclasses.field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
+    waiting: int = 0  # calls waiting for this run (guarded by the runner's lock)
 
 
 class _Local(threading.local):
@@ -278,8 +279,15 @@ class UserCode:
                 run = _SharedRun(time.monotonic() + self.limits.seconds(kind),
                                  UserCodeTimeout(subject, _VERB[kind], self.limits.seconds(kind), _SETTING[kind]))
                 self._shared_runs[key] = run
+            else:
+                run.waiting += 1
         if not owner:
-            if not run.finished.wait(max(0.0, run.deadline - time.monotonic())):
+            try:
+                finished = run.finished.wait(max(0.0, run.deadline - time.monotonic()))
+            finally:
+                with self._lock:
+                    run.waiting -= 1
+            if not finished:
                 raise run.timeout
             if run.error is not None:
                 raise run.error
@@ -327,10 +335,12 @@ class UserCode:
                 break
 
     def status(self) -> dict[str, Any]:
-        """Running and hung calls, for host.status."""
+        """Calls running (of which `waiting` wait for another's run of the same file) and hung, for
+        host.status."""
         with self._lock:
             hung = sorted((c for c in self._running.values() if c.hung_since is not None), key=lambda c: c.order)
             return {"running": len(self._running) - len(hung), "hung": len(hung),
+                    "waiting": sum(run.waiting for run in self._shared_runs.values()),
                     "oldest_hung": hung[0].subject if hung else None, "max_hung": self.limits.max_hung,
                     "key_timeout_s": self.limits.key_timeout_s, "load_timeout_s": self.limits.load_timeout_s}
 

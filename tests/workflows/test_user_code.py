@@ -108,7 +108,7 @@ def test_concurrent_runs_of_one_key_share_one_execution(releases: list[threading
     for _ in range(3):
         code.submit(lambda: shared(("file", 1), LOAD, "cannot load f: its import", load),
                     lambda result, error: answers.append((result, error)))
-    wait_for(lambda: runs, 10, "the load to start")
+    wait_for(lambda: runs and code.status()["waiting"] == 2, 10, "one load and two callers waiting for it")
     release.set()
     wait_for(lambda: len(answers) == 3, 10, "three answers")
     assert answers == [("module", None)] * 3
@@ -231,6 +231,7 @@ def test_concurrent_loads_whose_siblings_share_a_name_each_get_their_own(dirs: t
     wait_for((first / "helpers.started").exists, 10, "the first helpers to start importing")
     threads.append(threading.Thread(target=load, args=(second,), daemon=True))
     threads[1].start()
+    wait_for(lambda: resolver.user_code.status()["running"] == 2, 10, "both loads under way")
     time_allowed = time.monotonic() + 10
     (first / "helpers.release").touch()
     for thread in threads:
