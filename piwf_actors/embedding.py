@@ -252,7 +252,9 @@ class HostHandle:
         first receipt with outcome `adopted`. A `run_id` you choose is 1-200
         letters, digits and `_.:-`. Raises WorkflowNotFound,
         WorkflowLoadFailed, Rejected (input that is not JSON, a payload the
-        socket would refuse), Conflict. A higher `priority` (an integer, default 0) starts
+        socket would refuse, a key that is not JSON-like; UserCodeTimeout, a
+        Rejected, for a load or key function past its limit),
+        UserCodeUnavailable (too much workflow code hangs), Conflict. A higher `priority` (an integer, default 0) starts
         before fresh runs of a lower one.
         """
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())
