@@ -8,6 +8,7 @@ from typing import Any
 
 from piwf_actors.clock import TimerClock
 from piwf_actors.messages.limits import Limits
+from piwf_actors.workflows.user_code import UserCodeLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,13 @@ class HostConfig:
     # opentelemetry; an application's TracerProvider; "global" (opentelemetry.trace.get_tracer_provider() at
     # start); "env" (a provider of the host's own, configured by the OTEL_* variables: what piwf-host uses).
     tracer_provider: Any = None
+    # Workflow code the host runs itself (workflows/user_code.py; README "Limits on workflow code the host
+    # runs"): a concurrency key function (or a schedule's input function) gets `key_timeout_s`, executing one
+    # workflow file `load_timeout_s`; a slower one is refused and its thread abandoned; while
+    # `max_hung_user_code` such threads still run, every start that needs workflow code is refused.
+    key_timeout_s: float = 5.0
+    load_timeout_s: float = 30.0
+    max_hung_user_code: int = 8
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
@@ -75,3 +83,9 @@ class HostConfig:
             raise ValueError(f"unknown role {self.role!r} (host or runner)")
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")
+        self.user_code_limits()  # checks the three limits
+
+    def user_code_limits(self) -> UserCodeLimits:
+        """The limits on workflow code this host runs (raises ValueError for a bad one)."""
+        return UserCodeLimits(key_timeout_s=self.key_timeout_s, load_timeout_s=self.load_timeout_s,
+                              max_hung=self.max_hung_user_code)

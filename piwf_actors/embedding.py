@@ -33,6 +33,7 @@ from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostError, NotFound, Rejected, RunnerHostRefusal, StandbyHost
 from piwf_actors.paths import StatePaths
 from piwf_actors.protocol.catalog import BuildEnv, write_command
+from piwf_actors.protocol.catalog.runs import NotCached, cached_env
 from piwf_actors.protocol.envelope import BadRequest, Request
 from piwf_actors.results import (
     AnswerReceipt,
@@ -178,7 +179,8 @@ class HostHandle:
         return None
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        """Lease, writer and run counts, read through a fresh read-only connection."""
+        """Lease, writer and run counts (read through a fresh read-only connection), and the workflow
+        code the host runs itself (`user_code`: calls running, hung past their limits, the limits)."""
         reader = StoreReader(self.paths.database)
         try:
             now = time.time()
@@ -199,6 +201,7 @@ class HostHandle:
                            "commands_per_s": round(stats.commands_per_s, 2)},
                 "runs": queries.run_counts(reader),
                 "scheduler": scheduler.ask(GetSchedulerStatus(), timeout=timeout) if scheduler is not None else None,
+                "user_code": self._resolver.user_code.status(),  # workflow code the host runs (user_code.py)
             }
         finally:
             reader.close()
@@ -217,13 +220,20 @@ class HostHandle:
                idempotency_key: str | None = None, peer: dict[str, Any] | None = None) -> Any:
         """Write as the socket does: the request a client would send for this call, checked and built
         by the operation itself (`write_command`), then the writer's value. A payload the check
-        refuses is Rejected (the socket answers it `rejected`). Blocks for the writer's commit."""
+        refuses is Rejected (the socket answers it `rejected`). Blocks for the writer's commit.
+
+        A build that runs workflow code (loading a file, a key function) runs it on the host's
+        user-code threads, bounded in time, as the socket's does; this thread only waits."""
         self._require_active()
         # The key doubles as the request id, which is what the writer falls back to without one.
         request = Request(idempotency_key or uuid.uuid4().hex, client_id, idempotency_key, operation, payload,
                           run_id, expected_revision, peer)
+        env = BuildEnv(self._resolver, self.paths.database)
         try:
-            command = write_command(request, BuildEnv(self._resolver, self.paths.database))
+            try:
+                command = write_command(request, cached_env(env))
+            except NotCached:
+                command = self._resolver.user_code.call(lambda: write_command(request, env))
         except BadRequest as bad:
             raise Rejected(str(bad)) from None
         return self.writer.call(command.name, command.args)
@@ -236,12 +246,15 @@ class HostHandle:
         Names are resolved like the CLI does: `project_path` (default: the
         current directory) is the project, so a workflow in
         `./.piwf/workflows/` is found by name, and a relative file path is
-        relative to it. The workflow file is read here, in the calling thread.
+        relative to it. The workflow file is loaded (and a concurrency key function called) on the
+        host's user-code threads, bounded by `HostConfig.load_timeout_s` and `key_timeout_s`.
         With `client_id` and `idempotency_key`, a repeated call returns the
         first receipt with outcome `adopted`. A `run_id` you choose is 1-200
         letters, digits and `_.:-`. Raises WorkflowNotFound,
         WorkflowLoadFailed, Rejected (input that is not JSON, a payload the
-        socket would refuse), Conflict. A higher `priority` (an integer, default 0) starts
+        socket would refuse, a key that is not JSON-like; UserCodeTimeout, a
+        Rejected, for a load or key function past its limit),
+        UserCodeUnavailable (too much workflow code hangs), Conflict. A higher `priority` (an integer, default 0) starts
         before fresh runs of a lower one.
         """
         project = os.path.abspath(project_path if project_path is not None else os.getcwd())

@@ -281,6 +281,42 @@ class WorkflowLoadFailed(WorkflowError):
     code = "workflow_load_failed"
 
 
+class WorkflowLoadTimedOut(WorkflowLoadFailed):
+    """A file's import that another load started ran out of its time limit (workflows/user_code.py).
+    Not recorded under a request's key: a replay may find the file quick again."""
+
+    transient = True
+
+
+class UserCodeTimeout(Rejected):
+    """Workflow code the host ran (a key function, a file's import) outlived its limit
+    (workflows/user_code.py). Never recorded under the request's key: a replay may find it quick."""
+
+    code = "user_code_timeout"
+    transient = True
+
+    def __init__(self, subject: str, verb: str, seconds: float, setting: str) -> None:
+        super().__init__(f"{subject} {verb} within {seconds:g} s ({setting})")
+        self.subject, self.seconds, self.setting = subject, seconds, setting
+
+
+class UserCodeUnavailable(PiwfError):
+    """The host runs no workflow code now: too many calls hang past their limits, or it is stopping."""
+
+    code = "user_code_unavailable"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
+class BadLimitKey(Rejected):
+    """A concurrency key function returned something that is not a JSON-like value."""
+
+    def __init__(self, workflow: str, expected: str, got: str) -> None:
+        super().__init__(f"workflow {workflow!r}: its concurrency key must be JSON-like ({expected}), got {got}")
+        self.workflow = workflow
+
+
 class EncodeError(PiwfError):
     """A value that cannot travel on the wire (unsupported type, too deep, too big)."""
 
@@ -303,6 +339,7 @@ OUTCOME_OF_CODE: dict[str, str] = {
     StandbyHost.code: "unavailable",
     RunnerLeaseLost.code: "unavailable",
     RunnerHostRefusal.code: "unavailable",
+    UserCodeUnavailable.code: "unavailable",
 }
 
 

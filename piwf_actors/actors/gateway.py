@@ -9,16 +9,21 @@ function answers (the functions live in the catalog's topic modules; this
 actor keeps the socket, the dispatch and the correlation of writes with
 their requests). Reads are answered from the gateway's own read-only
 connection; writes go to the writer as commands and are answered when the
-writer's result comes back (never blocking this actor); slow work (loading a
-workflow file, backup, verify) runs on a small executor owned by the actor.
+writer's result comes back (never blocking this actor). No workflow code
+runs on this actor's thread: loading a workflow file and calling a
+concurrency key function run on the resolver's user-code threads
+(workflows/user_code.py), bounded in time; the host's own slow work
+(state.backup, state.verify, state.status) runs on a small maintenance
+executor owned by the actor, which never runs workflow code.
 
 A write's path to the writer, in thread hand-offs: the socket thread decodes
 the frame and tells this actor (1); this actor builds the command and puts it
 on the writer's queue (2). `run.start` keeps to those two whenever the
-workflow's resolution is cached and its file unchanged (the usual case: the
-same workflow started again); a workflow not loaded yet goes socket thread →
-gateway → executor (which loads it) → writer, three. The writer's answer
-comes back to this actor, which posts the response to the socket thread.
+workflow's resolution is cached, its file unchanged and it has no key
+function (the usual case: the same workflow started again); otherwise it goes
+socket thread → gateway → user-code thread (which loads it, calls its key) →
+writer, three. The writer's answer comes back to this actor, which posts the
+response to the socket thread.
 
 Watches follow the writer's change notices, coalesced: the runs a notice
 names are the only ones read again (`RunWindow`), each view is built and
@@ -153,7 +158,7 @@ class ClientGateway(CoreActor):
         self._epoch = host_epoch
         self._board = board
         self._limits = limits
-        self._resolver = resolver or WorkflowResolver()
+        self._resolver = resolver if resolver is not None else WorkflowResolver()  # (an empty one is falsy)
         self._shutdown = shutdown
         self._channels = channels
         self._schedules = schedules  # the schedule keeper (schedule.trigger), None when the host runs none
@@ -171,7 +176,8 @@ class ClientGateway(CoreActor):
         """Runs in the gateway's thread: reader, executor, change notices, the services the operations
         use, then the socket."""
         self._reader = StoreReader(self._db_path)
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-gateway")
+        # The host's own slow work only (state.*, file hashes): workflow code runs on the resolver's user code.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-maintenance")
         self._writer.ref.tell(Subscribe(self.actor_ref))
         ref = self.actor_ref
         self._board.listen(Stream.NODE_OUTPUT, self._on_output)
@@ -307,6 +313,28 @@ class ClientGateway(CoreActor):
             safe_tell(ref, failed)  # answered like a refusal from the writer
 
         self._executor.submit(run)
+
+    def write_from_user_code(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
+        """Build the command on a user-code thread (it runs workflow code, bounded in time) and submit it
+        from there, straight to the writer; a failure or the time limit is answered like a refusal of
+        the writer's, under the token registered here."""
+        token = self.expect(conn_id, request)
+        writer, ref = self._writer, self.actor_ref
+
+        def done(command: WriteCommand | None, error: BaseException | None) -> None:
+            """Runs on the user-code thread, on its watcher (a limit ran out) or here (refused at once)."""
+            if error is None:
+                assert command is not None
+                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
+                return
+            if isinstance(error, PiwfError):
+                failed = WriteResult(False, None, error.code, error.one_line(), token)
+            else:
+                log.error("%s failed", request.operation, exc_info=error)
+                failed = WriteResult(False, None, Rejected.code, f"{type(error).__name__}: {error}"[:1000], token)
+            safe_tell(ref, failed)  # answered like a refusal from the writer
+
+        self._resolver.user_code.submit(build, done)
 
     def in_executor(self, conn_id: int, request: Request, work: Callable[[], None]) -> None:
         """Run `work` off the actor thread; it answers the request itself (post is thread-safe)."""

@@ -62,6 +62,8 @@ from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.tracing.ids import TRACE_CONTEXT_ENV
+from piwf_actors.workflows.resolver import WorkflowResolver
+from piwf_actors.workflows.user_code import UserCode
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ def start_parts(config: HostConfig) -> tuple[StatePaths, HostParts, pykka.ActorR
         raise HostError("a runner host needs --database naming the database the active host uses "
                         "(it shares that host's queue; see docs/runners.md)")
     ensure_private_dir(paths.root)
-    parts = HostParts()
+    parts = HostParts(resolver=WorkflowResolver(user_code=UserCode(config.user_code_limits())))
     parts.lock = HostLock.acquire(paths.lock, str(paths.root))
     supervisor: pykka.ActorRef[Any] | None = None
     try:

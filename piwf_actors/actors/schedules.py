@@ -55,6 +55,7 @@ from piwf_actors.workflows.schedule_discovery import (
     schedule_dirs,
 )
 from piwf_actors.workflows.schedule_time import Due, ScheduleState, due_fires, fire_key, fire_run_id
+from piwf_actors.workflows.user_code import KEY, phase
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class ScheduleKeeper(PollingActor):
         self._db_path = db_path
         self._dirs = schedule_dirs(projects)
         self._board = board
-        self._resolver = resolver or WorkflowResolver()
+        self._resolver = resolver if resolver is not None else WorkflowResolver()  # (an empty one is falsy)
         self._clock = clock
         self._tick_s = tick_s
         self._reload_every_s = reload_every_s
@@ -189,7 +190,12 @@ class ScheduleKeeper(PollingActor):
         stamps = directory_stamps(self._dirs)
         if stamps == self._loaded.stamps:
             return
-        found = load_schedules([project for project, _ in self._dirs if project is not None])
+        projects = [project for project, _ in self._dirs if project is not None]
+        try:  # on a user-code thread, each file bounded by the load limit
+            found = self._resolver.user_code.call(lambda: load_schedules(projects))
+        except PiwfError as exc:  # a file that never finished loading: the next check skips it (see user_code)
+            log.warning("schedule files not loaded: %s", exc.one_line())
+            return
         first = self._loaded.stamps is None
         before = set(self._loaded.schedules.schedules)
         self._loaded = _Loaded(found, stamps)
@@ -247,10 +253,17 @@ class ScheduleKeeper(PollingActor):
                                               "skipped": due.skipped}, correlation_id=f"fire:{item.name}")
 
     def _run_spec(self, item: LoadedSchedule, fire_time: float, run_id: str) -> dict[str, Any]:
-        """The run.start spec of one fire: the workflow resolved now (its snapshot goes with the run)."""
-        command = start_run_command(self._resolver, workflow=item.workflow_spec, input=item.schedule.input_for(fire_time),
-                                    project_path=item.project_path, run_id=run_id)
-        return dict(command.args["spec"])
+        """The run.start spec of one fire: the workflow resolved now (its snapshot goes with the run). The
+        input function, the file's load and the key function run on a user-code thread, bounded in time."""
+
+        def build() -> dict[str, Any]:
+            with phase(KEY, f"schedule {item.name!r}: its input function"):
+                run_input = item.schedule.input_for(fire_time)
+            command = start_run_command(self._resolver, workflow=item.workflow_spec, input=run_input,
+                                        project_path=item.project_path, run_id=run_id)
+            return dict(command.args["spec"])
+
+        return self._resolver.user_code.call(build)
 
     def _written(self, result: WriteResult) -> None:
         self._in_flight = max(0, self._in_flight - 1)

@@ -53,7 +53,9 @@ class HostParts:
     stop_requested: bool = False  # a clean stop someone asked for (host.stop), not a failure
     stop_lock: threading.Lock = field(default_factory=threading.Lock)
     board: HostBoard = field(default_factory=HostBoard)
-    resolver: WorkflowResolver = field(default_factory=WorkflowResolver)  # one cache for the API and the socket
+    # One cache for the API, the socket and the schedule keeper, and the user-code threads that load
+    # workflow files and call key functions (workflows/user_code.py); closed when the host stops.
+    resolver: WorkflowResolver = field(default_factory=WorkflowResolver)
     # The Prometheus exporter (config.metrics_address), owned by the host: created before the writer
     # (it provides the writer's batch hook), started after every actor, stopped first.
     metrics: HostMetrics | None = None
@@ -77,6 +79,9 @@ class HostParts:
                 self.metrics.stop()
             for name, ref in reversed(self.actors):
                 stop_ref(name, ref)
+            # After the actors, which may still wait for a call: workflow code still running is answered
+            # and left to its daemon thread (never waited for: it may never return).
+            self.resolver.close()
             if self.lease is not None:
                 stop_ref("lease", self.lease)
             if self.writer is not None:

@@ -165,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="export OpenTelemetry traces of runs, configured by the OTEL_* variables (needs the "
                         "otel extra; on by itself when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set; "
                         "docs/tracing.md)")
+    parser.add_argument("--key-timeout-s", type=float, default=5.0,
+                        help="refuse a start whose concurrency key function (or a schedule's input function) runs "
+                        "longer than this (default 5)")
+    parser.add_argument("--load-timeout-s", type=float, default=30.0,
+                        help="refuse a start whose workflow file takes longer than this to load (default 30)")
+    parser.add_argument("--max-hung-user-code", type=int, default=8,
+                        help="workflow code past its limit still running on abandoned threads before every start "
+                        "that needs workflow code is refused (default 8)")
     parser.add_argument("--project", action="append", default=[], metavar="DIR", type=_project_dir,
                         help="run the schedules of DIR/.piwf/workflows/*.py (repeatable); those of "
                         "$XDG_CONFIG_HOME/piwf/workflows/ always run")
@@ -181,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                             idempotency_days=args.idempotency_days, watchdog_grace_s=args.watchdog_grace_s,
                             log_level=args.log_level, log_format=args.log_format,
                             metrics_address=args.metrics, projects=tuple(args.project), role=args.role,
-                            tracer_provider=_tracer_setting(args.otel))
+                            key_timeout_s=args.key_timeout_s, load_timeout_s=args.load_timeout_s,
+                            max_hung_user_code=args.max_hung_user_code, tracer_provider=_tracer_setting(args.otel))
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

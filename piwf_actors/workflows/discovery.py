@@ -23,15 +23,15 @@ import difflib
 import importlib.util
 import logging
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from piwf_actors.errors import WorkflowLoadFailed, WorkflowNotFound
-from piwf_actors.workflows.loader import _IMPORT_WINDOW, exec_fresh
+from piwf_actors.errors import UserCodeTimeout, WorkflowLoadFailed, WorkflowLoadTimedOut, WorkflowNotFound
+from piwf_actors.workflows.import_scope import ImportScope
+from piwf_actors.workflows.loader import exec_fresh
 from piwf_actors.workflows.model import Workflow
 
 logger = logging.getLogger(__name__)
@@ -110,6 +110,8 @@ def _load_file(path: str, project_path: str | None) -> tuple[bytes, dict[str, Wo
     try:
         source = Path(path).read_bytes()
         module = exec_fresh(source, path, project_path)
+    except UserCodeTimeout as exc:  # another load of the file ran out of time (shared, on the host)
+        raise WorkflowLoadTimedOut(exc.one_line()) from None
     except (Exception, SystemExit) as exc:  # a workflow file must not stop the host
         raise _load_error(path, exc) from exc
     found: dict[str, Workflow] = {}
@@ -203,17 +205,13 @@ def _file_spec_path(file_part: str, project_path: str | None) -> str:
 
 
 def _module_path(module_name: str, project_path: str | None) -> str:
-    with _IMPORT_WINDOW:
-        added = bool(project_path) and os.path.abspath(project_path or "") not in sys.path
-        if added:
-            sys.path.insert(0, os.path.abspath(project_path or ""))
+    # Finding a submodule imports its package (its __init__ runs): in a scope searching the project
+    # first, which drops what it imported afterwards.
+    with ImportScope([project_path] if project_path else []):
         try:
             spec = importlib.util.find_spec(module_name)
         except (ImportError, ValueError) as exc:
             raise WorkflowNotFound(module_name, _one_line(f"cannot import: {exc}")) from exc
-        finally:
-            if added:
-                sys.path.remove(os.path.abspath(project_path or ""))
     origin = spec.origin if spec is not None else None
     if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
         raise WorkflowNotFound(module_name, "not an importable Python source module")
@@ -279,6 +277,8 @@ def load_snapshot(
     """
     try:
         module = exec_fresh(source, path, project_path)
+    except UserCodeTimeout as exc:
+        raise WorkflowLoadTimedOut(exc.one_line()) from None
     except (Exception, SystemExit) as exc:
         raise _load_error(path, exc) from exc
     workflow = getattr(module, attr, None)

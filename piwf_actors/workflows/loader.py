@@ -1,28 +1,32 @@
 """Execute a workflow file's source as a fresh module.
 
 Each call builds a new module object under a unique name, so two loads of
-the same source share no module state. The module is in `sys.modules` only
-while its code runs (dataclasses and some imports look themselves up there)
-and is removed afterwards. During the exec the file's directory, its
-package root and the project directory are on `sys.path` so sibling imports
-work; sibling `.py` modules first imported by this exec are dropped from
+the same source share no module state (except on a host's user-code threads,
+where loads of the same bytes at the same time share one execution:
+workflows/user_code.py). The module is in `sys.modules` only while its code
+runs (dataclasses and some imports look themselves up there) and is removed
+afterwards. Its imports are those of an `ImportScope` (workflows/import_scope.py):
+the file's directory, its package root and the project directory are searched
+first, so sibling imports work, without changing `sys.path` and without a lock
+held while the file runs; sibling modules the load imported are dropped from
 `sys.modules` afterwards, so the next load sees their current source too.
+On a host's user-code thread the execution is a `LOAD` phase: bounded by
+`UserCodeLimits.load_timeout_s`.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import os
 import sys
-import threading
 import types
 import uuid
 
-# sys.path and sys.modules are process-global: serialize the window in which
-# a load changes them, so concurrent loads cannot remove each other's entries.
-# Reentrant because a workflow file may itself load workflows.
-_IMPORT_WINDOW = threading.RLock()
+from piwf_actors.workflows.import_scope import ImportScope
+from piwf_actors.workflows.user_code import LOAD, shared
+
 _sequence = itertools.count()
 
 
@@ -43,14 +47,6 @@ def package_of(path: str) -> tuple[str, str]:
     return ".".join(reversed(parts)), directory
 
 
-def _is_sibling(module: object, root: str) -> bool:
-    filename = getattr(module, "__file__", None)
-    if not isinstance(filename, str) or not filename.endswith(".py"):
-        return False  # extension modules cannot be loaded twice; keep them
-    filename = os.path.abspath(filename)
-    return filename.startswith(root + os.sep) and "site-packages" not in filename
-
-
 @functools.lru_cache(maxsize=64)
 def _compiled(source: bytes, path: str) -> types.CodeType:
     """Compiling is pure and code objects are immutable, so a warm worker reuses them;
@@ -59,8 +55,14 @@ def _compiled(source: bytes, path: str) -> types.CodeType:
 
 
 def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.ModuleType:
-    """Run `source` as a new module whose `__file__` is `path`; exceptions propagate."""
+    """Run `source` as a new module whose `__file__` is `path`; exceptions propagate. On a user-code
+    thread, bounded (`UserCodeTimeout`) and shared with a concurrent load of the same bytes."""
     path = os.path.abspath(path)
+    key = ("exec", path, project_path, hashlib.sha256(source).digest())
+    return shared(key, LOAD, f"cannot load {path}: its import", lambda: _exec(source, path, project_path))
+
+
+def _exec(source: bytes, path: str, project_path: str | None) -> types.ModuleType:
     directory = os.path.dirname(path)
     package, package_root = package_of(path)
     name = f"_piwf_workflow_{next(_sequence)}_{uuid.uuid4().hex[:12]}"
@@ -68,20 +70,11 @@ def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.Modu
     module.__file__ = path
     module.__package__ = package
     code = _compiled(source, path)
-    wanted = [directory, package_root] + ([os.path.abspath(project_path)] if project_path else [])
-    with _IMPORT_WINDOW:
-        added = [entry for entry in dict.fromkeys(wanted) if entry not in sys.path]
-        sys.path[:0] = added
-        before = set(sys.modules)
+    with ImportScope([directory, package_root] + ([project_path] if project_path else [])) as scope:
+        module.__dict__["__builtins__"] = scope.builtins
         sys.modules[name] = module
         try:
             exec(code, module.__dict__)
         finally:
             sys.modules.pop(name, None)
-            for entry in added:
-                if entry in sys.path:
-                    sys.path.remove(entry)
-            for loaded in set(sys.modules) - before:
-                if _is_sibling(sys.modules[loaded], directory):
-                    del sys.modules[loaded]
     return module

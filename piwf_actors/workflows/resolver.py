@@ -1,6 +1,9 @@
 """`WorkflowResolver`: workflow specs resolved once per version of their file.
 
-Shared by the embedding API and the client gateway (one cache per host).
+Shared by the embedding API, the client gateway and the schedule keeper (one cache per host). The
+resolver is also where the host runs workflow code for a start: loading a file (`resolve`,
+`load_snapshot`) and a concurrency key function (`concurrency_key`) run on its `UserCode` threads,
+bounded in time (workflows/user_code.py); a caller on any other thread waits for them there.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from piwf_actors.workflows.discovery import ResolvedWorkflow, resolve
+from piwf_actors.workflows import discovery
+from piwf_actors.workflows.discovery import ResolvedWorkflow
+from piwf_actors.workflows.model import Workflow
+from piwf_actors.workflows.user_code import UserCode
+from piwf_actors.workflows.waits import concurrency_key, runs_user_code
 
 #: Specs kept resolved, least recently used dropped first. A host usually starts a handful of
 #: workflows; one whose clients start runs from ever new files or projects (a CI job's fresh
@@ -23,13 +30,15 @@ class WorkflowResolver:
     """Resolves workflow specs, reusing a result while the defining file is unchanged.
 
     The cache key includes the file's (mtime_ns, size, inode), so an edited
-    workflow file is loaded again; loading runs the file as a fresh module.
-    At most `max_cached` specs are kept (least recently used go first).
+    workflow file is loaded again; loading runs the file as a fresh module,
+    on `user_code` (a `UserCode` of its own unless one is given; `close()`
+    closes it). At most `max_cached` specs are kept (least recently used go first).
     """
 
-    def __init__(self, max_cached: int = MAX_CACHED) -> None:
+    def __init__(self, max_cached: int = MAX_CACHED, user_code: UserCode | None = None) -> None:
         if max_cached < 1:
             raise ValueError("max_cached must be at least 1")
+        self.user_code = user_code or UserCode()
         self._lock = threading.Lock()
         self._max_cached = max_cached
         self._cache: OrderedDict[tuple[str, str | None], tuple[tuple[Any, ...], ResolvedWorkflow]] = OrderedDict()
@@ -55,17 +64,39 @@ class WorkflowResolver:
         return None
 
     def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
+        """The cached resolution, else `spec` loaded on a user-code thread (waited for: bounded by the
+        load limit per file). Raises WorkflowNotFound, WorkflowLoadFailed, UserCodeTimeout,
+        UserCodeUnavailable."""
         found = self.cached(spec, project_path)
         if found is not None:
             return found
+        return self.user_code.call(lambda: self._load(spec, project_path))
+
+    def _load(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
         key = (spec, project_path)
-        resolved = resolve(spec, project_path)
+        resolved = discovery.resolve(spec, project_path)
         with self._lock:
             self._cache[key] = (_stamp(resolved.path), resolved)
             self._cache.move_to_end(key)
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
         return resolved
+
+    def concurrency_key(self, workflow: Workflow, run_input: Any) -> tuple[str, int] | None:
+        """`waits.concurrency_key`, its key function (if any) run on a user-code thread, bounded by the
+        key limit."""
+        if not runs_user_code(workflow):
+            return concurrency_key(workflow, run_input)
+        return self.user_code.call(lambda: concurrency_key(workflow, run_input))
+
+    def load_snapshot(self, source: bytes, path: str, attr: str, expected_digest: str,
+                      project_path: str | None) -> Workflow:
+        """`discovery.load_snapshot` on a user-code thread (it executes the snapshot)."""
+        return self.user_code.call(lambda: discovery.load_snapshot(source, path, attr, expected_digest, project_path))
+
+    def close(self) -> None:
+        """Close the user-code threads (see UserCode.close); the cache stays readable."""
+        self.user_code.close()
 
 
 def _stamp(path: str) -> tuple[Any, ...]:

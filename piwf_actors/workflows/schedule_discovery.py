@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from piwf_actors.errors import UserCodeTimeout
 from piwf_actors.workflows.discovery import LoadFailure, workflow_dirs
 from piwf_actors.workflows.loader import exec_fresh
 from piwf_actors.workflows.model import Workflow
@@ -133,6 +134,11 @@ def load_schedules(projects: Sequence[str]) -> ScheduleSet:
             path = os.path.abspath(file)
             try:
                 loaded = load_file(path, project_path)
+            except UserCodeTimeout as exc:  # its import, started by an earlier load, never finished
+                error = exc.one_line()
+                log.warning("skipping schedule file: %s", error)
+                failures.append(LoadFailure(path, error))
+                continue
             except (Exception, SystemExit) as exc:  # a schedule file must not stop the host
                 error = _one_line(f"cannot load {path}: {type(exc).__name__}: {exc}")
                 log.warning("skipping schedule file: %s", error)

@@ -17,12 +17,15 @@ Every wait is a durable row (store/commands/waits.py); the run holds no worker w
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from piwf_actors.errors import WorkflowDefinitionError
+from piwf_actors.errors import BadLimitKey, WorkflowDefinitionError
+from piwf_actors.workflows.limit_keys import EXPECTED, KeyValueError, key_text
 from piwf_actors.workflows.model import Callback, NodeSpec, Workflow, freeze, is_number
+from piwf_actors.workflows.user_code import KEY, phase
 
 #: Children one node may start.
 MAX_CHILDREN = 10_000
@@ -208,26 +211,29 @@ def checked_limit(name: str, value: Any) -> ConcurrencyLimit | None:
 # --- the limit's key --------------------------------------------------------------------------
 
 
-def _key_text(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return ",".join(f"{k}={_key_text(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0])))
-    if isinstance(value, (list, tuple)):
-        return ",".join(_key_text(item) for item in value)
-    if value is None or isinstance(value, bool):
-        return "null" if value is None else str(value).lower()
-    return str(value)
-
-
 def concurrency_key(workflow: Workflow, run_input: Any) -> tuple[str, int] | None:
     """The (key, max) a run of `workflow` with `run_input` counts against, or None: `deploy` for a
-    limit without a key, `deploy[cluster=eu]` for a key that returns {"cluster": "eu"}, `deploy[eu]`
-    for one that returns "eu". A key function's exception propagates (the start is refused)."""
+    limit without a key, `deploy[eu]` for a key function returning "eu", `deploy[{"cluster":"eu"}]`
+    for one returning {"cluster": "eu"} (the canonical text: workflows/limit_keys.py).
+
+    The key function gets a copy of the input, so whatever it changes is not what the run stores or
+    sees. It runs inside a `KEY` phase (workflows/user_code.py: bounded when on a host's user-code
+    thread). Its exception propagates (the start is refused); a value that is not JSON-like raises
+    BadLimitKey naming the workflow."""
     limit_ = workflow.concurrency
     if limit_ is None:
         return None
     if limit_.key is None:
         return workflow.name, int(limit_.max)
-    text = _key_text(limit_.key(run_input))
-    if len(text) > 200:
-        text = text[:199] + "…"
+    with phase(KEY, f"workflow {workflow.name!r}: its concurrency key"):
+        value = limit_.key(copy.deepcopy(run_input))
+    try:
+        text = key_text(value)
+    except KeyValueError as exc:
+        raise BadLimitKey(workflow.name, EXPECTED, str(exc)) from None
     return f"{workflow.name}[{text}]", int(limit_.max)
+
+
+def runs_user_code(workflow: Workflow) -> bool:
+    """Whether `concurrency_key` calls the workflow's own code (a key function)."""
+    return workflow.concurrency is not None and workflow.concurrency.key is not None

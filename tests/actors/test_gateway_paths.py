@@ -1,12 +1,13 @@
 """Which thread hands a client's write to the writer (docs/protocol.md 3.5).
 
 `run.start` of a workflow the host has resolved before, whose file is
-unchanged, is built by the gateway actor itself and queued for the writer
-from its thread: socket thread → gateway → writer, two hand-offs. The first
-start of a workflow, or one whose file changed since, is loaded on the
-gateway's executor, which queues the command itself (three hand-offs, never
-the four of executor → gateway → writer). The thread that called
-`WriterHandle.submit` says which path a command took.
+unchanged and which has no concurrency key function, is built by the gateway
+actor itself and queued for the writer from its thread: socket thread →
+gateway → writer, two hand-offs. The first start of a workflow, one whose
+file changed since, and every start of a workflow with a key function run
+workflow code: they are built on a user-code thread, which queues the command
+itself (three hand-offs, never the four of user code → gateway → writer). The
+thread that called `WriterHandle.submit` says which path a command took.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def _step(ctx):
     return {{"version": {version}}}
 
 quick = define_workflow(name="quick", start_at="a", nodes={{"a": compute(run=_step)}}, edges=[])
+'''
+
+KEYED = '''
+from piwf_actors.workflows import compute, define_workflow, limit
+
+keyed = define_workflow(name="keyed", start_at="a", concurrency=limit(1, key=lambda run_input: run_input["k"]),
+                        nodes={"a": compute(run=lambda ctx: "ok")}, edges=[])
 '''
 
 
@@ -63,7 +71,7 @@ def test_run_start_of_a_resolved_workflow_goes_from_the_gateway_straight_to_the_
         first = client.start(f"{flow}:quick", {"n": 1})["run_id"]
         second = client.start(f"{flow}:quick", {"n": 2})["run_id"]
         threads = _start_threads(submitters, "run.start")
-        assert threads[0].startswith("piwf-gateway_"), threads  # loaded on the executor, queued from there
+        assert threads[0] == "piwf-user-code", threads  # loaded on a user-code thread, queued from there
         assert threads[1].startswith("ClientGateway-"), threads  # cached: queued by the gateway actor
         assert client.wait(second, timeout=30)["output"] == {"version": 1}
         assert client.wait(first, timeout=30)["status"] == "done"
@@ -73,7 +81,7 @@ def test_run_start_of_a_resolved_workflow_goes_from_the_gateway_straight_to_the_
         third = client.start(f"{flow}:quick", {"n": 3})["run_id"]
         fourth = client.start(f"{flow}:quick", {"n": 4})["run_id"]
         threads = _start_threads(submitters, "run.start")
-        assert threads[2].startswith("piwf-gateway_") and threads[3].startswith("ClientGateway-"), threads
+        assert threads[2] == "piwf-user-code" and threads[3].startswith("ClientGateway-"), threads
         assert client.wait(third, timeout=30)["output"] == {"version": 22}
         assert client.wait(fourth, timeout=30)["output"] == {"version": 22}
 
@@ -85,10 +93,10 @@ def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: Ho
     with Client(host.paths.root) as client:
         answer = client.request("run.start", {"workflow": f"{broken}:quick"}, idempotency_key="broken-1")
         assert answer.outcome == "rejected" and "nope" in (answer.error or ""), answer
-        # The refusal goes from the executor to the writer to be recorded under the key (a replay meets
+        # The refusal goes from the user-code thread to the writer to be recorded under the key (a replay meets
         # it again), and nothing else is written.
         threads = _start_threads(submitters, "run.start")
-        assert len(threads) == 1 and threads[0].startswith("piwf-gateway_"), threads
+        assert threads == ["piwf-user-code"], threads
         assert host.list_runs() == []
         replay = client.request("run.start", {"workflow": f"{broken}:quick"}, idempotency_key="broken-1")
         assert (replay.outcome, replay.error) == (answer.outcome, answer.error)
@@ -96,7 +104,7 @@ def test_a_workflow_that_fails_to_load_is_refused_through_the_same_path(host: Ho
         assert client.request("run.list").outcome == "accepted"
 
 
-def test_run_restart_is_queued_by_the_executor(host: HostHandle, submitters, tmp_path: Path) -> None:
+def test_run_restart_is_queued_by_a_user_code_thread(host: HostHandle, submitters, tmp_path: Path) -> None:
     flow = tmp_path / "flow.py"
     flow.write_text(FLOW.format(version=3))
     with Client(host.paths.root) as client:
@@ -104,5 +112,15 @@ def test_run_restart_is_queued_by_the_executor(host: HostHandle, submitters, tmp
         revision = client.wait(run_id, timeout=30)["revision"]
         answer = client.request("run.restart", run_id=run_id, expected_revision=revision)
         assert answer.outcome == "accepted", answer
-        assert all(t.startswith("piwf-gateway_") for t in _start_threads(submitters, "run.restart"))
+        assert _start_threads(submitters, "run.restart") == ["piwf-user-code"]
         assert client.wait(answer.receipt["run_id"], timeout=30)["output"] == {"version": 3}
+
+
+def test_every_start_of_a_workflow_with_a_key_function_is_queued_by_a_user_code_thread(
+        host: HostHandle, submitters, tmp_path: Path) -> None:
+    flow = tmp_path / "keyed.py"
+    flow.write_text(KEYED)
+    with Client(host.paths.root) as client:
+        for index in range(3):  # loaded once, cached after: the key function still runs off the gateway
+            client.start(f"{flow}:keyed", {"k": str(index)})
+        assert _start_threads(submitters, "run.start") == ["piwf-user-code"] * 3

@@ -207,9 +207,9 @@ def test_show_of_a_run_queued_by_a_concurrency_limit_says_why(host: HostHandle, 
     wait_until(lambda: run_view(state_dir, blocked)["queue_reason"], 30, f"run {blocked} to have a queue reason")
     shown = cli(state_dir, project, "show", blocked)
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"status\s+queued — waiting for a concurrency slot of gate\[cluster=eu\] \(1 of 1 in use\)",
+    assert re.search(r'status\s+queued — waiting for a concurrency slot of gate\[\{"cluster":"eu"\}\] \(1 of 1 in use\)',
                      shown.stdout), shown.stdout
-    assert re.search(r"limit key\s+gate\[cluster=eu\]", shown.stdout), shown.stdout
+    assert re.search(r'limit key\s+gate\[\{"cluster":"eu"\}\]', shown.stdout), shown.stdout
 
     assert cli(state_dir, project, "send", holder, "go").returncode == 0
     waiting_on(state_dir, blocked, "message")  # the slot is free: it started

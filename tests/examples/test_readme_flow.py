@@ -101,6 +101,6 @@ def test_deploy_example_runs_at_most_two_per_cluster(
         if all(status == "done" for status in statuses.values()):
             break
         time.sleep(0.02)
-    assert reasons == {"waiting for a concurrency slot of deploy[cluster=eu] (2 of 2 in use)"}
+    assert reasons == {"waiting for a concurrency slot of deploy[eu] (2 of 2 in use)"}
     assert all(host.get_run(run_id).status == "done" for run_id in eu)
     assert host.wait_for_run(us, timeout=30).status == "done"  # another key: never held by eu's

@@ -10,10 +10,12 @@ from piwf_actors.protocol.catalog.registry import OperationContext, operation
 
 @operation("host.status", read_only=True)
 def host_status(ctx: OperationContext, _payload: dict[str, Any]) -> None:
-    """The host's view (`views.host_view`) and the gateway's own figures."""
+    """The host's view (`views.host_view`), the gateway's own figures and the workflow code it runs
+    (`user_code`: calls running, hung past their limits, the limits: workflows/user_code.py)."""
     view = views.host_view(ctx.reader, ctx.board)
     view["gateway"] = {"connections": ctx.services.connections(), "watches": len(ctx.views.watches),
                        "requests": ctx.services.stats.requests}
+    view["user_code"] = ctx.services.env.resolver.user_code.status()
     ctx.reply("accepted", receipt=view)
 
 

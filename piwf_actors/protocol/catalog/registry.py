@@ -18,8 +18,12 @@ calls and runs the same check and builder, so a call through either door is
 one command with one idempotency fingerprint.
 
 Everything here runs in the gateway's thread unless it says otherwise: a
-function hands slow work to the gateway's executor with
-`ctx.in_executor(work)` or `ctx.write_from_executor(build)`.
+function hands slow work of the host's own (a backup, a verify) to the
+gateway's maintenance executor with `ctx.in_executor(work)` or
+`ctx.write_from_executor(build)`, and a build that runs workflow code (loads
+a file, calls a key function) to a user-code thread with
+`ctx.write_from_user_code(build)` (workflows/user_code.py): the two never
+share threads, so hung workflow code cannot hold up maintenance.
 """
 
 from __future__ import annotations
@@ -128,8 +132,8 @@ def write_operation(name: str, *, payload: Spec | None = None, needs_run: bool =
                     handler: Handler | None = None) -> Callable[[Build], Build]:
     """Register `build(env, request, payload)` as how the recorded operation `name` makes its write
     command. Its function, unless `handler` is given: build the command in the gateway's thread and
-    send it to the writer (`off_thread`: build it on the executor, for builds that read files or run
-    a workflow file, and submit it from there), answering with the writer's result."""
+    send it to the writer (`off_thread`: build it on a user-code thread, for builds that run a
+    workflow file, and submit it from there), answering with the writer's result."""
 
     def register(build: Build) -> Build:
         fn = handler or (_send_built_off_thread if off_thread else _send_built)
@@ -145,7 +149,7 @@ def _send_built(ctx: OperationContext, payload: dict[str, Any]) -> None:
 
 
 def _send_built_off_thread(ctx: OperationContext, payload: dict[str, Any]) -> None:
-    ctx.write_from_executor(functools.partial(ctx.build, payload))
+    ctx.write_from_user_code(functools.partial(ctx.build, payload))
 
 
 def client_args(request: Request) -> dict[str, Any]:
@@ -173,7 +177,12 @@ class GatewayPort(Protocol):
         """Send `command` to the writer; its result answers the request (after `verdict`, if given)."""
 
     def write_from_executor(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
-        """Run `build` on the executor and submit its command from there; a raised error is the answer."""
+        """Run `build` on the maintenance executor and submit its command from there; a raised error is
+        the answer."""
+
+    def write_from_user_code(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
+        """Run `build` (which runs workflow code) on a user-code thread, bounded in time, and submit its
+        command from there; a raised error, or the time limit, is the answer."""
 
     def in_executor(self, conn_id: int, request: Request, work: Callable[[], None]) -> None:
         """Run `work` on the executor; it answers the request itself; a raised error is the answer."""
@@ -265,6 +274,9 @@ class OperationContext:
 
     def write_from_executor(self, build: Callable[[], WriteCommand]) -> None:
         self.services.port.write_from_executor(self.conn_id, self.request, build)
+
+    def write_from_user_code(self, build: Callable[[], WriteCommand]) -> None:
+        self.services.port.write_from_user_code(self.conn_id, self.request, build)
 
     def in_executor(self, work: Callable[[], None]) -> None:
         self.services.port.in_executor(self.conn_id, self.request, work)

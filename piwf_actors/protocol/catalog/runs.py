@@ -8,9 +8,11 @@ digest and keep its source snapshot; the worker executes the snapshot,
 never the file as it is later.
 
 `run.start` keeps to two thread hand-offs (socket thread → gateway → writer)
-whenever the workflow's resolution is cached and its file unchanged; a
-workflow not loaded yet is resolved on the gateway's executor, which submits
-the command itself (docs/protocol.md 3.5).
+whenever the workflow's resolution is cached, its file unchanged and it has no
+concurrency key function; otherwise the command is built on a user-code
+thread (workflows/user_code.py: loading the file, calling the key function,
+each bounded in time), which submits it itself (docs/protocol.md 3.5). No
+workflow code runs on the gateway's thread.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from piwf_actors.errors import NotFound, PiwfError, Rejected, WorkflowError
+from piwf_actors.errors import NotFound, PiwfError, Rejected, WorkflowError, WorkflowLoadTimedOut
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol import views
 from piwf_actors.protocol.catalog.registry import (
@@ -34,11 +36,12 @@ from piwf_actors.store import queries
 from piwf_actors.store.command_records import recordable
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
-from piwf_actors.workflows import json_problem, load_snapshot
+from piwf_actors.workflows import json_problem
 from piwf_actors.workflows.discovery import ResolvedWorkflow
+from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.shapes import input_refusal
-from piwf_actors.workflows.waits import concurrency_key
+from piwf_actors.workflows.waits import runs_user_code
 
 #: The largest priority either way (an integer; higher starts first).
 MAX_PRIORITY = 1_000_000
@@ -119,15 +122,16 @@ def run_events(ctx: OperationContext, payload: dict[str, Any]) -> None:
 
 
 class NotCached(Exception):
-    """The workflow is not resolved yet (or its file changed): loading it is the executor's job."""
+    """Building the command would run workflow code (the workflow is not resolved yet, its file changed,
+    it has a concurrency key function, a snapshot must be loaded): that is a user-code thread's job."""
 
 
 class CachedOnly(WorkflowResolver):
-    """A shared resolver's cached resolutions, and nothing else: a miss raises `NotCached` instead of
-    loading the file (which runs it) in the gateway's thread."""
+    """A shared resolver's cached resolutions, and nothing else: whatever would run workflow code
+    raises `NotCached` instead of running it in the calling thread (a door's)."""
 
     def __init__(self, shared: WorkflowResolver) -> None:
-        super().__init__()
+        super().__init__(user_code=shared.user_code)
         self._shared = shared
 
     def resolve(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
@@ -136,6 +140,15 @@ class CachedOnly(WorkflowResolver):
             raise NotCached(spec)
         return found
 
+    def concurrency_key(self, workflow: Workflow, run_input: Any) -> tuple[str, int] | None:
+        if runs_user_code(workflow):
+            raise NotCached(workflow.name)
+        return super().concurrency_key(workflow, run_input)
+
+    def load_snapshot(self, source: bytes, path: str, attr: str, expected_digest: str,
+                      project_path: str | None) -> Workflow:
+        raise NotCached(path)
+
 
 def cached_env(env: BuildEnv) -> BuildEnv:
     """`env` whose resolver answers from the cache only (`NotCached` otherwise)."""
@@ -143,12 +156,12 @@ def cached_env(env: BuildEnv) -> BuildEnv:
 
 
 def _start(ctx: OperationContext, payload: dict[str, Any]) -> None:
-    """Two hand-offs when the workflow is cached: the command is built here and goes to the writer;
-    otherwise the executor loads the workflow and submits it (see the module docstring)."""
+    """Two hand-offs when no workflow code must run: the command is built here and goes to the writer;
+    otherwise a user-code thread builds it and submits it (see the module docstring)."""
     try:
         command = ctx.build(payload, ctx.services.cached_env)
     except NotCached:
-        ctx.write_from_executor(lambda: ctx.build(payload))
+        ctx.write_from_user_code(lambda: ctx.build(payload))
         return
     ctx.write(command)
 
@@ -197,7 +210,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
     try:
         # Here, where the host holds the definition: a run that would fail on its input is never queued.
         _check_input(resolved, input)
-        limited = _limit(resolved, input)
+        limited = _limit(resolver, resolved, input)
     except Rejected as err:
         return _refused("run.start", args, err)
     args["spec"] = {
@@ -218,20 +231,25 @@ def _check_input(resolved: ResolvedWorkflow, run_input: Any) -> None:
         raise Rejected(refusal)
 
 
-def _limit(resolved: ResolvedWorkflow, run_input: Any) -> tuple[str, int] | None:
+def _limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any) -> tuple[str, int] | None:
     """The (concurrency key, max) a run of `resolved` with `run_input` counts against, or None. The
-    workflow's own key function runs here, on the host: whatever it raises (SystemExit too) refuses
-    the run with one line naming it."""
+    workflow's own key function runs on the resolver's user-code thread, bounded in time: whatever it
+    raises (SystemExit too) refuses the run with one line naming it; so does a key that is not a
+    JSON-like value (BadLimitKey) or that takes too long (UserCodeTimeout)."""
     try:
-        return concurrency_key(resolved.workflow, run_input)
+        return resolver.concurrency_key(resolved.workflow, run_input)
+    except (NotCached, PiwfError):
+        raise
     except (Exception, SystemExit) as exc:
         raise Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
                        f"{type(exc).__name__}: {exc}"[:1000]) from None
 
 
 def _refused(name: str, args: dict[str, Any], err: PiwfError) -> WriteCommand:
-    """The command that records `err` as the outcome of a recorded request; `err` itself otherwise."""
-    if not (args.get("client_id") and args.get("idempotency_key")) or not recordable(err.code):
+    """The command that records `err` as the outcome of a recorded request; `err` itself otherwise (also
+    for a transient one: workflow code that ran out of time may be quick on a replay)."""
+    if (not (args.get("client_id") and args.get("idempotency_key")) or not recordable(err.code)
+            or getattr(err, "transient", False)):
         raise err
     return WriteCommand(name, {**args, "refusal": {"code": err.code, "message": err.one_line()}})
 
@@ -261,7 +279,7 @@ def effect_resolve(_env: BuildEnv, request: Request, payload: dict[str, Any]) ->
 @write_operation("run.restart", payload={"from_node": ("str", False), "same_code": ("bool", False)},
                  needs_run=True, needs_revision=True, off_thread=True)
 def run_restart(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
-    """Reads the parent and resolves its workflow again (which runs its file): on the executor."""
+    """Reads the parent and resolves its workflow again (which runs its file): on a user-code thread."""
     assert request.run_id is not None
     return restart_run_command(env.resolver, env.database, run_id=request.run_id,
                                expected_revision=request.expected_revision, from_node=payload.get("from_node"),
@@ -308,9 +326,11 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
     if same_code:
         if from_node is not None:
             try:
-                workflow = load_snapshot(parent["source"] or b"", parent["workflow_path"] or "<snapshot>",
-                                         parent["workflow_attr"] or parent["workflow"],
-                                         parent["definition_digest"] or "", parent["project_path"])
+                workflow = resolver.load_snapshot(parent["source"] or b"", parent["workflow_path"] or "<snapshot>",
+                                                  parent["workflow_attr"] or parent["workflow"],
+                                                  parent["definition_digest"] or "", parent["project_path"])
+            except WorkflowLoadTimedOut:
+                raise  # transient: not recorded
             except WorkflowError as exc:
                 raise Rejected(f"the stored snapshot of run {run_id} no longer loads: {exc.one_line(500)}") from None
             args["node_ids"] = list(workflow.nodes)
@@ -320,17 +340,20 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
         spec = f"{parent['workflow_path']}:{parent['workflow_attr'] or parent['workflow']}"
         try:
             resolved = resolver.resolve(spec, parent["project_path"])
+        except WorkflowLoadTimedOut:
+            raise  # transient: not recorded
         except WorkflowError as exc:
             raise Rejected(f"cannot load the workflow of run {run_id} again ({exc.one_line(400)}); fix it, or "
                            "restart with the stored code (same_code)") from None
         args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
-                        "source": resolved.source, **_restart_limit(resolved, database, run_id)}
+                        "source": resolved.source, **_restart_limit(resolver, resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
     return args
 
 
-def _restart_limit(resolved: ResolvedWorkflow, database: DatabaseLocation, run_id: str) -> dict[str, Any]:
+def _restart_limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, database: DatabaseLocation,
+                   run_id: str) -> dict[str, Any]:
     """The concurrency key a restart running `resolved` counts against: the new code's limit applied
     to the run's input (a limit removed is gone; one added applies). The input must also have the new
     code's input shape: a restart that would fail on it is refused."""
@@ -348,6 +371,6 @@ def _restart_limit(resolved: ResolvedWorkflow, database: DatabaseLocation, run_i
                        "restart it with the stored code (same_code)")
     if workflow.concurrency is None:
         return {"concurrency_key": None, "concurrency_max": None}
-    limited = _limit(resolved, run_input)
+    limited = _limit(resolver, resolved, run_input)
     assert limited is not None
     return {"concurrency_key": limited[0], "concurrency_max": limited[1]}
