@@ -143,6 +143,10 @@ class Run(Base):
     # What a held run (queue_class 3) waits for: `concurrency_key:<key>`, `parent_wait_id:<wait>` or
     # `parent_run_id:<run>` (a paused parent); what frees that lets it go (store/commands/holds.py).
     held_by = pw.TextField(null=True)
+    # Schema v15: the blob of the definition's graph as data (workflows/graph_data.py), stored when the
+    # run starts, so drawing the run (`run.graph`, `piwf graph RUN`, piwf-top) runs none of its code.
+    # Equal definitions share one blob. NULL: a run stored before v15 (drawn from the nodes it reached).
+    graph_sha256 = pw.TextField(null=True)
 
     class Meta:
         table_name = "run"
@@ -475,4 +479,11 @@ V14_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (RunMessage, _blob_prefix_index(RunMessage, RunMessage.payload_sha256, "run_message_payload_sha256_prefix")),
 )
 for _model, _index in V14_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v15: state.prune looks up the graph blobs runs keep (BLOB_REFERENCES).
+V15_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (Run, _blob_prefix_index(Run, Run.graph_sha256, "run_graph_sha256_prefix")),
+)
+for _model, _index in V15_INDEXES:
     _model.add_index(_index)
