@@ -75,7 +75,7 @@ class LocalStore(ContentReader):
 
     @staticmethod
     def _run_source(reader: StoreReader, _payload: dict[str, Any], run_id: str | None) -> Response:
-        from piwf_actors.protocol.catalog.runs import source_receipt  # `piwf graph RUN` only
+        from piwf_actors.protocol.catalog.runs import source_receipt  # a client that reads the snapshot
 
         receipt = None if run_id is None else source_receipt(reader, run_id)
         if receipt is None:

@@ -60,6 +60,7 @@ class WorkflowResolver:
             return found
         key = (spec, project_path)
         resolved = resolve(spec, project_path)
+        resolved.graph()  # built once here, beside the load, not by the gateway's thread at a start
         with self._lock:
             self._cache[key] = (_stamp(resolved.path), resolved)
             self._cache.move_to_end(key)
