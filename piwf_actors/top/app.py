@@ -96,7 +96,8 @@ def _with_detail(gatherer: Gatherer, snapshot: Snapshot, run_id: str | None) -> 
         detail = gatherer.run_detail(run_id)
     except READ_ERRORS:
         detail = None  # the next refresh shows why
-    return dataclasses.replace(snapshot, detail_run_id=run_id, detail=detail, detail_graph=gatherer.run_graph(run_id))
+    return dataclasses.replace(snapshot, detail_run_id=run_id, detail=detail,
+                               detail_graph=gatherer.run_graph(run_id))
 
 
 def run(client: Client, console: Console, interval: float, fd: int | None) -> int:

@@ -220,8 +220,8 @@ class Gatherer:
             try:
                 document = self.client.run_graph(run_id)
                 graph = None if document is None else graph_of(document)
-            except (PiwfError, GraphDataError, ValueError):
-                return None  # asked again at the next refresh
+            except (PiwfError, GraphDataError, ValueError, TimeoutError, OSError):
+                return None  # asked again at the next refresh (the tree meanwhile shows the nodes reached)
             self._graphs[run_id] = graph
             while len(self._graphs) > GRAPHS_KEPT:
                 self._graphs.pop(next(iter(self._graphs)))

@@ -208,7 +208,8 @@ def detail_want(snapshot: Snapshot, state: UiState) -> int:
         return 2
     traceback = _traceback_lines(view.get("error"))
     return (2 + bool(view.get("park_reason")) + len(_flow_lines(view)) + bool(view.get("error"))
-            + (1 + len(traceback) if traceback else 0) + 1 + max(1, len(run_tree(view, snapshot.taken_at, snapshot.detail_graph)[0]))
+            + (1 + len(traceback) if traceback else 0) + 1
+            + max(1, len(run_tree(view, snapshot.taken_at, snapshot.detail_graph)[0]))
             + len(view.get("effects") or []))
 
 

@@ -3,12 +3,12 @@
 The same tree as `piwf graph RUN --format text` (workflows/graph_render.py) without the routes and the
 nodes' summaries (so a narrow pane keeps each status in view), drawn on the graph the host stored when
 the run started (`run.graph`: data, so the console runs no workflow code): every node of the definition
-in its order — an include's under the include — with its kind, and what the run did there: status, attempts and a short note (a decision's choice, a shell
-node's exit code, an output, an error), or `not reached`; under a node its open waits in words (an
-answer's deadline, `sleeping until 14:03:00`, `waiting for a message on 'go'`) and a fan-out's
-children by status with the ones not done yet. A run stored without a graph (before hosts kept one)
-is drawn from its run.get view alone: the nodes it reached, in the order it reached them. Times are
-relative to the snapshot's `taken_at`.
+in its order — an include's under the include — with its kind, and what the run did there: status,
+attempts and a short note (a decision's choice, a shell node's exit code, an output, an error), or
+`not reached`; under a node its open waits in words (an answer's deadline, `sleeping until 14:03:00`,
+`waiting for a message on 'go'`) and a fan-out's children by status with the ones not done yet. A
+run stored without a graph (before hosts kept one) is drawn from its run.get view alone: the nodes
+it reached, in the order it reached them. Times are relative to the snapshot's `taken_at`.
 """
 
 from __future__ import annotations

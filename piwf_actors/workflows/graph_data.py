@@ -144,7 +144,8 @@ def _node(data: Any, index: int) -> GraphNode:
 
 def _edge(data: Any, index: int) -> GraphEdge:
     edge = _map(data, f"edge {index}")
-    return GraphEdge(_text(edge.get("source"), f"edge {index} source"), _text(edge.get("target"), f"edge {index} target"),
+    return GraphEdge(_text(edge.get("source"), f"edge {index} source"),
+                     _text(edge.get("target"), f"edge {index} target"),
                      _text(edge.get("label", ""), f"edge {index} label"),
                      _text(edge.get("on"), f"edge {index} on", optional=True),
                      _text(edge.get("exit"), f"edge {index} exit", optional=True))
@@ -152,7 +153,8 @@ def _edge(data: Any, index: int) -> GraphEdge:
 
 def _group(data: Any, index: int) -> GraphGroup:
     group = _map(data, f"group {index}")
-    exits = tuple(_text(exit_id, f"group {index} exit") for exit_id in _items(group.get("exits", []), f"group {index} exits"))
+    exits = tuple(_text(exit_id, f"group {index} exit")
+                  for exit_id in _items(group.get("exits", []), f"group {index} exits"))
     return GraphGroup(_text(group.get("mount_id"), f"group {index} id"),
                       _text(group.get("parent"), f"group {index} parent", optional=True),
                       _text(group.get("workflow", ""), f"group {index} workflow"), exits)

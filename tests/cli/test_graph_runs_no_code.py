@@ -133,7 +133,8 @@ def test_piwf_top_draws_the_stored_graph_with_every_node(hosts: Any, state_dir: 
     text = console.export_text().splitlines()
     assert not _markers(elsewhere)
     # Every node of the definition in its order, with its kind — those not reached too.
-    assert [m.group(1) for row in text if (m := re.match(r"[├└]── (\w+)  ", row))] == ["ask", "fan", "after", "other"]
+    nodes = [m.group(1) for row in text if (m := re.match(r"[├└]── (\w+)  ", row))]
+    assert nodes == ["ask", "fan", "after", "other"], text
     assert text[0] == "├── ask  checkpoint   ⏳ waiting   ◀ here", text
     assert "├── fan  map_workflow   · not reached" in text and "│   └── ⇉ per item: leaf" in text, text
     assert "└── other  compute   · not reached" in text, text

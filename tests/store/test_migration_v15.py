@@ -20,8 +20,8 @@ from piwf_actors.store.reader import StoreReader
 def _make_v14(execute: object) -> None:
     execute("DROP INDEX run_graph_sha256_prefix")  # type: ignore[operator]
     execute("ALTER TABLE run DROP COLUMN graph_sha256")  # type: ignore[operator]
-    execute("INSERT INTO run (run_id, workflow, status, revision, progress, steps, pause_requested, "  # type: ignore[operator]
-            "cancel_requested, created_at, updated_at, queue_class, queued_at) "
+    execute("INSERT INTO run (run_id, workflow, status, revision, progress, steps, "  # type: ignore[operator]
+            "pause_requested, cancel_requested, created_at, updated_at, queue_class, queued_at) "
             "VALUES ('run_old', 'w', 'done', 1, 0, 0, 0, 0, 1.0, 1.0, 2, 1.0)")
 
 
