@@ -7,12 +7,13 @@ argument is a discovered workflow's name when one has it, else a run id written 
 take one (a prefix without `run_`, or an end as piwf-top shows it: `…2mvr1rtt`).
 
 Where the definition comes from, and who runs its code: a workflow is loaded here, in this
-command's process, as `piwf workflows` does (no host needed). A run is drawn on the definition it
-runs — the source snapshot stored with it, which `run.source` hands over without the host
-executing any of it — loaded here too, so a run whose file changed since it started still shows
-its own nodes. When the snapshot does not load here (a module it imports is missing on this
-machine, say), the run is drawn from what `run.get` says alone: the nodes it reached. What the
-workflow files print while loading goes to stderr, so the picture on stdout stays clean.
+command's process, as `piwf workflows` does (no host needed) — it is the user's own file, named
+here. A run is drawn on the graph the host stored as data when the run started (`run.graph`,
+workflows/graph_data.py), so a run whose file changed since still shows its own nodes, and drawing
+it runs no code at all: not its file, not what the file imports, here or on the host. A run stored
+before hosts kept graphs is drawn from what `run.get` says alone (the nodes it reached), and says
+so on stderr. What a workflow file prints while loading goes to stderr, so the picture on stdout
+stays clean.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from piwf_actors.cli.context import EXIT_OK, Ctx
 from piwf_actors.cli.ids import NoMatch
 from piwf_actors.cli.runs import workflow_spec  # a file spec relative to this directory
 from piwf_actors.client import HostNotRunning
-from piwf_actors.errors import WorkflowError, WorkflowLoadFailed, WorkflowNotFound
+from piwf_actors.errors import PiwfError, WorkflowError, WorkflowNotFound
 from piwf_actors.workflows.discovery import resolve
 from piwf_actors.workflows.graph import Graph, build_graph, graph_from_view
+from piwf_actors.workflows.graph_data import GraphDataError, graph_of
 from piwf_actors.workflows.graph_render import RENDERERS, tree, tree_lines
 from piwf_actors.workflows.graph_run import RunOverlay, overlay
-from piwf_actors.workflows.loader import exec_fresh
 from piwf_actors.workflows.model import Workflow
 
 FORMATS = tuple(RENDERERS)
@@ -47,8 +48,8 @@ def add_command(add: Any, sub: Any) -> None:
     p = add(sub, "graph", "draw a workflow, or a run on its workflow (text, mermaid, dot)", cmd_graph,
             "Draw a workflow: its nodes by kind, switches with their cases, includes with their exits, the child "
             "workflows of fan-outs. Given a run: the same with where the run is and what each node did (status, "
-            "attempts, output or answer, children by status, open waits), on the definition stored with the run. "
-            "A workflow is loaded in this command's process (no host needed); so is a run's stored snapshot.")
+            "attempts, output or answer, children by status, open waits), on the graph the host stored when the run "
+            "started. A workflow is loaded in this command's process (no host needed); a run's code is never run.")
     p.add_argument("target", metavar="WORKFLOW|RUN", help="a discovered workflow name, module:attr, or "
                    "path/to/file.py[:attr]; or a run id: a unique prefix (with or without run_) or …end")
     p.add_argument("--format", choices=FORMATS, default="text",
@@ -73,43 +74,19 @@ def load_workflow(spec: str, project: str) -> Workflow:
         return resolve(workflow_spec(spec), project).workflow
 
 
-def load_snapshot(source: bytes, receipt: dict[str, Any]) -> Workflow:
-    """The workflow the stored snapshot builds. Unlike the worker's loader it accepts one whose digest
-    differs from the run's (a module the file imports changed since): the caller says so."""
-    path = receipt.get("workflow_path") or "<snapshot>"
-    attr = receipt.get("workflow_attr") or receipt.get("workflow")
-    try:
-        with _loading():
-            module = exec_fresh(source, path, receipt.get("project_path"))
-    except (Exception, SystemExit) as exc:  # the user's code: whatever it raises is a load failure
-        raise WorkflowLoadFailed(" ".join(f"{type(exc).__name__}: {exc}".split())[:300]) from exc
-    workflow = getattr(module, str(attr), None)
-    if not isinstance(workflow, Workflow):
-        raise WorkflowLoadFailed(f"{path} has no workflow attribute {attr!r}")
-    return workflow
-
-
 def _run_picture(ctx: Ctx, run_id: str) -> tuple[Graph, RunOverlay]:
     client = ctx.client(offline_ok=True)
     view = client.resolve_content(ctx.call("run.get", run_id=run_id))
     run = overlay(view, time.time())
-    receipt = ctx.call("run.source", run_id=run_id)
-    source = receipt.get("source")
-    if source is None and receipt.get("source_sha256"):
-        source = client.read_content(receipt["source_sha256"])
-    if source is None:
-        ctx.note(f"piwf: run {run_id} has no stored workflow source; showing the nodes it reached")
-        return graph_from_view(view), run
     try:
-        workflow = load_snapshot(bytes(source), receipt)
-    except WorkflowError as exc:
-        ctx.note(f"piwf: the workflow snapshot of run {run_id} does not load here ({exc.one_line(300)}); "
-                 "showing the nodes it reached")
-        return graph_from_view(view), run
-    if receipt.get("definition_digest") and workflow.digest != receipt["definition_digest"]:
-        ctx.note(f"piwf: run {run_id}'s snapshot now builds another definition than the run started with "
-                 "(a module it imports changed?); the picture is of what it builds now")
-    return build_graph(workflow), run
+        document = client.run_graph(run_id)
+        if document is not None:
+            return graph_of(document), run
+        why = "it started before its host stored run graphs"
+    except (PiwfError, GraphDataError, ValueError) as exc:  # ValueError: stored bytes that are not JSON
+        why = f"its stored graph cannot be read: {' '.join(str(exc).split())[:300]}"
+    ctx.note(f"piwf: run {run_id} has no graph to draw ({why}); showing the nodes it reached")
+    return graph_from_view(view), run
 
 
 def _styled(graph: Graph, run: RunOverlay | None) -> Text:

@@ -5,7 +5,7 @@ of a stopped host: `<state-dir>/state.db`, or the database `--database` /
 `$PIWF_DATABASE_URL` names (a read-only connection either way: it can never
 change the database; SQLite's WAL, or PostgreSQL's MVCC, lets it read beside
 a host that starts meanwhile). It
-answers `run.list`, `run.get`, `run.source`, `run.events`, `content.read` and `ids.match`
+answers `run.list`, `run.get`, `run.source`, `run.graph`, `run.events`, `content.read` and `ids.match`
 with the host's own query functions and the same outcomes and receipts as
 the socket protocol; anything else is `unavailable`.
 """
@@ -45,7 +45,7 @@ class LocalStore(ContentReader):
                 expected_revision: int | None = None, idempotency_key: str | None = None) -> Response:
         """Answer like the host would; a database that cannot be read is `unavailable` with the reason."""
         handler = {"run.list": self._run_list, "run.get": self._run_get, "run.events": self._run_events,
-                   "run.source": self._run_source, "content.read": self._content_read,
+                   "run.source": self._run_source, "run.graph": self._run_graph, "content.read": self._content_read,
                    "ids.match": self._ids_match}.get(operation)
         if handler is None:
             return Response(None, "unavailable", error=f"{operation} needs a running host")
@@ -75,9 +75,18 @@ class LocalStore(ContentReader):
 
     @staticmethod
     def _run_source(reader: StoreReader, _payload: dict[str, Any], run_id: str | None) -> Response:
-        from piwf_actors.protocol.catalog.runs import source_receipt  # `piwf graph RUN` only
+        from piwf_actors.protocol.catalog.runs import source_receipt  # a client that reads the snapshot
 
         receipt = None if run_id is None else source_receipt(reader, run_id)
+        if receipt is None:
+            return Response(None, "notFound", error=f"run {run_id} not found")
+        return Response(None, "accepted", receipt=receipt)
+
+    @staticmethod
+    def _run_graph(reader: StoreReader, _payload: dict[str, Any], run_id: str | None) -> Response:
+        from piwf_actors.protocol.catalog.runs import graph_receipt  # `piwf graph RUN` only
+
+        receipt = None if run_id is None else graph_receipt(reader, run_id)
         if receipt is None:
             return Response(None, "notFound", error=f"run {run_id} not found")
         return Response(None, "accepted", receipt=receipt)

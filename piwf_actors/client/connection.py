@@ -97,6 +97,22 @@ class ContentReader:
             return [self.resolve_content(item) for item in value]
         return value
 
+    def run_graph(self, run_id: str) -> dict[str, Any] | None:
+        """The graph document the host stored when the run started (`run.graph`; read with content.read
+        when it is not inline): data to draw, never code to load (workflows/graph_data.py). None when the
+        run has none — stored before hosts kept graphs, or a host too old to know `run.graph`. Raises
+        PiwfError when the run is not there or the host cannot answer."""
+        answer = self.request("run.graph", run_id=run_id)
+        if answer.outcome == "rejected" and "'run.graph' is not available" in (answer.error or ""):
+            return None
+        receipt = self._ok(answer)
+        if isinstance(receipt.get("graph"), dict):
+            return dict(receipt["graph"])
+        if not receipt.get("graph_sha256"):
+            return None
+        document = json.loads(self.read_content(receipt["graph_sha256"]))
+        return document if isinstance(document, dict) else None
+
     def match_ids(self, kind: str, prefix: str, limit: int | None = None) -> tuple[list[str], bool]:
         """`ids.match`: the full ids of `kind` (run, request, effect, message) starting with `prefix`, and
         whether there are more than the `limit` returned."""

@@ -62,7 +62,8 @@ class ResourceWorkflows:
         if found.get("missing"):
             resolved = resolve(name, self._project_path)
             spec = {"workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
-                    "definition_digest": resolved.workflow.digest, "source": resolved.source}
+                    "definition_digest": resolved.workflow.digest, "source": resolved.source,
+                    "graph": resolved.graph()}  # stored with the run: drawing it runs no code
             limited = concurrency_key(resolved.workflow, input)  # its limit holds for a resource's runs too
             if limited is not None:
                 spec.update(concurrency_key=limited[0], concurrency_max=limited[1])

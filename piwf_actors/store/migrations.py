@@ -214,6 +214,16 @@ def _v15_addressed_notifications(db: Any) -> None:
             db.execute(model._schema._create_index(index, safe=True))
 
 
+def _v16_run_graphs(db: Any) -> None:
+    """run.graph_sha256: the definition's graph as data, stored when a run starts (workflows/graph_data.py),
+    so that drawing a run imports nothing; with its digest-prefix index for state.prune. Runs stored
+    before have none: they are drawn from the nodes they reached."""
+    _add_columns(db, (("run", "graph_sha256", "TEXT"),))
+    with _BIND_LOCK, db.bind_ctx((schema.Run,)):
+        for model, index in schema.V16_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+
+
 def _columns(db: Any, table: str) -> set[str]:
     if isinstance(db, pw.SqliteDatabase):
         return {row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()}
@@ -252,7 +262,7 @@ POSTGRESQL_BASELINE = len(SQLITE_MIGRATIONS)
 #: Versions POSTGRESQL_BASELINE + 1, + 2, …: both engines, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
-                               _v14_waits_children_limits, _v15_addressed_notifications]
+                               _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs]
 LATEST_VERSION = POSTGRESQL_BASELINE + len(MIGRATIONS)
 
 

@@ -27,6 +27,7 @@ from piwf_actors.store.snapshot import as_location, read_snapshot
 #: digest-prefix index like those of `schema.V5_INDEXES` (prune looks it up).
 BLOB_REFERENCES: tuple[tuple[str, str, str], ...] = (
     ("run", "run_id", "source_sha256"),
+    ("run", "run_id", "graph_sha256"),
     ("run", "run_id", "input_sha256"),
     ("run", "run_id", "output_sha256"),
     ("node_attempt", "attempt_id", "output_sha256"),

@@ -141,6 +141,19 @@ def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
             "source_sha256": row[6]}
 
 
+def run_graph(reader: StoreReader, run_id: str) -> tuple[str | None, bytes | None] | None:
+    """(blob key, bytes) of the graph stored with a run when it started (workflows/graph_data.py), (None,
+    None) for a run stored without one (before schema v16, or read from a file not migrated yet), None
+    when there is no such run."""
+    cursor = reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    key = dict(zip([d[0] for d in cursor.description], row, strict=True)).get("graph_sha256")
+    data = reader.one("SELECT data FROM blob WHERE sha256 = ?", (key,)) if key else None
+    return (key, None) if data is None else (key, bytes(data[0]))
+
+
 def run_input(reader: StoreReader, run_id: str) -> Any:
     """A run's input value, whatever its size (None when there is no such run)."""
     row = reader.one("SELECT input_json, input_sha256 FROM run WHERE run_id = ?", (run_id,))

@@ -143,6 +143,10 @@ class Run(Base):
     # What a held run (queue_class 3) waits for: `concurrency_key:<key>`, `parent_wait_id:<wait>` or
     # `parent_run_id:<run>` (a paused parent); what frees that lets it go (store/commands/holds.py).
     held_by = pw.TextField(null=True)
+    # Schema v16: the blob of the definition's graph as data (workflows/graph_data.py), stored when the
+    # run starts, so drawing the run (`run.graph`, `piwf graph RUN`, piwf-top) runs none of its code.
+    # Equal definitions share one blob. NULL: a run stored before v16 (drawn from the nodes it reached).
+    graph_sha256 = pw.TextField(null=True)
 
     class Meta:
         table_name = "run"
@@ -487,4 +491,11 @@ V15_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
                                           where=SessionMessage.audience.is_null(False))),
 )
 for _model, _index in V15_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v16: state.prune looks up the graph blobs runs keep (BLOB_REFERENCES).
+V16_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (Run, _blob_prefix_index(Run, Run.graph_sha256, "run_graph_sha256_prefix")),
+)
+for _model, _index in V16_INDEXES:
     _model.add_index(_index)

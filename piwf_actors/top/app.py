@@ -88,14 +88,16 @@ def _gather(gatherer: Gatherer, last: Snapshot | None, selected_run_id: str | No
 
 
 def _with_detail(gatherer: Gatherer, snapshot: Snapshot, run_id: str | None) -> Snapshot:
-    """`snapshot` with the run.get view of `run_id`, read now when the selection moved since the refresh."""
+    """`snapshot` with the run.get view (and stored graph) of `run_id`, read now when the selection moved
+    since the refresh."""
     if run_id is None or snapshot.detail_run_id == run_id or snapshot.error:
         return snapshot
     try:
         detail = gatherer.run_detail(run_id)
     except READ_ERRORS:
         detail = None  # the next refresh shows why
-    return dataclasses.replace(snapshot, detail_run_id=run_id, detail=detail)
+    return dataclasses.replace(snapshot, detail_run_id=run_id, detail=detail,
+                               detail_graph=gatherer.run_graph(run_id))
 
 
 def run(client: Client, console: Console, interval: float, fd: int | None) -> int:

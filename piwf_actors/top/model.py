@@ -3,8 +3,8 @@
 `Gatherer.gather(selected_run_id)` makes a few read-only requests
 (host.status, run.list twice — the newest runs, and every parked run so that
 no run waiting on an ambiguous effect is ever out of sight —,
-interaction.list, channel.status, schedule.list, run.get of the selected run, and
-run.events for recent runs that changed) and samples the host's worker
+interaction.list, channel.status, schedule.list, run.get of the selected run and, once per
+run, its stored graph (run.graph), and run.events for recent runs that changed) and samples the host's worker
 processes with psutil. `Gatherer.run_detail` is the single run.get the app
 makes at once when the selection moves between refreshes. The gatherer keeps
 state between refreshes on purpose:
@@ -33,6 +33,11 @@ import psutil
 from piwf_actors.client import Client
 from piwf_actors.errors import PiwfError
 from piwf_actors.statuses import LIVE_STATUSES
+from piwf_actors.workflows.graph import Graph
+from piwf_actors.workflows.graph_data import GraphDataError, graph_of
+
+#: Stored graphs the gatherer keeps (one per run selected lately).
+GRAPHS_KEPT = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,8 @@ class Snapshot:
     error: str | None = None  # why the host could not be read at `taken_at` (the rest is the last good data)
     detail_run_id: str | None = None  # the run `detail` was asked for
     detail: dict[str, Any] | None = None  # its run.get view (with `revision`); None: not read, or gone
+    # The graph the host stored when that run started (run.graph); None: none stored (an older run), or not read.
+    detail_graph: Graph | None = None
     schedules: tuple[dict[str, Any], ...] = ()  # the schedule.list receipt's schedules (next fire times)
 
 
@@ -169,6 +176,7 @@ class Gatherer:
         self.event_runs = event_runs
         self.processes = ProcessCache()
         self.tail = EventTail(keep_events)
+        self._graphs: dict[str, Graph | None] = {}  # run id → its stored graph, oldest read first
 
     def _receipt(self, operation: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         answer = self.client.request(operation, payload)
@@ -192,6 +200,7 @@ class Gatherer:
         return Snapshot(taken_at=taken_at, host=host, runs=tuple(runs), decisions=decisions,
                         other_requests=len(requests) - len(decisions), workers=self._workers(host), events=events,
                         channels=channels, detail_run_id=selected_run_id, detail=self.run_detail(selected_run_id),
+                        detail_graph=self.run_graph(selected_run_id),
                         schedules=tuple((schedules.receipt or {}).get("schedules") or ()) if schedules.ok else ())
 
     def run_detail(self, run_id: str | None) -> dict[str, Any] | None:
@@ -200,6 +209,23 @@ class Gatherer:
             return None
         answer = self.client.request("run.get", run_id=run_id)
         return answer.receipt if answer.ok and isinstance(answer.receipt, dict) else None
+
+    def run_graph(self, run_id: str | None) -> Graph | None:
+        """The graph stored with `run_id` when it started (run.graph: data, so the console runs no workflow
+        code), read once per run — it never changes. None without one (a run stored before hosts kept graphs,
+        an older host, a run pruned); the tree is then drawn from run.get alone."""
+        if run_id is None:
+            return None
+        if run_id not in self._graphs:
+            try:
+                document = self.client.run_graph(run_id)
+                graph = None if document is None else graph_of(document)
+            except (PiwfError, GraphDataError, ValueError, TimeoutError, OSError):
+                return None  # asked again at the next refresh (the tree meanwhile shows the nodes reached)
+            self._graphs[run_id] = graph
+            while len(self._graphs) > GRAPHS_KEPT:
+                self._graphs.pop(next(iter(self._graphs)))
+        return self._graphs[run_id]
 
     def _workers(self, host: dict[str, Any]) -> tuple[WorkerRow, ...]:
         workers = host.get("workers") or {}

@@ -208,7 +208,8 @@ def detail_want(snapshot: Snapshot, state: UiState) -> int:
         return 2
     traceback = _traceback_lines(view.get("error"))
     return (2 + bool(view.get("park_reason")) + len(_flow_lines(view)) + bool(view.get("error"))
-            + (1 + len(traceback) if traceback else 0) + 1 + max(1, len(run_tree(view, snapshot.taken_at)[0]))
+            + (1 + len(traceback) if traceback else 0) + 1
+            + max(1, len(run_tree(view, snapshot.taken_at, snapshot.detail_graph)[0]))
             + len(view.get("effects") or []))
 
 
@@ -279,7 +280,7 @@ def detail_pane(snapshot: Snapshot, state: UiState, width: int, lines: int) -> R
     shown_effects = effect_lines[: max(min(len(effect_lines), room // 3),
                                        sum(e.get("status") == "ambiguous" for e in effects))][:room]
     room -= len(shown_effects)
-    tree, here = run_tree(view, snapshot.taken_at)
+    tree, here = run_tree(view, snapshot.taken_at, snapshot.detail_graph)
     traceback = _traceback_lines(error)
     # The traceback's last lines (where it failed) and the nodes share what is left.
     traceback_room = 0

@@ -1,12 +1,14 @@
 """The selected run as a tree in `piwf-top`'s detail pane (pure: no I/O, no clock).
 
-The same tree as `piwf graph RUN --format text` (workflows/graph_render.py), built from the run.get
-view alone: the console never loads workflow code, so it shows the nodes the run reached — in the
-order it reached them, those of an include under the include — each with its status, attempts and a
-short note (a decision's choice, a shell node's exit code, an output, an error); under a node its
-open waits in words (an answer's deadline, `sleeping until 14:03:00`, `waiting for a message on
-'go'`) and a fan-out's children by status with the ones not done yet. Times are relative to the
-snapshot's `taken_at`.
+The same tree as `piwf graph RUN --format text` (workflows/graph_render.py) without the routes and the
+nodes' summaries (so a narrow pane keeps each status in view), drawn on the graph the host stored when
+the run started (`run.graph`: data, so the console runs no workflow code): every node of the definition
+in its order — an include's under the include — with its kind, and what the run did there: status,
+attempts and a short note (a decision's choice, a shell node's exit code, an output, an error), or
+`not reached`; under a node its open waits in words (an answer's deadline, `sleeping until 14:03:00`,
+`waiting for a message on 'go'`) and a fan-out's children by status with the ones not done yet. A
+run stored without a graph (before hosts kept one) is drawn from its run.get view alone: the nodes
+it reached, in the order it reached them. Times are relative to the snapshot's `taken_at`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES
 from piwf_actors.top.cells import cell, line
-from piwf_actors.workflows.graph import graph_from_view
+from piwf_actors.workflows.graph import Graph, graph_from_view
 from piwf_actors.workflows.graph_render import TreeItem, tree, tree_lines
 from piwf_actors.workflows.graph_run import overlay
 
@@ -38,9 +40,11 @@ def _style(item: TreeItem) -> str:
     return f"bold {style}".strip() if item.current and item.role == "node" else style
 
 
-def run_tree(view: dict[str, Any], now: float) -> tuple[list[Text], int | None]:
+def run_tree(view: dict[str, Any], now: float, graph: Graph | None = None) -> tuple[list[Text], int | None]:
     """One line per tree item below the run (guides dim, host text literal), and the index of the
-    line of the node where the run is (None when it is at none)."""
-    rows = tree_lines(tree(graph_from_view(view), overlay(view, now), routes=False))[1:]
+    line of the node where the run is (None when it is at none). `graph`: the run's stored graph
+    (None: draw the nodes `view` shows it reached)."""
+    drawn = graph if graph is not None else graph_from_view(view)
+    rows = tree_lines(tree(drawn, overlay(view, now), routes=False, summaries=False))[1:]
     here = next((index for index, (_, item) in enumerate(rows) if item.current and item.role == "node"), None)
     return [line((guide, "dim"), cell(item.text, _style(item))) for guide, item in rows], here

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from piwf_actors.errors import UserCodeTimeout, WorkflowLoadFailed, WorkflowLoadTimedOut, WorkflowNotFound
+from piwf_actors.workflows.graph_data import graph_blob
 from piwf_actors.workflows.import_scope import ImportScope
 from piwf_actors.workflows.loader import exec_fresh
 from piwf_actors.workflows.model import Workflow
@@ -56,6 +57,15 @@ class ResolvedWorkflow:
     path: str
     attr: str
     source: bytes
+    # The definition's graph as stored with each run (workflows/graph_data.py), built once on first use:
+    # the resolver keeps a resolution while its file is unchanged, so a start does not build it again.
+    _graph: list[bytes] = field(default_factory=list, compare=False, repr=False)
+
+    def graph(self) -> bytes:
+        """The bytes of `graph_data.graph_document(self.workflow)` (no callback of it is called)."""
+        if not self._graph:
+            self._graph.append(graph_blob(self.workflow))
+        return self._graph[0]
 
 
 @dataclass(frozen=True, slots=True)

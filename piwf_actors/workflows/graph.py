@@ -5,8 +5,9 @@ nodes in definition order with their kind and a one-line summary (a shell comman
 audience and choices, a message topic, a fan-out's child workflow), its routes as edges (a switch's
 cases are labelled edges, its default `else`), its includes as groups with their named exits, and
 the child workflows a fan-out starts. An edge that leaves an include carries the exit's name as
-the author wrote it (`review.approved`). `graph_from_view(view)` is the graph a run.get view shows
-without the definition: the nodes the run reached, nested by include, no kinds, no routes.
+the author wrote it (`review.approved`). `graph_data` stores a `Graph` with each run and reads it
+back. `graph_from_view(view)` is the graph a run.get view shows without the definition: the nodes
+the run reached, nested by include, no kinds, no routes.
 
 What a run did on it is `graph_run.overlay`; the pictures are drawn by `graph_render`.
 """
@@ -228,7 +229,7 @@ def build_graph(workflow: Workflow) -> Graph:
 def graph_from_view(view: Mapping[str, Any]) -> Graph:
     """The graph of what a run.get view shows without the definition: the nodes the run reached, in
     the order it reached them, nested by their qualified ids (`get/ok` inside the include `get`), with
-    no kinds and no routes (piwf-top, or a run whose snapshot does not load)."""
+    no kinds and no routes (a run stored without its graph, before hosts kept one)."""
     node_ids = [str(node.get("node_id")) for node in view.get("nodes") or [] if isinstance(node, Mapping)]
     node_ids += [str(wait.get("node_id")) for wait in (view.get("waiting") or []) + (view.get("waits") or [])
                  if isinstance(wait, Mapping)]

@@ -97,8 +97,9 @@ def _children_items(state: NodeState) -> list[TreeItem]:
     return items
 
 
-def _node_item(graph: Graph, node: GraphNode, run: RunOverlay | None, routes: bool) -> TreeItem:
-    text = node.node_id + (f"  {node.kind}" if node.kind else "") + (f": {node.summary}" if node.summary else "")
+def _node_item(graph: Graph, node: GraphNode, run: RunOverlay | None, routes: bool, summaries: bool) -> TreeItem:
+    text = node.node_id + (f"  {node.kind}" if node.kind else "") + (
+        f": {node.summary}" if node.summary and summaries else "")
     state = run.nodes.get(node.node_id) if run is not None else None
     items: list[TreeItem] = []
     current = run is not None and run.current == node.node_id
@@ -161,14 +162,16 @@ def _walk(items: tuple[TreeItem, ...]) -> list[TreeItem]:
     return out
 
 
-def tree(graph: Graph, run: RunOverlay | None = None, *, routes: bool = True) -> TreeItem:
-    """The tree of `graph` (with `run` on it); `routes=False` leaves the routes out (piwf-top)."""
+def tree(graph: Graph, run: RunOverlay | None = None, *, routes: bool = True, summaries: bool = True) -> TreeItem:
+    """The tree of `graph` (with `run` on it); `routes=False` leaves the routes out and `summaries=False`
+    the nodes' summaries (piwf-top: a narrow pane keeps each node's status in view)."""
     title = f"workflow {graph.workflow}  start {graph.start}"
     if run is not None:
         title = f"run {run.run_id}  {graph.workflow}  {run.status}" + (
             f" ({run.park_reason})" if run.park_reason else "")
     routes = routes and not graph.from_view
-    return TreeItem(title, "title", items=_level(graph, None, lambda node: _node_item(graph, node, run, routes)))
+    return TreeItem(title, "title",
+                    items=_level(graph, None, lambda node: _node_item(graph, node, run, routes, summaries)))
 
 
 def tree_lines(root: TreeItem) -> list[tuple[str, TreeItem]]:

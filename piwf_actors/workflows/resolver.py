@@ -75,6 +75,7 @@ class WorkflowResolver:
     def _load(self, spec: str, project_path: str | None) -> ResolvedWorkflow:
         key = (spec, project_path)
         resolved = discovery.resolve(spec, project_path)
+        resolved.graph()  # built once here, beside the load, not by the gateway's thread at a start
         with self._lock:
             self._cache[key] = (_stamp(resolved.path), resolved)
             self._cache.move_to_end(key)

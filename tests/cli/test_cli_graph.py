@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 from cli_support import REPO, ok_json, piwf, run_view, short_dir, wait_until
-from testsupport import hosts_on_postgres
+from testsupport import execute, hosts_on_postgres, rows
 
 from piwf_actors import HostHandle
 from piwf_actors.client import Client
+from piwf_actors.workflows.graph_data import graph_of
+from piwf_actors.workflows.graph_render import render_mermaid
 
 FLOWS = textwrap.dedent('''
     from piwf_actors.workflows import (
@@ -184,9 +186,11 @@ GATED = textwrap.dedent('''
 ''')
 
 
-def test_a_snapshot_that_builds_otherwise_or_not_at_all_here(host: HostHandle, state_dir: Path) -> None:
-    """The snapshot is the workflow file; what it imports is read as it is now. Changed: the picture is of
-    what the snapshot builds now, and says so. Gone: the run is drawn from run.get alone, and says why."""
+def test_a_run_is_drawn_as_it_started_whatever_its_imports_do_since(host: HostHandle, state_dir: Path) -> None:
+    """The picture is the graph the host stored when the run started: a module the file imports that
+    changes, or goes, changes nothing (nothing is loaded to draw). A run stored without a graph (before
+    hosts kept one) is drawn from run.get alone, and says so in one line; a restart of its same code
+    gets a graph."""
     project = short_dir("pgr-g-")
     try:
         (project / ".piwf" / "workflows").mkdir(parents=True)
@@ -199,16 +203,30 @@ def test_a_snapshot_that_builds_otherwise_or_not_at_all_here(host: HostHandle, s
 
         steps.write_text('PROMPT = "second?"\n')
         changed = piwf(state_dir, "graph", run_id, cwd=project)
-        assert changed.returncode == 0 and "ask  checkpoint: second?   ⏳ waiting   ◀ here" in changed.stdout
-        assert "snapshot now builds another definition than the run started with" in changed.stderr
-
+        assert changed.returncode == 0 and "ask  checkpoint: first?   ⏳ waiting   ◀ here" in changed.stdout
+        assert changed.stderr == ""
         steps.unlink()
         gone = piwf(state_dir, "graph", run_id, cwd=project)
-        assert gone.returncode == 0, gone.stderr
-        assert "does not load here (ModuleNotFoundError: No module named '_steps')" in gone.stderr
-        assert gone.stdout.splitlines() == [f"run {run_id}  gated  parked (waiting)",
-                                            "└── ask   ⏳ waiting   ◀ here",
-                                            "    └── ⏳ waiting for an answer (checkpoint, no deadline)"]
+        assert (gone.returncode, gone.stderr) == (0, "") and "ask  checkpoint: first?" in gone.stdout
+
+        # As a run stored before schema v15: no graph.
+        execute(state_dir, "UPDATE run SET graph_sha256 = NULL WHERE run_id = ?", (run_id,))
+        older = piwf(state_dir, "graph", run_id, cwd=project)
+        assert older.returncode == 0, older.stderr
+        assert older.stderr == (f"piwf: run {run_id} has no graph to draw (it started before its host stored run "
+                                "graphs); showing the nodes it reached\n")
+        assert older.stdout.splitlines() == [f"run {run_id}  gated  parked (waiting)",
+                                             "└── ask   ⏳ waiting   ◀ here",
+                                             "    └── ⏳ waiting for an answer (checkpoint, no deadline)"]
+        steps.write_text('PROMPT = "first?"\n')  # the same code again (a changed import fails a same-code run)
+        with Client(state_dir) as client:
+            assert client.request("run.cancel", run_id=run_id).ok
+            view = wait_until(lambda: (v := client.get(run_id))["status"] == "cancelled" and v, 30, "the cancel")
+            restarted = client.request("run.restart", {"same_code": True}, run_id=run_id,
+                                       expected_revision=view["revision"]).receipt["run_id"]
+        parked(state_dir, restarted, lambda view: bool(view["waiting"]))
+        assert "ask  checkpoint: first?   ⏳ waiting   ◀ here" in graph(state_dir, project, restarted)
+        assert rows(state_dir, "SELECT graph_sha256 FROM run WHERE run_id = ?", (restarted,))[0]["graph_sha256"]
     finally:
         shutil.rmtree(project, ignore_errors=True)
 
@@ -261,3 +279,16 @@ def test_the_readme_picture_is_what_piwf_graph_prints() -> None:
     printed = piwf(None, "graph", command.group(1), "--format", "mermaid", cwd=REPO)
     assert printed.returncode == 0, printed.stderr
     assert blocks[0] == printed.stdout
+
+
+def test_the_readme_picture_is_the_graph_a_release_run_stores(host: HostHandle, state_dir: Path,
+                                                              project: Path) -> None:
+    """What the host stored for a run of `release` draws the README's picture, byte for byte."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The `piwf` command\n"):readme.index("\n## piwf-top")]
+    [block] = re.findall(r"```mermaid\n(.*?)```", section, flags=re.S)
+    run_id = start(state_dir, project, "release", "version=3")
+    with Client(state_dir) as client:
+        document = client.run_graph(run_id)
+    assert document is not None
+    assert render_mermaid(graph_of(document)) == block

@@ -570,3 +570,33 @@ def test_prune_and_its_vacuum_work_inside_a_savepoint(store: Store) -> None:
     assert outcome.results[1].error_code == "conflict"
     assert set(_statuses(store)) == set(SURVIVORS)
     assert state_report.verify(store.path, T_NEW)["ok"] is True
+
+
+def test_a_graph_blob_stays_while_a_run_draws_with_it_and_verify_misses_none(store: Store) -> None:
+    """Runs of one definition share one stored graph (run.graph_sha256): prune frees it with the last run
+    that references it, never before; verify reports a run whose graph blob is gone."""
+    from piwf_actors.workflows import compute, define_workflow
+    from piwf_actors.workflows.graph_data import graph_blob
+
+    graph = graph_blob(define_workflow(name="w", start_at="a", nodes={"a": compute(run=lambda ctx: 1)}, edges=[]))
+    for run_id, at in (("run_graph_old", T_OLD), ("run_graph_new", T_NEW)):
+        store.call("run.create", {"workflow": "w", "run_id": run_id, "graph": graph}, at)
+        store.call("run.cancel", {"run_id": run_id}, at)
+    key = _sha_bytes(graph)
+    assert store.sql("SELECT DISTINCT graph_sha256 FROM run WHERE run_id LIKE 'run_graph_%'") == [(key,)]
+    assert store.count("blob", "sha256 = ?", (key,)) == 1
+    store.call("state.prune", {"before": BEFORE, "apply": True}, T_NEW + 1)
+    assert store.count("run", "run_id = 'run_graph_old'") == 0
+    assert store.count("blob", "sha256 = ?", (key,)) == 1  # run_graph_new still draws with it
+    store.sql("DELETE FROM blob WHERE sha256 = ?", (key,))
+    found = state_report.verify(store.path, T_NEW + 2)
+    assert {(v["code"], v.get("run_id")) for v in found["violations"]} == {("missing_blob", "run_graph_new")}
+    put_blob(store.db.connection(), graph, T_NEW)  # back, so the last prune has it to free
+    store.call("state.prune", {"before": T_NEW + 10, "apply": True}, T_NEW + 20)
+    assert store.count("run", "run_id = 'run_graph_new'") == 0 and store.count("blob", "sha256 = ?", (key,)) == 0
+
+
+def _sha_bytes(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

@@ -16,10 +16,20 @@ from typing import Any
 from top_fixtures import AMBIGUOUS, BUSY, DECISION, DETAIL, OLD_RUNS, RELEASE, snapshot
 
 from piwf_actors.client import Response
+from piwf_actors.client.connection import ContentReader
 from piwf_actors.top.app import send
 from piwf_actors.top.keys import parse_keys
 from piwf_actors.top.model import Gatherer, Snapshot
 from piwf_actors.top.state import QUIT, Command, Outcome, UiState, normalize, step, visible_runs
+from piwf_actors.workflows import define_workflow, edge, shell
+from piwf_actors.workflows.graph import build_graph
+from piwf_actors.workflows.graph_data import graph_document
+
+
+def release() -> Any:
+    return define_workflow(name="release", start_at="test", nodes={"test": shell(command=["pytest"]),
+                                                                   "ship": shell(command=["make", "ship"])},
+                           edges=[edge("test", "ship")])
 
 
 def press(state: UiState, keys: Iterable[str], snap: Snapshot) -> tuple[UiState, list[Outcome]]:
@@ -229,15 +239,15 @@ def test_nothing_to_act_on() -> None:
     assert state.focus == "runs" and state.status == "no pending decisions"
 
 
-class FakeClient:
-    """Answers like a host; records what was asked."""
+class FakeClient(ContentReader):
+    """Answers like a host; records what was asked (content reads through `request`, as a Client's)."""
 
     def __init__(self, answers: dict[str, Response]) -> None:
         self.answers = answers
         self.sent: list[tuple[str, dict[str, Any], str | None, int | None]] = []
 
     def request(self, operation: str, payload: dict[str, Any] | None = None, *, run_id: str | None = None,
-                expected_revision: int | None = None) -> Response:
+                expected_revision: int | None = None, idempotency_key: str | None = None) -> Response:
         self.sent.append((operation, dict(payload or {}), run_id, expected_revision))
         return self.answers.get(operation) or self.answers[f"{operation}:{(payload or {}).get('status')}"]
 
@@ -268,9 +278,25 @@ def test_gatherer_keeps_old_ambiguous_runs_and_reads_the_selected_run() -> None:
         "channel.status": Response("f", "accepted", {"configured": False}),
         "run.get": Response("g", "accepted", {"run_id": "run_old", "revision": 4}),
         "schedule.list": Response("h", "accepted", {"schedules": [{"name": "tick", "next_fire_at": 5.0}]}),
+        "run.graph": Response("i", "accepted", {"run_id": "run_old", "graph_sha256": "ab" * 32, "graph_bytes": 9,
+                                                "graph": graph_document(release())}),
     })
-    snap = Gatherer(client).gather("run_old")  # type: ignore[arg-type]
+    gatherer = Gatherer(client)  # type: ignore[arg-type]
+    snap = gatherer.gather("run_old")
     assert snap.schedules == ({"name": "tick", "next_fire_at": 5.0},)
     assert [r["run_id"] for r in snap.runs] == ["run_new", "run_old"]
     assert snap.decisions == (DECISION,) and snap.other_requests == 1
     assert snap.detail_run_id == "run_old" and snap.detail == {"run_id": "run_old", "revision": 4}
+    assert snap.detail_graph == build_graph(release())
+    # A run's graph never changes: it is read once, not at every refresh.
+    assert gatherer.gather("run_old").detail_graph == snap.detail_graph
+    assert [sent[0] for sent in client.sent].count("run.graph") == 1
+
+
+def test_gatherer_draws_a_run_without_a_stored_graph_from_its_view() -> None:
+    client = FakeClient({"run.graph": Response("i", "accepted", {"run_id": "run_old", "graph_sha256": None,
+                                                                 "graph_bytes": 0}),
+                         "run.get": Response("g", "accepted", {"run_id": "run_old", "revision": 4})})
+    assert Gatherer(client).run_graph("run_old") is None  # type: ignore[arg-type]
+    older = FakeClient({"run.graph": Response("i", "rejected", error="operation 'run.graph' is not available")})
+    assert Gatherer(older).run_graph("run_old") is None  # type: ignore[arg-type]

@@ -162,7 +162,8 @@ def test_top_at_80x24_cancels_a_run_and_answers_a_decision(host_dir: tuple[HostH
         _keys(tmux, "top", "Enter")  # keep the filter
         _keys(tmux, "top", "Enter")  # open the detail
         _screen_until(tmux, "top", lambda s: f"detail  {sleepy_id}" in s and "node nap" in s and "running" in s
-                      and "└── nap   ▶ running   ◀ here" in s, "the detail of the sleeping run, with its tree")
+                      and "└── nap  compute   ▶ running   ◀ here" in s,
+                      "the detail of the sleeping run, with its tree")
 
         # `c` only asks.
         _keys(tmux, "top", "c")

@@ -1,4 +1,5 @@
-"""Runs: run.start, run.list, run.get, run.source, run.events, run.cancel|pause|resume, run.restart, effect.resolve.
+"""Runs: run.start, run.list, run.get, run.source, run.graph, run.events, run.cancel|pause|resume,
+run.restart, effect.resolve.
 
 The write commands of run.start and run.restart are built by
 `start_run_command` and `restart_run_command` (the schedule keeper builds its
@@ -38,6 +39,7 @@ from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows import json_problem
 from piwf_actors.workflows.discovery import ResolvedWorkflow
+from piwf_actors.workflows.graph_data import GraphDataError, document_from_bytes, graph_blob
 from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.shapes import input_refusal
@@ -92,10 +94,39 @@ def source_receipt(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
 
 @operation("run.source", needs_run=True, read_only=True)
 def run_source(ctx: OperationContext, _payload: dict[str, Any]) -> None:
-    """The run's workflow snapshot, for a client to load in its own process (`piwf graph RUN`): the
-    host runs none of it here."""
+    """The run's workflow snapshot as stored (bytes): the host runs none of it here. Drawing a run reads
+    `run.graph` instead, which needs no code loaded anywhere."""
     assert ctx.request.run_id is not None
     receipt = source_receipt(ctx.reader, ctx.request.run_id)
+    if receipt is None:
+        ctx.reply("notFound", error=f"run {ctx.request.run_id} not found")
+        return
+    ctx.reply("accepted", receipt=receipt)
+
+
+def graph_receipt(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
+    """`run.graph`'s receipt: the graph the host stored when the run started (workflows/graph_data.py) —
+    the document inline up to CONTENT_INLINE_BYTES, else only `graph_sha256` to read with content.read;
+    `graph_sha256` None for a run stored without one (before schema v16). None: no such run."""
+    found = queries.run_graph(reader, run_id)
+    if found is None:
+        return None
+    key, data = found
+    receipt: dict[str, Any] = {"run_id": run_id, "graph_sha256": key if data is not None else None,
+                               "graph_bytes": 0 if data is None else len(data)}
+    if data is not None and len(data) <= queries.CONTENT_INLINE_BYTES:
+        try:
+            receipt["graph"] = document_from_bytes(data)
+        except GraphDataError:
+            pass  # a client that reads it by its key is told the same by its own check
+    return receipt
+
+
+@operation("run.graph", needs_run=True, read_only=True)
+def run_graph(ctx: OperationContext, _payload: dict[str, Any]) -> None:
+    """The run's definition as data, to draw it (`piwf graph RUN`, piwf-top): stored bytes only, no code."""
+    assert ctx.request.run_id is not None
+    receipt = graph_receipt(ctx.reader, ctx.request.run_id)
     if receipt is None:
         ctx.reply("notFound", error=f"run {ctx.request.run_id} not found")
         return
@@ -219,6 +250,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "project_path": project_path, "session_id": session_id, "run_id": run_id, "priority": priority or 0,
         "concurrency_key": None if limited is None else limited[0],
         "concurrency_max": None if limited is None else limited[1],
+        "graph": resolved.graph(),  # drawing the run loads nothing (workflows/graph_data.py)
     }
     return WriteCommand("run.start", args)
 
@@ -319,12 +351,16 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
     reader = StoreReader(database)
     try:
         parent = queries.run_source(reader, run_id)
+        if parent is not None:
+            parent["graph_sha256"] = queries.run_graph(reader, run_id)[0]
     finally:
         reader.close()
     if parent is None:
         raise NotFound("run", run_id)
     if same_code:
-        if from_node is not None:
+        # The new run shares the parent's graph (the writer copies its key); a parent stored before
+        # run graphs has none, so its snapshot is loaded here for one when it loads.
+        if from_node is not None or parent["graph_sha256"] is None:
             try:
                 workflow = resolver.load_snapshot(parent["source"] or b"", parent["workflow_path"] or "<snapshot>",
                                                   parent["workflow_attr"] or parent["workflow"],
@@ -332,8 +368,11 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
             except WorkflowLoadTimedOut:
                 raise  # transient: not recorded
             except WorkflowError as exc:
+                if from_node is None:
+                    return args  # no graph for it then: drawn from the nodes it reaches, like its parent
                 raise Rejected(f"the stored snapshot of run {run_id} no longer loads: {exc.one_line(500)}") from None
             args["node_ids"] = list(workflow.nodes)
+            args["graph"] = graph_blob(workflow)
     else:
         if not parent["workflow_path"]:
             raise Rejected(f"run {run_id} has no workflow file to resolve again; restart it with same_code")
@@ -347,7 +386,8 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
                            "restart with the stored code (same_code)") from None
         args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
-                        "source": resolved.source, **_restart_limit(resolver, resolved, database, run_id)}
+                        "source": resolved.source, "graph": resolved.graph(),
+                        **_restart_limit(resolver, resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
     return args
 

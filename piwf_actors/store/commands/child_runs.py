@@ -22,6 +22,7 @@ from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
 from piwf_actors.ids import derived_id, id_time
 from piwf_actors.statuses import TERMINAL_SQL, TERMINAL_STATUSES
+from piwf_actors.store.blobs import get_blob, put_blob
 from piwf_actors.store.commands.holds import held_by, let_go
 from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.commands.runs import insert_run
@@ -29,6 +30,7 @@ from piwf_actors.store.commands.waits import cancel_open_waits, settle, wait_row
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, claim_row, on_run_finished, set_status
 from piwf_actors.store.values import get_value, put_value
+from piwf_actors.workflows.graph_data import GraphDataError, child_document, document_bytes, document_from_bytes
 from piwf_actors.workflows.waits import MAX_CHILDREN
 
 
@@ -50,6 +52,7 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
         raise Rejected(f"a node starts at most {MAX_CHILDREN} children, not {len(children)}")
     max_parallel = payload.get("max_parallel")
     reusable = _reusable(ctx, run, wait["node_id"])
+    graphs = _ChildGraphs(ctx, run["graph_sha256"])
     admitted = open_ = 0
     for index, child in enumerate(children):
         run_id = child_run_id(run["run_id"], wait["node_id"], wait["attempt_id"], index)
@@ -60,21 +63,50 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
                 "child_index": index, "fanout_max": max_parallel, "priority": run["priority"],
                 "concurrency_key": child.get("concurrency_key"), "concurrency_max": child.get("concurrency_max")}
         stored = put_value(ctx.conn, child.get("input"), ctx.now)
+        graph_sha = graphs.of(child["definition_digest"])
         earlier = reusable.get(index)
         if earlier is not None and earlier["definition_digest"] == child["definition_digest"] \
                 and (earlier["input_json"], earlier["input_sha256"]) == stored:
-            _insert_copy(ctx, spec, stored, run["source_sha256"], earlier)
+            _insert_copy(ctx, spec, stored, run["source_sha256"], graph_sha, earlier)
             continue
         held = max_parallel is not None and admitted >= max_parallel
         admitted += 1
         open_ += 1
         if held:  # beyond max_parallel: let go as the first ones end (store/commands/holds.py)
             spec["held_by"] = held_by("parent_wait_id", wait["wait_id"])
-        insert_run(ctx, spec, stored_input=stored, source_sha=run["source_sha256"],
+        insert_run(ctx, spec, stored_input=stored, source_sha=run["source_sha256"], graph_sha=graph_sha,
                    queue_class=QUEUE_HELD if held else QUEUE_FRESH, check_id=False)
     ctx.conn.execute("UPDATE run_wait SET children_total = ?, children_open = ? WHERE wait_id = ?",
                      (len(children), open_, wait["wait_id"]))
     wait.update(children_total=len(children), children_open=open_)
+
+
+class _ChildGraphs:
+    """The graph blob of each child workflow, cut from the parent's stored graph by the digest the
+    worker names (workflows/graph_data.py): no code is loaded here. None when the parent has no graph
+    (stored before schema v15) or its graph does not hold that definition (a module the file imports
+    changed between the start and the worker's load): that child is drawn from the nodes it reached."""
+
+    def __init__(self, ctx: WriteContext, parent_graph_sha: str | None) -> None:
+        self._ctx = ctx
+        self._parent_sha = parent_graph_sha
+        self._document: dict[str, Any] | None = None
+        self._shas: dict[str, str | None] = {}
+
+    def of(self, digest: Any) -> str | None:
+        if not isinstance(digest, str) or self._parent_sha is None:
+            return None
+        if digest not in self._shas:
+            if self._document is None:
+                data = get_blob(self._ctx.conn, self._parent_sha)
+                try:
+                    self._document = document_from_bytes(data) if data is not None else {}
+                except GraphDataError:
+                    self._document = {}
+            document = child_document(self._document, digest)
+            self._shas[digest] = None if document is None else put_blob(self._ctx.conn, document_bytes(document),
+                                                                         self._ctx.now)
+        return self._shas[digest]
 
 
 def _reusable(ctx: WriteContext, run: dict[str, Any], node_id: str) -> dict[int, dict[str, Any]]:
@@ -93,9 +125,9 @@ def _reusable(ctx: WriteContext, run: dict[str, Any], node_id: str) -> dict[int,
 
 
 def _insert_copy(ctx: WriteContext, spec: dict[str, Any], stored: tuple[str | None, str | None], source_sha: str,
-                 earlier: dict[str, Any]) -> None:
+                 graph_sha: str | None, earlier: dict[str, Any]) -> None:
     """A child that finished in the run restarted: recorded done with its output, not run again."""
-    insert_run(ctx, spec, stored_input=stored, source_sha=source_sha, check_id=False)
+    insert_run(ctx, spec, stored_input=stored, source_sha=source_sha, graph_sha=graph_sha, check_id=False)
     ctx.conn.execute("UPDATE run SET status = 'done', output_json = ?, output_sha256 = ?, copied_from = ?, "
                      "finished_at = ?, revision = revision + 1 WHERE run_id = ?",
                      (earlier["output_json"], earlier["output_sha256"], earlier["run_id"], ctx.now, spec["run_id"]))

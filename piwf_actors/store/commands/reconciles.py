@@ -27,6 +27,7 @@ from piwf_actors.store.resource_state import (
     require_resource,
     resource_row,
 )
+from piwf_actors.workflows.graph_data import GraphDataError, document_from_bytes, graph_of
 
 
 def reconcile_id(manager: str, key: str) -> str:
@@ -219,6 +220,11 @@ def _workflow_ensure(ctx: WriteContext, row: dict[str, Any], payload: dict[str, 
         error = None if error_code is None else {"code": error_code, "message": error_message}
         return {"run_id": run_id, "status": status, "output": output, "error": error, "created": False}
     spec = dict(payload["spec"])
+    if spec.get("graph") is not None:  # the definition's graph, built by the worker that loaded it
+        try:
+            graph_of(document_from_bytes(spec["graph"]) if isinstance(spec["graph"], bytes) else None)
+        except GraphDataError as exc:
+            raise Rejected(f"workflow_ensure: the spec's graph is not a graph document: {exc}") from None
     spec.update(run_id=run_id, input=payload.get("input"), project_path=row["project_path"], session_id=None,
                 parent_run_id=None)
     insert_run(ctx, spec)

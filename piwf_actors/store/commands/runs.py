@@ -37,10 +37,13 @@ _PLACEMENT = ("priority", "concurrency_key", "concurrency_max", "parent_node_id"
 
 
 def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
-               source_sha: str | None = None, queue_class: int = QUEUE_FRESH, check_id: bool = True) -> dict[str, Any]:
+               source_sha: str | None = None, graph_sha: str | None = None, queue_class: int = QUEUE_FRESH,
+               check_id: bool = True) -> dict[str, Any]:
     """Insert a queued run. `stored_input` is an (inline JSON, blob key) pair already stored (a
-    restart reuses its parent's), else the spec's `input` is stored. `check_id` False: the caller
-    knows the id is new (a child's, derived and checked by the caller)."""
+    restart reuses its parent's), else the spec's `input` is stored. The definition's graph is the
+    blob `graph_sha` already stored, else the spec's `graph` (a document's bytes,
+    workflows/graph_data.py), stored once per content. `check_id` False: the caller knows the id is
+    new (a child's, derived and checked by the caller)."""
     run_id = spec.get("run_id")
     if run_id is None:
         run_id = new_id("run", ctx.now)  # time-ordered and random: cannot exist already
@@ -50,15 +53,18 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
     source = spec.get("source")
     if source_sha is None and isinstance(source, bytes):
         source_sha = put_blob(ctx.conn, source, ctx.now)
+    graph = spec.get("graph")
+    if graph_sha is None and isinstance(graph, bytes):
+        graph_sha = put_blob(ctx.conn, graph, ctx.now)
     ctx.conn.execute(
         """INSERT INTO run (run_id, workflow, workflow_path, workflow_attr, definition_digest,
-               source_sha256, input_sha256, input_json, project_path, session_id, parent_run_id, status,
-               revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
+               source_sha256, graph_sha256, input_sha256, input_json, project_path, session_id, parent_run_id,
+               status, revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
                queue_class, queued_at, priority, concurrency_key, concurrency_max, parent_node_id, parent_wait_id,
                child_index, fanout_max, held_by)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
-         spec.get("definition_digest"), source_sha, input_sha, input_json, spec.get("project_path"),
+         spec.get("definition_digest"), source_sha, graph_sha, input_sha, input_json, spec.get("project_path"),
          spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, queue_class, ctx.now,
          int(spec.get("priority") or 0), *(spec.get(key) for key in _PLACEMENT[1:])),
     )
@@ -243,14 +249,20 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
                                           "project_path", "session_id", "priority", "concurrency_key",
                                           "concurrency_max")}
         source_sha = run["source_sha256"]
+        # The same code draws as the run did; a run stored before graphs were gets the one the host
+        # built from its snapshot (args.graph, when it had to load it anyway).
+        graph_sha = run["graph_sha256"]
+        if graph_sha is None and isinstance(args.get("graph"), bytes):
+            spec["graph"] = args["graph"]
         fresh = args.get("spec")
         if fresh:
             spec.update({key: fresh.get(key) for key in ("workflow", "workflow_path", "workflow_attr",
                                                            "definition_digest")})
             if "concurrency_key" in fresh:  # the new code's limit (built by protocol/catalog/runs.py)
                 spec.update(concurrency_key=fresh["concurrency_key"], concurrency_max=fresh["concurrency_max"])
-            source_sha = None
+            source_sha = graph_sha = None
             spec["source"] = fresh.get("source")
+            spec["graph"] = fresh.get("graph")
         from_node = args.get("from_node")
         if from_node is not None:
             nodes = args.get("node_ids") or []
@@ -268,7 +280,8 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             if ctx.conn.execute("SELECT 1 FROM run WHERE run_id = ?", (made,)).fetchone():
                 return Adopted({**receipt, "run_id": made})
         spec.update(parent_run_id=run_id, run_id=child_id)
-        insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha)
+        insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha,
+                   graph_sha=graph_sha)
         if from_node is not None:
             _copy_before(ctx, run_id, child_id, from_node)
         append_event(ctx.conn, run_id, "run_restarted", ctx.now,
