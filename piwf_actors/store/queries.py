@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from piwf_actors.messages.content import CHUNK_BYTES
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.reader import StoreReader
@@ -92,8 +93,8 @@ def blob(reader: StoreReader, sha256: str | None) -> bytes | None:
 
 #: Values larger than this are shown to clients as content markers (`content_marker`).
 CONTENT_INLINE_BYTES = 64 * 1024
-#: The longest chunk `content.read` returns.
-CONTENT_CHUNK_BYTES = 1024 * 1024
+#: The longest chunk `content.read` returns: the wire's chunk, which fits a frame with its envelope.
+CONTENT_CHUNK_BYTES = CHUNK_BYTES
 PREVIEW_CHARS = 200
 
 
