@@ -2,8 +2,8 @@
 
 The README promises that a run's state may be any size. Values of 1.5 MB, 3 MB and 20 MB (over one
 chunk of content, over several, far over a frame) go each way a value reaches a worker: a run's
-input, a node's output, a message's payload, the outputs of a fan-out's children, a workflow file's
-snapshot. Each flow waits after the large value (a durable sleep, a message), so a second launch
+input, a node's output, a message's payload (from the handle and from another run's node), a child
+run's input and output, the outputs of a fan-out's children, a workflow file's snapshot. Each flow waits after the large value (a durable sleep, a message), so a second launch
 reads it back from the store too. The nodes report the length and sha256 of what they got
 (`size_flows.seen`), which must be those of the value sent.
 
@@ -47,6 +47,22 @@ def test_an_output_before_a_message_wait_and_the_message_of_any_size(sized: Size
     payload = text(size, 3)
     sized.host.send_message(run_id, "go", payload)
     assert sized.done_output(run_id) == {"big": seen(text(size, 2)), "message": seen(payload)}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_child_run_gets_and_gives_back_a_value_of_any_size(sized: SizeHost, size: int) -> None:
+    run_id = sized.host.start_run(size_flow("parent"), {"size": size})["receipt"]["run_id"]
+    blob = text(size, 16)
+    assert sized.done_output(run_id) == {"child_saw": seen(blob), "back": seen(blob[::-1])}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_node_sends_a_message_of_any_size_to_another_run(sized: SizeHost, size: int) -> None:
+    receiver = sized.host.start_run(size_flow("message_wait"))["receipt"]["run_id"]
+    sized.parked_for(receiver)
+    sender = sized.host.start_run(size_flow("sender"), {"to": receiver, "size": size})["receipt"]["run_id"]
+    assert sized.done_output(sender) == "sent"
+    assert sized.done_output(receiver) == seen(text(size, 17))
 
 
 def test_a_fan_out_gathers_1500_children_of_1_kb(sized: SizeHost) -> None:

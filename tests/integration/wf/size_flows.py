@@ -20,6 +20,7 @@ from piwf_actors.workflows import (
     define_workflow,
     edge,
     human_decision,
+    run_workflow,
     shell,
     sleep,
     text_input,
@@ -133,3 +134,32 @@ agent_step = define_workflow(
     },
     edges=[edge("draft", "check")],
 )
+
+# --- a child run's input and output; a message a node sends ------------------------------------
+
+echo_child = define_workflow(
+    name="echo-child",
+    start_at="echo",
+    nodes={"echo": compute(run=lambda ctx: {"seen": seen(ctx.input["blob"]), "back": ctx.input["blob"][::-1]})},
+    edges=[],
+)
+
+parent = define_workflow(
+    name="parent",
+    start_at="child",
+    nodes={
+        "child": run_workflow(echo_child, input=lambda ctx: {"blob": text(ctx.input["size"], 16)}),
+        "nap": sleep(0.05),
+        "check": compute(run=lambda ctx: {"child_saw": ctx.outputs["child"]["seen"],
+                                          "back": seen(ctx.outputs["child"]["back"])}),
+    },
+    edges=[edge("child", "nap"), edge("nap", "check")],
+)
+
+
+def _send(ctx) -> str:
+    ctx.send_message(ctx.input["to"], "go", text(ctx.input["size"], 17))
+    return "sent"
+
+
+sender = define_workflow(name="sender", start_at="send", nodes={"send": compute(run=_send)}, edges=[])
