@@ -272,13 +272,14 @@ class ContentUpload:
 
     def resolve(self, frame: dict[str, Any], within: Path = ()) -> dict[str, Any]:
         """Put every referenced value of `frame` back in place; DecodeError if one is missing or wrong,
-        or if a reference points outside `within` (a path prefix, e.g. the payload) or at it."""
+        or if a reference points outside `within` (a path prefix: the payload, which `cut` may also
+        replace whole)."""
         refs = [ContentRef.from_wire(item) for item in frame.get("refs") or []]
-        for ref in refs:
-            if ref.path[:len(within)] != within or len(ref.path) <= len(within):
-                raise DecodeError(f"content reference to {list(ref.path)!r} is outside "
-                                  f"{'.'.join(map(str, within)) or 'the frame'}")
-        try:
+        try:  # accepted or refused, the request takes the values it names
+            for ref in refs:
+                if ref.path[:len(within)] != within:
+                    raise DecodeError(f"content reference to {list(ref.path)!r} is outside "
+                                      f"{'.'.join(map(str, within)) or 'the frame'}")
             for ref in refs:  # equal values share one digest: each is decoded once per place
                 total, buffer = self._parts.get(ref.digest, (None, bytearray()))
                 data = bytes(buffer)

@@ -4,12 +4,13 @@ A client frame is at most `max_frame_bytes`, but a run's input, a message or an 
 size. The bundled client cuts a request that would pack to more than the content budget the way a
 worker does (`messages/content.py`): each large value goes first, in chunks, as `content.upload`
 requests, and the request lists the values in its envelope's `refs` (each: its path from the
-request's root, below `payload`; its sha256, size and encoding). The gateway puts them back before
+request's root, starting with `payload`; its sha256, size and encoding). The gateway puts them back before
 it parses the request, so the operation, its payload check and its idempotency fingerprint see the
 request as if it had come in one frame; no user code is involved.
 
 Bounded: one connection holds at most `Limits.max_upload_bytes` of values not yet used; a request
-takes (and forgets) the values it refers to; a connection's values go when it closes. Everything
+takes (and forgets) the values it refers to, accepted or refused; a connection's values go when it
+closes. Everything
 here runs in the gateway's thread.
 """
 
@@ -19,17 +20,16 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError
 from piwf_actors.messages.codec import MAX_DEPTH
-from piwf_actors.messages.content import MAX_CONTENT_BYTES, ContentUpload
+from piwf_actors.messages.content import ContentUpload
+from piwf_actors.messages.limits import Limits
 from piwf_actors.protocol.envelope import MAX_ID_LEN, BadRequest
-
-#: What one connection may hold of uploaded values no request has used yet (`Limits.max_upload_bytes`).
-DEFAULT_UPLOAD_LIMIT = MAX_CONTENT_BYTES
 
 
 class ClientUploads:
     """The uploads of every connection of one gateway."""
 
-    def __init__(self, limit: int = DEFAULT_UPLOAD_LIMIT) -> None:
+    def __init__(self, limit: int = Limits().max_upload_bytes) -> None:
+        """`limit`: what one connection may hold of values no request has used yet."""
         self._limit = limit
         self._by_connection: dict[int, ContentUpload] = {}
 
@@ -67,11 +67,6 @@ class ClientUploads:
                 raise BadRequest(f"refs: the value at {'.'.join(map(str, path))} nests deeper than "
                                  f"{MAX_DEPTH} in the request", request_id)
         return resolved
-
-    def held(self, conn_id: int) -> int:
-        """Bytes this connection uploaded that no request has used yet."""
-        upload = self._by_connection.get(conn_id)
-        return 0 if upload is None else upload.held
 
     def drop(self, conn_id: int) -> None:
         """The connection closed: its values go."""
