@@ -6,7 +6,8 @@ Owned by a launch's `LaunchLink` (worker_link.py says which thread uses which si
   stored values (the launch state's, the workflow source) point at the blob
   table, values cut out of an answer are kept here;
 - answers the worker's `content.read` from those two places, and only for
-  content this launch was pointed at;
+  content this launch was pointed at, in frames that are never cut
+  (`whole_frame`: a chunk and its envelope fit the frame budget);
 - collects the `content` frames a worker sends ahead of a large request and
   puts their values back into it.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.messages import pack
-from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut
+from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut, whole_frame
 from piwf_actors.messages.frames import frame_of_body
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
@@ -62,10 +63,19 @@ class ContentExchange:
             body = pack(frame)
         return frame_of_body(body)
 
-    def read(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The answer to `content.read {digest, offset}`: one chunk, or a refusal."""
+    def read(self, message_id: Any, payload: dict[str, Any]) -> bytes:
+        """The frame answering `content.read {digest, offset}`: one chunk, or a refusal. Never cut: an
+        answer cut down to a reference would leave the worker with no data at all."""
+        if not isinstance(message_id, str) or len(message_id) > 200:
+            message_id = None  # a broken worker: it gets a refusal it cannot match, and stops
+        return whole_frame({"kind": "response", "message_id": message_id, **self._chunk(payload)})
+
+    def _chunk(self, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict):
+            payload = {}
         digest, offset = payload.get("digest"), payload.get("offset", 0)
-        if not isinstance(digest, str) or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        if (not isinstance(digest, str) or len(digest) != 64 or isinstance(offset, bool) or not isinstance(offset, int)
+                or offset < 0):
             return {"outcome": "rejected", "error": "content.read needs a digest and an offset >= 0"}
         held = self._cut_out.get(digest)
         if held is not None:
@@ -87,5 +97,6 @@ class ContentExchange:
         self._uploads.add(frame)
 
     def complete(self, frame: dict[str, Any]) -> dict[str, Any]:
-        """A request with the values it refers to put back (DecodeError if one is missing)."""
-        return self._uploads.resolve(frame)
+        """A request with the values it refers to put back (DecodeError if one is missing, or is not
+        below the request's payload)."""
+        return self._uploads.resolve(frame, within=("payload",))

@@ -74,6 +74,7 @@ from piwf_actors.protocol.gateway_messages import ChannelsReloaded
 from piwf_actors.protocol.live_views import LiveViews
 from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.protocol.socket_loop import Peer, SocketLoop
+from piwf_actors.protocol.uploads import ClientUploads
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
@@ -195,7 +196,8 @@ class ClientGateway(CoreActor):
         self._services = GatewayServices(
             port=self, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
             cached_env=runs.cached_env(env), connections=self._loop.connection_count, shutdown=self._shutdown,
-            channels=self._channels, schedules=self._schedules, timer_now=self._timer_now)
+            channels=self._channels, schedules=self._schedules, timer_now=self._timer_now,
+            uploads=ClientUploads(self._limits.max_upload_bytes))
         # A standby or runner host polls the database for every view; an active host only while runner
         # hosts are live (see _standby_poll).
         self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-poll").start()
@@ -236,7 +238,7 @@ class ClientGateway(CoreActor):
         conn_id, services = message.conn_id, self._services
         assert services is not None
         try:
-            request = parse_request(message.frame)
+            request = parse_request(services.uploads.resolve(conn_id, message.frame))  # refs: values sent ahead
         except BadRequest as bad:
             self._post(conn_id, response(bad.request_id, "rejected", error=str(bad)))
             return
@@ -409,8 +411,9 @@ class ClientGateway(CoreActor):
     # --- connections and change notices ----------------------------------------------------------
 
     def _closed(self, message: ConnectionClosed) -> None:
-        assert self._views is not None
+        assert self._views is not None and self._services is not None
         self._views.watches.drop_connection(message.conn_id)
+        self._services.uploads.drop(message.conn_id)
         for token in [t for t, p in self._pending.items() if p.conn_id == message.conn_id]:
             # The write still happens; its answer has nowhere to go. A client that
             # reconnects and replays the idempotency key gets it as `adopted`.

@@ -334,7 +334,7 @@ class RunnerSupervisor(CoreActor):
         kind = frame.get("kind")
         if kind == "request" and frame.get("op") == "content.read":
             serving.ready_deadline = None  # the worker is up and talking (reading its launch's content)
-            serving.answer(frame.get("message_id"), serving.content.read(frame.get("payload") or {}))
+            serving.answer_read(frame.get("message_id"), frame.get("payload") or {})
         elif kind == "run_over":
             if serving.claim_released:
                 # The last transition ended the launch in the same commit (done, failed,

@@ -143,6 +143,11 @@ class LaunchLink(BatchReply):
         if self._sock is not None:
             self._sockets.send(self._sock, self._answer_bytes(message_id, answer))
 
+    def answer_read(self, message_id: Any, payload: dict[str, Any]) -> None:
+        """Answer the worker's `content.read` with one chunk, in a frame that is never cut."""
+        if self._sock is not None:
+            self._sockets.send(self._sock, self.content.read(message_id, payload))
+
     def _answer_bytes(self, message_id: Any, answer: dict[str, Any]) -> bytes:
         value = answer.get("value")
         if isinstance(value, dict) and value.get("content_refs"):

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(effect, "resolve", "confirm or retry an ambiguous effect", cmd_effect_resolve)
     p.add_argument("effect_id", metavar="EFFECT", help="an effect id or a unique prefix of one")
     p.add_argument("action", choices=("confirm", "retry"))
-    p.add_argument("--output", type=json_value, help="the effect's output (JSON) when confirming")
+    p.add_argument("--output", type=json_value, help="the effect's output (JSON; @FILE: from a file) when confirming")
     add(sub, "status", "host status: role, lease, workers, runs, writer", cmd_status)
     state = add(sub, "state", "the state database", None).add_subparsers(dest="state_command", required=True,
                                                                        metavar="ACTION")

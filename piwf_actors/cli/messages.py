@@ -25,7 +25,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN", help="a run id or a unique prefix of one")
     p.add_argument("topic", metavar="TOPIC", help="the topic the run waits on")
     p.add_argument("--value", type=json_value, default=None, metavar="JSON",
-                   help="the message's payload as JSON (the wait_message node's output; default null)")
+                   help="the message's payload as JSON (the wait_message node's output; default null); @FILE reads "
+                        "it from a file, - from standard input")
     p.add_argument("--key", metavar="KEY",
                    help="idempotency key: a send under a key used before is that message again, not a new one")
 

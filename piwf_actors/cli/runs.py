@@ -32,7 +32,8 @@ def add_commands(add: Any, sub: Any) -> None:
                    "path/to/file.py[:attr]")
     p.add_argument("pairs", nargs="*", default=[], type=key_value, metavar="KEY=VALUE",
                    help="input fields (a value that parses as JSON is used as such, else as a string)")
-    p.add_argument("--input", type=json_value, help="the run's input as JSON")
+    p.add_argument("--input", type=json_value,
+                   help="the run's input as JSON (@FILE: from a file; -: from standard input)")
     p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
     p.add_argument("--session", help="session id the run belongs to")
     p.add_argument("--priority", type=int, metavar="N",

@@ -5,16 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from datetime import datetime
 from typing import Any
 
 
 def json_value(raw: str) -> Any:
+    """JSON given on the command line, or read from a file (`@PATH`) or from standard input (`-`): a
+    command line takes no argument longer than 128 KiB, and a value may be any size. (No JSON text
+    starts with `@`, and `-` alone is not JSON.)"""
+    where = "the argument"
+    if raw == "-":
+        raw, where = sys.stdin.read(), "standard input"
+    elif raw.startswith("@"):
+        where = raw[1:]
+        try:
+            with open(where, encoding="utf-8") as file:
+                raw = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {where}: {exc}") from None
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+        raise argparse.ArgumentTypeError(f"not valid JSON{'' if where == 'the argument' else ' in ' + where}: "
+                                         f"{exc}") from None
 
 
 def _no_constants(name: str) -> Any:

@@ -5,6 +5,12 @@ a fresh idempotency key. If the connection drops before the answer
 arrives, the client reconnects and sends the same request again with the
 same key: a mutation that did happen is then answered `adopted`, never
 applied twice.
+
+A request of any size: one that would pack to more than the content budget
+(`messages/content.py`, about 1 MiB) goes with its large values cut out of
+its payload; each is sent first, in chunks, with `content.upload`, and the
+request names them in its `refs` (docs/protocol.md, section 8). Uploads
+belong to a connection, so after a reconnect they are sent again.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from piwf_actors.errors import DecodeError, PiwfError
-from piwf_actors.messages import recv_frame, send_frame
+from piwf_actors.messages import pack, recv_frame, send_frame
+from piwf_actors.messages.content import FRAME_BUDGET, ContentRef, chunks, cut
 from piwf_actors.paths import StatePaths
 
 SCHEMA = "piwf.client.v1"
@@ -191,12 +198,22 @@ class Client(ContentReader):
             frame["run_id"] = run_id
         if expected_revision is not None:
             frame["expected_revision"] = expected_revision
+        body_size = len(pack(frame))
+        uploads: dict[str, tuple[ContentRef, bytes]] = {}
+        if body_size > FRAME_BUDGET:
+            frame, contents = cut(frame, body_size, under=("payload",))
+            frame["refs"] = [ref.to_wire() for ref, _ in contents]
+            uploads = {ref.digest: (ref, data) for ref, data in contents}  # equal values go once
         last_error: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
                 if self._sock is None:
                     self.connect()
                 assert self._sock is not None
+                for ref, data in uploads.values():
+                    refused = self._upload(ref, data, request_id)
+                    if refused is not None:
+                        return refused
                 send_frame(self._sock, frame)
                 return self._await(request_id)
             except HostNotRunning:
@@ -213,6 +230,22 @@ class Client(ContentReader):
             self.close()
             time.sleep(min(0.1 * 2**attempt, 1.0))
         raise HostNotRunning(self.socket_path, f"connection lost: {last_error}")
+
+    def _upload(self, ref: ContentRef, data: bytes, request_id: str) -> Response | None:
+        """Send one value ahead of the request `request_id`, chunk by chunk, each answered before the next;
+        None once it is all there, else the refusal, as the answer to that request."""
+        assert self._sock is not None
+        for chunk in chunks(ref, data):
+            upload_id = uuid.uuid4().hex
+            send_frame(self._sock, {
+                "schema": SCHEMA, "type": "request", "request_id": upload_id, "client_id": self.client_id,
+                "idempotency_key": upload_id, "operation": "content.upload",
+                "payload": {"digest": chunk["digest"], "offset": chunk["offset"], "total": chunk["total"],
+                            "data": chunk["data"]}})
+            answer = self._await(upload_id)
+            if not answer.ok:
+                return Response(request_id, answer.outcome, None, None, answer.error)
+        return None
 
     def _await(self, request_id: str) -> Response:
         assert self._sock is not None

@@ -14,7 +14,16 @@ back at its path:
   them on the supervisor's side);
 - host to worker, the worker pulls each reference with the `content.read`
   operation, answered by its supervisor from the blob table or from values
-  it cut out of an answer itself.
+  it cut out of an answer itself;
+- client to host, the bundled client sends `content.upload` requests ahead
+  of the request that refers to them (`protocol/uploads.py` collects them
+  per connection); host to client, `content.read` returns a stored value in
+  chunks.
+
+Every size here derives from `FRAME_BUDGET`: a chunk is the budget less
+`ENVELOPE_ROOM`, so a frame that carries a chunk (a `content` frame, a
+`content.read` answer, a `content.upload` request) always fits and is never
+cut itself (`whole_frame`); a cut frame fits the budget too (`cut`).
 
 Encodings: `json` (a stored blob: canonical JSON), `raw` (bytes, e.g. a
 workflow's source) and `msgpack` (a value cut out of a frame).
@@ -29,13 +38,19 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError
 from piwf_actors.messages.codec import pack, unpack
+from piwf_actors.messages.frames import frame_of_body
 
 #: A value packing to more than this travels as content when its frame is cut.
 INLINE_BYTES = 64 * 1024
-#: Frames whose body packs to more than this are cut.
+#: Frames whose body packs to more than this are cut: between host and worker, and a bundled client's
+#: requests (the host's `max_frame_bytes`, 4 MiB by default, leaves room above it).
 FRAME_BUDGET = 1024 * 1024
-#: One chunk of content on the wire.
-CHUNK_BYTES = 1024 * 1024
+#: What a frame carrying a chunk holds besides the chunk: its envelope (kind, digest, offsets, a message
+#: id; a client's request and idempotency ids of at most 200 characters each) packs to well under 2 KiB.
+#: The rest is margin.
+ENVELOPE_ROOM = 16 * 1024
+#: One chunk of content on the wire, in every direction: with its envelope it fits `FRAME_BUDGET`.
+CHUNK_BYTES = FRAME_BUDGET - ENVELOPE_ROOM
 #: The largest single value that may travel as content.
 MAX_CONTENT_BYTES = 256 * 1024 * 1024
 
@@ -99,6 +114,12 @@ def decode(data: bytes, encoding: str) -> Any:
     raise DecodeError(f"unknown content encoding {encoding!r}")
 
 
+def whole_frame(frame: dict[str, Any]) -> bytes:
+    """The bytes of a frame that carries a chunk, which is never cut: a chunk of at most `CHUNK_BYTES`
+    and its envelope fit `FRAME_BUDGET`. EncodeError if this one does not (a bug, not a large value)."""
+    return frame_of_body(pack(frame), FRAME_BUDGET)
+
+
 def cut(root: dict[str, Any], body_size: int, *, under: Path = (), budget: int = FRAME_BUDGET,
         inline: int = INLINE_BYTES) -> tuple[dict[str, Any], list[tuple[ContentRef, bytes]]]:
     """`root` with its large parts replaced by None, and the content cut out.
@@ -107,7 +128,11 @@ def cut(root: dict[str, Any], body_size: int, *, under: Path = (), budget: int =
     the budget nothing is cut. Only values below the path `under` are cut
     (the envelope around them stays). Each cut value packs to more than
     `inline` bytes; a container is cut whole when its parts, cut, still
-    exceed `inline`. Runs only on the slow path: it packs sub-values again.
+    exceed `inline`; and when the value at `under` has so many parts that,
+    each cut, they still exceed the budget, it is cut whole. So the cut
+    frame packs to at most `budget` plus the envelope around `under`, and
+    its references (a few hundred bytes each, one per part over `inline`).
+    Runs only on the slow path: it packs sub-values again.
     """
     if body_size <= budget:
         return root, []
@@ -120,6 +145,9 @@ def cut(root: dict[str, Any], body_size: int, *, under: Path = (), budget: int =
         _set(new_root, under, [_shrink(v, (*under, i), inline, out) for i, v in enumerate(target)])
     else:
         _set(new_root, under, _shrink(target, under, inline, out))
+    if under and isinstance(target, (dict, list)) and len(pack(_get(new_root, under))) > budget - ENVELOPE_ROOM:
+        out.clear()  # many parts, each small enough: the value at `under` goes as one piece of content
+        _set(new_root, under, _cut_out(target, under, out))
     return new_root, out
 
 
@@ -192,7 +220,7 @@ def content_frames(contents: list[tuple[ContentRef, bytes]]) -> list[dict[str, A
 
 
 def chunks(ref: ContentRef, data: bytes) -> list[dict[str, Any]]:
-    """The `content` frames carrying `data` (at least one, even when empty)."""
+    """The `content` frames carrying `data` (at least one, even when empty); send each as a `whole_frame`."""
     frames = []
     for offset in range(0, max(len(data), 1), CHUNK_BYTES):
         frames.append({"kind": "content", "digest": ref.digest, "offset": offset, "total": len(data),
@@ -213,27 +241,45 @@ class ContentUpload:
         self._held = 0
         self._parts: dict[str, tuple[int, bytearray]] = {}
 
-    def add(self, frame: dict[str, Any]) -> None:
+    @property
+    def held(self) -> int:
+        """Bytes received and not yet taken by a request."""
+        return self._held
+
+    def add(self, frame: dict[str, Any]) -> int:
+        """Take one chunk; returns how much of its value has arrived (DecodeError if it does not fit)."""
         digest, offset, total, data = frame.get("digest"), frame.get("offset"), frame.get("total"), frame.get("data")
-        if (not isinstance(digest, str) or not isinstance(data, bytes) or isinstance(offset, bool)
-                or not isinstance(offset, int) or isinstance(total, bool) or not isinstance(total, int)):
+        if (not isinstance(digest, str) or len(digest) != 64 or not isinstance(data, bytes)
+                or isinstance(offset, bool) or not isinstance(offset, int)
+                or isinstance(total, bool) or not isinstance(total, int) or total < 0):
             raise DecodeError("malformed content frame")
+        if total > min(self._limit, MAX_CONTENT_BYTES):
+            raise DecodeError(f"content of {total} bytes is beyond the limit of {min(self._limit, MAX_CONTENT_BYTES)} "
+                              "bytes")
         declared, buffer = self._parts.get(digest, (total, bytearray()))
         if offset == 0 and buffer:
             buffer = bytearray()  # a resend starts the value again
             self._held -= len(self._parts[digest][1])
+            declared = total
         if total != declared or offset != len(buffer) or offset + len(data) > total:
             raise DecodeError(f"content {digest[:12]}…: chunk at {offset} does not follow {len(buffer)} of {total}")
         if self._held + len(data) > self._limit:
-            raise DecodeError(f"content beyond the limit of {self._limit} bytes")
+            raise DecodeError(f"content beyond the limit of {self._limit} bytes held at once")
         buffer += data
         self._held += len(data)
         self._parts[digest] = (total, buffer)
+        return len(buffer)
 
-    def resolve(self, frame: dict[str, Any]) -> dict[str, Any]:
-        """Put every referenced value of `frame` back in place; DecodeError if one is missing or wrong."""
+    def resolve(self, frame: dict[str, Any], within: Path = ()) -> dict[str, Any]:
+        """Put every referenced value of `frame` back in place; DecodeError if one is missing or wrong,
+        or if a reference points outside `within` (a path prefix: the payload, which `cut` may also
+        replace whole)."""
         refs = [ContentRef.from_wire(item) for item in frame.get("refs") or []]
-        try:
+        try:  # accepted or refused, the request takes the values it names
+            for ref in refs:
+                if ref.path[:len(within)] != within:
+                    raise DecodeError(f"content reference to {list(ref.path)!r} is outside "
+                                      f"{'.'.join(map(str, within)) or 'the frame'}")
             for ref in refs:  # equal values share one digest: each is decoded once per place
                 total, buffer = self._parts.get(ref.digest, (None, bytearray()))
                 data = bytes(buffer)

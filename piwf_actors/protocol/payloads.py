@@ -27,6 +27,7 @@ _CHECKS = {
     "bool": lambda v: isinstance(v, bool),
     "any": lambda v: True,
     "map": lambda v: isinstance(v, dict),
+    "bin": lambda v: isinstance(v, bytes),
 }
 
 

@@ -55,7 +55,16 @@ from typing import Any
 
 from piwf_actors.errors import DecodeError
 from piwf_actors.messages import pack, recv_frame
-from piwf_actors.messages.content import FRAME_BUDGET, ContentRef, content_frames, cut, decode, digest_of, put_back
+from piwf_actors.messages.content import (
+    FRAME_BUDGET,
+    ContentRef,
+    content_frames,
+    cut,
+    decode,
+    digest_of,
+    put_back,
+    whole_frame,
+)
 from piwf_actors.messages.frames import encode_frame, frame_of_body
 
 log = logging.getLogger("piwf.worker")
@@ -236,7 +245,7 @@ class SupervisorLink:
             return [frame_of_body(body)]
         smaller, contents = cut(frame, len(body), under=("payload",))
         smaller["refs"] = [ref.to_wire() for ref, _ in contents]
-        wire = [encode_frame(chunk) for chunk in content_frames(contents)]
+        wire = [whole_frame(chunk) for chunk in content_frames(contents)]
         return [*wire, encode_frame(smaller)]
 
     def _send(self, wire: list[bytes]) -> None:

@@ -87,6 +87,27 @@ class Dialect:
             current = current.__cause__ or current.__context__
         return None
 
+    def blob_slice(self, conn: Any, sha256: str, offset: int, length: int) -> tuple[int, bytes] | None:
+        """(size, bytes [offset, offset + length)) of the stored blob `sha256`; None when there is none.
+        Call it inside a read transaction. On SQLite the slice is read alone (incremental blob I/O), where
+        `substr` would read the whole value first: a value read in chunks then costs its size once, not
+        once per chunk."""
+        if self.name == "sqlite" and hasattr(conn, "blobopen"):
+            row = conn.execute("SELECT rowid, size FROM blob WHERE sha256 = ?", (sha256,)).fetchone()
+            if row is None:
+                return None
+            rowid, size = int(row[0]), int(row[1])
+            if offset >= size or length <= 0:
+                return size, b""
+            with conn.blobopen("blob", "data", rowid, readonly=True) as blob:
+                blob.seek(offset)
+                return size, blob.read(length)
+        row = conn.execute("SELECT size, substr(data, ?, ?) FROM blob WHERE sha256 = ?",
+                           (offset + 1, length, sha256)).fetchone()
+        if row is None:
+            return None
+        return int(row[0]), b"" if row[1] is None else bytes(row[1])
+
 
 def _classify_sqlite(exc: BaseException) -> errors.StoreError | None:
     # Python 3.11's sqlite3 exposes `sqlite_errorcode` on its exceptions; peewee's wrappers and

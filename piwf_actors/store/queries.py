@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from piwf_actors.messages.content import CHUNK_BYTES
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.reader import StoreReader
@@ -92,8 +93,8 @@ def blob(reader: StoreReader, sha256: str | None) -> bytes | None:
 
 #: Values larger than this are shown to clients as content markers (`content_marker`).
 CONTENT_INLINE_BYTES = 64 * 1024
-#: The longest chunk `content.read` returns.
-CONTENT_CHUNK_BYTES = 1024 * 1024
+#: The longest chunk `content.read` returns: the wire's chunk, which fits a frame with its envelope.
+CONTENT_CHUNK_BYTES = CHUNK_BYTES
 PREVIEW_CHARS = 200
 
 
@@ -105,13 +106,16 @@ def bounded_json(reader: StoreReader, sha256: str | None, inline: str | None = N
         return _json(inline)
     if sha256 is None:
         return None
-    row = reader.one("SELECT size, CASE WHEN size <= ? THEN data ELSE substr(data, 1, ?) END FROM blob "
-                     "WHERE sha256 = ?", (CONTENT_INLINE_BYTES, PREVIEW_CHARS * 4, sha256))
+    row = reader.one("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?",
+                     (CONTENT_INLINE_BYTES, sha256))
     if row is None:
         return None
-    size, data = int(row[0]), bytes(row[1])
+    size = int(row[0])
     if size <= CONTENT_INLINE_BYTES:
-        return _json(data.decode())
+        return _json(bytes(row[1]).decode())
+    with reader.snapshot():  # the preview only: a view of a run with large values does not read them
+        found = reader.dialect.blob_slice(reader.conn, sha256, 0, PREVIEW_CHARS * 4)
+    data = b"" if found is None else found[1]
     preview = data.decode("utf-8", errors="ignore")[:PREVIEW_CHARS] + "…"
     return {"$content": sha256, "bytes": size, "preview": preview}
 
@@ -121,11 +125,11 @@ def content_chunk(reader: StoreReader, digest: str, offset: int = 0,
     """`{digest, offset, total_bytes, data}`: bytes [offset, offset+length) of a stored value
     (its canonical JSON; a workflow source as written). None when no such content is stored."""
     length = max(0, min(length, CONTENT_CHUNK_BYTES))
-    row = reader.one("SELECT size, substr(data, ?, ?) FROM blob WHERE sha256 = ?", (offset + 1, length, digest))
-    if row is None:
+    with reader.snapshot():
+        found = reader.dialect.blob_slice(reader.conn, digest, offset, length)
+    if found is None:
         return None
-    data = b"" if row[1] is None else bytes(row[1])
-    return {"digest": digest, "offset": offset, "total_bytes": int(row[0]), "data": data}
+    return {"digest": digest, "offset": offset, "total_bytes": found[0], "data": found[1]}
 
 
 def run_source(reader: StoreReader, run_id: str) -> dict[str, Any] | None:

@@ -1,11 +1,12 @@
-"""Content references: cutting large values out of a frame and putting them back."""
+"""Content references: cutting large values out of a frame and putting them back; every frame that
+carries content fits the frame budget."""
 
 from __future__ import annotations
 
 import pytest
 
 from piwf_actors.errors import DecodeError
-from piwf_actors.messages import pack, unpack
+from piwf_actors.messages import HEADER_BYTES, pack, unpack
 from piwf_actors.messages.content import (
     CHUNK_BYTES,
     FRAME_BUDGET,
@@ -18,7 +19,9 @@ from piwf_actors.messages.content import (
     decode,
     digest_of,
     encode,
+    whole_frame,
 )
+from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, response
 
 
 def _roundtrip(frame: dict) -> tuple[int, dict]:
@@ -28,7 +31,7 @@ def _roundtrip(frame: dict) -> tuple[int, dict]:
     for chunk in content_frames(contents):
         upload.add(unpack(pack(chunk), max_bytes=2 * CHUNK_BYTES))
     sent = unpack(pack(dict(smaller, refs=[ref.to_wire() for ref, _ in contents])))
-    return len(pack(smaller)), upload.resolve(sent)
+    return len(pack(smaller)), upload.resolve(sent, within=("payload",))
 
 
 def test_a_frame_within_the_budget_is_not_cut() -> None:
@@ -85,3 +88,65 @@ def test_references_are_checked() -> None:
         ContentRef.from_wire({"path": [True], "digest": "0" * 64, "bytes": 1, "encoding": "msgpack"})
     with pytest.raises(DecodeError):
         decode(b"not json", "json")
+
+
+# --- every frame that carries content fits the budget --------------------------------------------
+
+LONGEST_ID = "i" * MAX_ID_LEN
+
+
+def test_a_full_chunk_and_its_envelope_fit_the_frame_budget_in_every_direction() -> None:
+    """A chunk is the frame budget less room for its envelope, so none of these frames is ever cut."""
+    data = bytes(range(256)) * (3 * CHUNK_BYTES // 256)
+    ref = ContentRef(("payload", "v"), digest_of(data), len(data), "raw")
+    [first, *_rest] = chunks(ref, data)
+    assert len(first["data"]) == CHUNK_BYTES
+    # Worker to host: a `content` frame.
+    assert len(whole_frame(first)) <= HEADER_BYTES + FRAME_BUDGET
+    # Client to host: a `content.upload` request with the longest ids a client may use.
+    upload = {"schema": SCHEMA, "type": "request", "request_id": LONGEST_ID, "client_id": LONGEST_ID,
+              "idempotency_key": LONGEST_ID, "operation": "content.upload",
+              "payload": {"digest": first["digest"], "offset": 2**40, "total": 2**40, "data": first["data"]}}
+    assert len(pack(upload)) <= FRAME_BUDGET
+    # Host to client: a `content.read` answer.
+    answer = response(LONGEST_ID, "accepted", receipt={"digest": ref.digest, "offset": 2**40,
+                                                        "total_bytes": 2**40, "data": first["data"]})
+    assert len(pack(answer)) <= FRAME_BUDGET
+
+
+def test_a_cut_frame_fits_the_budget_however_many_parts_its_payload_has() -> None:
+    """Forty parts of 60 KiB are each under the inline size, but together over the budget: the payload
+    then goes whole as one piece of content."""
+    payload = {f"k{i}": "p" * (60 * 1024) for i in range(40)}
+    frame = {"kind": "request", "message_id": "m1", "payload": payload}
+    size, back = _roundtrip(frame)
+    assert size <= FRAME_BUDGET
+    assert back == frame
+    listed = {f"item{i}": ["w" * 60_000] for i in range(40)}
+    size, back = _roundtrip({"kind": "request", "payload": {"listed": listed, "n": 1}})
+    assert size <= FRAME_BUDGET and back["payload"]["listed"] == listed
+
+
+def test_content_is_put_back_only_within_the_given_part_of_a_frame() -> None:
+    data, encoding = encode({"v": "v" * 100})
+    upload = ContentUpload()
+    outside = ContentRef(("operation",), digest_of(data), len(data), encoding)
+    for chunk in chunks(outside, data):
+        upload.add(chunk)
+    with pytest.raises(DecodeError, match="outside payload"):
+        upload.resolve({"operation": "x", "payload": {}, "refs": [outside.to_wire()]}, within=("payload",))
+    assert upload.held == 0
+    # The payload itself may come whole (`cut` sends it so when it has too many small parts). The refused
+    # request took the value: it is sent again.
+    whole = ContentRef(("payload",), digest_of(data), len(data), encoding)
+    for chunk in chunks(whole, data):
+        upload.add(chunk)
+    frame = upload.resolve({"operation": "x", "payload": None, "refs": [whole.to_wire()]}, within=("payload",))
+    assert frame == {"operation": "x", "payload": {"v": "v" * 100}}
+
+
+def test_upload_refuses_a_value_declared_larger_than_its_limit_at_the_first_chunk() -> None:
+    upload = ContentUpload(limit=4096)
+    with pytest.raises(DecodeError, match="beyond the limit of 4096"):
+        upload.add({"digest": "0" * 64, "offset": 0, "total": 5000, "data": b"x"})
+    assert upload.held == 0

@@ -25,7 +25,8 @@ from piwf_actors.store.command_records import args_fingerprint, request_fingerpr
 from piwf_actors.workflows.resolver import WorkflowResolver
 
 #: A value of each payload type (see payloads.check_payload).
-SAMPLE = {"str": "x", "int": 1, "num": 1.5, "bool": True, "map": {"choice": "ship"}, "any": {"k": [1, 2]}}
+SAMPLE = {"str": "x", "int": 1, "num": 1.5, "bool": True, "map": {"choice": "ship"}, "any": {"k": [1, 2]},
+          "bin": b"x"}
 #: Write operations whose builders read files or the database (run.start and run.restart resolve
 #: a workflow, state.backup copies the database, resource.apply hashes a file): tested on a host.
 BUILT_FROM_FILES = {"run.start", "run.restart", "state.backup", "resource.apply"}

@@ -1,4 +1,6 @@
-"""Content and ids: content.read (a chunk of a large stored value) and ids.match (ids by prefix or end). Read-only."""
+"""Content and ids: content.read (a chunk of a large stored value) and ids.match (ids by prefix or end), both
+read-only; content.upload (a chunk of a large value a request of the same connection refers to), which
+changes no durable state."""
 
 from __future__ import annotations
 
@@ -20,6 +22,16 @@ def content_read(ctx: OperationContext, payload: dict[str, Any]) -> None:
         ctx.reply("notFound", error=f"no content {payload['digest'][:64]}")
         return
     ctx.reply("accepted", receipt=chunk)
+
+
+@operation("content.upload", payload={"digest": ("str", True), "offset": ("int", True), "total": ("int", True),
+                                      "data": ("bin", True)})
+def content_upload(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """One chunk of a value that a later request of this connection refers to in its `refs`
+    (`protocol/uploads.py`): held for this connection only, until a request takes it or the connection
+    closes. Chunks of a value arrive in order; a chunk at offset 0 starts the value again."""
+    received = ctx.services.uploads.add(ctx.conn_id, payload, ctx.request.request_id)
+    ctx.reply("accepted", receipt={"digest": payload["digest"], "received": received, "total": payload["total"]})
 
 
 @operation("ids.match", payload={"kind": ("str", True), "prefix": ("str", False), "suffix": ("str", False),

@@ -41,6 +41,7 @@ from piwf_actors.board import HostBoard
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.envelope import Request
 from piwf_actors.protocol.live_views import LiveViews
+from piwf_actors.protocol.uploads import ClientUploads
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
 from piwf_actors.workflows.resolver import WorkflowResolver
@@ -226,6 +227,8 @@ class GatewayServices:
     verdicts: dict[str, tuple[OperationContext, str]] = field(default_factory=dict)
     #: channel.reload answers waiting for the channel manager: token → request.
     reloads: dict[str, OperationContext] = field(default_factory=dict)
+    #: Values sent ahead of the requests that refer to them (content.upload), per connection.
+    uploads: ClientUploads = field(default_factory=ClientUploads)
 
 
 @dataclass(frozen=True, slots=True)
