@@ -3,7 +3,9 @@
 Every write in the host is a `WriteCommand` submitted through a
 `WriterHandle`. Submissions go into a queue owned by the writer; the actor is
 told `Drain` and applies everything queued so far in one transaction (group
-commit: one fsync for many commands), each command in its own savepoint.
+commit: one fsync for many commands), each command in its own savepoint;
+only a lease command travels in a transaction of its own
+(`store.batch.transactions`).
 The queue exists because pykka's mailbox cannot be drained in batches
 without reaching into its internals; the `Drain` message keeps the actor's
 own loop in charge of when work happens.
@@ -46,7 +48,7 @@ from piwf_actors.board import HostBoard, Section
 from piwf_actors.clock import TimerClock
 from piwf_actors.errors import DiskFull, WriterStopped
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.batch import apply_batch, transactions
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
@@ -111,6 +113,10 @@ GATHER_MAX_S = 0.0005
 #: How long a batch of nothing but pipelined results waits for the next ones (see _gather).
 PIPELINE_QUIET_S = 0.0005
 PIPELINE_MAX_S = 0.002
+
+
+def _command_name(item: tuple[WriteCommand, ReplyTo]) -> str:
+    return item[0].name
 
 
 class DatabaseWriter(CoreActor):
@@ -219,14 +225,18 @@ class DatabaseWriter(CoreActor):
                 offer = self._queue.take_offer()
                 if offer is not None:
                     batch.append(offer)  # last: it claims what the batch made claimable
-            try:
-                self._apply(batch)
-            except BaseException:
-                # The actor is about to die; no sender may wait forever.
-                for command, reply_to in batch:
-                    deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
-                                                  command.correlation_id))
-                raise
+            # A lease command travels in a transaction of its own: other commands' conflicts
+            # must not sink a renewal (store/batch.py).
+            parts = transactions(batch, _command_name)
+            for index, part in enumerate(parts):
+                try:
+                    self._apply(part)
+                except BaseException:
+                    # The actor is about to die; no sender may wait forever.
+                    for command, reply_to in (item for unanswered in parts[index:] for item in unanswered):
+                        deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
+                                                      command.correlation_id))
+                    raise
 
     def _gather(self, batch: list[tuple[WriteCommand, ReplyTo]]) -> list[tuple[WriteCommand, ReplyTo]]:
         """Wait a bounded moment for late senders, when it is likely to save a commit.

@@ -33,6 +33,19 @@ id + the epoch of its runner lease); it is refused unless that lease row names
 the same epoch and is unexpired. The host lease is read once per transaction,
 a runner's lease on its first command.
 
+Lease commands travel alone (`transactions`): the writer applies each
+`lease.*` and `runner_lease.*` command in a transaction of its own, never in
+one with other commands, so that other commands' conflicts cannot sink it.
+Under contention a batch of claims may fail serialization at every retry and
+be given up; a renewal that rode in it failed with it, and a host or runner
+lost its lease for conflicts that were not its own. A renewal goes first,
+ahead of the commands drained with it: it only extends a lease its holder
+still has, so those commands are fenced the same either way (if the lease
+was held when they were checked together with the renewal, it is held after
+it). Every other lease command (acquire, reacquire, release) keeps its place:
+the commands queued before a release are written under the lease, those
+after it are refused.
+
 Fencing by time: a fenced command is refused unless its lease is
 unexpired, judged by a clock read inside the transaction (after BEGIN) and
 once more just before COMMIT. A host paused past its lease (SIGSTOP, a
@@ -51,9 +64,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from piwf_actors import errors
 from piwf_actors.store.batch_connection import BatchConnection
@@ -64,6 +77,8 @@ from piwf_actors.store.dialect import SQLITE, Dialect, dialect_of
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -87,6 +102,42 @@ CONFLICT_BACKOFF_MAX_S = 0.05
 
 #: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
 _DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+#: The lease commands that only extend a lease their sender holds (see `transactions`).
+RENEWALS = frozenset({"lease.renew", "runner_lease.renew"})
+
+
+def is_lease_command(name: str) -> bool:
+    """A command that moves a lease (host or runner): it travels in a transaction of its own."""
+    return name.startswith(("lease.", "runner_lease."))
+
+
+def transactions(items: Sequence[T], name: Callable[[T], str]) -> list[list[T]]:
+    """How one drained batch is applied: the transactions, in order, each a list of `items`
+    (`name(item)` is its command's name).
+
+    Every lease command gets a transaction of its own (see the module docstring): renewals first,
+    in their order; then the other commands in queue order, cut at each other lease command, which
+    stays where it was. Without lease commands, the whole batch is one transaction.
+    """
+    renewals = [[item] for item in items if name(item) in RENEWALS]
+    parts: list[list[T]] = []
+    current: list[T] = []
+    for item in items:
+        command_name = name(item)
+        if command_name in RENEWALS:
+            continue
+        if is_lease_command(command_name):
+            if current:
+                parts.append(current)
+                current = []
+            parts.append([item])
+        else:
+            current.append(item)
+    if current:
+        parts.append(current)
+    return renewals + parts
 
 
 def storage_error(exc: BaseException, dialect: Dialect = SQLITE) -> errors.StoreError | None:
