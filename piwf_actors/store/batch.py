@@ -33,18 +33,10 @@ id + the epoch of its runner lease); it is refused unless that lease row names
 the same epoch and is unexpired. The host lease is read once per transaction,
 a runner's lease on its first command.
 
-Lease commands travel alone (`transactions`): the writer applies each
-`lease.*` and `runner_lease.*` command in a transaction of its own, never in
-one with other commands, so that other commands' conflicts cannot sink it.
-Under contention a batch of claims may fail serialization at every retry and
-be given up; a renewal that rode in it failed with it, and a host or runner
-lost its lease for conflicts that were not its own. A renewal goes first,
-ahead of the commands drained with it: it only extends a lease its holder
-still has, so those commands are fenced the same either way (if the lease
-was held when they were checked together with the renewal, it is held after
-it). Every other lease command (acquire, reacquire, release) keeps its place:
-the commands queued before a release are written under the lease, those
-after it are refused.
+Lease commands travel alone: the writer applies each one in a transaction
+of its own and lets a renewal go first, even between two retries of a
+conflicting batch (`yield_to` below; store/batch_plan.py says why that
+keeps every fence).
 
 Fencing by time: a fenced command is refused unless its lease is
 unexpired, judged by a clock read inside the transaction (after BEGIN) and
@@ -64,9 +56,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from piwf_actors import errors
 from piwf_actors.store.batch_connection import BatchConnection
@@ -77,8 +69,6 @@ from piwf_actors.store.dialect import SQLITE, Dialect, dialect_of
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -91,6 +81,8 @@ class BatchOutcome:
     conflict_retries: int = 0
     #: The batch was given up because PostgreSQL kept refusing it for conflicts (CONFLICT_RETRIES).
     conflict_given_up: bool = False
+    #: Not applied: it conflicted and `yield_to` asked for the way (no results; apply it again).
+    yielded: bool = False
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
@@ -102,42 +94,6 @@ CONFLICT_BACKOFF_MAX_S = 0.05
 
 #: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
 _DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
-
-
-#: The lease commands that only extend a lease their sender holds (see `transactions`).
-RENEWALS = frozenset({"lease.renew", "runner_lease.renew"})
-
-
-def is_lease_command(name: str) -> bool:
-    """A command that moves a lease (host or runner): it travels in a transaction of its own."""
-    return name.startswith(("lease.", "runner_lease."))
-
-
-def transactions(items: Sequence[T], name: Callable[[T], str]) -> list[list[T]]:
-    """How one drained batch is applied: the transactions, in order, each a list of `items`
-    (`name(item)` is its command's name).
-
-    Every lease command gets a transaction of its own (see the module docstring): renewals first,
-    in their order; then the other commands in queue order, cut at each other lease command, which
-    stays where it was. Without lease commands, the whole batch is one transaction.
-    """
-    renewals = [[item] for item in items if name(item) in RENEWALS]
-    parts: list[list[T]] = []
-    current: list[T] = []
-    for item in items:
-        command_name = name(item)
-        if command_name in RENEWALS:
-            continue
-        if is_lease_command(command_name):
-            if current:
-                parts.append(current)
-                current = []
-            parts.append([item])
-        else:
-            current.append(item)
-    if current:
-        parts.append(current)
-    return renewals + parts
 
 
 def storage_error(exc: BaseException, dialect: Dialect = SQLITE) -> errors.StoreError | None:
@@ -265,7 +221,8 @@ class _Fences:
 
 def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 commit_seq: int | None = None, savepoints: bool = False,
-                clock: Callable[[], float] | None = None, timer_offset: float = 0.0) -> BatchOutcome:
+                clock: Callable[[], float] | None = None, timer_offset: float = 0.0,
+                conflicts_before: int = 0, yield_to: Callable[[], bool] | None = None) -> BatchOutcome:
     """Apply `commands` in one write transaction; return one result per command.
 
     The lease row is read once inside the transaction: on SQLite the write lock
@@ -277,9 +234,15 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
     without it (tests with a chosen `now`) the fence uses `now`.
     `timer_offset` is how far the host's timer clock is ahead (piwf_actors/clock.py): the commands
     see `now + timer_offset` as `ctx.timer_now` for workflow timers; fences keep `now`.
+
+    A transaction PostgreSQL refuses for a conflict is run again (CONFLICT_RETRIES in all,
+    counting `conflicts_before`, the retries of earlier calls for this batch). Before each retry
+    `yield_to()` is asked (in this thread, with no transaction open): when it says yes, the batch
+    is left unapplied (`yielded`, no results, `conflict_retries` counting all so far) for the
+    caller to apply what may not wait (a lease renewal) and then this batch again.
     """
     dialect = dialect_of(db)
-    attempt = 0
+    attempt = conflicts_before
     while True:
         conn = None
         try:
@@ -297,6 +260,8 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 _close_quietly(db)  # the server or the network dropped it: the next batch reconnects
             if isinstance(err, errors.TransactionConflict) and attempt < CONFLICT_RETRIES:
                 attempt += 1
+                if yield_to is not None and yield_to():
+                    return BatchOutcome([], ChangeSet(), False, attempt, yielded=True)
                 log.debug("write batch of %d conflicted with another host's transaction; retry %d",
                           len(commands), attempt)
                 # Hosts that conflicted once tend to meet again if they retry in step (the active host and

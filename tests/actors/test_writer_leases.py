@@ -1,12 +1,14 @@
-"""A lease command never shares the fate of the commands drained with it (store/batch.py,
-`transactions`; actors/writer.py).
+"""A lease command never shares the fate of the commands drained with it (store/batch_plan.py,
+actors/writer.py).
 
 The writer groups what it drained into one transaction; on PostgreSQL a transaction that keeps
 failing serialization is given up after `CONFLICT_RETRIES`, and every command in it fails. A lease
 renewal that rode in such a batch failed with it, and two of those in a row lost a runner host its
 lease under contention. Here a real writer on a real PostgreSQL database drains a renewal between
 two commands that fail serialization at every attempt (`test.always_conflicts`, registered only
-here, raises SQLSTATE 40001 from the server): the renewal commits, the others are given up.
+here, raises SQLSTATE 40001 from the server): the renewal commits, the others are given up. A
+renewal queued while a batch keeps conflicting goes between two of its retries, not after all of
+them.
 
 On both engines: a lease command other than a renewal keeps its place between the commands
 drained with it (a release is not moved ahead of the writes its holder queued before it).
@@ -16,8 +18,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pykka
@@ -25,7 +28,8 @@ import pytest
 
 from piwf_actors.actors.writer import DatabaseWriter, Drain, WriterHandle, WriterQueue
 from piwf_actors.errors import TransactionConflict
-from piwf_actors.store.batch import CONFLICT_RETRIES, transactions
+from piwf_actors.store.batch import CONFLICT_RETRIES
+from piwf_actors.store.batch_plan import transactions
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.database import open_store
 from piwf_actors.store.requests import WriteCommand, WriteResult
@@ -33,12 +37,16 @@ from piwf_actors.store.requests import WriteCommand, WriteResult
 CONFLICTS = "test.always_conflicts"
 #: How many times `test.always_conflicts` ran (every attempt of every transaction it was in).
 _attempts = itertools.count()
+#: Called (and dropped) by the next attempt of `test.always_conflicts`, in the writer's thread.
+_on_attempt: list[Callable[[], None]] = []
 
 
 @command(CONFLICTS)
 def _always_conflicts(ctx: WriteContext, _args: dict[str, Any]) -> None:
     """Fails serialization every time, as a claim that always meets another host's transaction would."""
     next(_attempts)
+    while _on_attempt:
+        _on_attempt.pop()()
     ctx.conn.execute("DO $$ BEGIN RAISE EXCEPTION 'another host''s transaction (injected)' "
                      "USING ERRCODE = 'serialization_failure'; END $$")
 
@@ -160,10 +168,42 @@ def test_commands_queued_before_a_renewal_are_written_under_the_lease(writer) ->
     assert writer.row("SELECT count(*) FROM run") == (2,)
 
 
-def test_lease_commands_travel_alone_renewals_first_and_the_others_in_their_place() -> None:
+def test_lease_commands_travel_alone_each_in_its_place() -> None:
     drained = ["claim", "lease.renew", "note", "lease.release", "note-2", "runner_lease.renew"]
     assert transactions(drained, str) == [
-        ["lease.renew"], ["runner_lease.renew"], ["claim", "note"], ["lease.release"], ["note-2"]]
+        ["claim"], ["lease.renew"], ["note"], ["lease.release"], ["note-2"], ["runner_lease.renew"]]
     assert transactions(["claim", "note"], str) == [["claim", "note"]]
     assert transactions(["runner_lease.acquire"], str) == [["runner_lease.acquire"]]
     assert transactions([], str) == []
+
+
+def test_a_renewal_queued_while_a_batch_keeps_conflicting_goes_before_that_batch_retries_again(pg_writer) -> None:
+    """The renewal does not wait out the other batch's retries: it is applied between two of them."""
+    epoch = pg_writer.handle.call("lease.acquire", HOST_LEASE)["epoch"]
+    identity = {key: HOST_LEASE[key] for key in ("host_id", "token_hash", "pid", "process_start_identity")}
+    answered: list[tuple[str, WriteResult]] = []
+    done = threading.Event()
+
+    def reply(name: str):
+        def deliver(result: WriteResult) -> None:
+            answered.append((name, result))
+            if len(answered) == 2:
+                done.set()
+        return deliver
+
+    renewal = WriteCommand("lease.renew", {**identity, "epoch": epoch, "lease_s": 60})
+    attempts_before = next(_attempts)
+    # The conflicting command's first attempt queues the renewal, as the lease's ticker would while
+    # the writer is busy with that batch.
+    _on_attempt.append(lambda: pg_writer.handle.submit(renewal, reply("renewal")))
+    pg_writer.handle.submit(WriteCommand(CONFLICTS, {}, epoch), reply("conflicting"))
+    assert done.wait(60), answered
+
+    assert [name for name, _ in answered] == ["renewal", "conflicting"]
+    (_, renewed), (_, conflicting) = answered
+    assert renewed.ok, renewed
+    assert not conflicting.ok and conflicting.error_code == TransactionConflict.code, conflicting
+    # One budget of retries for the batch, across the renewal that went between two of them.
+    assert next(_attempts) - attempts_before - 1 == CONFLICT_RETRIES + 1
+    stats = pg_writer.handle.stats()
+    assert (stats.conflict_retries, stats.conflicts_given_up) == (CONFLICT_RETRIES, 1)
