@@ -43,7 +43,10 @@ def test_a_new_host_takes_over_from_a_sigkilled_host_that_is_still_an_unreaped_z
 
     os.killpg(first.pid, signal.SIGKILL)  # and no wait(): the test is the PID 1 that reaps late
     wait_for(lambda: _zombie(first.pid), 10, f"host pid {first.pid} to be a zombie")
-    assert lock_is_free(state_dir / "host.lock")  # the kernel dropped the flock at exit
+    # The kernel drops the flock once the last of the host's threads has exited, which may be a
+    # moment after its main thread shows as a zombie.
+    wait_for(lambda: lock_is_free(state_dir / "host.lock"), 10, "the dead host's lock to be free")
+    assert _zombie(first.pid)
     assert not holder_alive(first.pid, identity)
     # `piwf host stop` (which waits for this) sees the killed host as gone too.
     assert host_gone(StatePaths.resolve(state_dir))
