@@ -116,7 +116,7 @@ class WriterQueue:
     scheduler withdraws an offer not taken yet before it claims anything
     else; exactly one of the two wins.
 
-    A lease renewal (`store.batch.RENEWALS`) waits in its lane, not behind
+    A lease renewal (`store.batch_plan.RENEWALS`) waits in its lane, not behind
     the other commands: the writer applies it before the next batch, and
     before the next retry of a batch PostgreSQL refused for a conflict
     (DatabaseWriter._commit), so that a renewal never waits out other
