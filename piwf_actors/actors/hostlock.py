@@ -4,7 +4,8 @@ The file is opened with O_NOFOLLOW (a planted symlink cannot redirect it)
 and held with flock for the host's whole life. The kernel drops the lock
 when the holder dies, even by SIGKILL, so a stale file never blocks a new
 host; its contents (pid and process start time) only serve to name the
-live holder in the error a second host prints.
+live holder in the error a second host prints, and to tell a dead holder
+(gone, or a zombie nobody reaped yet) from a live one (`holder_alive`).
 """
 
 from __future__ import annotations
@@ -31,12 +32,21 @@ def process_start_identity(pid: int) -> str:
 
 
 def holder_alive(pid: int | None, identity: str | None) -> bool:
-    """True when a process with this pid AND this start identity is running."""
+    """True when a process with this pid AND this start identity is running.
+
+    A zombie (exited, not yet reaped by its parent) is dead: it holds no lock
+    and does no work, though psutil still reports its start time. Under a
+    container's PID 1 that reaps lazily a SIGKILLed host stays one for a
+    while, and the next host must not wait for the reaping.
+    """
     if pid is None or identity is None:
         return False
     try:
-        return process_start_identity(pid) == identity
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return (repr(float(process.create_time())) == identity
+                    and process.status() != psutil.STATUS_ZOMBIE)
+    except (psutil.Error, ValueError):
         return False
 
 

@@ -135,7 +135,8 @@ def acquire_lease(writer: WriterHandle, reader_row: Callable[[], tuple[Any, ...]
 
     `reader_row` returns the current (pid, process_start_identity) of the
     lease row. When the recorded holder process is gone (checked by pid AND
-    start time, so a reused pid does not count as alive) the caller, which
+    start time, so a reused pid does not count as alive; an unreaped zombie
+    is gone too: `hostlock.holder_alive`) the caller, which
     already holds the lock file, may take an unexpired lease at once instead
     of waiting for it to run out. That holds only while the lock file guards
     the database (`lock_guards_database`: the state directory's own

@@ -3,7 +3,11 @@
 Every write in the host is a `WriteCommand` submitted through a
 `WriterHandle`. Submissions go into a queue owned by the writer; the actor is
 told `Drain` and applies everything queued so far in one transaction (group
-commit: one fsync for many commands), each command in its own savepoint.
+commit: one fsync for many commands), each command in its own savepoint;
+only a lease command travels in a transaction of its own
+(`store/batch_plan.py`), and a lease renewal waits in a lane of its
+own and goes first, even between the retries of a batch PostgreSQL refused
+for a conflict (`_commit`).
 The queue exists because pykka's mailbox cannot be drained in batches
 without reaching into its internals; the `Drain` message keeps the actor's
 own loop in charge of when work happens.
@@ -46,7 +50,8 @@ from piwf_actors.board import HostBoard, Section
 from piwf_actors.clock import TimerClock
 from piwf_actors.errors import DiskFull, WriterStopped
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.batch import BatchOutcome, apply_batch
+from piwf_actors.store.batch_plan import RENEWALS, transactions
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
@@ -111,6 +116,10 @@ GATHER_MAX_S = 0.0005
 #: How long a batch of nothing but pipelined results waits for the next ones (see _gather).
 PIPELINE_QUIET_S = 0.0005
 PIPELINE_MAX_S = 0.002
+
+
+def _command_name(item: tuple[WriteCommand, ReplyTo]) -> str:
+    return item[0].name
 
 
 class DatabaseWriter(CoreActor):
@@ -210,6 +219,7 @@ class DatabaseWriter(CoreActor):
     def _drain(self, _message: Drain) -> None:
         self._queue.woken()
         while True:
+            self._apply_renewals()
             batch = self._queue.take(self._max_batch)
             if not batch:
                 return
@@ -219,11 +229,21 @@ class DatabaseWriter(CoreActor):
                 offer = self._queue.take_offer()
                 if offer is not None:
                     batch.append(offer)  # last: it claims what the batch made claimable
+            # A lease command travels in a transaction of its own: other commands' conflicts
+            # must not sink it (store/batch_plan.py).
+            self._apply_each(transactions(batch, _command_name))
+
+    def _apply_renewals(self) -> None:
+        """Apply the lease renewals waiting in their lane, each in a transaction of its own."""
+        self._apply_each([[renewal] for renewal in self._queue.take_renewals()])
+
+    def _apply_each(self, parts: list[list[tuple[WriteCommand, ReplyTo]]]) -> None:
+        for index, part in enumerate(parts):
             try:
-                self._apply(batch)
+                self._apply(part)
             except BaseException:
                 # The actor is about to die; no sender may wait forever.
-                for command, reply_to in batch:
+                for command, reply_to in (item for unanswered in parts[index:] for item in unanswered):
                     deliver(reply_to, WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
                                                   command.correlation_id))
                 raise
@@ -276,12 +296,9 @@ class DatabaseWriter(CoreActor):
             return
         observer = self._batch_observer
         started = time.perf_counter() if observer is not None else 0.0
-        outcome = apply_batch(self._db, [command for command, _ in batch], now, commit_seq=self._commits + 1,
-                              clock=self._clock,
-                              timer_offset=0.0 if self._timer_clock is None else self._timer_clock.offset())
+        outcome = self._commit(batch, now)
         seconds = time.perf_counter() - started if observer is not None else 0.0
         self._last_batch = len(batch)
-        self._conflict_retries += outcome.conflict_retries
         self._conflicts_given_up += outcome.conflict_given_up
         if outcome.committed:
             self._wal_dirty = True
@@ -314,6 +331,26 @@ class DatabaseWriter(CoreActor):
                 observer(len(batch), seconds, outcome.committed)
             except Exception:  # an observer's bug must not stop the writer
                 log.exception("the writer's batch observer failed")
+
+    def _commit(self, batch: list[tuple[WriteCommand, ReplyTo]], now: float) -> BatchOutcome:
+        """`apply_batch`, letting a lease renewal that arrives while PostgreSQL keeps refusing this
+        batch for conflicts go first (between two attempts: store/batch.py), so that a renewal
+        waits for one attempt of another batch at most, never for all of its retries. A renewal's
+        own transaction yields to nothing."""
+        commands = [command for command, _ in batch]
+        renewal = len(commands) == 1 and commands[0].name in RENEWALS
+        retried = 0
+        while True:
+            outcome = apply_batch(self._db, commands, now, commit_seq=self._commits + 1, clock=self._clock,
+                                  timer_offset=0.0 if self._timer_clock is None else self._timer_clock.offset(),
+                                  conflicts_before=retried,
+                                  yield_to=None if renewal else self._queue.renewal_waiting)
+            self._conflict_retries += outcome.conflict_retries - retried
+            if not outcome.yielded:
+                return outcome
+            retried = outcome.conflict_retries
+            self._apply_renewals()
+            now = self._clock()
 
     # --- a full disk ---------------------------------------------------------------------------
 
@@ -357,7 +394,7 @@ class DatabaseWriter(CoreActor):
         span = max(now - window[0][0], 1.0) if window else 1.0
         return WriterStats(
             commits=self._commits, commands=self._commands, failed_batches=self._failed_batches,
-            queue_depth=self._queue.pending.qsize(), commits_per_s=len(window) / span,
+            queue_depth=self._queue.depth(), commits_per_s=len(window) / span,
             commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
             conflict_retries=self._conflict_retries, conflicts_given_up=self._conflicts_given_up,
         )

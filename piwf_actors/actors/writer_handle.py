@@ -20,6 +20,7 @@ import pykka
 
 from piwf_actors.actors.base import safe_tell
 from piwf_actors.errors import WriterStopped
+from piwf_actors.store.batch_plan import RENEWALS
 from piwf_actors.store.requests import WriteCommand, WriteResult, WriteResults
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ CLAIM_TAKERS = frozenset({"run.start"})
 
 class WriterQueue:
     """Commands waiting for the writer, plus the "a Drain is already on its way" flag, plus at most
-    one standing offer.
+    one standing offer, plus a lane of their own for lease renewals.
 
     Shared by the writer actor and every WriterHandle; both sides are
     thread-safe (SimpleQueue, and a lock around the flag and the offer).
@@ -114,17 +115,25 @@ class WriterQueue:
     transaction, and answers the scheduler as if it had just sent it. The
     scheduler withdraws an offer not taken yet before it claims anything
     else; exactly one of the two wins.
+
+    A lease renewal (`store.batch_plan.RENEWALS`) waits in its lane, not behind
+    the other commands: the writer applies it before the next batch, and
+    before the next retry of a batch PostgreSQL refused for a conflict
+    (DatabaseWriter._commit), so that a renewal never waits out other
+    commands' conflicts. It may overtake commands queued before it because
+    it only extends a lease its holder still has (store/batch_plan.py).
     """
 
     def __init__(self) -> None:
         self.pending: queue.SimpleQueue[tuple[WriteCommand, ReplyTo]] = queue.SimpleQueue()
+        self.renewals: queue.SimpleQueue[tuple[WriteCommand, ReplyTo]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._wake_sent = False
         self._offer: tuple[WriteCommand, ReplyTo] | None = None
 
     def put(self, item: tuple[WriteCommand, ReplyTo]) -> bool:
-        """Queue `item`; True when the caller must tell the writer a Drain."""
-        self.pending.put(item)
+        """Queue `item` (a renewal in its own lane); True when the caller must tell the writer a Drain."""
+        (self.renewals if item[0].name in RENEWALS else self.pending).put(item)
         with self._lock:
             if self._wake_sent:
                 return False
@@ -144,6 +153,22 @@ class WriterQueue:
             except queue.Empty:
                 break
         return batch
+
+    def renewal_waiting(self) -> bool:
+        """A lease renewal is queued (thread-safe; the writer asks between a batch's retries)."""
+        return not self.renewals.empty()
+
+    def take_renewals(self) -> list[tuple[WriteCommand, ReplyTo]]:
+        renewals: list[tuple[WriteCommand, ReplyTo]] = []
+        while True:
+            try:
+                renewals.append(self.renewals.get_nowait())
+            except queue.Empty:
+                return renewals
+
+    def depth(self) -> int:
+        """Commands waiting (approximate, as `qsize` is)."""
+        return self.pending.qsize() + self.renewals.qsize()
 
     def offer(self, item: tuple[WriteCommand, ReplyTo]) -> None:
         with self._lock:
@@ -177,7 +202,7 @@ class WriterQueue:
             deliver(offer[1], WriteResult(False, None, WriterStopped.code, str(WriterStopped()),
                                           offer[0].correlation_id))
         while True:
-            batch = self.take(1000)
+            batch = self.take_renewals() + self.take(1000)
             if not batch:
                 return
             for command, reply_to in batch:

@@ -33,6 +33,11 @@ id + the epoch of its runner lease); it is refused unless that lease row names
 the same epoch and is unexpired. The host lease is read once per transaction,
 a runner's lease on its first command.
 
+Lease commands travel alone: the writer applies each one in a transaction
+of its own and lets a renewal go first, even between two retries of a
+conflicting batch (`yield_to` below; store/batch_plan.py says why that
+keeps every fence).
+
 Fencing by time: a fenced command is refused unless its lease is
 unexpired, judged by a clock read inside the transaction (after BEGIN) and
 once more just before COMMIT. A host paused past its lease (SIGSTOP, a
@@ -76,6 +81,8 @@ class BatchOutcome:
     conflict_retries: int = 0
     #: The batch was given up because PostgreSQL kept refusing it for conflicts (CONFLICT_RETRIES).
     conflict_given_up: bool = False
+    #: Not applied: it conflicted and `yield_to` asked for the way (no results; apply it again).
+    yielded: bool = False
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
@@ -214,7 +221,8 @@ class _Fences:
 
 def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 commit_seq: int | None = None, savepoints: bool = False,
-                clock: Callable[[], float] | None = None, timer_offset: float = 0.0) -> BatchOutcome:
+                clock: Callable[[], float] | None = None, timer_offset: float = 0.0,
+                conflicts_before: int = 0, yield_to: Callable[[], bool] | None = None) -> BatchOutcome:
     """Apply `commands` in one write transaction; return one result per command.
 
     The lease row is read once inside the transaction: on SQLite the write lock
@@ -226,9 +234,15 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
     without it (tests with a chosen `now`) the fence uses `now`.
     `timer_offset` is how far the host's timer clock is ahead (piwf_actors/clock.py): the commands
     see `now + timer_offset` as `ctx.timer_now` for workflow timers; fences keep `now`.
+
+    A transaction PostgreSQL refuses for a conflict is run again (CONFLICT_RETRIES in all,
+    counting `conflicts_before`, the retries of earlier calls for this batch). Before each retry
+    `yield_to()` is asked (in this thread, with no transaction open): when it says yes, the batch
+    is left unapplied (`yielded`, no results, `conflict_retries` counting all so far) for the
+    caller to apply what may not wait (a lease renewal) and then this batch again.
     """
     dialect = dialect_of(db)
-    attempt = 0
+    attempt = conflicts_before
     while True:
         conn = None
         try:
@@ -246,6 +260,8 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 _close_quietly(db)  # the server or the network dropped it: the next batch reconnects
             if isinstance(err, errors.TransactionConflict) and attempt < CONFLICT_RETRIES:
                 attempt += 1
+                if yield_to is not None and yield_to():
+                    return BatchOutcome([], ChangeSet(), False, attempt, yielded=True)
                 log.debug("write batch of %d conflicted with another host's transaction; retry %d",
                           len(commands), attempt)
                 # Hosts that conflicted once tend to meet again if they retry in step (the active host and
