@@ -207,6 +207,24 @@ def rows(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[s
         return [dict(row) for row in conn.execute(sql, params).fetchall()]
 
 
+def dead_host_settled(state_dir: Path, timeout: float = 30.0) -> None:
+    """After a SIGKILL of every host of `state_dir`: wait until what they had sent the database is
+    decided, so a read shows what was committed at the kill. SQLite commits inside the host process:
+    nothing to wait for. PostgreSQL may still be committing a transaction whose COMMIT a dead host
+    sent: wait until no session but the test's own is left on the database (a server session ends
+    once its client is gone and its statement is done)."""
+    url = _HOST_DATABASES.get(Path(state_dir).resolve())
+    if url is None:
+        return
+
+    def alone() -> bool:
+        with connect_database(url) as conn:
+            return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()["n"] == 0
+
+    wait_for(alone, timeout, "the dead host's database sessions to end")
+
+
 def host_state_row(state_dir: Path) -> dict[str, Any]:
     """The host_state row (the lease)."""
     with _read_only(state_dir) as conn:
