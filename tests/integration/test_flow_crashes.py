@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import BIN_PIWF_HOST, database_rows, dead_host_settled, host_database, replaced_host_lease_s
+from testsupport import database_rows, dead_host_settled
 from wf import harness
 from wf.flow_flows import FAN_CHILDREN, FAN_MAX_PARALLEL, LIMIT, LONG_NAP_S, NAP_S
 from wf.harness import WF, rows, wait_for
+from wf.piwf_hosts import max_overlap, oracle_lines, piwf_host, sigkill
 
 from piwf_actors.client import Client
 from piwf_actors.client.connection import HostNotRunning
-from piwf_actors.errors import PiwfError
 from piwf_actors.messages import recv_frame, send_frame
 
 guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
@@ -53,65 +53,6 @@ FINISHED = ("done", "failed", "cancelled")
 def fflow(attr: str) -> str:
     """The `run.start` spec of a workflow in wf/flow_flows.py."""
     return f"{WF / 'flow_flows.py'}:{attr}"
-
-
-# --- the oracle -------------------------------------------------------------------------------------
-
-
-def _lines(path: Path) -> list[list[str]]:
-    try:
-        return [line.split(" ") for line in path.read_text().splitlines() if line]
-    except FileNotFoundError:
-        return []
-
-
-def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals open at one instant (an interval ending when another starts does not
-    overlap it)."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    open_now = most = 0
-    for _, step in edges:
-        open_now += step
-        most = max(most, open_now)
-    return most
-
-
-# --- hosts --------------------------------------------------------------------------------------------
-
-
-def _piwf_host(guard, state_dir: Path, *extra: str, workers: int = 4, database: str | None = None,
-               lease_s: float | None = None):
-    """A real `bin/piwf-host` on `state_dir` (its state.db, or under $PIWF_TEST_DATABASE=postgresql
-    the directory's own database); returns its script once it serves (`role` active or runner)."""
-    database = database or host_database(state_dir)
-    args = ["--state-dir", str(state_dir), "--max-workers", str(workers),
-            "--lease-s", str(lease_s or replaced_host_lease_s()), *extra]
-    if database is not None:
-        args += ["--database", database]
-    script = guard.start_script(args, command=[BIN_PIWF_HOST])
-    role = "runner" if "runner" in extra else "active"
-
-    def serving() -> bool:
-        if script.proc.poll() is not None:
-            pytest.fail(f"piwf-host exited with {script.proc.returncode}:\n{script.log()}")
-        try:
-            with Client(state_dir, timeout=2, retries=0) as client:
-                return client.status()["role"] == role
-        except (HostNotRunning, OSError, TimeoutError, PiwfError):
-            return False
-
-    wait_for(serving, 30, lambda: f"piwf-host on {state_dir} to serve as {role}; log:\n{script.log()}", poll=0.05)
-    return script
-
-
-def _sigkill(guard, script) -> float:
-    """SIGKILL the host's process group; returns the time just before the signal. Its workers lead
-    sessions of their own and live on until the next host reaps them (they are tracked)."""
-    for worker in script.descendants():
-        guard.track(worker.pid)
-    killed_at = time.time()
-    assert script.sigkill() == -signal.SIGKILL
-    return killed_at
 
 
 def _status(state_dir: Path, run_id: str) -> str | None:
@@ -160,29 +101,29 @@ def test_fan_out_of_200_children_with_max_parallel_4_survives_three_host_sigkill
     oracle = state_dir / "oracle"
     # More worker slots than the fan-out may use: the limit, not the pool, keeps it at four.
     workers = FAN_MAX_PARALLEL + 2
-    script = _piwf_host(guard, state_dir, workers=workers)
+    script = piwf_host(guard, state_dir, workers=workers)
     with Client(state_dir) as client:
         parent = client.start(fflow("fan"), {"n": FAN_CHILDREN, "oracle": str(oracle)})["run_id"]
 
     def ended() -> int:
-        return len({line[1] for line in _lines(oracle) if line[0] == "end"})
+        return len({line[1] for line in oracle_lines(oracle) if line[0] == "end"})
 
     # Each kill: (its time, the time the next host was started, the indexes committed at it, the
     # indexes whose node had started and were not committed at it).
     kills: list[tuple[float, float, set[int], set[int]]] = []
     for ended_before_kill in (25, 85, 145):
         # Kill while a child's node executes, so that a kill lands inside a child.
-        wait_for(lambda n=ended_before_kill: ended() >= n and _executing(_lines(oracle)), 30,
+        wait_for(lambda n=ended_before_kill: ended() >= n and _executing(oracle_lines(oracle)), 30,
                  lambda n=ended_before_kill: f"{n} children to end and one to execute (have {ended()})", poll=0.002)
-        killed_at = _sigkill(guard, script)
+        killed_at = sigkill(guard, script)
         dead_host_settled(state_dir)
         committed = {row["child_index"] for row in rows(
             state_dir, "SELECT child_index FROM run WHERE parent_run_id = ? AND parent_node_id = 'children' "
                        "AND status = 'done'", (parent,))}
-        started = {int(index) for word, index, _run, at, _pid in _lines(oracle) if word == "start" and float(at) < killed_at}
+        started = {int(index) for word, index, _run, at, _pid in oracle_lines(oracle) if word == "start" and float(at) < killed_at}
         assert _status(state_dir, parent) == "parked", "the parent finished before a kill"
         restarted_at = time.time()
-        script = _piwf_host(guard, state_dir, workers=workers)
+        script = piwf_host(guard, state_dir, workers=workers)
         kills.append((killed_at, restarted_at, committed, started - committed))
     view = _wait_settled(state_dir, parent, timeout=60)
     assert view["status"] == "done", view
@@ -191,7 +132,7 @@ def test_fan_out_of_200_children_with_max_parallel_4_survives_three_host_sigkill
     assert view["output"] == [{"index": i, "square": i * i} for i in range(FAN_CHILDREN)]
 
     # One child run per index, in the oracle and in the database: a child is never started twice.
-    records = _lines(oracle)
+    records = oracle_lines(oracle)
     run_ids: dict[int, set[str]] = defaultdict(set)
     for _word, index, run_id, _at, _pid in records:
         run_ids[int(index)].add(run_id)
@@ -259,7 +200,7 @@ def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> Non
     """`sigkill` / `stop`: the host dies (or stops cleanly) while the run sleeps and no host runs
     until its wake-up has passed; `sigkill-back-early`: the next host is back before it."""
     oracle = state_dir / "oracle"
-    script = _piwf_host(guard, state_dir)
+    script = piwf_host(guard, state_dir)
     # Back early: a nap long enough for the next host to take over first (after the dead host's
     # lease on PostgreSQL); after a gap: a short one, that passes while no host runs.
     workflow, nap_s = ("long_napper", LONG_NAP_S) if how == "sigkill-back-early" else ("napper", NAP_S)
@@ -280,21 +221,21 @@ def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> Non
         script.proc.send_signal(signal.SIGTERM)
         assert script.proc.wait(15) == 0, script.log()
     else:
-        _sigkill(guard, script)
+        sigkill(guard, script)
 
     if how != "sigkill-back-early":
         # No host runs: the wake-up passes with nobody to act on it.
         wait_for(lambda: time.time() > wake_at + 0.5, NAP_S + 5, "the wake-up time to pass")
         assert _status(state_dir, run_id) == "parked"
     restarted_at = time.time()
-    _piwf_host(guard, state_dir)
+    piwf_host(guard, state_dir)
     if how == "sigkill-back-early":
         # The scenario: the next host serves (and holds the sleep) before the wake-up.
         assert time.time() < wake_at, f"the next host served only {time.time() - wake_at:.1f} s after the wake-up"
     view = _wait_settled(state_dir, run_id, timeout=nap_s + 20)
     assert view["status"] == "done", view
 
-    after = [line for line in _lines(oracle) if line[0] == "after"]
+    after = [line for line in oracle_lines(oracle) if line[0] == "after"]
     assert len(after) == 1, f"the node after the sleep ran {len(after)} times: {after}"
     (_, ran_for, at, _pid) = after[0]
     assert ran_for == run_id
@@ -311,7 +252,7 @@ def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> Non
 
 def test_message_sent_before_the_run_waits_is_kept_and_consumed_once(guard, state_dir) -> None:
     oracle = state_dir / "oracle"
-    _piwf_host(guard, state_dir)
+    piwf_host(guard, state_dir)
     with Client(state_dir) as client:
         run_id = client.start(fflow("late_listener"), {"oracle": str(oracle)})["run_id"]
         outcome, receipt = _send(client, run_id, "go", {"n": 7}, "early")
@@ -320,7 +261,7 @@ def test_message_sent_before_the_run_waits_is_kept_and_consumed_once(guard, stat
     view = _wait_settled(state_dir, run_id, timeout=20)
     assert view["status"] == "done", view
     assert view["output"] == {"n": 7}
-    assert [line for line in _lines(oracle) if line[0] == "got"] == [["got", run_id, "7"]]
+    assert [line for line in oracle_lines(oracle) if line[0] == "got"] == [["got", run_id, "7"]]
     (message,) = _messages(state_dir, run_id)
     (wait,) = rows(state_dir, "SELECT wait_id, status FROM run_wait WHERE run_id = ? AND kind = 'message'", (run_id,))
     assert (message["message_id"], message["status"], message["wait_id"]) == \
@@ -330,7 +271,7 @@ def test_message_sent_before_the_run_waits_is_kept_and_consumed_once(guard, stat
 
 def test_message_sent_twice_under_one_key_is_one_message(guard, state_dir) -> None:
     oracle = state_dir / "oracle"
-    _piwf_host(guard, state_dir)
+    piwf_host(guard, state_dir)
     with Client(state_dir, client_id="sender-a") as client:
         run_id = client.start(fflow("late_listener"), {"oracle": str(oracle)})["run_id"]
         first = _send(client, run_id, "go", {"n": 1}, "key-1")
@@ -341,7 +282,7 @@ def test_message_sent_twice_under_one_key_is_one_message(guard, state_dir) -> No
 
     view = _wait_settled(state_dir, run_id, timeout=20)
     assert view["status"] == "done", view
-    assert [line for line in _lines(oracle) if line[0] == "got"] == [["got", run_id, "1"]]
+    assert [line for line in oracle_lines(oracle) if line[0] == "got"] == [["got", run_id, "1"]]
     assert [(m["message_id"], m["status"]) for m in _messages(state_dir, run_id)] == \
            [(first[1]["message_id"], "consumed")]
     # Sent once more after the run ended: still the one message (a replay, not a refusal).
@@ -414,7 +355,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
     appears), and after it committed a message whose receipt the client never read."""
     oracle, gate = state_dir / "oracle", state_dir / "gate"
     runs, workers = 16, 4
-    script = _piwf_host(guard, state_dir, workers=workers)
+    script = piwf_host(guard, state_dir, workers=workers)
     with Client(state_dir) as client:
         run_ids = [client.start(fflow("listener"), {"oracle": str(oracle), "gate": str(gate)})["run_id"]
                    for _ in range(runs)]
@@ -424,7 +365,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
         return found[0]["n"] == runs
 
     def acting() -> set[str]:
-        return {line[1] for line in _lines(oracle) if line[0] == "got"}
+        return {line[1] for line in oracle_lines(oracle) if line[0] == "got"}
 
     wait_for(all_waiting, 20, "every run to wait for its message")
     # Messages 0-3 are received, and the action each wakes holds every worker, inside its effect.
@@ -436,7 +377,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
     unanswered = _send_unanswered(state_dir, "sender-c", run_ids[workers], workers)
     (sent_before_kill,) = _messages(state_dir, run_ids[workers])
     rest = _Sender(state_dir, run_ids, "sender-c", range(workers, runs))
-    _sigkill(guard, script)
+    sigkill(guard, script)
     rest.start()  # meets the dead host first
     unanswered.close()
     gate.touch()  # the dead host's workers may finish their actions: nothing will record it
@@ -444,7 +385,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
     cut = {row["run_id"] for row in rows(state_dir, "SELECT run_id FROM effect WHERE status = 'applying'")}
     # The scenario: the kill landed inside the actions (their effects reserved, not settled).
     assert cut == acting() and len(cut) == workers, (cut, acting())
-    _piwf_host(guard, state_dir, workers=workers)
+    piwf_host(guard, state_dir, workers=workers)
     receipts |= rest.finish(90)
     assert rest.failures, "no send met the dead host"
     assert [outcome for outcome, _ in receipts.values() if outcome not in ("accepted", "adopted")] == []
@@ -461,7 +402,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
             if view["status"] != "parked":
                 break
             assert view["park_reason"] == "ambiguous_effect", view
-            acted = [line for line in _lines(oracle) if line[:2] == ["got", run_id]]
+            acted = [line for line in oracle_lines(oracle) if line[:2] == ["got", run_id]]
             (wait_node,) = [node for node in view["nodes"] if node["node_id"] == "wait"]
             with Client(state_dir) as client:
                 answer = client.request("effect.resolve", {"effect_id": view["park_detail"],
@@ -471,7 +412,7 @@ def test_messages_sent_while_the_host_is_sigkilled_are_consumed_once(guard, stat
             resolved.append(run_id)
         views[run_id] = view
 
-    got = Counter((line[1], line[2]) for line in _lines(oracle) if line[0] == "got")
+    got = Counter((line[1], line[2]) for line in oracle_lines(oracle) if line[0] == "got")
     for n, run_id in enumerate(run_ids):
         assert views[run_id]["status"] == "done", views[run_id]
         assert views[run_id]["output"] == {"n": n}
@@ -495,8 +436,8 @@ def test_concurrency_limit_holds_across_an_active_and_a_runner_host(guard, state
     (state_dir / "runner-1").mkdir()
     # One worker on the active host, three on the runner: the second slot of the limit can only be
     # the runner's, and the runner alone has a worker more than the limit allows.
-    _piwf_host(guard, state_dir / "host-a", "--host-id", "host-a", workers=1, database=url, lease_s=5)
-    _piwf_host(guard, state_dir / "runner-1", "--role", "runner", "--host-id", "runner-1", workers=3,
+    piwf_host(guard, state_dir / "host-a", "--host-id", "host-a", workers=1, database=url, lease_s=5)
+    piwf_host(guard, state_dir / "runner-1", "--role", "runner", "--host-id", "runner-1", workers=3,
                database=url, lease_s=5)
     with Client(state_dir / "host-a") as client:
         run_ids = [client.start(fflow("limited"), {"oracle": str(oracle), "cluster": "eu", "sleep": 0.1})["run_id"]
@@ -509,7 +450,7 @@ def test_concurrency_limit_holds_across_an_active_and_a_runner_host(guard, state
     wait_for(lambda: finished() == len(run_ids), 60, lambda: f"every run to finish ({finished()} of 50)", poll=0.1)
     assert database_rows(url, "SELECT DISTINCT status FROM run WHERE workflow = 'limited'") == [{"status": "done"}]
 
-    records = _lines(oracle)
+    records = oracle_lines(oracle)
     starts = {run_id: float(at) for word, run_id, at, _pid in records if word == "start"}
     ends = {run_id: float(at) for word, run_id, at, _pid in records if word == "end"}
     assert sorted(starts) == sorted(ends) == sorted(run_ids)
@@ -529,18 +470,18 @@ def test_priority_run_starts_before_the_queue_of_fresh_runs(guard, state_dir) ->
     oracle = state_dir / "oracle"
     gate = state_dir / "gate"
     workers = 4
-    _piwf_host(guard, state_dir, workers=workers)
+    piwf_host(guard, state_dir, workers=workers)
     run_input = {"oracle": str(oracle), "gate": str(gate), "sleep": 0.1}
     with Client(state_dir) as client:
         # The first runs to start hold their workers until the gate opens: the rest stay queued.
         fresh = [client.start(fflow("queued"), run_input)["run_id"] for _ in range(100)]
-        wait_for(lambda: len(_lines(oracle)) >= workers, 30, lambda: f"{workers} runs to hold every worker "
-                                                                      f"(have {len(_lines(oracle))})")
+        wait_for(lambda: len(oracle_lines(oracle)) >= workers, 30, lambda: f"{workers} runs to hold every worker "
+                                                                      f"(have {len(oracle_lines(oracle))})")
         urgent = client.start(fflow("queued"), run_input, priority=10)["run_id"]
         assert client.get(urgent)["priority"] == 10
         # The scenario: every worker is held and the urgent run waits behind the 96 fresh ones left.
         assert client.get(urgent)["status"] == "queued"
-    holding = [line[1] for line in _lines(oracle)]
+    holding = [line[1] for line in oracle_lines(oracle)]
     assert len(holding) == workers and urgent not in holding, holding
     gate.touch()
 
@@ -548,7 +489,7 @@ def test_priority_run_starts_before_the_queue_of_fresh_runs(guard, state_dir) ->
         return rows(state_dir, "SELECT count(*) AS n FROM run WHERE status = 'done'")[0]["n"]
 
     wait_for(lambda: finished() == len(fresh) + 1, 60, lambda: f"every run to finish ({finished()})", poll=0.1)
-    order = [run_id for _word, run_id, _at, _pid in sorted(_lines(oracle), key=lambda line: float(line[2]))]
+    order = [run_id for _word, run_id, _at, _pid in sorted(oracle_lines(oracle), key=lambda line: float(line[2]))]
     assert sorted(order) == sorted([*fresh, urgent]), "a run started twice or never"
     position = order.index(urgent)
     # Only the runs already holding a worker when it was queued, and those claimed alongside it
