@@ -89,7 +89,18 @@ def test_429s_and_chat_not_found_only_delay_a_delivery(guard, state_dir, setup, 
         "retry_after", "retry_after", "retry_after", "error", "error", None]
 
 
-def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake) -> None:
+@pytest.fixture
+def no_fourth_attempt_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a third sure failure the next automatic attempt is an hour away (the host runs in this
+    process): what sends the delivery after that is the person's retry, and nothing else."""
+    from piwf_actors.store.commands import channels
+
+    real = channels.retry_delay
+    monkeypatch.setattr(channels, "retry_delay",
+                        lambda attempt, retry_after=None: 3600.0 if attempt >= 3 else real(attempt, retry_after))
+
+
+def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake, no_fourth_attempt_soon) -> None:
     """The automatic retries wait longer and longer; a person can have the next one now."""
     for _ in range(5):
         fake.fail_next("sendMessage", "error", description="Bad Request: chat not found")
@@ -97,6 +108,7 @@ def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake
     release_run(host, setup, "3")
     item = wait_for(lambda: [d for d in channel_status(state_dir)["undelivered"] if d["attempts"] >= 3], 30,
                     "three failed attempts")[0]
+    assert item["attempts"] == 3 and item["message_id"].endswith("-3"), item
     for _ in range(len(fake._failures.get("sendMessage") or ())):
         fake._failures["sendMessage"].popleft()  # the chat is found now
     shown = subprocess.run([str(PIWF), "channel", "status", "--state-dir", str(state_dir)], capture_output=True,
