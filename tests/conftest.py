@@ -5,7 +5,7 @@ Two engines: `database` is the state database of a test that drives the store di
 `backend` (SQLite in the state directory; PostgreSQL: a fresh database of the session's cluster,
 `tests/pg_cluster.py`, started on first use and stopped at the end). Without PostgreSQL's server
 binaries the PostgreSQL half fails (CI must run both) unless $PIWF_TEST_SKIP_POSTGRES=1 says to
-skip it (a developer's machine without PostgreSQL).
+skip it (a developer's machine without PostgreSQL; refused when $CI is set).
 
 $PIWF_TEST_DATABASE=postgresql (`make test-pg`) gives every host the `hosts` fixture (and
 `testsupport.start_test_host`) starts a PostgreSQL database of its own, one per state directory, so
@@ -39,8 +39,16 @@ from pg_cluster import PgCluster, PgUnavailable
 from piwf_actors import HostConfig, HostHandle, start_host
 from piwf_actors.paths import DATABASE_URL_ENV, DatabaseLocation, PostgresDatabase, StatePaths, default_state_dir
 
-#: Set to 1 to skip (not fail) the PostgreSQL tests on a machine without PostgreSQL.
+#: Set to 1 to skip (not fail) the PostgreSQL tests on a machine without PostgreSQL; refused in CI.
 SKIP_POSTGRES_ENV = "PIWF_TEST_SKIP_POSTGRES"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """CI ($CI set, as CI services and `.ci/run` do) tests both engines: skipping PostgreSQL there
+    would pass a run that tested half of what it claims."""
+    if os.environ.get("CI") and os.environ.get(SKIP_POSTGRES_ENV) == "1":
+        raise pytest.UsageError(f"${SKIP_POSTGRES_ENV}=1 is refused when $CI is set: CI must test PostgreSQL too "
+                                "(install its server binaries: apt-get install -y postgresql)")
 
 _EMPTY_CONFIG_DIR = tempfile.mkdtemp(prefix="pw-cfg-")
 atexit.register(shutil.rmtree, _EMPTY_CONFIG_DIR, True)

@@ -8,7 +8,10 @@
   writes to it behind the host's back (a test's intruder); `sqlite_only`
   skips, with its reason, a test about SQLite itself under
   $PIWF_TEST_DATABASE=postgresql; `lock_is_free`: check the host lock with the
-  test's own flock.
+  test's own flock; `dead_host_settled`: after a SIGKILL, wait until the
+  database shows exactly what the dead host committed.
+- `thread_waits_in`: a thread of this process is blocked waiting in a given
+  function (an alarm's thread waits for the time just armed).
 - `live_children`, `alive`, `tagged_processes`, `kill_group_and_process`:
   what a test started and whether it is still running.
 - `HostScript`: a host subprocess script (by default tests/host_script.py) in
@@ -31,6 +34,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -207,6 +211,24 @@ def rows(state_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[s
         return [dict(row) for row in conn.execute(sql, params).fetchall()]
 
 
+def dead_host_settled(state_dir: Path, timeout: float = 30.0) -> None:
+    """After a SIGKILL of every host of `state_dir`: wait until what they had sent the database is
+    decided, so a read shows what was committed at the kill. SQLite commits inside the host process:
+    nothing to wait for. PostgreSQL may still be committing a transaction whose COMMIT a dead host
+    sent: wait until no session but the test's own is left on the database (a server session ends
+    once its client is gone and its statement is done)."""
+    url = _HOST_DATABASES.get(Path(state_dir).resolve())
+    if url is None:
+        return
+
+    def alone() -> bool:
+        with connect_database(url) as conn:
+            return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid()").fetchone()["n"] == 0
+
+    wait_for(alone, timeout, "the dead host's database sessions to end")
+
+
 def host_state_row(state_dir: Path) -> dict[str, Any]:
     """The host_state row (the lease)."""
     with _read_only(state_dir) as conn:
@@ -293,6 +315,29 @@ def per_thread(pid: int, name: str) -> list[str]:
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
     return found
+
+
+def thread_waits_in(thread_name: str, function: str, *bound: str, **local_values: Any) -> bool:
+    """A thread of this process named `thread_name` is blocked in a wait (`threading`'s, or a C call
+    such as `time.sleep`, made from `function`) that `function` called, while `function`'s local
+    variables hold `local_values` and the names `bound` have values: e.g. an alarm's thread waits
+    for the time just armed. (A sample can land on `function`'s own code just before its wait: the
+    locals asked for are what makes that moment count.)"""
+    thread = next((t for t in threading.enumerate() if t.name == thread_name), None)
+    frame = None if thread is None or thread.ident is None else sys._current_frames().get(thread.ident)
+    innermost = frame
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            found = frame.f_locals
+            if any(name not in found for name in bound) or \
+                    any(found.get(name, object()) != value for name, value in local_values.items()):
+                return False
+            # Blocked: in threading's wait, or in `function` itself (a C call such as time.sleep).
+            assert innermost is not None
+            return innermost is frame or (innermost.f_code.co_filename == threading.__file__
+                                          and innermost.f_code.co_name == "wait")
+        frame = frame.f_back
+    return False
 
 
 def all_threads_stopped(pid: int) -> bool:

@@ -129,12 +129,15 @@ class DatabaseWriter(CoreActor):
                  writer_queue: WriterQueue, supervisor: pykka.ActorRef[Any] | None = None,
                  max_batch: int = 1000, clock: Callable[[], float] = time.time,
                  board: HostBoard | None = None, idle_s: float = 1.0,
-                 batch_observer: BatchObserver | None = None, timer_clock: TimerClock | None = None) -> None:
+                 batch_observer: BatchObserver | None = None, timer_clock: TimerClock | None = None,
+                 database_clock: bool = True) -> None:
         """Runs in the caller's thread: stores arguments only.
 
         `clock` is host time (fences, claims, records); `timer_clock` is what workflow timers run on
         (piwf_actors/clock.py; None: the same clock): its offset is read once per batch and the
-        commands see it as `ctx.timer_now`.
+        commands see it as `ctx.timer_now`. On PostgreSQL the commands read host time from the
+        database server's clock instead (store/batch.py), unless `database_clock` is False: then
+        they see `clock`, as on SQLite (a store test that moves time on both engines).
 
         `batch_observer(commands, seconds, committed)` is called in the writer's thread after every
         batch with the time spent in its transaction (the metrics exporter's hook); it must be cheap.
@@ -147,6 +150,7 @@ class DatabaseWriter(CoreActor):
         self._max_batch = max_batch
         self._clock = clock
         self._timer_clock = timer_clock
+        self._database_clock = database_clock
         self._queue = writer_queue
         self._db: Any = None
         self._subscribers: dict[pykka.ActorRef[Any], frozenset[str] | None] = {}  # → the tables it follows
@@ -341,7 +345,8 @@ class DatabaseWriter(CoreActor):
         renewal = len(commands) == 1 and commands[0].name in RENEWALS
         retried = 0
         while True:
-            outcome = apply_batch(self._db, commands, now, commit_seq=self._commits + 1, clock=self._clock,
+            outcome = apply_batch(self._db, commands, now, commit_seq=self._commits + 1,
+                                  clock=self._clock if self._database_clock else None,
                                   timer_offset=0.0 if self._timer_clock is None else self._timer_clock.offset(),
                                   conflicts_before=retried,
                                   yield_to=None if renewal else self._queue.renewal_waiting)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pykka
 import pytest
-from testsupport import wait_for
+from testsupport import thread_waits_in, wait_for
 
 from piwf_actors.actors.ticker import Alarm
 
@@ -35,8 +35,9 @@ def owner() -> Iterator[pykka.ActorRef[Any]]:
 def test_a_time_far_past_the_timeout_limit_does_not_stop_the_alarm(owner: pykka.ActorRef[Any]) -> None:
     alarm = Alarm(owner, "ring", "test").start()
     try:
-        alarm.arm(time.time() + 1e10)  # a sleep until the year 2300: past threading.TIMEOUT_MAX
-        time.sleep(0.2)  # the alarm's thread waits for it now
+        far = time.time() + 1e10  # a sleep until the year 2300: past threading.TIMEOUT_MAX
+        alarm.arm(far)
+        wait_for(lambda: thread_waits_in("alarm-test", "_run", at=far), 10, "the alarm's thread to wait for it")
         alarm.arm(time.time() + 0.05)  # an earlier one moves it
         wait_for(lambda: owner.ask("rings"), 10, "the alarm rings at the earlier time")
         alarm.arm(time.time() + 0.05)

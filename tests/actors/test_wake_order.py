@@ -42,13 +42,15 @@ def test_sleeps_that_came_due_while_no_host_ran_wake_first_and_in_wake_order(
     host = hosts(state_dir, max_workers=1)
     now = time.time()
     # Three sleepers, due in an order that is not the order they were started in.
-    due = {"late": now + 2.6, "early": now + 2.2, "middle": now + 2.4}
+    due = {"late": now + 3.4, "early": now + 3.0, "middle": now + 3.2}
     sleepers = {name: host.start_run("sleeper", {"at": at}, project_path=str(project)).run_id
                 for name, at in due.items()}
     for run_id in sleepers.values():
         wait_for(lambda run_id=run_id: host.get_run(run_id).waits, 30, f"{run_id} sleeps")
     template = host.get_run(sleepers["early"])
     host.stop("test: no host while the sleeps come due")
+    # The scenario: the host was gone before the first sleep came due (else it woke that one itself).
+    assert time.time() < due["early"], f"the host stopped {time.time() - due['early']:.1f} s after the first wake-up"
     # Fresh runs queued while no host runs (as a host that stopped right after accepting them would
     # leave them): the next host must not take them before the sleepers that came due.
     fresh = [f"run_fresh{n}" for n in range(3)]
@@ -66,7 +68,7 @@ def test_sleeps_that_came_due_while_no_host_ran_wake_first_and_in_wake_order(
         writer.call("lease.release", {**identity, "epoch": epoch})
     finally:
         writer.ref.stop()
-    time.sleep(max(0.0, due["late"] + 0.3 - time.time()))
+    wait_for(lambda: time.time() > due["late"] + 0.3, 30, "every sleep to come due while no host runs")
 
     host = hosts(state_dir, max_workers=1)
     for run_id in [*sleepers.values(), *fresh]:

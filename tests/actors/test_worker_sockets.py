@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.messages.frames import FrameDecoder, encode_frame
@@ -61,12 +60,19 @@ def test_a_send_larger_than_the_buffer_returns_at_once_and_arrives_whole_and_in_
     try:
         sockets.add(host_end, lambda frames: None, lambda detail: None)
         big = {"kind": "response", "n": 0, "blob": b"x" * 2_000_000}
-        started = time.monotonic()
-        assert sockets.send(host_end, encode_frame(big))
-        # Nobody reads yet: the rest waits in the socket's own buffer, and later sends queue behind it.
-        for n in range(1, 20):
-            assert sockets.send(host_end, encode_frame({"kind": "response", "n": n}))
-        assert time.monotonic() - started < 2.0, "a send blocked on a worker that does not read"
+        sent: list[bool] = []
+        all_sent = threading.Event()
+
+        def sender() -> None:
+            sent.append(sockets.send(host_end, encode_frame(big)))
+            # Nobody reads yet: the rest waits in the socket's own buffer, and later sends queue behind it.
+            sent.extend(sockets.send(host_end, encode_frame({"kind": "response", "n": n})) for n in range(1, 20))
+            all_sent.set()
+
+        threading.Thread(target=sender, daemon=True).start()
+        # The worker reads nothing until every send returned: a send that waited for it would wait forever.
+        assert all_sent.wait(30), "a send blocked on a worker that does not read"
+        assert sent == [True] * 20
         frames = _read_frames(worker_end, 20)
         assert [frame["n"] for frame in frames] == list(range(20))
         assert frames[0]["blob"] == big["blob"]
@@ -121,6 +127,22 @@ def test_nothing_is_sent_to_a_socket_after_it_was_removed() -> None:
         worker_end.close()
 
 
+def _loop_turned(sockets: WorkerSockets) -> None:
+    """Return once the sockets' thread has gone through a whole turn of its loop from now on: it
+    reports a socket added now going away, and one added after that report (which a turn already
+    under way cannot hold)."""
+    for _ in range(2):
+        host_end, worker_end = _pair()
+        reported = threading.Event()
+        sockets.add(host_end, lambda frames: None, lambda detail, reported=reported: reported.set())
+        worker_end.close()
+        try:
+            assert reported.wait(10), "the sockets' thread does not turn"
+        finally:
+            sockets.remove(host_end)
+            host_end.close()
+
+
 def test_a_worker_that_goes_away_is_reported_once() -> None:
     sockets = WorkerSockets().start()
     host_end, worker_end = _pair()
@@ -135,7 +157,7 @@ def test_a_worker_that_goes_away_is_reported_once() -> None:
         sockets.add(host_end, lambda frames: None, on_gone)
         worker_end.close()
         assert reported.wait(10)
-        time.sleep(0.1)  # a second report would come in the next turns of the loop
+        _loop_turned(sockets)  # a second report would come in the next turns of the loop
         assert gone == ["worker closed its connection"]
     finally:
         sockets.close()

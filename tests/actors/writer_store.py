@@ -1,5 +1,6 @@
-"""A real writer on a fresh SQLite store, with a clock the test moves, and the commands that build runs
-as the scheduler and a worker would (for the scheduler's and the housekeeper's tests)."""
+"""A real writer on a fresh store (a SQLite file, or a database of either engine), with a clock the test
+moves, and the commands that build runs as the scheduler and a worker would (for the scheduler's, the
+housekeeper's and the waits' tests)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from piwf_actors.actors.writer import WriterHandle, start_writer
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.database import open_store
 from piwf_actors.store.reader import StoreReader
@@ -18,13 +20,17 @@ TOKEN = "c" * 64
 
 class WriterStore:
     """`writer` holds the host lease (its handle stamps the epoch); `now` is the writer's clock and is
-    handed to the actor under test, so both judge deadlines and expiries by the same time."""
+    handed to the actor under test, so both judge deadlines and expiries by the same time.
 
-    def __init__(self, state_dir: Path) -> None:
-        self.database = state_dir / "state.db"
+    `time` is the time the test moves (`store.time += 30`): the writer's clock, also on PostgreSQL,
+    whose commands otherwise read the database server's clock (`database_clock=False`)."""
+
+    def __init__(self, state_dir: Path, *, database: DatabaseLocation | None = None) -> None:
+        """On `state_dir`'s state.db, or on `database` (a test's `database` fixture: either engine)."""
+        self.database = database if database is not None else state_dir / "state.db"
         open_store(self.database).close()
         self.time = time.time()
-        self.writer: WriterHandle = start_writer(self.database, clock=self.now)
+        self.writer: WriterHandle = start_writer(self.database, clock=self.now, database_clock=False)
         epoch = self.writer.call("lease.acquire", {"host_id": "h", "token_hash": "t" * 64, "pid": os.getpid(),
                                                    "process_start_identity": "1", "lease_s": 10**7})["epoch"]
         self.writer.advance_epoch(epoch)

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,18 @@ def test_429s_and_chat_not_found_only_delay_a_delivery(guard, state_dir, setup, 
         "retry_after", "retry_after", "retry_after", "error", "error", None]
 
 
-def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake) -> None:
+@pytest.fixture
+def no_fourth_attempt_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a third sure failure the next automatic attempt is an hour away (the host runs in this
+    process): what sends the delivery after that is the person's retry, and nothing else."""
+    from piwf_actors.store.commands import channels
+
+    real = channels.retry_delay
+    monkeypatch.setattr(channels, "retry_delay",
+                        lambda attempt, retry_after=None: 3600.0 if attempt >= 3 else real(attempt, retry_after))
+
+
+def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake, no_fourth_attempt_soon) -> None:
     """The automatic retries wait longer and longer; a person can have the next one now."""
     for _ in range(5):
         fake.fail_next("sendMessage", "error", description="Bad Request: chat not found")
@@ -98,6 +108,7 @@ def test_recover_retry_sends_a_failed_delivery_now(guard, state_dir, setup, fake
     release_run(host, setup, "3")
     item = wait_for(lambda: [d for d in channel_status(state_dir)["undelivered"] if d["attempts"] >= 3], 30,
                     "three failed attempts")[0]
+    assert item["attempts"] == 3 and item["message_id"].endswith("-3"), item
     for _ in range(len(fake._failures.get("sendMessage") or ())):
         fake._failures["sendMessage"].popleft()  # the chat is found now
     shown = subprocess.run([str(PIWF), "channel", "status", "--state-dir", str(state_dir)], capture_output=True,
@@ -133,7 +144,10 @@ def test_a_group_that_became_a_supergroup_is_followed(guard, state_dir, setup, f
         assert fresh["text"].startswith(f"Ship 4.{len(chats)}?")
         fake.tap(chat_id=supergroup, user_id=USER, message_id=fresh["message_id"], data=buttons(fresh)["Stop"])
         host.wait_for_run(next_run, timeout=20)
-    time.sleep(2)  # a second copy would be sent within a tick or two
+    # A copy is sent only after it was reserved, and only an open decision's delivery can be: every
+    # decision is settled now, so once no delivery is in flight no other copy can ever come.
+    wait_for(lambda: not rows(state_dir, "SELECT effect_id FROM channel_effect WHERE purpose = 'delivery' "
+                                         "AND status = 'applying'"), 15, "the deliveries in flight to settle")
     assert [m["text"].split("\n")[0] for m in fake.messages(supergroup)] == ["Ship 4?", "Ship 4.2?", "Ship 4.1?"]
     edited = wait_for(lambda: (m := fake.messages(supergroup)[0]).get("edited") and m, 15, "the edit")
     assert "✔ Ship it" in edited["text"]
@@ -175,6 +189,9 @@ def _deliver_and_move_the_cursor(host, setup, fake, state_dir: Path, chatter: in
     wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")
              and rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] == 1000 + chatter, 15,
              "the cursor past the chatter")
+    # ... and the service was told (the next poll's offset confirms the chatter): what comes after
+    # this is new to it.
+    wait_for(lambda: not fake.pending_updates(), 15, "the service to forget the chatter")
     return run_id, message
 
 
@@ -185,12 +202,16 @@ def test_update_ids_that_restart_below_the_cursor_are_applied_without_a_hot_loop
     host = start(guard, state_dir, setup, fake)
     run_id, message = _deliver_and_move_the_cursor(host, setup, fake, state_dir, chatter=6)
     fake.reset_update_ids(5, future_offset="head")
-    polls_before = len(fake.calls_of("getUpdates"))
     assert fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"],
                     data=buttons(message)["Ship it"]) == 5
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "5"}
-    time.sleep(3)  # let a loop show itself, if there is one
-    assert len(fake.calls_of("getUpdates")) - polls_before < 30
+    # No loop: every poll since the tap was applied asks from the cursor past it (not from a future
+    # offset, which this server answers at once from its queue's head) and waits for news (a long
+    # poll), so each one ends only when something happens or its timeout passes.
+    after_tap = len(fake.calls_of("getUpdates"))
+    polls = wait_for(lambda: len(calls := fake.calls_of("getUpdates")) >= after_tap + 3 and calls[after_tap:], 30,
+                     "three polls after the tap")
+    assert all(int(poll["offset"]) == 6 and int(poll["timeout"]) > 0 for poll in polls), polls
     [stream] = rows(state_dir, "SELECT cursor, generation FROM channel_stream")
     assert (stream["cursor"], stream["generation"]) == (6, 1)
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")

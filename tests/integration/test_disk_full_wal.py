@@ -26,7 +26,7 @@ def test_a_disk_filled_and_partly_freed_gives_the_room_to_the_runs_not_to_the_wa
     oracle = Oracle(tmp_path / "oracle")
     with small_filesystem("4m") as disk:
         state_dir = disk / "s"
-        host = guard.start_host(state_dir, lease_s=1.5, max_workers=3, warm_workers=3, claim_lease_s=3.0)
+        host = guard.start_host(state_dir, lease_s=3.0, max_workers=3, warm_workers=3, claim_lease_s=3.0)
         runs = [host.start_run(edge_flow("chain"), {"oracle": str(oracle.path), "sleep": 0.005})["receipt"]["run_id"]
                 for _ in range(6)]
         wait_for(lambda: len(oracle.entries()) >= 60, 30, "the runs to get going")

@@ -163,12 +163,17 @@ def test_a_conflict_with_another_hosts_transaction_is_retried(pg_database: Postg
         thread = threading.Thread(target=other_host)
         thread.start()
         assert holding.wait(10)
-        paused = store.raw("run.pause", {"run_id": "r1"})
+        outcome = apply_batch(store.db, [WriteCommand("run.pause", {"run_id": "r1"}, store.epoch)], 1000.0)
         thread.join(40)
         other.close()
         monitor.close()
         assert blocked == [True], "the first host's batch to wait for the row lock of the other host's transaction"
+        (paused,) = outcome.results
         assert paused.ok, paused
+        # The race happened and the isolation level settled it: the other host's commit made the
+        # waiting batch fail serialization, and the batch ran again from the start (READ COMMITTED
+        # would have let it go on past a change it never read).
+        assert outcome.committed and outcome.conflict_retries >= 1, outcome
         assert store.db.execute_sql("SELECT revision, status FROM run WHERE run_id = 'r1'").fetchone() == \
             (3, "parked")
     finally:

@@ -1,6 +1,6 @@
-"""Waits, mailboxes, child runs and limits through the real writer on a real SQLite file, with a clock
-the test moves: each test drives the commands a worker, the scheduler, the housekeeper and a client
-send, and reads the rows the host would.
+"""Waits, mailboxes, child runs and limits through the real writer on a real database of each engine
+(a SQLite file, a PostgreSQL database), with a clock the test moves: each test drives the commands a
+worker, the scheduler, the housekeeper and a client send, and reads the rows the host would.
 
 The whole-host behaviour (real workers, crashes, a runner host on PostgreSQL) is in
 tests/integration/test_flow_crashes.py and tests/examples/test_readme_flow.py.
@@ -8,14 +8,27 @@ tests/integration/test_flow_crashes.py and tests/examples/test_readme_flow.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from actors.writer_store import TOKEN, WriterStore
 
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.runstate import QUEUE_HELD, QUEUE_WOKEN
+
+
+@pytest.fixture
+def writer_store(state_dir: Path, database: DatabaseLocation) -> Iterator[WriterStore]:
+    """The conftest's writer store, once on each engine (the `database` fixture)."""
+    store = WriterStore(state_dir, database=database)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def claim(writer_store: WriterStore, slots: int = 4) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pykka
 import pytest
-from testsupport import wait_for
+from testsupport import thread_waits_in, wait_for
 
 from piwf_actors.actors.housekeeping import HousekeepingState, Retention, plan
 from piwf_actors.actors.ticker import Alarm
@@ -52,14 +52,18 @@ def test_timer_sleep_ends_when_the_clock_is_skipped(tmp_path: Path) -> None:
     clock = TimerClock(tmp_path / "offset")
     environ = clock.worker_env()
     assert environ == {OFFSET_FILE_ENV: str(tmp_path / "offset")}
-    mover = threading.Timer(0.2, clock.skip, args=(3600,))
-    started = time.monotonic()
-    mover.start()
-    try:
+    slept = threading.Event()
+
+    def sleeper() -> None:
         timer_sleep(3600, environ=environ)  # an hour of timer time, ended by the skip
-    finally:
-        mover.cancel()
-    assert time.monotonic() - started < 60
+        slept.set()
+
+    thread = threading.Thread(target=sleeper, name="timer-sleeper", daemon=True)
+    thread.start()
+    wait_for(lambda: thread_waits_in("timer-sleeper", "timer_sleep", "until"), 10, "timer_sleep to sleep")
+    assert not slept.is_set()
+    clock.skip(3600)
+    assert slept.wait(30), "timer_sleep went on sleeping after the skip"
 
 
 def test_timer_sleep_without_a_clock_file_sleeps_plainly() -> None:
@@ -85,8 +89,9 @@ def test_an_alarm_on_timer_time_rings_when_the_clock_is_skipped_past_it() -> Non
     owner = _Owner.start()
     alarm = Alarm(owner, "ring", "test", clock=clock.now).start()
     try:
-        alarm.arm(clock.now() + 3600)
-        time.sleep(0.1)  # its thread waits for the hour now
+        hour = clock.now() + 3600
+        alarm.arm(hour)
+        wait_for(lambda: thread_waits_in("alarm-test", "_run", at=hour), 10, "the alarm's thread to wait for the hour")
         assert owner.ask("rings") == 0
         clock.skip(3600)
         alarm.nudge()  # what the housekeeper does when its clock moves

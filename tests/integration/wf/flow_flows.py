@@ -7,8 +7,9 @@ short, also when the process is SIGKILLed right after). Times are `time.time()` 
 
 Input keys the nodes understand:
 - `oracle`: the oracle file (required);
-- `gate` (`queued`): a file the node waits for (polling, at most 60 s) after recording its
-  start, so a test can hold the first runs in their workers while it queues the rest;
+- `gate` (`queued`, `listener`): a file the node waits for (polling, at most 60 s) after recording
+  its start, so a test can hold the first runs in their workers while it queues the rest, or be
+  sure that a kill lands inside an action;
 - `sleep` (`queued`, `limited`): seconds the node sleeps between its start and end records.
 
 A child workflow is a module attribute of the parent's file: the host loads children from it.
@@ -33,8 +34,10 @@ from piwf_actors.workflows import (
 #: Children of one `fan` run (test 1) and the fan-out's limit.
 FAN_CHILDREN = 200
 FAN_MAX_PARALLEL = 4
-#: `napper`'s durable sleep (test 2).
+#: `napper`'s durable sleep (test 2), and `long_napper`'s (long enough for the next host to take
+#: over before it ends, also after a dead host's lease on PostgreSQL).
 NAP_S = 3.0
+LONG_NAP_S = 10.0
 #: Active runs of `limited` per key (test 4).
 LIMIT = 2
 
@@ -86,16 +89,28 @@ def _after_nap(ctx):
 napper = define_workflow(name="napper", start_at="nap",
                          nodes={"nap": sleep(seconds=NAP_S), "after": compute(run=_after_nap)},
                          edges=[edge("nap", "after")])
+long_napper = define_workflow(name="long-napper", start_at="nap",
+                              nodes={"nap": sleep(seconds=LONG_NAP_S), "after": compute(run=_after_nap)},
+                              edges=[edge("nap", "after")])
 
 
 # --- 3. mailboxes -----------------------------------------------------------------------------------
 
 
 def _got(ctx):
-    """The node after the wait: the payload it took, once per execution."""
+    """The node after the wait: the payload it took, once per execution; then it holds until the
+    `gate` file exists, if the input names one."""
     payload = ctx.outputs["wait"]
     append(ctx.input["oracle"], "got", ctx.run_id, payload["n"])
+    _hold(ctx.input.get("gate"))
     return payload
+
+
+def _hold(gate: str | None) -> None:
+    """Wait (polling, at most 60 s) until the file `gate` exists; at once without one."""
+    deadline = time.monotonic() + 60
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 #: Sleeps 1 s before it waits: a message sent at once lands in the mailbox first.
@@ -130,10 +145,7 @@ limited = define_workflow(name="limited", start_at="work", nodes={"work": comput
 
 def _queued_work(ctx):
     append(ctx.input["oracle"], "start", ctx.run_id, repr(time.time()), os.getpid())
-    gate = ctx.input.get("gate")
-    deadline = time.monotonic() + 60
-    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _hold(ctx.input.get("gate"))
     time.sleep(ctx.input.get("sleep", 0.1))
     return {"ok": True}
 
