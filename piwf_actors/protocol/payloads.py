@@ -7,7 +7,8 @@ message, an answer, a submission, an effect's output, a resource's spec) are
 checked here, for every operation at once, to be values a run can hold and
 every view can show (`json_values.json_value_problem`: JSON, nested at most
 `MAX_VALUE_DEPTH` deep): a bad one is refused at the door in one line and
-never reaches a writer.
+never reaches a writer. A field named `*_id` is an identifier: at most
+`MAX_ID_LEN` characters, as in the envelope (`run_id` also of a fixed alphabet).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from piwf_actors.json_values import json_value_problem
-from piwf_actors.protocol.envelope import BadRequest, Request, is_int, non_finite_path
+from piwf_actors.protocol.envelope import MAX_ID_LEN, BadRequest, Request, is_int, non_finite_path
 
 if TYPE_CHECKING:
     # Only the entry's type: importing the catalog package runs its topic modules, and the catalog
@@ -53,6 +54,10 @@ def check_payload(request: Request, operation: Operation) -> dict[str, Any]:
             raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
         if kind == "int" and not (0 <= payload[name] <= 2**53):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+        if kind == "str" and name.endswith("_id") and len(payload[name]) > MAX_ID_LEN:
+            # Ids are kept in rows and travel in every frame about their request or run.
+            raise BadRequest(f"{request.operation}: payload.{name} must be at most {MAX_ID_LEN} characters",
+                             request.request_id)
         if kind in _VALUE_KINDS:
             problem = json_value_problem(payload[name], f"payload.{name}")
             if problem is not None:

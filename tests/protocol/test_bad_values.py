@@ -174,6 +174,31 @@ def test_a_value_that_is_not_json_is_refused_in_one_line_and_leaves_no_traceback
     assert conn.request("host.status")["outcome"] == "accepted"
 
 
+#: Identifiers in payloads (fields named `*_id`) are at most 200 characters, like the envelope's: a
+#: 3 MB submission id crashed the worker that was to validate it (the run parked `no_progress`, the
+#: client waited forever), a 3 MB session id the first worker of its run (found by the fuzz).
+LONG_IDS = {
+    "interaction.submit": lambda t: ("interaction.submit", {"request_id": t["requests"]["agent"]["request_id"],
+                                                            "submission_id": "s" * 3_000_000}, "payload.submission_id"),
+    "checkpoint.answer": lambda t: ("checkpoint.answer", {"request_id": t["requests"]["checkpoint"]["request_id"],
+                                                          "submission_id": "s" * 201, "input": 1},
+                                    "payload.submission_id"),
+    "run.start": lambda t: ("run.start", {"workflow": wf("echo"), "session_id": "s" * 3_000_000}, "payload.session_id"),
+    "interaction.list": lambda t: ("interaction.list", {"session_id": "s" * 201}, "payload.session_id"),
+}
+
+
+@pytest.mark.parametrize("operation", list(LONG_IDS))
+def test_an_identifier_longer_than_200_characters_is_refused_at_the_door(
+        operation: str, targets: dict[str, Any], trap: LogTrap) -> None:
+    conn = targets["conn"]
+    name, payload, field = LONG_IDS[operation](targets)
+    answer = conn.request(name, payload)
+    assert answer["outcome"] == "rejected", answer
+    assert field in answer["error"] and "200 characters" in answer["error"], answer
+    trap.assert_no_traceback()
+
+
 def test_what_bad_values_were_sent_to_is_still_there_and_takes_values_at_the_limit(
         targets: dict[str, Any], trap: LogTrap, proto) -> None:
     """After a refusal of each bad value, each target still waits: values at the limit are accepted, the
