@@ -266,8 +266,8 @@ def requests(draw: st.DrawFn, name: str, targets: Targets, state_dir: Path) -> t
     if name == "host.stop" and not payload:
         payload["not_a_field"] = True
     destination = payload.get("destination")
-    if isinstance(destination, str) and destination.startswith("/"):
-        payload["destination"] = str(state_dir / "backups" / re.sub(r"[^A-Za-z0-9]", "_", destination[:50]))
+    if isinstance(destination, str) and destination.startswith("/"):  # under the test's directory, however long
+        payload["destination"] = str(state_dir / "backups") + "/" + destination.replace("..", "__").lstrip("/")
     workflow = payload.get("workflow")
     if isinstance(workflow, str) and ":" in workflow and not workflow.startswith("/"):
         payload["workflow"] = "/nonexistent/" + workflow
@@ -280,6 +280,7 @@ def requests(draw: st.DrawFn, name: str, targets: Targets, state_dir: Path) -> t
 def test_every_operation_answers_every_request_in_one_line_and_the_host_logs_no_traceback(
         fuzzed_host, state_dir: Path, proto) -> None:
     script, conn, log = fuzzed_host
+    (state_dir / "backups").mkdir()  # where state.backup may write (see `requests`)
     targets = Targets(conn, proto)
     targets.top_up()
     log.assert_quiet("seeding")
@@ -328,6 +329,9 @@ FOUND = {
     # raised OSError (ENAMETOOLONG) out of run.start: a traceback in the log, an OSError to the client.
     "project_path_too_long": ("run.start", {"workflow": "x" * 1000, "project_path": "x" * 1000}, {}),
     "project_path_too_long_absolute": ("run.start", {"workflow": "echo", "project_path": "/" + "y" * 5000}, {}),
+    # the backup's is_dir() of the destination's directory raised OSError (ENAMETOOLONG) alike.
+    "backup_path_too_long": ("state.backup", {"destination": "/tmp/piwf-no-such-dir/" + ("y" * 200 + "/") * 30
+                                                             + "state.db"}, {}),
 }
 
 
