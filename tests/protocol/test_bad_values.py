@@ -7,7 +7,8 @@ output, resource.apply's spec — takes JSON only: no binary, no NaN or infinity
 the field, reaches no writer and leaves no traceback in the host's log; what it was sent to is still
 there to answer. A node's output and what a node sends obey the same rules in the worker: a node that
 breaks them fails with a clear error (never a crashed worker), and a run stays viewable — by run.get,
-run.events, a watch, `piwf show` and `piwf graph` — whatever was accepted into it.
+run.events, a watch, `piwf show` and `piwf graph` — whatever was accepted into it. Identifiers in
+payloads (`*_id`) are at most 200 characters, as in the envelope.
 """
 
 from __future__ import annotations

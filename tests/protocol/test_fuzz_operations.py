@@ -197,7 +197,8 @@ PLAIN = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000
 #: frame holds: the value of a payload field starts 3 deep).
 BAD = st.one_of(
     st.builds(lambda value, bad: {"ok": value, "bad": [bad]}, PLAIN,
-              st.one_of(st.binary(max_size=20), st.sampled_from([float("nan"), float("inf"), float("-inf")]))),
+              st.one_of(st.binary(max_size=20), st.binary(min_size=1, max_size=3),
+                        st.sampled_from([float("nan"), float("inf"), float("-inf")]))),
     st.builds(_nested, st.integers(MAX_VALUE_DEPTH + 1, MAX_DEPTH - 3), PLAIN.filter(lambda v: not isinstance(
         v, (list, dict)))),
 )
@@ -211,56 +212,63 @@ VALUES_ANY = st.one_of(
 )
 
 
-def _strings(targets: Targets, name: str) -> st.SearchStrategy[str]:
-    """Strings for a str field: mostly real ids for id fields, plausible words, odd and huge ones."""
+def _strings(targets: Targets, name: str, aimed: bool) -> st.SearchStrategy[str]:
+    """Strings for a str field: real ids for id fields, plausible words, and (unless `aimed`) odd and
+    huge ones."""
     words = ["", " ", "\n", "run", "runs", "run.get", "confirm", "retry", "go", "operator", "checkpoint",
              "prefix", "r" * 201, "/tmp", "../x", "é", "\x00"]
     odd = st.one_of(st.sampled_from(words), st.text(max_size=40), HUGE)
     if name == "run_id":
-        return st.one_of(targets.pick("waiting"), targets.pick("waiting"), targets.pick("run_id"),
-                         targets.pick("run_id"), odd)
-    if name == "request_id":
-        return st.one_of(targets.pick("request_id"), targets.pick("request_id"), targets.pick("request_id"), odd)
-    if name in ("workflow", "project_path", "destination"):
-        return st.one_of(st.sampled_from([f"{VALUES}:echo", f"{VALUES}:waits", f"{VALUES}:nothing", str(VALUES),
-                                          "/nonexistent/flow.py:x", "echo", "quick"]), odd)
-    if name == "topic":
-        return st.one_of(st.just("go"), odd)
-    return st.one_of(targets.pick("run_id"), odd)
+        real = st.one_of(targets.pick("waiting"), targets.pick("run_id"))
+    elif name == "request_id":
+        real = targets.pick("request_id")
+    elif name in ("workflow", "project_path", "destination"):
+        real = st.sampled_from([f"{VALUES}:echo", f"{VALUES}:waits", f"{VALUES}:nothing", str(VALUES),
+                                "/nonexistent/flow.py:x", "echo", "quick"])
+    elif name == "topic":
+        real = st.just("go")
+    else:
+        real = st.one_of(targets.pick("run_id"), st.sampled_from(words))
+    return real if aimed else st.one_of(real, odd)
 
 
-def _field(targets: Targets, name: str, kind: str) -> st.SearchStrategy[Any]:
+def _field(targets: Targets, name: str, kind: str, aimed: bool) -> st.SearchStrategy[Any]:
     right = {
-        "str": _strings(targets, name),
+        "str": _strings(targets, name, aimed),
         "int": st.one_of(st.integers(0, 50), targets.pick("revision"), st.integers(-2**63, 2**64 - 1)),
         "num": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**63, 2**64 - 1)),
         "bool": st.booleans(),
-        "any": st.one_of(PLAIN, BAD, VALUES_ANY),
-        "map": st.one_of(st.dictionaries(st.text(max_size=8), st.one_of(PLAIN, BAD), max_size=3),
+        "any": st.one_of(BAD, PLAIN) if aimed else VALUES_ANY,
+        "map": st.one_of(st.dictionaries(st.text(max_size=8), st.one_of(BAD, PLAIN), max_size=3),
                          st.fixed_dictionaries({"choice": st.sampled_from(["ship", "fix", "nope"])},
-                                               optional={"input": st.one_of(PLAIN, BAD)})),
+                                               optional={"input": st.one_of(BAD, PLAIN)})),
     }[kind]
-    return st.one_of(right, right, right, VALUES_ANY)  # mostly the right type, sometimes anything
+    return right if aimed else st.one_of(right, right, right, VALUES_ANY)  # sometimes of any type
 
 
 @st.composite
 def requests(draw: st.DrawFn, name: str, targets: Targets, state_dir: Path) -> tuple[dict[str, Any],
                                                                                    dict[str, Any]]:
-    """A payload and envelope fields for operation `name`."""
+    """A payload and envelope fields for operation `name`: half of them aimed (every field of its type,
+    ids of real things, values that are JSON or break one rule: past the door's first checks), half wild
+    (missing, unknown and mistyped fields, odd and huge strings, any value)."""
     operation = OPERATIONS[name]
+    aimed = draw(st.booleans())
     payload: dict[str, Any] = {}
     for field, (kind, required) in operation.payload.items():
-        if draw(st.integers(0, 9)) < (9 if required else 6):
-            payload[field] = draw(_field(targets, field, kind))
-    if draw(st.integers(0, 9)) == 0:
+        if required or draw(st.integers(0, 3)) < 3:
+            payload[field] = draw(_field(targets, field, kind, aimed))
+    if not aimed and draw(st.integers(0, 9)) == 0:
         payload[draw(st.text(min_size=1, max_size=10))] = draw(VALUES_ANY)
+    if not aimed and payload and draw(st.integers(0, 9)) == 0:
+        del payload[draw(st.sampled_from(sorted(payload)))]
     fields: dict[str, Any] = {}
     if operation.needs_run or draw(st.integers(0, 9)) == 0:
-        fields["run_id"] = draw(st.one_of(targets.pick("run_id"), targets.pick("run_id"),
-                                          st.text(min_size=1, max_size=20), st.sampled_from(["x" * 201, 5, b"run"])))
+        fields["run_id"] = draw(targets.pick("run_id") if aimed else st.one_of(
+            targets.pick("run_id"), st.text(min_size=1, max_size=20), st.sampled_from(["x" * 201, 5, b"run"])))
     if operation.needs_revision or draw(st.integers(0, 9)) == 0:
-        fields["expected_revision"] = draw(st.one_of(targets.pick("revision"), st.integers(-5, 2**64 - 1),
-                                                     st.sampled_from([True, 1.5, "1"])))
+        fields["expected_revision"] = draw(targets.pick("revision") if aimed else st.one_of(
+            targets.pick("revision"), st.integers(-5, 2**64 - 1), st.sampled_from([True, 1.5, "1"])))
     # Never stop the host under test, nor write a backup outside the test's directory, nor import a
     # module by name.
     if name == "host.stop" and not payload:
