@@ -2,7 +2,13 @@
 
 The fields come from the operation's entry in `catalog.OPERATIONS`; a field
 spec is (type name, required). Unknown fields are refused so a typo never
-silently means "not given".
+silently means "not given". The value fields (`any`, `map`: a run's input, a
+message, an answer, a submission, an effect's output, a resource's spec) are
+checked here, for every operation at once, to be values a run can hold and
+every view can show (`json_values.json_value_problem`: JSON, nested at most
+`MAX_VALUE_DEPTH` deep): a bad one is refused at the door in one line and
+never reaches a writer. A field named `*_id` is an identifier: at most
+`MAX_ID_LEN` characters, as in the envelope (`run_id` also of a fixed alphabet).
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from piwf_actors.protocol.envelope import BadRequest, Request, is_int, non_finite_path
+from piwf_actors.json_values import json_value_problem
+from piwf_actors.protocol.envelope import MAX_ID_LEN, BadRequest, Request, is_int, non_finite_path
 
 if TYPE_CHECKING:
     # Only the entry's type: importing the catalog package runs its topic modules, and the catalog
@@ -29,6 +36,8 @@ _CHECKS = {
     "map": lambda v: isinstance(v, dict),
     "bin": lambda v: isinstance(v, bytes),
 }
+#: The type names of value fields: checked with `json_value_problem` besides their type.
+_VALUE_KINDS = frozenset({"any", "map"})
 
 
 def check_payload(request: Request, operation: Operation) -> dict[str, Any]:
@@ -46,11 +55,20 @@ def check_payload(request: Request, operation: Operation) -> dict[str, Any]:
             raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
         if kind == "int" and not (0 <= payload[name] <= 2**53):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+        if kind == "str" and name.endswith("_id") and len(payload[name]) > MAX_ID_LEN:
+            # Ids are kept in rows and travel in every frame about their request or run.
+            raise BadRequest(f"{request.operation}: payload.{name} must be at most {MAX_ID_LEN} characters",
+                             request.request_id)
+        if kind in _VALUE_KINDS:
+            problem = json_value_problem(payload[name], f"payload.{name}")
+            if problem is not None:
+                raise BadRequest(f"{request.operation}: {problem}", request.request_id)
     run_id = payload.get("run_id")
     if isinstance(run_id, str) and not RUN_ID.fullmatch(run_id):
         raise BadRequest(f"{request.operation}: payload.run_id must be 1-200 characters of letters, digits "
                          "and _.:-", request.request_id)
-    bad_float = non_finite_path(payload)
+    # The value fields were walked above; the others hold one scalar each by now.
+    bad_float = non_finite_path({name: value for name, value in payload.items() if spec[name][0] not in _VALUE_KINDS})
     if bad_float is not None:
         raise BadRequest(f"{request.operation}: {bad_float} is NaN or infinite, which cannot be stored",
                          request.request_id)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.json_values import json_value_problem
 
 RESULTS = ("done", "requeue_after", "error")
 #: Back-off after n consecutive errors: min(BACKOFF_MAX_S, BACKOFF_BASE_S · 2^n).
@@ -48,6 +49,9 @@ def check_result(value: Any) -> dict[str, Any]:
     if patch is not None and not isinstance(patch, dict):
         raise BadResult("status_patch must be a dict (keys to set; a None value removes the key)")
     checked["status_patch"] = dict(patch or {})
+    problem = json_value_problem(checked["status_patch"], "status_patch")
+    if problem is not None:  # it is stored and shown as the resource's status
+        raise BadResult(problem)
     if value.get("finalizers") is not None:
         checked["finalizers"] = check_finalizers(value["finalizers"])
     if result == "requeue_after":

@@ -24,12 +24,13 @@ from typing import Any
 
 from piwf_actors.clock import timer_sleep
 from piwf_actors.ids import new_id
+from piwf_actors.json_values import json_value_problem
 from piwf_actors.runner.node_guard import NodeTimeout, deadline, one_line, user_traceback
 from piwf_actors.runner.output_check import (
-    MAX_OUTPUT_BYTES,
     MAX_PRESENTED_BYTES,
     OutputInvalid,
     OutputTooLarge,
+    checked_children,
     checked_output,
     returned_report,
 )
@@ -58,7 +59,8 @@ log = logging.getLogger(__name__)
 
 
 class MessageRefused(Exception):
-    """The host refused a node's `ctx.send_message` (the run has ended, a bad topic)."""
+    """The host refused a node's `ctx.send_message` (the run has ended, a bad topic), or the worker did:
+    its payload is not a value a run can hold (json_values.py)."""
 
 
 def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
@@ -245,6 +247,9 @@ class RunEngine:
         sent = itertools.count()
 
         def send(run_id: str, topic: str, payload: Any = None) -> dict[str, Any]:
+            problem = json_value_problem(payload, "the message's payload")
+            if problem is not None:  # refused here, as the client door refuses it (json_values.py)
+                raise MessageRefused(problem)
             answer = self.link.request("message_send", {
                 "node_id": node_id, "run_id": run_id, "topic": topic, "payload": payload,
                 "key": [node_id, *visit, next(sent)]}, fenced=False)
@@ -268,7 +273,7 @@ class RunEngine:
                            attempt_id=attempt_id)
         try:
             request = wait_payload(self.workflow, spec, ctx)
-            checked_output(request, MAX_OUTPUT_BYTES, "the children's inputs")
+            checked_children(request)
         except Exception as exc:  # its callback raised, or returned what cannot be waited for
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
                     "error": one_line(exc), "error_code": "bad_request"}

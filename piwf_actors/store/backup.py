@@ -38,7 +38,11 @@ def _backup_target(destination: Any) -> Path:
     if not os.path.isabs(destination):
         raise Rejected(f"backup destination must be an absolute path, not {destination!r}")
     target = Path(destination)
-    if not target.parent.is_dir():
+    try:
+        usable = target.parent.is_dir()
+    except OSError as exc:  # a path the system refuses: a name too long, a loop of links
+        raise Rejected(f"backup destination directory {target.parent} cannot be used: {exc.strerror}") from None
+    if not usable:
         raise Rejected(f"backup destination directory {target.parent} does not exist")
     for path in (target, *(Path(f"{target}{suffix}") for suffix in _SIDE_FILES)):
         if os.path.lexists(path):

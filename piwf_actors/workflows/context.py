@@ -46,7 +46,8 @@ class NodeContext:
         An effect-free write, idempotent by this node's attempt: the n-th message an attempt sends
         is sent once, also when the node runs again after a crash. Returns the receipt
         ({message_id, run_id, topic, seq, status}); raises MessageRefused when the host refuses
-        (the run has ended, the topic is not a string)."""
+        (the run has ended, the topic is not a string) or the payload is not a value a run can hold
+        (JSON, nested at most 20 deep: docs/protocol.md)."""
         if self.messenger is None:
             raise RuntimeError("ctx.send_message works only inside a node the host runs")
         result: dict[str, Any] = self.messenger(run_id, topic, payload)

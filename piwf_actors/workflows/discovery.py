@@ -138,7 +138,11 @@ def _scan(project_path: str | None) -> tuple[dict[str, _Found], list[LoadFailure
     best: dict[str, _Found] = {}
     failures: list[LoadFailure] = []
     for scope, directory in enumerate(workflow_dirs(project_path)):
-        if not directory.is_dir():
+        try:
+            present = directory.is_dir()
+        except OSError:  # a path the system refuses (a name too long, …) holds no workflows either
+            present = False
+        if not present:
             continue
         files = sorted(p for p in directory.glob("*.py") if not p.name.startswith((".", "_")))
         for file_index, file in enumerate(files):

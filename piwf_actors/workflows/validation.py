@@ -9,12 +9,12 @@ checks (edges, reachability, includes) live in `define.py`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from piwf_actors.errors import WorkflowDefinitionError
+from piwf_actors.json_values import MAX_VALUE_DEPTH, json_value_problem
 from piwf_actors.workflows.model import (
     ActionSpec,
     AgentSpec,
@@ -62,13 +62,15 @@ def check_node_id(node_id: Any, what: str = "node id") -> None:
 
 
 def is_json_value(value: Any, depth: int = 0) -> bool:
-    """True for values that round-trip through JSON (str keys, finite numbers)."""
-    if depth > 64:
-        return False
+    """True for values that round-trip through JSON (str keys, finite numbers), nested at most
+    MAX_VALUE_DEPTH lists and maps deep (a definition's constants become node outputs; `depth`:
+    the containers around `value`)."""
     if value is None or isinstance(value, (str, bool)):
         return True
     if isinstance(value, (int, float)):
         return is_number(value)
+    if depth >= MAX_VALUE_DEPTH:  # a container here nests one deeper than the limit
+        return False
     if isinstance(value, Mapping):
         return all(isinstance(k, str) and is_json_value(v, depth + 1) for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -313,11 +315,7 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
 
 
 def json_problem(value: Any) -> str | None:
-    """Why `value` cannot be a node output (not JSON-encodable), or None."""
-    if is_json_value(value):
-        return None
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return f"output is not JSON-encodable: {exc}"
-    return "output is not JSON-encodable"
+    """Why `value` cannot be a node output or a run input (json_values.json_value_problem: not JSON, or
+    nested deeper than a view can show), or None."""
+    problem = json_value_problem(value, "$")
+    return None if problem is None else f"output is not a value a run can hold: {problem}"

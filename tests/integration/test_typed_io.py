@@ -183,7 +183,8 @@ def test_an_action_whose_output_lacks_its_shape_ran_once_its_effect_is_applied_a
     [node] = failed.nodes
     assert node.attempts == 1
     assert node.error is not None and node.error.code == "output_invalid"
-    assert node.error.message == "cannot encode: unsupported type set at $.receipt" + APPLIED
+    assert node.error.message == ("output.receipt holds a value of type set; values are JSON: text, finite "
+                                  "numbers, true/false, null, lists and maps with text keys" + APPLIED)
     assert rows(state_dir, "SELECT status, output_sha256 FROM effect WHERE run_id = ?", (opaque,)) == [
         {"status": "applied", "output_sha256": None}]
 

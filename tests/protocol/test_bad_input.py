@@ -429,11 +429,11 @@ def test_frame_deadline_applies_to_each_frame(make_host, connect, proto) -> None
 
 
 def _storm(bystander, proto, runs: int, until=None) -> list[str]:
-    """Start `runs` runs with large `runs` views (a long session id) one by one, stopping early
-    when `until()` holds; returns their ids."""
+    """Start `runs` runs with large `runs` views (a workflow of a 4,000-character name) one by one,
+    stopping early when `until()` holds; returns their ids."""
     run_ids = []
     for _ in range(runs):
-        answer = bystander.ok("run.start", {"workflow": proto.flow("quick"), "session_id": "s" * 4000})
+        answer = bystander.ok("run.start", {"workflow": proto.flow("long_named")})
         run_ids.append(answer["receipt"]["run_id"])
         if until is not None and until():
             break

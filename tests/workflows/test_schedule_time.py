@@ -197,7 +197,7 @@ def _workflow() -> Workflow:
     ({"every_s": 60, "catch_up": "some"}, "catch_up must be one of latest, skip, all"),
     ({"every_s": 60, "max_catch_up": 0}, "max_catch_up must be an integer from 1 to 100"),
     ({"every_s": 60, "input": ["not", "a", "map"]}, "input must be a JSON object or a function"),
-    ({"every_s": 60, "input": {"when": object()}}, "input: it is not JSON-encodable"),
+    ({"every_s": 60, "input": {"when": object()}}, "input: it is not a value a run can hold"),
 ])
 def test_define_schedule_refuses_bad_arguments_in_one_line(kwargs: dict, message: str) -> None:
     with pytest.raises(WorkflowDefinitionError) as caught:

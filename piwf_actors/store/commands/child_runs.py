@@ -21,6 +21,7 @@ from typing import Any
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
 from piwf_actors.ids import derived_id, id_time
+from piwf_actors.json_values import json_value_problem
 from piwf_actors.statuses import TERMINAL_SQL, TERMINAL_STATUSES
 from piwf_actors.store.blobs import get_blob, put_blob
 from piwf_actors.store.commands.holds import held_by, let_go
@@ -159,7 +160,18 @@ def _failure(child: dict[str, Any], name: str | None) -> dict[str, Any]:
 
 
 def _result(ctx: WriteContext, wait: dict[str, Any]) -> dict[str, Any]:
-    """The node's result once every child has ended."""
+    """The node's result once every child has ended: an output gathered from the children's outputs
+    is one or two levels deeper than they are, so one past what a run holds fails the node, as an
+    output the worker checks would (runner/output_check.py)."""
+    result = _gathered(ctx, wait)
+    problem = json_value_problem(result.get("output"), "output") if result["outcome"] == "ok" else None
+    if problem is not None:
+        return {"outcome": "failed", "error_code": "output_invalid",
+                "error": f"the children's outputs gathered: {problem}"}
+    return result
+
+
+def _gathered(ctx: WriteContext, wait: dict[str, Any]) -> dict[str, Any]:
     detail = loads(wait["detail"] or "{}")
     mode, names, collect = detail.get("mode"), detail.get("names"), detail.get("on_failure") == "collect"
     children = _children(ctx, wait["wait_id"])

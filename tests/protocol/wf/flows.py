@@ -29,6 +29,15 @@ quick = define_workflow(
     edges=[],
 )
 
+# --- one node under a 4,000-character name: large `runs` views (the send-queue tests) ----
+
+long_named = define_workflow(
+    name="long-" + "n" * 3995,
+    start_at="only",
+    nodes={"only": compute(run=_step)},
+    edges=[],
+)
+
 # --- three compute nodes (watch order, pause/resume, restart) ---------------------------
 
 three = define_workflow(
