@@ -238,6 +238,8 @@ def _field(targets: Targets, name: str, kind: str, aimed: bool) -> st.SearchStra
         "int": st.one_of(st.integers(0, 50), targets.pick("revision"), st.integers(-2**63, 2**64 - 1)),
         "num": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**63, 2**64 - 1)),
         "bool": st.booleans(),
+        # content.upload's chunk: empty, small, and up to just under a chunk of content
+        "bin": st.one_of(st.binary(max_size=64), st.just(b"x" * 1_000_000)),
         "any": st.one_of(BAD, PLAIN) if aimed else VALUES_ANY,
         "map": st.one_of(st.dictionaries(st.text(max_size=8), st.one_of(BAD, PLAIN), max_size=3),
                          st.fixed_dictionaries({"choice": st.sampled_from(["ship", "fix", "nope"])},
