@@ -22,7 +22,7 @@ def add_commands(add: Any, sub: Any) -> None:
             "Put a message into a run's mailbox on TOPIC: a wait_message on that topic takes it (now if the run "
             "waits for it, else when it gets there), once, in send order. With --key, sending again under the "
             "same key is the same message, not a second one. A run that has ended refuses it (exit 1).")
-    p.add_argument("run_id", metavar="RUN", help="a run id or a unique prefix of one")
+    p.add_argument("run_id", metavar="RUN", help="a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)")
     p.add_argument("topic", metavar="TOPIC", help="the topic the run waits on")
     p.add_argument("--value", type=json_value, default=None, metavar="JSON",
                    help="the message's payload as JSON (the wait_message node's output; default null)")

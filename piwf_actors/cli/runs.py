@@ -21,7 +21,7 @@ from piwf_actors.cli.progress import NodeProgress, park_hint, park_key
 from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.workflows.shapes import EXPECTED_INPUT
 
-RUN_HELP = "a run id or a unique prefix of one"
+RUN_HELP = "a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)"
 
 
 def add_commands(add: Any, sub: Any) -> None:
