@@ -17,7 +17,7 @@ from rich.text import Text
 
 from piwf_actors.cli import live, render
 from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, Ctx, Refused
-from piwf_actors.cli.progress import NodeProgress, park_hint, park_key
+from piwf_actors.cli.progress import NodeProgress, park_hint, park_key, parked_on_wait
 from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.workflows.shapes import EXPECTED_INPUT
 
@@ -153,7 +153,7 @@ def _progress(ctx: Ctx) -> Any:
             return
         hinted.add(key)
         request = None
-        if view.get("park_reason") == "waiting":
+        if view.get("park_reason") == "waiting" and parked_on_wait(view) is None:  # a request, not a wait
             pending = ctx.call("interaction.list", {}).get("requests") or []
             request = next((r for r in pending if r.get("request_id") == view.get("park_detail")), None)
         for hint in park_hint(view, request, ctx.command, ctx.short_id):

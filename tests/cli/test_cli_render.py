@@ -29,7 +29,7 @@ def test_node_progress_prints_one_start_and_one_end_per_attempt() -> None:
     lines = [line.plain for line in progress.update({"nodes": [
         node("a", "att_1", "succeeded"), node("b", "att_2", "failed", error={"message": "boom"}),
         node("c", "att_3", "waiting")]})]
-    assert lines == ["node a succeeded", "node b failed: boom", "node c started", "node c waiting (for an answer)"]
+    assert lines == ["node a succeeded", "node b failed: boom", "node c started", "node c waiting"]
     retried = [line.plain for line in progress.update({"nodes": [node("b", "att_4", "running", attempts=2)]})]
     assert retried == ["node b started (attempt 2)"]
     copied = NodeProgress().update({"nodes": [node("x", "att_9", "succeeded", copied_from="att_0")]})
