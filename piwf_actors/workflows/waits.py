@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from piwf_actors.errors import WorkflowDefinitionError
-from piwf_actors.workflows.model import Callback, NodeSpec, Workflow, freeze, is_number
+from piwf_actors.workflows.model import Callback, NodeSpec, Workflow, duration_problem, freeze
 
 #: Children one node may start.
 MAX_CHILDREN = 10_000
@@ -155,8 +155,9 @@ def checked_wait(node_id: str, spec: NodeSpec, is_json: Any) -> dict[str, Any]:
     if isinstance(spec, SleepSpec):
         if (spec.seconds is None) == (spec.until is None):
             raise _fail(node_id, "sleep needs exactly one of seconds= or until=")
-        if spec.seconds is not None and (not is_number(spec.seconds) or spec.seconds < 0):
-            raise _fail(node_id, f"sleep seconds must be a non-negative number, got {spec.seconds!r}")
+        problem = None if spec.seconds is None else duration_problem(spec.seconds, positive=False)
+        if problem is not None:
+            raise _fail(node_id, f"sleep seconds must be {problem}")
         _optional_callable(node_id, "until", spec.until)
         return {"seconds": None if spec.seconds is None else float(spec.seconds)}
     if isinstance(spec, WaitMessageSpec):
