@@ -26,6 +26,7 @@ from piwf_actors.workflows.waits import (
     SleepSpec,
     WaitMessageSpec,
     concurrency_key,
+    wait_topics,
 )
 
 
@@ -62,7 +63,7 @@ def _child(parent: Workflow, child: Workflow, run_input: Any, which: str = "") -
             f"child workflow {child.name!r} is not a module-level attribute of "
             f"{parent.source_path or 'the parent workflow file'}: define or import it there")
     start: dict[str, Any] = {"workflow": child.name, "workflow_attr": attr, "definition_digest": child.digest,
-                             "input": run_input}
+                             "input": run_input, "wait_topics": wait_topics(child)}
     limited = concurrency_key(child, run_input)
     if limited is not None:
         start.update(concurrency_key=limited[0], concurrency_max=limited[1])

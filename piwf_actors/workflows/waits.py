@@ -128,6 +128,20 @@ def limit(max: int, key: Callback | None = None) -> ConcurrencyLimit:
     return ConcurrencyLimit(max=max, key=key)
 
 
+def wait_topics(workflow: Workflow) -> list[str] | None:
+    """The topics a run of `workflow` can wait for a message on: the constant topics of its
+    `wait_message` nodes (an included workflow's are among its nodes), sorted; None when one is
+    computed by a function, so any topic could be. Reads the definition only (no callback is called):
+    the host stores it with each run it makes, for `message.send` to tell a topic nobody waits on."""
+    topics: set[str] = set()
+    for spec in workflow.nodes.values():
+        if isinstance(spec, WaitMessageSpec):
+            if not isinstance(spec.topic, str):
+                return None
+            topics.add(spec.topic)
+    return sorted(topics)
+
+
 # --- checks -----------------------------------------------------------------------------------
 
 

@@ -178,8 +178,8 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         for action in ("pause", "resume", "cancel"):
             run("piwf cancel|pause|resume RUN", action, gated)
         listening = ok_json(piwf(state_dir, "start", "listen", "--json", cwd=project))["run_id"]
-        run("piwf send RUN TOPIC [--value JSON] [--key KEY]", "send", listening[:20], "go", "--value", '{"ok": 1}',
-            "--key", "k1")
+        run("piwf send RUN TOPIC [--value JSON] [--key KEY] [--strict]", "send", listening[:20], "go", "--value",
+            '{"ok": 1}', "--key", "k1", "--strict")
         wait_status(state_dir, listening, ("done",))
         run("piwf restart RUN [--from NODE] [--same-code]", "restart", run_id, "--from", "report", "--same-code")
         effect = done["effects"][0]["effect_id"]

@@ -38,7 +38,7 @@ from piwf_actors.workflows import json_problem, load_snapshot
 from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.shapes import input_refusal
-from piwf_actors.workflows.waits import concurrency_key
+from piwf_actors.workflows.waits import concurrency_key, wait_topics
 
 #: The largest priority either way (an integer; higher starts first).
 MAX_PRIORITY = 1_000_000
@@ -206,6 +206,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "project_path": project_path, "session_id": session_id, "run_id": run_id, "priority": priority or 0,
         "concurrency_key": None if limited is None else limited[0],
         "concurrency_max": None if limited is None else limited[1],
+        "wait_topics": wait_topics(resolved.workflow),  # for message.send to tell a topic nobody waits on
     }
     return WriteCommand("run.start", args)
 
@@ -325,7 +326,8 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
                            "restart with the stored code (same_code)") from None
         args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
-                        "source": resolved.source, **_restart_limit(resolved, database, run_id)}
+                        "source": resolved.source, "wait_topics": wait_topics(resolved.workflow),
+                        **_restart_limit(resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
     return args
 
