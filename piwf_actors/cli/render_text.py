@@ -102,7 +102,7 @@ def run_duration(run: dict[str, Any], now: float | None = None) -> str:
 #: channel delivery's (`chf_…-N`). A table shows one by its end; any other id (one a client chose) in full.
 _MADE_ID = re.compile(r"[a-z]+_[0-9a-z]{26,}(-[0-9]+)?")
 #: How many of an id's last characters a table shows after `…`: 60 random bits of a run id (48 of a
-#: request's hex), so two of a million runs share them with odds of about one in a million million.
+#: request's hex), so the odds that another of a million runs shares a shown run's are about 1 in 10**12.
 ID_END_CHARS = 12
 
 
