@@ -27,18 +27,21 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("--session", help="only what is addressed to this session")
     p = add(sub, "answer", "answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
             "(REQUEST --value JSON)", cmd_answer)
-    p.add_argument("request_id", metavar="REQUEST", help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
+    p.add_argument("request_id", metavar="REQUEST",
+                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
     p.add_argument("choice", nargs="?", help="the decision's choice")
     p.add_argument("--input", action="append", default=[], type=name_text, metavar="NAME=TEXT",
                    help="text input of the chosen choice")
     p.add_argument("--value", type=json_value, metavar="JSON", help="a checkpoint's answer as JSON")
     p.add_argument("--session", help="the session answering (kept as provenance)")
     p = add(sub, "submit", "submit an agent step's output (waits for the worker's verdict)", cmd_submit)
-    p.add_argument("request_id", metavar="REQUEST", help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
+    p.add_argument("request_id", metavar="REQUEST",
+                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
     p.add_argument("--value", type=json_value, required=True, metavar="JSON", help="the output as JSON")
     p.add_argument("--session", help="the session the request is addressed to")
     p = add(sub, "ack", "acknowledge a session message", cmd_ack)
-    p.add_argument("message_id", metavar="MESSAGE", help="a message id, a unique start of one, or its end as tables show it")
+    p.add_argument("message_id", metavar="MESSAGE",
+                   help="a message id, a unique start of one, or its end as tables show it")
 
 
 def _requests_table(requests: list[dict[str, Any]]) -> Table:

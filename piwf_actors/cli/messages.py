@@ -28,7 +28,8 @@ def add_commands(add: Any, sub: Any) -> None:
             "waits for it, else when it gets there), once, in send order. With --key, sending again under the "
             "same key is the same message, not a second one. A run that has ended refuses it (exit 1). A topic no "
             "node of the run's workflow waits on is sent with a warning, or refused with --strict.")
-    p.add_argument("run_id", metavar="RUN", help="a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)")
+    p.add_argument("run_id", metavar="RUN",
+                   help="a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)")
     p.add_argument("topic", metavar="TOPIC", help="the topic the run waits on")
     p.add_argument("--value", type=json_value, default=None, metavar="JSON",
                    help="the message's payload as JSON (the wait_message node's output; default null)")

@@ -40,7 +40,8 @@ def test_every_file_the_examples_and_docs_name_is_in_the_repository() -> None:
         text = document.read_text()
         named = set(MD_NAME.findall(text))
         if document.suffix == ".md":
-            named |= {target for target in LINK.findall(text) if "://" not in target and not target.startswith("mailto:")}
+            named |= {target for target in LINK.findall(text)
+                      if "://" not in target and not target.startswith("mailto:")}
         for name in sorted(named):
             if not any((base / name).exists() for base in (document.parent, REPO)):
                 missing.append(f"{document.relative_to(REPO)}: {name}")
