@@ -49,6 +49,15 @@ def test_the_kit_clock_refuses_a_skip_or_a_time_that_is_not_finite(tmp_path: Pat
     assert clock.offset() == 0.0 and clock.skip(60) == 1060.0  # nothing moved; a finite skip still does
 
 
+def test_the_kit_refuses_an_infinite_skip_and_its_timer_time_stays(piwf) -> None:
+    """Through the test kit (`piwf.skip`), on its real host: an infinite skip would have left every timer
+    due for good and no run could finish."""
+    before = piwf.now()
+    with pytest.raises(ValueError, match="skip needs a finite number of seconds >= 0, got inf"):
+        piwf.skip(float("inf"))
+    assert math.isfinite(piwf.now()) and piwf.now() - before < 3600
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     (lambda: sleep(seconds=1e300), f"sleep seconds must be at most 100 years ({int(CENTURY)} s), got 1e+300"),
     (lambda: sleep(seconds=float("inf")), "sleep seconds must be a finite number of seconds, got inf"),
