@@ -19,6 +19,7 @@ worker sleeps plainly, as it always did.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -65,8 +66,8 @@ class TimerClock:
     def skip(self, seconds: float) -> float:
         """Move timer time `seconds` forward (>= 0); returns the new timer time."""
         seconds = float(seconds)
-        if not seconds >= 0:  # also NaN
-            raise ValueError(f"skip needs seconds >= 0, got {seconds!r}")
+        if not (math.isfinite(seconds) and seconds >= 0):  # an infinite skip would leave every timer due forever
+            raise ValueError(f"skip needs a finite number of seconds >= 0, got {seconds!r}")
         with self._lock:
             self._offset += seconds
             self._write(self._offset)
@@ -77,6 +78,8 @@ class TimerClock:
         """Move timer time forward to `when` (seconds since the epoch, or an aware datetime); a time
         that has passed already is refused: timer time never goes back."""
         stamp = when.timestamp() if hasattr(when, "timestamp") else float(when)
+        if not math.isfinite(stamp):  # NaN compares as "not in the past" and would poison the offset
+            raise ValueError(f"advance_to needs a finite time, got {stamp!r}")
         with self._lock:
             now = self._base() + self._offset
             if stamp < now:

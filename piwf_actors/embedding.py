@@ -264,15 +264,15 @@ class HostHandle:
                                                 idempotency_key=idempotency_key))
 
     def send_message(self, run_id: str, topic: str, payload: Any = None, *, client_id: str | None = None,
-                     idempotency_key: str | None = None) -> MessageReceipt:
+                     idempotency_key: str | None = None, strict: bool = False) -> MessageReceipt:
         """Put `payload` into run `run_id`'s mailbox on `topic`: a `wait_message(topic)` there takes it,
         once, in send order (also one sent before the run waits). With `client_id` and
-        `idempotency_key` a resend is the same message (`adopted`). Raises NotFound, Rejected (the run
-        has ended, a bad topic)."""
-        return MessageReceipt.from_wire(self._write("message.send", {"run_id": run_id, "topic": topic,
-                                                                     "payload": payload},
-                                                    client_id=client_id, idempotency_key=idempotency_key,
-                                                    peer=_embedded_peer()))
+        `idempotency_key` a resend is the same message (`adopted`). `receipt.extra["topics"]` lists the
+        topics the run's workflow waits on, when they are known; `strict` refuses a topic not among
+        them. Raises NotFound, Rejected (the run has ended, a bad topic, `strict`)."""
+        request = {"run_id": run_id, "topic": topic, "payload": payload, **({"strict": True} if strict else {})}
+        return MessageReceipt.from_wire(self._write("message.send", request, client_id=client_id,
+                                                    idempotency_key=idempotency_key, peer=_embedded_peer()))
 
     def list_children(self, run_id: str, limit: int = 1000) -> list[RunSummary]:
         """The child runs `run_id` started (`run_workflow`, `map_workflow`, `parallel`), newest first."""

@@ -1,7 +1,7 @@
 """Times and durations in words, the one way every screen writes them (`piwf`, `piwf-top`, `piwf graph`,
 the test kit's messages). A leaf module: it imports nothing of the package.
 
-- `duration(s)`: `450ms`, `2.4s`, `18s`, `3m12s`, `2h05m`, `3d04h`;
+- `duration(s)`: `450ms`, `2.4s`, `18s`, `3m12s`, `2h05m`, `3d04h`, `over 100 years`;
 - `relative(ts, now)`: `in 18s`, `3m12s ago`, `now`;
 - `when(ts)`: `2026-12-02 16:40:05` (local time); `clock_time(ts, now)`: `16:40:05`, with the date
   when it is not within the next 20 hours; `moment(ts, now)`: `2026-12-02 16:40:05 UTC (in 18s)`.
@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import time
 
+#: From this long on a duration is written `over 100 years`.
+CENTURY_S = 100 * 365.25 * 86400
+
 
 def duration(seconds: float | None) -> str:
     """`450ms`, `2.4s` (tenths below ten seconds, `2s` for a whole one), `18s`, `3m12s`, `2h05m`,
@@ -21,8 +24,12 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
     seconds = float(seconds)
+    if seconds != seconds:  # NaN: not a duration
+        return ""
     if seconds <= 0:
         return "0s"
+    if seconds >= CENTURY_S:  # (a definition refuses longer ones); never a 300-digit day count
+        return "over 100 years"
     if seconds < 1:
         return f"{int(seconds * 1000 + 1e-6)}ms"
     if seconds < 10:

@@ -30,6 +30,7 @@ from rich.text import Text
 from piwf_actors.cli.context import EXIT_OK, Ctx
 from piwf_actors.cli.ids import NoMatch
 from piwf_actors.cli.runs import workflow_spec  # a file spec relative to this directory
+from piwf_actors.cli.values import project_dir
 from piwf_actors.client import HostNotRunning
 from piwf_actors.errors import PiwfError, WorkflowError, WorkflowNotFound
 from piwf_actors.workflows.discovery import resolve
@@ -54,7 +55,8 @@ def add_command(add: Any, sub: Any) -> None:
                    "path/to/file.py[:attr]; or a run id: a unique prefix (with or without run_) or …end")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (a tree), mermaid (a flowchart GitHub renders) or dot (Graphviz); default text")
-    p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
+    p.add_argument("--project", type=project_dir,
+                   help="project directory for workflow discovery (default: the current one)")
 
 
 def _is_spec(target: str) -> bool:

@@ -27,7 +27,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("--session", help="only what is addressed to this session")
     p = add(sub, "answer", "answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
             "(REQUEST --value JSON)", cmd_answer)
-    p.add_argument("request_id", metavar="REQUEST", help="a request id or a unique prefix of one")
+    p.add_argument("request_id", metavar="REQUEST",
+                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
     p.add_argument("choice", nargs="?", help="the decision's choice")
     p.add_argument("--input", action="append", default=[], type=name_text, metavar="NAME=TEXT",
                    help="text input of the chosen choice")
@@ -35,12 +36,14 @@ def add_commands(add: Any, sub: Any) -> None:
                    help="a checkpoint's answer as JSON (@FILE: from a file; -: from standard input)")
     p.add_argument("--session", help="the session answering (kept as provenance)")
     p = add(sub, "submit", "submit an agent step's output (waits for the worker's verdict)", cmd_submit)
-    p.add_argument("request_id", metavar="REQUEST", help="a request id or a unique prefix of one")
+    p.add_argument("request_id", metavar="REQUEST",
+                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
     p.add_argument("--value", type=json_value, required=True, metavar="JSON",
                    help="the output as JSON (@FILE: from a file; -: from standard input)")
     p.add_argument("--session", help="the session the request is addressed to")
     p = add(sub, "ack", "acknowledge a session message", cmd_ack)
-    p.add_argument("message_id", metavar="MESSAGE", help="a message id or a unique prefix of one")
+    p.add_argument("message_id", metavar="MESSAGE",
+                   help="a message id, a unique start of one, or its end as tables show it")
 
 
 def _requests_table(requests: list[dict[str, Any]]) -> Table:

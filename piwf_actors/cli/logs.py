@@ -35,7 +35,8 @@ def add_command(add: Any, sub: Any) -> None:
             "Without NODE, the node that ran last. -f prints a running shell node's output as it comes, stdout to "
             "stdout and stderr to stderr, until the node (without NODE: the run) ends; exit 1 when it failed. "
             "Reads the state database read-only when no host runs.")
-    p.add_argument("run_id", metavar="RUN", help="a run id or a unique prefix of one")
+    p.add_argument("run_id", metavar="RUN",
+                   help="a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)")
     p.add_argument("node", metavar="NODE", nargs="?", help="the node (default: the node that ran last)")
     p.add_argument("--follow", "-f", action="store_true",
                    help="print output as it is produced until the node (or, without NODE, the run) ends; "

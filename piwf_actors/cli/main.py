@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(common, suppress=True)
     parser = argparse.ArgumentParser(
         prog="piwf", description="Talk to a piwf host: start and follow runs, read their output, answer "
-        "decisions, control runs, inspect the host and its state. Ids may be given as unique prefixes.",
+        "decisions, control runs, inspect the host and its state. Ids may be given as unique prefixes, or by "
+        "their ends as tables show them.",
         epilog="exit status: 0 ok; 1 refused, not found, or a waited-for run failed; 2 usage or an ambiguous id "
         "prefix; 3 no host is running")
     _add_common(parser, suppress=False)
@@ -91,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     effect = add(sub, "effect", "settle side effects", None).add_subparsers(dest="effect_command", required=True,
                                                                            metavar="ACTION")
     p = add(effect, "resolve", "confirm or retry an ambiguous effect", cmd_effect_resolve)
-    p.add_argument("effect_id", metavar="EFFECT", help="an effect id or a unique prefix of one")
+    p.add_argument("effect_id", metavar="EFFECT",
+                   help="an effect id, a unique start of one, or its end as tables show it")
     p.add_argument("action", choices=("confirm", "retry"))
     p.add_argument("--output", type=json_value, help="the effect's output (JSON; @FILE: from a file) when confirming")
     add(sub, "status", "host status: role, lease, workers, runs, writer", cmd_status)

@@ -4,6 +4,11 @@ The host records the request under the client's idempotency key, so a resend is 
 (`adopted`, never a second one). Without `--key` each `piwf send` is a new message; with
 `--key K` the key names the message across invocations, which needs the same client id each
 time (`context.keyed_client_id`). A message to a run that has ended is refused (exit 1).
+
+A topic no node of the run's workflow waits on (the receipt's `topics`, which the host stored when it
+made the run) is sent with a warning on stderr: it would stay in the mailbox for good. `--strict` has
+the host refuse it instead (exit 1, nothing sent). A run whose workflow computes a topic could wait on
+any: nothing is said.
 """
 
 from __future__ import annotations
@@ -21,14 +26,18 @@ def add_commands(add: Any, sub: Any) -> None:
     p = add(sub, "send", "send a message to a run (for its wait_message on TOPIC)", cmd_send,
             "Put a message into a run's mailbox on TOPIC: a wait_message on that topic takes it (now if the run "
             "waits for it, else when it gets there), once, in send order. With --key, sending again under the "
-            "same key is the same message, not a second one. A run that has ended refuses it (exit 1).")
-    p.add_argument("run_id", metavar="RUN", help="a run id or a unique prefix of one")
+            "same key is the same message, not a second one. A run that has ended refuses it (exit 1). A topic no "
+            "node of the run's workflow waits on is sent with a warning, or refused with --strict.")
+    p.add_argument("run_id", metavar="RUN",
+                   help="a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)")
     p.add_argument("topic", metavar="TOPIC", help="the topic the run waits on")
     p.add_argument("--value", type=json_value, default=None, metavar="JSON",
                    help="the message's payload as JSON (the wait_message node's output; default null); @FILE reads "
                         "it from a file, - from standard input")
     p.add_argument("--key", metavar="KEY",
                    help="idempotency key: a send under a key used before is that message again, not a new one")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (exit 1) a topic no node of the run's workflow waits on, instead of a warning")
 
 
 def receipt_line(receipt: dict[str, Any], adopted: bool = False) -> Text:
@@ -48,9 +57,16 @@ def cmd_send(ctx: Ctx, _parser: argparse.ArgumentParser) -> int:
     if args.key:
         ctx.client_id = keyed_client_id()  # before the first request: the key means one message for this user
     run_id = ctx.resolve("run", args.run_id)
-    answer = ctx.answer("message.send", {"run_id": run_id, "topic": args.topic, "payload": args.value},
-                        idempotency_key=args.key)
+    payload = {"run_id": run_id, "topic": args.topic, "payload": args.value}
+    if args.strict:
+        payload["strict"] = True  # absent otherwise: a resend of a send made before --strict existed matches
+    answer = ctx.answer("message.send", payload, idempotency_key=args.key)
     receipt = answer.receipt or {}
+    topics = receipt.get("topics")
+    if isinstance(topics, list) and args.topic not in topics:
+        ctx.note(f"piwf: warning: no node of run {run_id}'s workflow waits for a message on {args.topic!r} "
+                 f"({'its topics: ' + ', '.join(repr(t) for t in topics) if topics else 'it has no wait_message node'})"
+                 "; it stays in the mailbox")
     if ctx.json:
         ctx.emit_json(receipt)
         return EXIT_OK

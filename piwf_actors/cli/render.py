@@ -4,9 +4,9 @@ Everything that comes from the host (ids, names, outputs, error messages)
 is untrusted text: it goes into `rich.text.Text`, never into a markup
 string, so a `[red]` in a workflow's output is shown as typed.
 
-Tables never wrap ids: an id column is `no_wrap` and shows the shortest
-prefix that is unique among the rows shown (`short_ids`, at least 8
-characters after a kind prefix such as `run_`); `piwf` accepts such a prefix
+Tables never wrap ids: an id column is `no_wrap` and shows an id the host
+made by its random end (`short_ids`: `…c3e9hbn6w0ab`, the same in every
+table), which names it among all of the host's ids; `piwf` takes it back
 wherever it takes an id, and `--json` prints the full ids.
 """
 

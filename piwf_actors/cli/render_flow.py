@@ -80,7 +80,8 @@ def children_table(view: dict[str, Any]) -> Table | None:
                       status, one_line(child.get("error_code"), "red"))
     more = int(children["total"]) - len(runs)
     if more > 0:
+        # A command to copy: one line, however narrow the table above it (ids are shown by their ends).
         table.caption = Text(f"… and {more} more (all of them: piwf list --parent {view.get('run_id')} --limit "
-                             f"{int(children['total'])})", style="dim")
+                             f"{int(children['total'])})", style="dim", no_wrap=True, overflow="ignore")
         table.caption_justify = "left"
     return table

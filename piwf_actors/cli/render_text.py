@@ -97,23 +97,36 @@ def run_duration(run: dict[str, Any], now: float | None = None) -> str:
     return duration((time.time() if now is None else now) - created) + " so far"
 
 
-_KIND_PREFIX = re.compile(r"^[a-z]+_")
+#: The ids the host makes: a kind, `_`, then at least 26 characters that end in random (or hashed) ones — a
+#: run's, effect's or message's (ids.py: time, then 80 random bits), a request's (32 random hex digits), a
+#: channel delivery's (`chf_…-N`). A table shows one by its end; any other id (one a client chose) in full.
+_MADE_ID = re.compile(r"[a-z]+_[0-9a-z]{26,}(-[0-9]+)?")
+#: How many of an id's last characters a table shows after `…`: 60 random bits of a run id (48 of a
+#: request's hex), so the odds that another of a million runs shares a shown run's are about 1 in 10**12.
+ID_END_CHARS = 12
 
 
-def short_ids(ids: Iterable[Any], min_chars: int = 8) -> dict[str, str]:
-    """Each id → its shortest prefix unique among `ids`, keeping at least `min_chars` characters after
-    a kind prefix (`run_`, `req_` …). In sorted order an id shares its longest common prefix with a
-    neighbour, so only neighbours are compared."""
-    unique = sorted({str(i) for i in ids if i})
-    short: dict[str, str] = {}
-    for index, full in enumerate(unique):
-        head = _KIND_PREFIX.match(full)
-        need = (head.end() if head else 0) + min_chars
-        for other in unique[max(0, index - 1):index] + unique[index + 1:index + 2]:
-            common = next((n for n, (a, b) in enumerate(zip(full, other, strict=False)) if a != b),
+def short_ids(ids: Iterable[Any], end_chars: int = ID_END_CHARS) -> dict[str, str]:
+    """Each id → how a table shows it: `…` and its last `end_chars` characters (`…c3e9hbn6w0ab`), more
+    when two of `ids` share those; an id of another shape in full.
+
+    An id's start is its kind and the time it was made, which runs made together share (a fan-out's
+    children share all of it), so a start unique among the rows shown may name several runs of the
+    host. Its end is random: the same for an id in every table and whatever else the host holds, and
+    `piwf` takes it back as shown (`piwf show …c3e9hbn6w0ab`, or without the `…`: cli/ids.py). Sorted
+    by their reversed text, ids share their longest common end with a neighbour, so only neighbours are
+    compared."""
+    unique = {str(i) for i in ids if i}
+    made = sorted((full for full in unique if _MADE_ID.fullmatch(full)), key=lambda full: full[::-1])
+    short = {full: full for full in unique}
+    for index, full in enumerate(made):
+        need = end_chars
+        for other in made[max(0, index - 1):index] + made[index + 1:index + 2]:
+            common = next((n for n, (a, b) in enumerate(zip(full[::-1], other[::-1], strict=False)) if a != b),
                           min(len(full), len(other)))
             need = max(need, common + 1)
-        short[full] = full[:need]
+        if need < len(full) - full.index("_") - 1:  # what is left of its kind is longer than its end
+            short[full] = "…" + full[-need:]
     return short
 
 

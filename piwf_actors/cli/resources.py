@@ -21,6 +21,7 @@ from rich.text import Text
 
 from piwf_actors.cli import render
 from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from piwf_actors.cli.values import project_dir
 from piwf_actors.workflows.resource_manager import file_digest, manager_path
 
 
@@ -34,8 +35,8 @@ def add_commands(add: Any, sub: Any) -> None:
     p = add(resource, "apply", "create a resource or change its spec, from a JSON or TOML file", cmd_apply)
     p.add_argument("-f", "--file", required=True, metavar="FILE",
                    help="JSON or TOML with manager, key, spec and optionally initial_status")
-    p.add_argument("--project", help="the project holding .piwf/resource-managers/ (default: the file's "
-                   "project_path, else the current directory)")
+    p.add_argument("--project", type=project_dir, help="the project holding .piwf/resource-managers/ (default: "
+                   "the file's project_path, else the current directory)")
     _ref(add(resource, "reconcile", "reconcile a resource now", cmd_control))
     _ref(add(resource, "delete", "delete a resource once its manager cleared its finalizers", cmd_control))
     p = add(resource, "events", "what happened to a resource", cmd_events)

@@ -17,11 +17,11 @@ from rich.text import Text
 
 from piwf_actors.cli import live, render
 from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, Ctx, Refused
-from piwf_actors.cli.progress import NodeProgress, park_hint, park_key
-from piwf_actors.cli.values import cutoff, json_value, key_value
+from piwf_actors.cli.progress import NodeProgress, park_hint, park_key, parked_on_wait
+from piwf_actors.cli.values import cutoff, json_value, key_value, project_dir, start_input
 from piwf_actors.workflows.shapes import EXPECTED_INPUT
 
-RUN_HELP = "a run id or a unique prefix of one"
+RUN_HELP = "a run id, a unique start of one, or its end as tables show it (…3d010ynt2tmw)"
 
 
 def add_commands(add: Any, sub: Any) -> None:
@@ -34,7 +34,8 @@ def add_commands(add: Any, sub: Any) -> None:
                    help="input fields (a value that parses as JSON is used as such, else as a string)")
     p.add_argument("--input", type=json_value,
                    help="the run's input as JSON (@FILE: from a file; -: from standard input)")
-    p.add_argument("--project", help="project directory for workflow discovery (default: the current one)")
+    p.add_argument("--project", type=project_dir, help="project directory for workflow discovery and the run's "
+                   "nodes (default: the current one)")
     p.add_argument("--session", help="session id the run belongs to")
     p.add_argument("--priority", type=int, metavar="N",
                    help="among queued runs a higher priority starts first (default 0; at most 1000000 either way)")
@@ -92,11 +93,10 @@ def workflow_spec(spec: str) -> str:
 
 def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     args = ctx.args
-    value: Any = args.input
-    if args.pairs:
-        if value is not None and not isinstance(value, dict):
-            parser.error("KEY=VALUE pairs need --input to be a JSON object (or no --input)")
-        value = {**(value or {}), **dict(args.pairs)}
+    try:
+        value = start_input(args.input, args.pairs)
+    except ValueError as err:
+        parser.error(str(err))
     payload: dict[str, Any] = {"workflow": workflow_spec(args.workflow), "input": {} if value is None else value,
                                "project_path": os.path.abspath(args.project or os.getcwd())}
     if args.session:
@@ -154,7 +154,7 @@ def _progress(ctx: Ctx) -> Any:
             return
         hinted.add(key)
         request = None
-        if view.get("park_reason") == "waiting":
+        if view.get("park_reason") == "waiting" and parked_on_wait(view) is None:  # a request, not a wait
             pending = ctx.call("interaction.list", {}).get("requests") or []
             request = next((r for r in pending if r.get("request_id") == view.get("park_detail")), None)
         for hint in park_hint(view, request, ctx.command, ctx.short_id):

@@ -1,9 +1,11 @@
-"""Argument values of `piwf`: JSON, key=value input pairs, prune cutoffs."""
+"""Argument values of `piwf`: JSON, key=value input pairs and the input they make, project
+directories, prune cutoffs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -45,6 +47,37 @@ def key_value(raw: str) -> tuple[str, Any]:
         return key, json.loads(value, parse_constant=_no_constants)
     except ValueError:
         return key, value
+
+
+def start_input(given: Any, pairs: list[tuple[str, Any]]) -> Any:
+    """The run input of `piwf start`: `--input`'s value (`given`, None when absent) with the KEY=VALUE
+    `pairs` added. A key given twice — as a pair and in --input, or as two pairs — is refused, whatever
+    the values: one of them would be dropped without a word. Raises ValueError with the one line to show."""
+    if not pairs:
+        return given
+    if given is not None and not isinstance(given, dict):
+        raise ValueError("KEY=VALUE pairs need --input to be a JSON object (or no --input)")
+    merged = dict(given or {})
+    origin = {key: f"--input's {key}={_shown(value)}" for key, value in merged.items()}
+    for key, value in pairs:
+        said = f"{key}={_shown(value)}"
+        if key in merged:
+            first, second = (said, origin[key]) if origin[key].startswith("--input") else (origin[key], said)
+            raise ValueError(f"input key {key!r} is given twice ({first} and {second}); give it once")
+        merged[key], origin[key] = value, said
+    return merged
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def project_dir(raw: str) -> str:
+    """`--project DIR` → its absolute path; not a directory → the argument's error (a run must not start
+    with nodes bound to run in a directory that is not there)."""
+    if not os.path.isdir(raw):
+        raise argparse.ArgumentTypeError(f"{raw} is not a directory")
+    return os.path.abspath(raw)
 
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")

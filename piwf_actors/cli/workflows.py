@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli.context import EXIT_OK, EXIT_REFUSED, Ctx
+from piwf_actors.cli.values import project_dir
 
 
 def add_command(add: Any, sub: Any) -> None:
@@ -28,7 +29,7 @@ def add_command(add: Any, sub: Any) -> None:
             "The workflows `piwf start NAME` finds for a project (name, file, attribute, the input shape of those "
             "that declare one), and the workflow files "
             "that fail to load with why. Discovery runs in this command: no host is needed.")
-    p.add_argument("--project", help="project directory (default: the current one)")
+    p.add_argument("--project", type=project_dir, help="project directory (default: the current one)")
 
 
 def listing(project: str) -> dict[str, Any]:

@@ -319,11 +319,12 @@ class Client(ContentReader):
         return self._ok(self.request("run.start", payload, idempotency_key=idempotency_key))
 
     def send_message(self, run_id: str, topic: str, payload: Any = None, *,
-                     idempotency_key: str | None = None) -> dict[str, Any]:
+                     idempotency_key: str | None = None, strict: bool = False) -> dict[str, Any]:
         """Put `payload` into the run's mailbox on `topic` (`message.send`); a resend under the same
-        idempotency key is the same message. Returns the receipt {message_id, seq, status, …}."""
-        return self._ok(self.request("message.send", {"run_id": run_id, "topic": topic, "payload": payload},
-                                     idempotency_key=idempotency_key))
+        idempotency key is the same message. Returns the receipt {message_id, seq, status, topics?, …};
+        `strict` refuses a topic no node of the run's workflow waits on."""
+        request = {"run_id": run_id, "topic": topic, "payload": payload, **({"strict": True} if strict else {})}
+        return self._ok(self.request("message.send", request, idempotency_key=idempotency_key))
 
     def get(self, run_id: str) -> dict[str, Any]:
         return self._ok(self.request("run.get", run_id=run_id))

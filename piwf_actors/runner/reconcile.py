@@ -27,7 +27,7 @@ from piwf_actors.runner.node_guard import NodeTimeout, deadline, user_traceback
 from piwf_actors.runner.supervisor_link import SupervisorLink
 from piwf_actors.workflows import json_problem, resolve
 from piwf_actors.workflows.resource_manager import load_manager
-from piwf_actors.workflows.waits import concurrency_key
+from piwf_actors.workflows.waits import concurrency_key, wait_topics
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ class ResourceWorkflows:
             resolved = resolve(name, self._project_path)
             spec = {"workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
                     "definition_digest": resolved.workflow.digest, "source": resolved.source,
-                    "graph": resolved.graph()}  # stored with the run: drawing it runs no code
+                    "graph": resolved.graph(),  # stored with the run: drawing it runs no code
+                    "wait_topics": wait_topics(resolved.workflow)}
             limited = concurrency_key(resolved.workflow, input)  # its limit holds for a resource's runs too
             if limited is not None:
                 spec.update(concurrency_key=limited[0], concurrency_max=limited[1])

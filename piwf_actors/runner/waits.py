@@ -11,6 +11,7 @@ child workflow is named by its attribute in the module the parent was loaded fro
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from typing import Any
 
 from piwf_actors.workflows import Workflow, evaluate
@@ -25,6 +26,7 @@ from piwf_actors.workflows.waits import (
     SleepSpec,
     WaitMessageSpec,
     concurrency_key,
+    wait_topics,
 )
 
 
@@ -32,12 +34,21 @@ class WaitRequestError(Exception):
     """The node's spec could not be turned into a request (its callback raised or returned nonsense)."""
 
 
+#: The latest wake-up time a sleep's `until=` may return: the end of the year 9999, the last time a
+#: screen can write as a date (datetime.MAXYEAR).
+LATEST_WAKE = _dt.datetime(_dt.MAXYEAR, 12, 31, 23, 59, 59, tzinfo=_dt.UTC).timestamp()
+
+
 def _epoch(value: Any) -> float:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             raise WaitRequestError("sleep until= returned a naive datetime; give it a time zone")
         return value.timestamp()
+    if isinstance(value, float) and not math.isfinite(value):
+        raise WaitRequestError(f"sleep until= returned {value!r}: not a time")
     if is_number(value):
+        if value > LATEST_WAKE:
+            raise WaitRequestError(f"sleep until= returned {value!r}: after the year 9999")
         return float(value)
     raise WaitRequestError(f"sleep until= must return epoch seconds or an aware datetime, got {type(value).__name__}")
 
@@ -52,7 +63,7 @@ def _child(parent: Workflow, child: Workflow, run_input: Any, which: str = "") -
             f"child workflow {child.name!r} is not a module-level attribute of "
             f"{parent.source_path or 'the parent workflow file'}: define or import it there")
     start: dict[str, Any] = {"workflow": child.name, "workflow_attr": attr, "definition_digest": child.digest,
-                             "input": run_input}
+                             "input": run_input, "wait_topics": wait_topics(child)}
     limited = concurrency_key(child, run_input)
     if limited is not None:
         start.update(concurrency_key=limited[0], concurrency_max=limited[1])

@@ -30,11 +30,11 @@ from piwf_actors.workflows.model import (
 
 
 def compute(
-    run: Callback, timeout_s: float = 900, retries: int = 0, retry_backoff_s: float = 0.0, output: Any = None
+    run: Callback, timeout_s: float | None = 900, retries: int = 0, retry_backoff_s: float = 0.0, output: Any = None
 ) -> ComputeSpec:
-    """A pure function `run(ctx) -> JSON-able output`. `output` (a shape or a Python type, see
-    `shapes.py`) is checked in the worker when `run` returns: a mismatch fails the attempt
-    `output_invalid`."""
+    """A pure function `run(ctx) -> JSON-able output`; `timeout_s=None` for no timeout. `output` (a shape
+    or a Python type, see `shapes.py`) is checked in the worker when `run` returns: a mismatch fails the
+    attempt `output_invalid`."""
     return ComputeSpec(run=run, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s,
                        output_shape=output)
 
@@ -42,7 +42,7 @@ def compute(
 def action(
     run: Callback,
     idempotent: bool = False,
-    timeout_s: float = 900,
+    timeout_s: float | None = 900,
     retries: int = 0,
     retry_backoff_s: float = 0.0,
     output: Any = None,
@@ -61,7 +61,7 @@ def shell(
     shell: bool = False,
     cwd: Any = None,
     env: Any = None,
-    timeout_s: float = 900,
+    timeout_s: float | None = 900,
     allow_nonzero_exit: bool = False,
     idempotent: bool = False,
     retries: int = 0,

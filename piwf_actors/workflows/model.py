@@ -59,6 +59,26 @@ def is_number(value: Any) -> bool:
     return math.isfinite(value)
 
 
+#: The longest duration a definition takes (a sleep, a timeout, a back-off): 100 years. A longer one is
+#: a mistake (`sleep(1e300)`) whose end no screen could write as a date.
+MAX_DURATION_S = 100 * 365.25 * 86400
+
+
+def duration_problem(value: Any, *, positive: bool) -> str | None:
+    """What is wrong with `value` as a duration in seconds, worded to follow "… must be" (`a finite
+    number of seconds, got inf`); None when it is a finite number in range (> 0 when `positive`, else
+    >= 0, and at most MAX_DURATION_S)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"a number of seconds, got {type(value).__name__}"
+    if not math.isfinite(value):
+        return f"a finite number of seconds, got {value!r}"
+    if value < 0 or (positive and value == 0):
+        return f"a {'positive' if positive else 'non-negative'} number of seconds, got {value!r}"
+    if value > MAX_DURATION_S:
+        return f"at most 100 years ({int(MAX_DURATION_S)} s), got {value!r}"
+    return None
+
+
 # --- node specs -----------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from piwf_actors.workflows.model import (
     NotifySpec,
     ShellSpec,
     TextInput,
+    duration_problem,
     freeze,
     is_number,
     thaw,
@@ -79,10 +80,12 @@ def is_json_value(value: Any, depth: int = 0) -> bool:
 
 
 def _timeout(node_id: str, value: Any, optional: bool, name: str = "timeout_s") -> float | None:
+    """A positive duration of at most 100 years (model.duration_problem); None stands for none when `optional`."""
     if value is None and optional:
         return None
-    if not is_number(value) or value <= 0:
-        raise fail(node_id, f"{name} must be a positive number of seconds, got {_shown(value)}")
+    problem = duration_problem(value, positive=True)
+    if problem is not None:
+        raise fail(node_id, f"{name} must be {problem}")
     return float(value)
 
 
@@ -99,18 +102,21 @@ def checked_seconds(node_id: str, value: Any, name: str = "timeout_s") -> float 
     return _timeout(node_id, value, True, name)
 
 
-def _common(node_id: str, spec: NodeSpec, optional_timeout: bool, computed_timeout: bool = False) -> dict[str, Any]:
-    """Checked common options as keyword arguments for `dataclasses.replace`; with `computed_timeout`,
-    `timeout_s` may be a callable of ctx (checked with `checked_seconds` when it is called)."""
+def _common(node_id: str, spec: NodeSpec, computed_timeout: bool = False) -> dict[str, Any]:
+    """Checked common options as keyword arguments for `dataclasses.replace`. `timeout_s=None` is no
+    timeout, for every kind (the README's promise; a kind with nothing to time out refuses any other);
+    with `computed_timeout`, `timeout_s` may be a callable of ctx (checked with `checked_seconds` when
+    it is called)."""
     if isinstance(spec.retries, bool) or not isinstance(spec.retries, int) or spec.retries < 0:
         raise fail(node_id, f"retries must be a non-negative integer, got {spec.retries!r}")
-    if not is_number(spec.retry_backoff_s) or spec.retry_backoff_s < 0:
-        raise fail(node_id, f"retry_backoff_s must be a non-negative number, got {spec.retry_backoff_s!r}")
+    backoff_problem = duration_problem(spec.retry_backoff_s, positive=False)
+    if backoff_problem is not None:
+        raise fail(node_id, f"retry_backoff_s must be {backoff_problem}")
     if not isinstance(spec.idempotent, bool):
         raise fail(node_id, f"idempotent must be true or false, got {spec.idempotent!r}")
     computed = computed_timeout and callable(spec.timeout_s)
     return {
-        "timeout_s": spec.timeout_s if computed else _timeout(node_id, spec.timeout_s, optional_timeout),
+        "timeout_s": spec.timeout_s if computed else _timeout(node_id, spec.timeout_s, True),
         "retry_backoff_s": float(spec.retry_backoff_s),
     }
 
@@ -285,25 +291,25 @@ def checked_node(node_id: str, spec: _Spec) -> _Spec:
         raise fail(node_id, f"expected a node helper (compute, shell, …), got {type(spec).__name__}")
     if isinstance(spec, (ComputeSpec, ActionSpec)):
         _callable(node_id, "run", spec.run)
-        changes = _common(node_id, spec, optional_timeout=False)
+        changes = _common(node_id, spec)
     elif isinstance(spec, ShellSpec):
-        changes = _common(node_id, spec, optional_timeout=False) | _shell(node_id, spec)
+        changes = _common(node_id, spec) | _shell(node_id, spec)
     elif isinstance(spec, CheckpointSpec):
         _text_or_callable(node_id, "prompt", spec.prompt)
         if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
             raise fail(node_id, "audience must be a non-empty string (or None)")
-        changes = _common(node_id, spec, optional_timeout=True, computed_timeout=True)
+        changes = _common(node_id, spec, computed_timeout=True)
     elif isinstance(spec, NotifySpec):
         _text_or_callable(node_id, "message", spec.message)
         if spec.audience is not None and (not isinstance(spec.audience, str) or not spec.audience.strip()):
             raise fail(node_id, "audience must be a non-empty string (or None)")
-        changes = _common(node_id, spec, optional_timeout=True)
+        changes = _common(node_id, spec)
     elif isinstance(spec, AgentSpec):
-        changes = _common(node_id, spec, optional_timeout=True) | _agent(node_id, spec)
+        changes = _common(node_id, spec) | _agent(node_id, spec)
     elif isinstance(spec, HumanDecisionSpec):
-        changes = _common(node_id, spec, optional_timeout=True) | _human_decision(node_id, spec)
+        changes = _common(node_id, spec) | _human_decision(node_id, spec)
     elif isinstance(spec, WAIT_KINDS):
-        changes = _common(node_id, spec, optional_timeout=True) | checked_wait(node_id, spec, is_json_value)
+        changes = _common(node_id, spec) | checked_wait(node_id, spec, is_json_value)
     else:
         raise fail(node_id, f"unsupported node kind {spec.kind!r}")
     if not spec.has_side_effect:

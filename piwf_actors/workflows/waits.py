@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from piwf_actors.errors import BadLimitKey, WorkflowDefinitionError
 from piwf_actors.workflows.limit_keys import EXPECTED, KeyValueError, key_text
-from piwf_actors.workflows.model import Callback, NodeSpec, Workflow, freeze, is_number
+from piwf_actors.workflows.model import Callback, NodeSpec, Workflow, duration_problem, freeze
 from piwf_actors.workflows.user_code import KEY, phase
 
 #: Children one node may start.
@@ -131,6 +131,20 @@ def limit(max: int, key: Callback | None = None) -> ConcurrencyLimit:
     return ConcurrencyLimit(max=max, key=key)
 
 
+def wait_topics(workflow: Workflow) -> list[str] | None:
+    """The topics a run of `workflow` can wait for a message on: the constant topics of its
+    `wait_message` nodes (an included workflow's are among its nodes), sorted; None when one is
+    computed by a function, so any topic could be. Reads the definition only (no callback is called):
+    the host stores it with each run it makes, for `message.send` to tell a topic nobody waits on."""
+    topics: set[str] = set()
+    for spec in workflow.nodes.values():
+        if isinstance(spec, WaitMessageSpec):
+            if not isinstance(spec.topic, str):
+                return None
+            topics.add(spec.topic)
+    return sorted(topics)
+
+
 # --- checks -----------------------------------------------------------------------------------
 
 
@@ -158,8 +172,9 @@ def checked_wait(node_id: str, spec: NodeSpec, is_json: Any) -> dict[str, Any]:
     if isinstance(spec, SleepSpec):
         if (spec.seconds is None) == (spec.until is None):
             raise _fail(node_id, "sleep needs exactly one of seconds= or until=")
-        if spec.seconds is not None and (not is_number(spec.seconds) or spec.seconds < 0):
-            raise _fail(node_id, f"sleep seconds must be a non-negative number, got {spec.seconds!r}")
+        problem = None if spec.seconds is None else duration_problem(spec.seconds, positive=False)
+        if problem is not None:
+            raise _fail(node_id, f"sleep seconds must be {problem}")
         _optional_callable(node_id, "until", spec.until)
         return {"seconds": None if spec.seconds is None else float(spec.seconds)}
     if isinstance(spec, WaitMessageSpec):

@@ -121,7 +121,8 @@ def test_start_wait_prints_the_final_run(env: dict[str, Any]) -> None:
 
 
 def test_start_key_values_build_the_input_and_relative_paths_work(env: dict[str, Any]) -> None:
-    result = piwf(env["state"], "start", "wf.py:quick", "--input", '{"base": true, "n": 0}', "n=3", "name=ada",
+    # Pairs add keys to --input's object (a key in both is an error: test_cli_start_args.py).
+    result = piwf(env["state"], "start", "wf.py:quick", "--input", '{"base": true}', "n=3", "name=ada",
                   "list=[1,2]", "text=a b=c", "--json", cwd=env["work"])
     run_id = ok_json(result)["run_id"]
     view = wait_status(env, run_id, ("done",))
@@ -152,8 +153,8 @@ def test_list_and_show(env: dict[str, Any]) -> None:
     done = ok_json(piwf(env["state"], "list", "--status", "done", "--json"))["runs"]
     assert done and all(r["status"] == "done" for r in done)
     table = piwf(env["state"], "list")
-    # Tables show unique prefixes of ids (at least 8 characters after "run_"), never wrapped.
-    assert table.returncode == 0 and run_id[:12] in table.stdout and "workflow" in table.stdout
+    # Tables show ids by their random end (`…` and 12 characters), never wrapped.
+    assert table.returncode == 0 and "…" + run_id[-12:] in table.stdout and "workflow" in table.stdout
     assert run_id not in table.stdout and "duration" in table.stdout
     shown = piwf(env["state"], "show", run_id)
     assert shown.returncode == 0, shown.stderr
@@ -308,10 +309,10 @@ def test_watch_in_a_terminal(env: dict[str, Any]) -> None:
             time.sleep(0.1)
 
     try:
-        screen = screen_until(run_id[:12])  # ids are shown as unique prefixes of 8+ characters after "run_"
+        screen = screen_until(run_id[-12:])  # ids are shown by their ends: `…` and 12 characters
         assert "run id" in screen and "workflow" in screen and "Ctrl-C" in screen
         new_run = start(env, "quick", "for=watch2")
-        screen_until(new_run[:12])  # the live table follows new runs
+        screen_until(new_run[-12:])  # the live table follows new runs
         subprocess.run([*tmux, "send-keys", "-t", "w", "C-c"], check=True)
         screen_until("EXITED 0")
     finally:

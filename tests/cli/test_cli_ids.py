@@ -53,13 +53,13 @@ def test_a_unique_prefix_names_a_run(env: dict[str, Any]) -> None:
     assert shown["run_id"] == run_id
     assert ok_json(piwf(env["state"], "events", unique, "--json"))["events"][0]["kind"] == "run_created"
     assert ok_json(piwf(env["state"], "logs", unique, "--json"))["run_id"] == run_id
-    # The prefixes a table shows are unique among its rows, and name their run.
+    # A table shows ids by their ends (`…` and 12 characters), and they name their run.
     table = piwf(env["state"], "list", "--limit", "12")
     assert table.returncode == 0, table.stderr
     short = [line.split("│")[1].strip() for line in table.stdout.splitlines() if line.startswith("│")]
-    assert len(short) == 12 and all(len(s) >= 12 for s in short) and len(set(short)) == 12
-    for prefix in short[:3]:
-        assert ok_json(piwf(env["state"], "show", prefix, "--json"))["run_id"].startswith(prefix)
+    assert len(short) == 12 and all(s.startswith("…") and len(s) == 13 for s in short) and len(set(short)) == 12
+    for end in short[:3]:
+        assert ok_json(piwf(env["state"], "show", end, "--json"))["run_id"].endswith(end[1:])
 
 
 def test_an_ambiguous_prefix_exits_2_listing_the_candidates(env: dict[str, Any]) -> None:
@@ -159,16 +159,22 @@ def test_version(command: str) -> None:
     assert result.stdout.strip() == f"{command} {__version__}"
 
 
-def test_short_ids_are_unique_among_the_rows() -> None:
-    rows = ["run_01m8m1b53snnn7j59r08xq9pc7", "run_01m8m1b53snnn7j59r08xq9zzz", "run_01m8zzzzzzzzzzzzzzzzzzzzzz",
-            "req_0123456789abcdef0123456789abcdef", "nightly-2026-11-29", None]
+def test_short_ids_are_ends_unique_among_the_rows() -> None:
+    twin_a, twin_b = "run_01m8p" + "q" * 20 + "2", "run_01m9p" + "q" * 20 + "2"  # 22 last characters alike
+    rows = ["run_01m8m1b53snnn7j59r08xq9pc7", "run_01m8m1b53snnn7j59r08xq9zzz", twin_a, twin_b,
+            "req_0123456789abcdef0123456789abcdef", "chf_01m8zzzzzzzzzzzzzzzzzzzzzz-1", "nightly-2026-11-29",
+            "run_nightly_2026_11_29", None]
     short = short_ids(rows)
-    assert short["run_01m8zzzzzzzzzzzzzzzzzzzzzz"] == "run_01m8zzzz"  # 8 characters after the kind
-    assert short["run_01m8m1b53snnn7j59r08xq9pc7"] == "run_01m8m1b53snnn7j59r08xq9p"
-    assert short["run_01m8m1b53snnn7j59r08xq9zzz"] == "run_01m8m1b53snnn7j59r08xq9z"
-    assert short["req_0123456789abcdef0123456789abcdef"] == "req_01234567"
-    assert short["nightly-2026-11-29"] == "nightly-"
-    assert len(short) == 5
+    assert short["run_01m8m1b53snnn7j59r08xq9pc7"] == "…j59r08xq9pc7"  # `…` and 12 characters: its random end
+    assert short["run_01m8m1b53snnn7j59r08xq9zzz"] == "…j59r08xq9zzz"
+    # Two ids that share their last 12 characters show as many more as tell them apart.
+    assert (short[twin_a], short[twin_b]) == ("…" + twin_a[-23:], "…" + twin_b[-23:])
+    assert short["req_0123456789abcdef0123456789abcdef"] == "…456789abcdef"
+    assert short["chf_01m8zzzzzzzzzzzzzzzzzzzzzz-1"] == "…zzzzzzzzzz-1"
+    # An id a client chose is shown as it is: its end need not tell it apart from anything.
+    assert short["nightly-2026-11-29"] == "nightly-2026-11-29"
+    assert short["run_nightly_2026_11_29"] == "run_nightly_2026_11_29"
+    assert len(short) == 8
 
 
 def test_picking_among_candidates() -> None:

@@ -21,6 +21,7 @@ from piwf_actors.client import Client
 
 RUN_ID = re.compile(r"run_[0-9a-z]+")
 REQUEST_ID = re.compile(r"req_[0-9a-f]+")
+RUN_END = re.compile(r"…[0-9a-z]{12}")
 
 
 def section() -> str:
@@ -46,8 +47,10 @@ def table_forms() -> list[str]:
 
 
 def substitute(word: str, run_id: str | None, request_id: str | None) -> str:
-    """The README's ids → this test's: a run id prefix of the same length, the request prefix the hint gave."""
+    """The README's ids → this test's: a run id prefix of the same length, a run id's end as a table shows it
+    (`…` and 12 characters), the request prefix the hint gave."""
     word = RUN_ID.sub(lambda match: (run_id or "?")[:len(match.group())], word)
+    word = RUN_END.sub(lambda _match: "…" + (run_id or "?")[-12:], word)
     return REQUEST_ID.sub(lambda _match: request_id or "?", word)
 
 
@@ -175,8 +178,8 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         for action in ("pause", "resume", "cancel"):
             run("piwf cancel|pause|resume RUN", action, gated)
         listening = ok_json(piwf(state_dir, "start", "listen", "--json", cwd=project))["run_id"]
-        run("piwf send RUN TOPIC [--value JSON] [--key KEY]", "send", listening[:20], "go", "--value", '{"ok": 1}',
-            "--key", "k1")
+        run("piwf send RUN TOPIC [--value JSON] [--key KEY] [--strict]", "send", listening[:20], "go", "--value",
+            '{"ok": 1}', "--key", "k1", "--strict")
         wait_status(state_dir, listening, ("done",))
         run("piwf restart RUN [--from NODE] [--same-code]", "restart", run_id, "--from", "report", "--same-code")
         effect = done["effects"][0]["effect_id"]

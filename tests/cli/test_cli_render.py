@@ -29,7 +29,7 @@ def test_node_progress_prints_one_start_and_one_end_per_attempt() -> None:
     lines = [line.plain for line in progress.update({"nodes": [
         node("a", "att_1", "succeeded"), node("b", "att_2", "failed", error={"message": "boom"}),
         node("c", "att_3", "waiting")]})]
-    assert lines == ["node a succeeded", "node b failed: boom", "node c started", "node c waiting (for an answer)"]
+    assert lines == ["node a succeeded", "node b failed: boom", "node c started", "node c waiting"]
     retried = [line.plain for line in progress.update({"nodes": [node("b", "att_4", "running", attempts=2)]})]
     assert retried == ["node b started (attempt 2)"]
     copied = NodeProgress().update({"nodes": [node("x", "att_9", "succeeded", copied_from="att_0")]})
@@ -66,12 +66,10 @@ def test_ids_never_wrap_in_a_narrow_table() -> None:
     runs = [{"run_id": f"run_01m8m1b53snnn7j59r08xq9pc{n}", "workflow": "a-very-long-workflow-name-indeed",
              "status": "failed", "steps": 3, "created_at": 1_000.0, "finished_at": 1_002.5,
              "error_code": "node_failed"} for n in range(3)]
-    text = rendered(render.runs_table(runs), width=80)
+    text = rendered(render.runs_table(runs), width=60)
     for n in range(3):
-        assert f"run_01m8m1b53snnn7j59r08xq9pc{n}" in text  # unique only in full: shown in full, on one line
+        assert f"…j59r08xq9pc{n} " in text  # its random end, on one line however narrow the table
     assert "2.5s" in text  # finished_at − created_at
-    short = rendered(render.runs_table(runs[:1]), width=60)
-    assert "run_01m8m1b5 " in short and "run_01m8m1b53" not in short
 
 
 def test_a_failed_run_shows_its_traceback_and_stderr_tail() -> None:

@@ -10,7 +10,9 @@ are checked against a fake client that records requests.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from top_fixtures import AMBIGUOUS, BUSY, DECISION, DETAIL, OLD_RUNS, RELEASE, snapshot
@@ -20,6 +22,7 @@ from piwf_actors.client.connection import ContentReader
 from piwf_actors.top.app import send
 from piwf_actors.top.keys import parse_keys
 from piwf_actors.top.model import Gatherer, Snapshot
+from piwf_actors.top.render import HELP
 from piwf_actors.top.state import QUIT, Command, Outcome, UiState, normalize, step, visible_runs
 from piwf_actors.workflows import define_workflow, edge, shell
 from piwf_actors.workflows.graph import build_graph
@@ -300,3 +303,46 @@ def test_gatherer_draws_a_run_without_a_stored_graph_from_its_view() -> None:
     assert Gatherer(client).run_graph("run_old") is None  # type: ignore[arg-type]
     older = FakeClient({"run.graph": Response("i", "rejected", error="operation 'run.graph' is not available")})
     assert Gatherer(older).run_graph("run_old") is None  # type: ignore[arg-type]
+
+
+def _readme_keys() -> dict[str, str]:
+    """The README's piwf-top key table: each key (backticked, `1`–`9` as `1-9`) → what its row says it does."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## piwf-top\n"):]
+    section = section[:section.index("\n## ")]
+    keys: dict[str, str] = {}
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        for key in re.findall(r"`([^`]+)`(?:–`([^`]+)`)?", cells[0]):
+            keys[f"{key[0]}-{key[1]}" if key[1] else key[0]] = cells[1]
+    return keys
+
+
+def test_the_readme_says_what_the_digit_keys_do() -> None:
+    """A digit on a decision opens the confirmation of that answer at once (one key to the question, `y`
+    to send): the README said the digits only chose one, as h/l do."""
+    snap = snapshot(decisions=(DECISION,))
+    state, outcomes = press(start(snap), ["2"], snap)
+    assert not outcomes and state.confirm is not None and state.confirm.command.operation == "decision.answer"
+    assert state.confirm.command.payload["response"] == {"choice": "stop"}  # choice 2 of ship, stop
+    keys = _readme_keys()
+    digits = keys["1-9"]
+    assert "answer" in digits and "`y`" in digits and "choose" not in digits, digits
+    assert dict(HELP)["1-9"].startswith("answer"), HELP
+    # h/l only move the highlight; the README says so, and Enter answers with the highlighted choice.
+    state, outcomes = press(start(snap), ["l"], snap)
+    assert not outcomes and state.confirm is None and state.choice_index == 1
+    assert "highlight" in keys["h"] and keys["h"] == keys["←"]
+
+
+def test_every_key_of_the_help_overlay_is_in_the_readme_table() -> None:
+    documented = set(_readme_keys())
+    section_text = " ".join(_readme_keys().values())
+    for keys, _does in HELP:
+        for key in (key for part in keys.split() for key in ([part] if part == "/" else part.split("/"))):
+            if key in ("other", "key", "Ctrl-C"):
+                continue  # words, not keys: "other key", and Ctrl-C is written out in the quit row
+            spelled = {"tab": "Tab", "esc": "Esc", "enter": "Enter"}.get(key, key)
+            assert spelled in documented or f"`{spelled}`" in section_text, (keys, key)

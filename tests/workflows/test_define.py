@@ -181,8 +181,8 @@ def test_bad_node_options(node: Any, message: str) -> None:
     [
         (compute(run=noop, timeout_s=-1), "timeout_s must be a positive number of seconds, got -1"),
         (compute(run=noop, timeout_s=0), "timeout_s must be a positive"),
-        (action(run=noop, timeout_s=float("inf")), "timeout_s must be a positive"),
-        (shell("ls", timeout_s=None), "timeout_s must be a positive"),  # type: ignore[arg-type]
+        (action(run=noop, timeout_s=float("inf")), "timeout_s must be a finite number of seconds, got inf"),
+        (shell("ls", timeout_s="5"), "timeout_s must be a number of seconds, got str"),  # type: ignore[arg-type]
         (checkpoint(timeout_s=-5), "timeout_s must be a positive"),
         (agent("p", timeout_s=-0.1), "timeout_s must be a positive"),
         (compute(run=noop, retries=-1), "retries must be a non-negative integer, got -1"),

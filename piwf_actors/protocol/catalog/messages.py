@@ -15,7 +15,8 @@ from piwf_actors.store.commands.mailbox import MAX_TOPIC_CHARS
 from piwf_actors.store.requests import WriteCommand
 
 
-@write_operation("message.send", payload={"run_id": ("str", True), "topic": ("str", True), "payload": ("any", False)})
+@write_operation("message.send", payload={"run_id": ("str", True), "topic": ("str", True), "payload": ("any", False),
+                                          "strict": ("bool", False)})
 def message_send(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
     topic = payload["topic"]
     if not topic.strip() or len(topic) > MAX_TOPIC_CHARS:
@@ -23,4 +24,5 @@ def message_send(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> W
                          request.request_id)
     args = {**client_args(request), "to_run_id": payload["run_id"], "topic": topic, "message": payload.get("payload")}
     args["peer"] = request.peer  # who sent it, kept with the message (not in the fingerprint)
+    args["strict"] = bool(payload.get("strict"))  # refuse a topic no node of the run's workflow waits on
     return WriteCommand("message.send", args)

@@ -43,7 +43,7 @@ from piwf_actors.workflows.graph_data import GraphDataError, document_from_bytes
 from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.shapes import input_refusal
-from piwf_actors.workflows.waits import runs_user_code
+from piwf_actors.workflows.waits import runs_user_code, wait_topics
 
 #: The largest priority either way (an integer; higher starts first).
 MAX_PRIORITY = 1_000_000
@@ -251,6 +251,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "concurrency_key": None if limited is None else limited[0],
         "concurrency_max": None if limited is None else limited[1],
         "graph": resolved.graph(),  # drawing the run loads nothing (workflows/graph_data.py)
+        "wait_topics": wait_topics(resolved.workflow),  # for message.send to tell a topic nobody waits on
     }
     return WriteCommand("run.start", args)
 
@@ -387,6 +388,7 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
         args["spec"] = {"workflow": resolved.workflow.name, "workflow_path": resolved.path,
                         "workflow_attr": resolved.attr, "definition_digest": resolved.workflow.digest,
                         "source": resolved.source, "graph": resolved.graph(),
+                        "wait_topics": wait_topics(resolved.workflow),
                         **_restart_limit(resolver, resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
     return args

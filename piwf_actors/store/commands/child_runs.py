@@ -62,7 +62,8 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
                 "project_path": run["project_path"], "session_id": run["session_id"],
                 "parent_run_id": run["run_id"], "parent_node_id": wait["node_id"], "parent_wait_id": wait["wait_id"],
                 "child_index": index, "fanout_max": max_parallel, "priority": run["priority"],
-                "concurrency_key": child.get("concurrency_key"), "concurrency_max": child.get("concurrency_max")}
+                "concurrency_key": child.get("concurrency_key"), "concurrency_max": child.get("concurrency_max"),
+                "wait_topics": child.get("wait_topics")}
         stored = put_value(ctx.conn, child.get("input"), ctx.now)
         graph_sha = graphs.of(child["definition_digest"])
         earlier = reusable.get(index)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from piwf_actors.canonical import canonical_json
+from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
@@ -34,6 +34,17 @@ MAX_TOPIC_CHARS = 200
 def message_id_for(*key: Any) -> str:
     digest = hashlib.sha256(canonical_json(["message", *key]).encode()).hexdigest()
     return f"msg_{digest[:26]}"
+
+
+def wait_topics_of(conn: Any, run_id: str) -> list[str] | None:
+    """The topics run `run_id`'s workflow can wait for a message on, as the host stored them when it
+    made the run (its `run_created` event: workflows/waits.py `wait_topics`); None when any topic could
+    be (one is computed), or the run was made without them (by an older host) or does not exist."""
+    row = conn.execute("SELECT payload FROM run_event WHERE run_id = ? AND kind = 'run_created' ORDER BY seq "
+                       "LIMIT 1", (run_id,)).fetchone()
+    created = loads(row[0]) if row is not None and row[0] else None
+    topics = created.get("wait_topics") if isinstance(created, dict) else None
+    return list(topics) if isinstance(topics, list) else None
 
 
 def _paused(run: dict[str, Any]) -> bool:
@@ -119,15 +130,25 @@ def _peer(args: dict[str, Any]) -> dict[str, Any]:
 
 @command("message.send")
 def message_send(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
-    """Send `payload` to run `run_id` on `topic`; recorded (and so sent once) under the client's key."""
+    """Send `payload` to run `run_id` on `topic`; recorded (and so sent once) under the client's key.
+
+    When the run's topics are known (`wait_topics_of`) the receipt lists them (`topics`), so a client
+    can say that no node waits on this one; `strict` refuses such a message instead (nothing is sent)."""
 
     def apply() -> dict[str, Any]:
+        run_id, topic = str(args["to_run_id"]), args.get("topic")
+        topics = wait_topics_of(ctx.conn, run_id)
+        if args.get("strict") and topics is not None and topic not in topics:
+            said = ", ".join(repr(known) for known in topics)
+            raise Rejected(f"no node of run {run_id}'s workflow waits for a message on {topic!r} "
+                           f"({f'its topics: {said}' if topics else 'it has no wait_message node'}); nothing was sent")
         key = args.get("idempotency_key")
         # The target is part of the name: a key reused for another run (after its record was pruned)
         # is another message, never the first one's receipt.
-        message_id = (message_id_for("client", args.get("client_id"), key, args["to_run_id"])
+        message_id = (message_id_for("client", args.get("client_id"), key, run_id)
                       if key and args.get("client_id") else new_id("msg", ctx.now))
-        return post(ctx, str(args["to_run_id"]), args.get("topic"), args.get("message"), _peer(args), message_id)
+        receipt = post(ctx, run_id, topic, args.get("message"), _peer(args), message_id)
+        return receipt if topics is None else {**receipt, "topics": topics}
 
     return recorded(ctx, args, apply)
 

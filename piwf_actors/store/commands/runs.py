@@ -17,7 +17,7 @@ from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.holds import let_go
 from piwf_actors.store.commands.idempotency import Adopted, recorded, refusal_in
-from piwf_actors.store.commands.mailbox import deliver_resumed
+from piwf_actors.store.commands.mailbox import deliver_resumed, wait_topics_of
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import restart_request_clocks, stop_request_clocks
 from piwf_actors.store.events import append_event
@@ -71,6 +71,9 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
     created: dict[str, Any] = {"workflow": spec["workflow"], "parent_run_id": spec.get("parent_run_id")}
     if spec.get("parent_node_id") is not None:
         created.update(parent_node_id=spec["parent_node_id"], child_index=spec.get("child_index"))
+    topics = spec.get("wait_topics")
+    if isinstance(topics, list) and all(isinstance(topic, str) for topic in topics):
+        created["wait_topics"] = topics  # what message.send checks a topic against (mailbox.wait_topics_of)
     append_event(ctx.conn, run_id, "run_created", ctx.now, payload=created)
     ctx.changes.touch("run", run_id)
     return {"run_id": run_id, "status": "queued", "revision": 1}
@@ -263,6 +266,9 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             source_sha = graph_sha = None
             spec["source"] = fresh.get("source")
             spec["graph"] = fresh.get("graph")
+            spec["wait_topics"] = fresh.get("wait_topics")
+        else:  # the stored snapshot runs again: so do the topics it waits on
+            spec["wait_topics"] = wait_topics_of(ctx.conn, run_id)
         from_node = args.get("from_node")
         if from_node is not None:
             nodes = args.get("node_ids") or []
