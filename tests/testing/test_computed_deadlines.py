@@ -66,10 +66,10 @@ def test_a_computed_checkpoint_timeout_counts_and_stands_still_while_paused(piwf
 @pytest.mark.parametrize(("workflow", "run_input", "node", "words"), [
     (flows.whole, {"hours": -1}, "approve", "on_timeout.after_s must be a positive number of seconds, got -3600"),
     (flows.whole, {"hours": 1, "default": "maybe"}, "approve", "on_timeout.response: unknown choice 'maybe'"),
-    (flows.timed, {"hours": 1e308}, "approve", "on_timeout.after_s must be a positive number of seconds"),
-    (flows.timed, {"hours": "2"}, "approve", "on_timeout.after_s must be a positive number of seconds"),
+    (flows.timed, {"hours": 1e308}, "approve", "on_timeout.after_s must be a finite number of seconds, got inf"),
+    (flows.timed, {"hours": "2"}, "approve", "on_timeout.after_s must be a number of seconds, got str"),
     (flows.note, {"minutes": 0}, "ask", "timeout_s must be a positive number of seconds, got 0"),
-    (flows.note, {"minutes": [1]}, "ask", "timeout_s must be a positive number of seconds"),
+    (flows.note, {"minutes": [1]}, "ask", "timeout_s must be a number of seconds, got list"),
 ], ids=["negative", "unknown-choice", "infinite", "text", "zero", "list"])
 def test_a_computed_deadline_that_is_not_one_fails_the_node_with_one_line_naming_it(
         piwf: Piwf, workflow, run_input, node, words) -> None:
