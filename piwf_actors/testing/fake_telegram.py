@@ -218,7 +218,9 @@ class FakeBotApi:
         """Start update ids again at `next_id`, as Telegram does after a week without updates or a
         local Bot API server after a restart. `future_offset` is what a getUpdates with an offset
         beyond every id given out does from then on: "drop" confirms (forgets) every update below
-        it, like an ordinary offset; "head" answers from the head of the queue instead."""
+        it, like an ordinary offset; "head" answers from the head of the queue instead, as Telegram's
+        server does. Unlike that server, which restarts its ids only once its queue is empty, updates
+        not yet confirmed stay queued, ahead of the new ones: the harder case for a poller."""
         if future_offset not in FUTURE_OFFSETS:
             raise ValueError(f"future_offset must be one of {FUTURE_OFFSETS}")
         with self._state:
