@@ -17,14 +17,14 @@ without a person. When the decision is settled (answered anywhere, timed
 out, cancelled) each delivered message is edited to show the outcome
 without buttons.
 
-Answers, one update at a time and in order: a tap on a button or a reply to
-a text prompt is accepted only from an allowed user in an allowed chat and
-for the current copy of the request's current revision; `channel.answer`
-applies it and moves the cursor past the update in one transaction. Every
-tap and every reply to a prompt is answered. The poller asks for the next
-updates only after the batch is written, from the stored cursor; a batch
-below the cursor means the service's ids restarted, and the cursor is
-re-based (`store/commands/channel_answers.py`).
+Answers, one update at a time in the service's order: a tap on a button or
+a reply to a text prompt is accepted only from an allowed user in an allowed
+chat and for the current copy of the request's current revision;
+`channel.answer` applies it and moves the cursor past the update in one
+transaction. Every tap and every reply to a prompt is answered. The poller
+asks for the next updates only after the batch is written, from the stored
+cursor (which confirms them); where the ids restart, the cursor is re-based
+(`actors/channel_batch.py`, `store/commands/channel_answers.py`).
 
 Supervised by the `ChannelManager` (one-for-one): a failure stops only this
 profile, which the manager starts again under a new adapter epoch; that
@@ -45,6 +45,7 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.channel_batch import Restart, Served
 from piwf_actors.actors.channel_io import ChannelThreads, Job, JobDone, Polled, PollFailed
 from piwf_actors.actors.channel_plan import Work, next_work
 from piwf_actors.actors.channel_updates import Prompt, read_update
@@ -133,7 +134,8 @@ class ChannelAdapter(CoreActor):
         self._cursor = 0
         self._stored_cursor = 0  # the cursor as the database has it
         self._moves: dict[int, int] = {}
-        self._events: deque[Event] = deque()
+        self._served = Served()  # what the service may serve again (actors/channel_batch.py)
+        self._events: deque[Event | Restart] = deque()
         self._applying_event = False
         self._batch_idle = False  # the current batch had updates and moved the cursor past none
         self._poll_problem: str | None = None
@@ -302,18 +304,8 @@ class ChannelAdapter(CoreActor):
             log.info("channel %s: polling works again", self._profile.profile)
         self._poll_problem = None
         self._report()
-        events = sorted(message.events, key=lambda event: event.update_id)
-        self._events.extend(events)
-        self._batch_idle = bool(events)
-        if events and events[0].update_id < self._cursor:
-            # Ids below the offset asked for: the service's ids restarted (an update once confirmed
-            # is never returned again). Re-base before applying anything of this batch.
-            log.warning("channel %s: the service's update ids restarted (%d, below the cursor %d): "
-                        "re-basing the cursor", self._profile.profile, events[0].update_id, self._cursor)
-            self._applying_event = True
-            self._command("channel.cursor_rebase", {"cursor": events[0].update_id, "expected": self._cursor},
-                          "rebase")
-            return
+        self._events.extend(self._served.read(message.events, self._cursor))
+        self._batch_idle = bool(message.events)
         self._next_event()
 
     def _poll_failed(self, message: PollFailed) -> None:
@@ -351,8 +343,15 @@ class ChannelAdapter(CoreActor):
         """Apply queued events one at a time; when none is left, let the poller go on."""
         while self._events and not self._applying_event:
             event = self._events.popleft()
+            if isinstance(event, Restart):  # re-based before the new generation's updates; the result goes on
+                log.warning("channel %s: the service's update ids restarted (%d, below the cursor %d): "
+                            "re-basing the cursor", self._profile.profile, event.update_id, self._cursor)
+                self._applying_event = True
+                self._command("channel.cursor_rebase", {"cursor": event.update_id, "expected": self._stored_cursor}, "rebase")
+                return
             if event.update_id < self._cursor:
-                continue  # applied before
+                self._served.handled(event.update_id)  # applied before
+                continue
             try:
                 waits = self._handle(event)
             except Exception:
@@ -366,7 +365,7 @@ class ChannelAdapter(CoreActor):
             if waits:
                 self._applying_event = True  # a write is on its way; its result continues the loop
                 return
-            self._move_cursor(event.update_id + 1)
+            self._done_with(event)
         if not self._events and not self._applying_event:
             assert self._threads is not None
             if self._stored_cursor < self._cursor:
@@ -375,12 +374,14 @@ class ChannelAdapter(CoreActor):
                 # A batch that moved nothing (only updates applied before) must not become a hot loop.
                 self._threads.poll_from(self._cursor, 1.0 if self._batch_idle else 0.0)
 
-    def _move_cursor(self, cursor: int, *, stored: bool = False) -> None:
-        if cursor > self._cursor:
-            self._cursor = cursor
+    def _done_with(self, event: Event, *, stored: bool = False) -> None:
+        """The update is handled: the cursor moves past it (as the database has it too, when `stored`)."""
+        self._served.handled(event.update_id)
+        if event.update_id + 1 > self._cursor:
+            self._cursor = event.update_id + 1
             self._batch_idle = False
         if stored:
-            self._stored_cursor = max(self._stored_cursor, cursor)
+            self._stored_cursor = max(self._stored_cursor, event.update_id + 1)
 
     def _handle(self, event: Event) -> bool:
         """Deal with one event; True when it waits for a write (the cursor moves with it)."""
@@ -430,7 +431,7 @@ class ChannelAdapter(CoreActor):
                       event.update_id, refusals, result.error)
             if isinstance(event, Tap | Reply):
                 self._notice(event, "This could not be recorded (see the host's log).")
-            self._move_cursor(event.update_id + 1)
+            self._done_with(event)
             self._next_event()
             return
         value = result.value
@@ -452,7 +453,7 @@ class ChannelAdapter(CoreActor):
             elif value["status"] == "refused":
                 self._notice(event, f"Not recorded: {value.get('error')}"[:190])
         # The prompt's reservation leaves the cursor; the answer and a found message moved it.
-        self._move_cursor(event.update_id + 1, stored=result.correlation_id != "prompt")
+        self._done_with(event, stored=result.correlation_id != "prompt")
         self._next_event()
 
     def _rebased(self, result: WriteResult) -> None:

@@ -6,7 +6,7 @@ decision channel uses (sendMessage, editMessageText, answerCallbackQuery,
 getUpdates, getMe), enforces the limits that bite in production (text
 1-4096 characters, callback_data 1-64 bytes, one getUpdates poller at a
 time), simulates people (`tap`, `tap_inline`, `reply`), injects failures
-(`fail_next`, `pause_before_response`) and plays Telegram's rarer moves: a
+(`fail_next`, `pause_before_response`, `hold_polls_from`) and plays Telegram's rarer moves: a
 restart of its update ids (`reset_update_ids`) and a group that became a
 supergroup (`migrate_chat`). `fake_telegram_console.py` serves it as a program
 (``python -m piwf_actors.channels.fake_telegram``), whose commands reach it
@@ -80,6 +80,8 @@ class FakeBotApi:
         self._failures: dict[str, deque[tuple[str, dict[str, Any]]]] = {}
         self._holds: dict[str, threading.Event] = {}
         self._reached: dict[str, threading.Event] = {}
+        # getUpdates calls from this offset on wait (before confirming anything) until release_polls
+        self._poll_hold: tuple[int, threading.Event, threading.Event] | None = None
         # update_id -> the callback query id (a tap) or the person's message id (a reply) it carries
         self._made: dict[int, str | int] = {}
         #: Set by the console (`fake_telegram_console.py`): runs a typed command sent as the "fakeCommand"
@@ -112,6 +114,8 @@ class FakeBotApi:
             self._state.notify_all()
             for gate in self._holds.values():
                 gate.set()
+            if self._poll_hold is not None:
+                self._poll_hold[2].set()
         server.shutdown()
         server.server_close()
         if thread is not None:
@@ -214,7 +218,9 @@ class FakeBotApi:
         """Start update ids again at `next_id`, as Telegram does after a week without updates or a
         local Bot API server after a restart. `future_offset` is what a getUpdates with an offset
         beyond every id given out does from then on: "drop" confirms (forgets) every update below
-        it, like an ordinary offset; "head" answers from the head of the queue instead."""
+        it, like an ordinary offset; "head" answers from the head of the queue instead, as Telegram's
+        server does. Unlike that server, which restarts its ids only once its queue is empty, updates
+        not yet confirmed stay queued, ahead of the new ones: the harder case for a poller."""
         if future_offset not in FUTURE_OFFSETS:
             raise ValueError(f"future_offset must be one of {FUTURE_OFFSETS}")
         with self._state:
@@ -282,6 +288,23 @@ class FakeBotApi:
             gate = self._holds.pop(method, None)
         if gate is not None:
             gate.set()
+
+    def hold_polls_from(self, offset: int) -> threading.Event:
+        """From now on, a getUpdates call whose offset is `offset` or more waits, before it confirms
+        or answers anything, until `release_polls`: the service has not heard of that offset yet.
+        Returns an Event set once such a call waits."""
+        with self._state:
+            if self._poll_hold is not None:
+                raise RuntimeError("getUpdates calls are held already")
+            self._poll_hold = (offset, threading.Event(), threading.Event())
+            return self._poll_hold[1]
+
+    def release_polls(self) -> None:
+        """Let the held getUpdates calls go on, and hold no more."""
+        with self._state:
+            hold, self._poll_hold = self._poll_hold, None
+        if hold is not None:
+            hold[2].set()
 
     def reached(self, method: str) -> threading.Event:
         """An Event set whenever a call of `method` reaches the fake (clear it to wait for the next one)."""
@@ -418,6 +441,12 @@ class FakeBotApi:
         limit = min(max(param_int(params.get("limit", 100), "limit"), 1), 100)
         timeout = max(param_int(params.get("timeout", 0), "timeout"), 0)
         allowed = json_param(params.get("allowed_updates"))
+        with self._state:
+            hold = self._poll_hold
+        if hold is not None and offset >= hold[0]:
+            hold[1].set()
+            while not hold[2].wait(0.1) and not self._stopping.is_set():
+                pass
         deadline = time.monotonic() + timeout
         with self._state:
             if self._pollers:

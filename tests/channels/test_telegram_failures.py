@@ -217,6 +217,107 @@ def test_update_ids_that_restart_below_the_cursor_are_applied_without_a_hot_loop
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
     assert json.loads(submission["provenance"])["update_id"] == 5
 
+CHECKPOINT_FLOW = '''
+from piwf_actors.workflows import checkpoint, compute, define_workflow, edge
+
+ask = define_workflow(
+    name="ask", start_at="build",
+    nodes={"build": checkpoint(prompt="Which build goes out?", audience="operator"),
+           "done": compute(run=lambda ctx: {"answer": ctx.outputs["build"]})},
+    edges=[edge("build", "done")],
+)
+'''
+
+
+def _restart_while_the_last_batch_is_unconfirmed(guard, state_dir: Path, setup, fake: FakeBotApi, start_run,
+                                                 answer) -> tuple[Any, str]:
+    """Drive the service into the state of the defect: six updates read in one batch and applied
+    (the cursor stored at 1006), the service not yet told (no poll from 1006 has reached it), and
+    then its ids restart at 5 with one new update, `answer(message)`. A poll from 1006 is then a
+    future offset, which this service answers from its queue's head without confirming anything:
+    [1000..1005, 5], in that order."""
+    for index in range(6):
+        fake.reply(chat_id=CHAT, user_id=USER, text=f"chatter {index}")  # 1000..1005: the first batch
+    held = fake.hold_polls_from(1006)
+    host = start(guard, state_dir, setup, fake)
+    run_id = start_run(host)
+    [message] = messages_in(fake, CHAT, 1)
+    assert held.wait(20), "the poll from past the chatter"
+    assert [update["update_id"] for update in fake.pending_updates()] == list(range(1000, 1006))
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 1006, "generation": 0}]
+    fake.reset_update_ids(5, future_offset="head")
+    assert answer(message) == 5
+    fake.release_polls()
+    return host, run_id
+
+
+def _cursor_settles_past(fake: FakeBotApi, state_dir: Path, what: str) -> None:
+    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream") == [{"cursor": 6}], 15,
+             lambda: f"the cursor past {what} (stream {rows(state_dir, 'SELECT * FROM channel_stream')}, "
+                     f"{len(fake.calls_of('getUpdates'))} polls, {len(fake.calls_of('answerCallbackQuery'))} "
+                     f"answerCallbackQuery, {len(sent(fake))} sendMessage)")
+
+
+def _quiet_after(fake: FakeBotApi, state_dir: Path, polls: int = 3) -> list[dict[str, Any]]:
+    """The polls that follow, once `polls` more have been made: they must write nothing (the
+    stream's row stays as it is) and call nothing but getUpdates. Call it once the update's
+    acknowledgement and the message's edit (its decision settled) have reached the chat."""
+    wait_for(lambda: fake.messages(CHAT)[0]["edited"], 15, "the message edited to its outcome")
+    [before] = rows(state_dir, "SELECT cursor, generation, updated_at FROM channel_stream")
+    others = len(fake.calls) - len(fake.calls_of("getUpdates"))
+    start_at = len(fake.calls_of("getUpdates"))
+    found = wait_for(lambda: len(calls := fake.calls_of("getUpdates")) >= start_at + polls and calls[start_at:],
+                     30, f"{polls} more polls")
+    assert rows(state_dir, "SELECT cursor, generation, updated_at FROM channel_stream") == [before]
+    assert len(fake.calls) - len(fake.calls_of("getUpdates")) == others, [c["method"] for c in fake.calls[-20:]]
+    return found
+
+
+def test_a_restart_while_the_last_batch_is_unconfirmed_applies_the_tap_once_and_does_not_loop(
+        guard, state_dir, setup, fake) -> None:
+    """On main the adapter sorted [1000..1005, 5] by id, re-based its cursor to 5, applied the tap,
+    took 1000..1005 for updates of the new generation, moved the cursor back to 1006 (a future
+    offset again) and looped, about 200 times a second: each time a re-base (a new generation), a
+    cursor write, a getUpdates and an answerCallbackQuery (the tap, read again, found its decision
+    closed)."""
+    host, run_id = _restart_while_the_last_batch_is_unconfirmed(
+        guard, state_dir, setup, fake, lambda host: release_run(host, setup, "5"),
+        lambda message: fake.tap(chat_id=CHAT, user_id=USER, message_id=message["message_id"],
+                                 data=buttons(message)["Ship it"]))
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "5"}
+    _cursor_settles_past(fake, state_dir, "the tap")
+    answered(fake)
+    # Once the tap is applied, every poll asks from past it (which confirms it to the service). The
+    # service still serves 1000..1005 from its queue's head (no offset in its new ids can confirm
+    # them): they are passed over, with nothing written and nothing answered.
+    polls = _quiet_after(fake, state_dir)
+    assert all(int(poll["offset"]) == 6 for poll in polls), polls
+    assert [update["update_id"] for update in fake.pending_updates()] == list(range(1000, 1006))
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 6, "generation": 1}]
+    assert [call["text"] for call in fake.calls_of("answerCallbackQuery")] == ["Recorded: Ship it"]
+    [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
+    assert json.loads(submission["provenance"])["update_id"] == 5
+    assert len(sent(fake)) == 1  # the delivery; its settlement is an edit
+
+
+def test_a_restart_while_the_last_batch_is_unconfirmed_sends_one_notice_for_a_reply(guard, state_dir, setup, fake,
+                                                                                    tmp_path) -> None:
+    """On main the reply (update 5) was applied again on every turn of the loop, and each time the
+    person got "This checkpoint is no longer open.": over a thousand messages in 5 s."""
+    flows = tmp_path / "ask.py"
+    flows.write_text(CHECKPOINT_FLOW)
+    host, run_id = _restart_while_the_last_batch_is_unconfirmed(
+        guard, state_dir, setup, fake, lambda host: host.start_run(f"{flows}:ask", {})["receipt"]["run_id"],
+        lambda message: fake.reply(chat_id=CHAT, user_id=USER, text="build 7",
+                                   reply_to_message_id=message["message_id"]))
+    assert host.wait_for_run(run_id, timeout=20)["output"] == {"answer": {"text": "build 7"}}
+    _cursor_settles_past(fake, state_dir, "the reply")
+    wait_for(lambda: len(sent(fake)) >= 2, 15, "the reply's acknowledgement")
+    _quiet_after(fake, state_dir)
+    checkpoint, *notices = [call["text"] for call in sent(fake)]
+    assert "Which build goes out?" in checkpoint and notices == ["Recorded: your answer"]
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 6, "generation": 1}]
+
 
 def test_another_bot_under_the_same_profile_reads_its_own_updates(guard, state_dir, setup, fake) -> None:
     """On main the cursor belonged to the profile name: the new bot's ids, below it, were confirmed

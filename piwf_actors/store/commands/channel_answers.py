@@ -10,9 +10,9 @@ deliver the update again, and it is then skipped.
 
 A service's ids can restart below the cursor (Telegram picks a new random
 start after a week without updates; a local Bot API server starts again).
-The adapter notices — the service returned updates below the offset it was
-asked for, which it never does otherwise — and re-bases the cursor
-(`channel.cursor_rebase`), which counts a new `generation`. The generation is
+The adapter notices — in the service's order the ids drop, or a batch starts
+below the offset it asked for (`actors/channel_batch.py`) — and re-bases the
+cursor (`channel.cursor_rebase`), which counts a new `generation`. The generation is
 part of every answer's idempotency key, so an update id used again after a
 reset is a new update, not a replay.
 """
