@@ -74,6 +74,13 @@ def test_a_limit_holds_while_three_hosts_race_for_its_slots(guard, state_dir, pg
         role = () if name == "host-a" else ("--role", "runner")
         scripts[name] = piwf_host(guard, state_dir / name, *role, "--host-id", name, workers=WORKERS,
                                   database=url, lease_s=10)
+    # Every host's workers warm before the first start: the runs take a second or two in all, and a
+    # host still spawning its workers then (a loaded machine) would miss the race the test is about.
+    def warm(name: str) -> bool:
+        with Client(state_dir / name, timeout=10) as client:
+            return client.status()["workers"]["idle"] >= WORKERS
+    for name in HOSTS:
+        wait_for(lambda name=name: warm(name), 60, f"{name}'s {WORKERS} workers to be warm", poll=0.1)
     with Client(state_dir / "host-a") as client:
         run_ids = _start_runs(client, oracle)
 
