@@ -61,7 +61,7 @@ import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.ticker import Ticker
-from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
+from piwf_actors.actors.writer import Subscribe, Subscribed, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.clock import TimerClock
 from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
@@ -179,7 +179,8 @@ class ClientGateway(CoreActor):
         self._reader = StoreReader(self._db_path)
         # The host's own slow work only (state.*, file hashes): workflow code runs on the resolver's user code.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="piwf-maintenance")
-        self._writer.ref.tell(Subscribe(self.actor_ref))
+        # Acknowledged: the views trust the notices only from the writer's `Subscribed` (_subscribed).
+        self._writer.ref.tell(Subscribe(self.actor_ref, ack=True))
         ref = self.actor_ref
         self._board.listen(Stream.NODE_OUTPUT, self._on_output)
         self._loop = SocketLoop(
@@ -229,7 +230,7 @@ class ClientGateway(CoreActor):
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
                 FlushWatches: self._flush_watches, WriteResult: self._written,
                 ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output,
-                StandbyPoll: self._standby_poll, BecomeActive: self._become_active}
+                StandbyPoll: self._standby_poll, BecomeActive: self._become_active, Subscribed: self._subscribed}
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -391,7 +392,12 @@ class ClientGateway(CoreActor):
 
     def _read_views_again(self) -> None:
         """Mark every watch for a fresh look at the database (they send only what changed)."""
-        if self._views is not None and self._views.poll_database() is not None and not self._flush_scheduled:
+        if self._views is not None:
+            self._flush_soon(self._views.poll_database())
+
+    def _flush_soon(self, earliest: float | None) -> None:
+        """Flush once the messages queued now are handled, if a watch was marked (`earliest` not None)."""
+        if earliest is not None and not self._flush_scheduled:
             self._flush_scheduled = True
             self.actor_ref.tell(FlushWatches())
 
@@ -418,6 +424,12 @@ class ClientGateway(CoreActor):
             # The write still happens; its answer has nowhere to go. A client that
             # reconnects and replays the idempotency key gets it as `adopted`.
             self._pending[token].conn_id = -1
+
+    def _subscribed(self, _message: Subscribed) -> None:
+        """The writer registered this gateway: every view is read again, and trusts the notices from now on
+        (a commit before may have sent none here: see LiveViews)."""
+        if self._views is not None:
+            self._flush_soon(self._views.registered())
 
     def _changed(self, notice: ChangeNotice) -> None:
         services = self._services

@@ -79,7 +79,9 @@ class Subscribe:
 
     subscriber: pykka.ActorRef[Any]
     tables: frozenset[str] | None = None
-    #: Tell the subscriber `Subscribed` once it is registered: every commit after that reaches it.
+    #: Tell the subscriber `Subscribed` once it is registered: every commit after that reaches it. (The
+    #: writer registers it when it gets to this message: the batches of a Drain ahead of it take every
+    #: command queued meanwhile, also one sent after this message.)
     ack: bool = False
 
 

@@ -11,6 +11,13 @@ The window costs nothing while nobody looks: it exists only while a `runs`
 or `host` watch needs it or `run.list` used it in the last WINDOW_IDLE_S,
 and until something reads it, a notice only adds the run ids it names to a
 set.
+
+Notices are complete only from the moment the writer registered the
+gateway (`registered`): the writer gets to the gateway's `Subscribe` after
+the batches ahead of it, which take every command queued by then, also a
+client's write sent after the gateway started answering. Until then the
+views trust no notice: run.list and a watch's first event read the
+database, and at registration every view is read again.
 """
 
 from __future__ import annotations
@@ -52,6 +59,20 @@ class LiveViews:
         #: Another host writes the database (this one is a standby): no change notice tells what changed,
         #: so run.list reads the database and `poll_database` has every watch look again.
         self.external_writes = False
+        #: The writer said it registered the gateway: every commit since sends it a notice (`registered`).
+        self._registered = False
+
+    @property
+    def _notices_tell_all(self) -> bool:
+        """Whether the change notices taken in name every change since the window's last read."""
+        return self._registered and not self.external_writes
+
+    def registered(self) -> float | None:
+        """The writer registered the gateway for change notices (`writer.Subscribed`). A commit before
+        may have sent none here, so every view is read again as by `poll_database` (whose answer this
+        is); from now on the notices are trusted."""
+        self._registered = True
+        return self.poll_database()
 
     def answered(self, commit_seq: int) -> None:
         """The gateway answered a write committed under `commit_seq`."""
@@ -136,7 +157,7 @@ class LiveViews:
                  since: float | None) -> list[dict[str, Any]]:
         """From the run window when it has noted every write the gateway answered and holds the answer
         (the newest runs, or all of them); otherwise from the database."""
-        if self.external_writes:
+        if not self._notices_tell_all:
             return queries.run_list(self._reader, status, limit, workflow=workflow, since=since)
         window = self._run_window(fresh=False)
         if window.seq >= self._answered_seq:
@@ -151,7 +172,7 @@ class LiveViews:
         if window is None:
             window = self._window = RunWindow()
             window.seq = self._answered_seq  # its first sync reads everything committed by now
-        elif fresh and (self.external_writes or window.seq < self._answered_seq):
+        elif fresh and (not self._notices_tell_all or window.seq < self._answered_seq):
             window.invalidate()
             window.seq = self._answered_seq
         self._window_used_at = time.monotonic()

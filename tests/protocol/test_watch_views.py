@@ -9,17 +9,29 @@ read-only connection reads, and what a new watch gets first; `run.list` must
 answer what the query answers. Also: `run.list` sees a run as soon as
 `run.start` was answered, and a burst of changes reaches a `runs` watcher,
 its last event current (how many events a burst makes: bench/latency.py).
+And a write the writer commits before it registered the gateway for change
+notices (the gateway had started and answered already) still reaches the
+watches.
 """
 
 from __future__ import annotations
 
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from piwf_actors.actors.gateway import ClientGateway
+from piwf_actors.actors.writer import DatabaseWriter, Subscribe, WriterHandle
 from piwf_actors.protocol import views
 from piwf_actors.store import queries
+from piwf_actors.store.commands import registry
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.requests import WriteCommand
 
 FLOWS = textwrap.dedent('''
     from piwf_actors.workflows import compute, define_workflow
@@ -171,3 +183,116 @@ def test_a_burst_of_changes_reaches_a_runs_watcher_and_its_last_event_is_current
     proto.wait_for(all_done, 60, lambda: f"the watcher to see 40 runs done ({len(events)} events)")
     assert events[-1] == _fresh(host)[0]
     assert [run["status"] for run in events[-1]["runs"]] == ["done"] * 40
+
+
+class _WriterHeldAtGatewayStart:
+    """Holds the host's writer inside a batch from just before its gateway starts until `release`.
+
+    The gateway tells the writer `Subscribe` when it starts; the writer gets to that message after the
+    Drain ahead of it in its mailbox, and a Drain applies batch after batch until its queue is empty,
+    so every command queued meanwhile commits before the gateway is registered, also one a client
+    sent after the gateway answered it. Under load that happens for real (a warm worker's
+    registration was the batch ahead, and a client's first run.start went with it); here a command
+    of the test's own (`HOLD`, in the writer's transaction) keeps the writer in that Drain for as
+    long as the test needs. `order` records, in the writer's thread, the commands of each batch
+    applied and the gateway's registration.
+    """
+
+    HOLD = "test.hold_writer"
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+        self.holding = threading.Event()
+        self._released = threading.Event()
+        self._queued: dict[str, threading.Event] = {}
+        self.order: list[str] = []
+
+    def arm(self) -> None:
+        """Hold the writer when the next gateway starts (and record the order from now on)."""
+        held, patch = self, self._monkeypatch
+        real_on_start, real_submit = ClientGateway.on_start, WriterHandle.submit
+        real_apply, real_subscribe = DatabaseWriter._apply, DatabaseWriter._subscribe
+
+        def on_start(gateway: ClientGateway) -> None:  # the gateway's thread
+            gateway._writer.submit(WriteCommand(held.HOLD, {}))
+            assert held.holding.wait(30), "the writer did not take the holding command"
+            real_on_start(gateway)
+
+        def submit(handle: WriterHandle, command: WriteCommand, reply_to: Any = None) -> None:
+            real_submit(handle, command, reply_to)
+            held._queued.setdefault(command.name, threading.Event()).set()
+
+        def apply(writer: DatabaseWriter, batch: list) -> None:
+            real_apply(writer, batch)
+            held.order.extend(command.name for command, _ in batch)
+
+        def subscribe(writer: DatabaseWriter, message: Subscribe) -> None:
+            real_subscribe(writer, message)
+            held.order.append(f"registered {message.subscriber.actor_class.__name__}")
+
+        patch.setitem(registry._COMMANDS, self.HOLD, registry.CommandSpec(self.HOLD, self._hold, False))
+        patch.setattr(ClientGateway, "on_start", on_start)
+        patch.setattr(WriterHandle, "submit", submit)
+        patch.setattr(DatabaseWriter, "_apply", apply)
+        patch.setattr(DatabaseWriter, "_subscribe", subscribe)
+
+    def _hold(self, _ctx: registry.WriteContext, _args: dict[str, Any]) -> None:
+        """Runs in the writer's thread, inside its transaction, until released (at most a minute)."""
+        self.holding.set()
+        self._released.wait(60)
+
+    def release_once_queued(self, command_name: str) -> None:
+        """Let the writer go on once a `command_name` command is queued for it."""
+        queued = self._queued.setdefault(command_name, threading.Event())
+        assert queued.wait(30), f"no {command_name} was queued for the writer"
+        self._released.set()
+
+    def release(self) -> None:
+        self._released.set()
+
+
+@pytest.fixture
+def writer_held(make_host, monkeypatch: pytest.MonkeyPatch) -> Iterator[_WriterHeldAtGatewayStart]:
+    """`_WriterHeldAtGatewayStart`, released in teardown before the hosts stop (after make_host's set-up,
+    so before its teardown)."""
+    held = _WriterHeldAtGatewayStart(monkeypatch)
+    yield held
+    held.release()
+
+
+def test_a_write_committed_before_the_writer_registered_the_gateway_reaches_the_watches(
+        make_host, writer_held: _WriterHeldAtGatewayStart, connect, proto) -> None:
+    """A run parked under an earlier host is cancelled while the new host's writer has not registered
+    its gateway yet: that commit's notice never reaches the gateway, and no later one names the run.
+    The watched `runs` and `host` views must show the cancel anyway, and run.list must answer what
+    the query answers."""
+    first = make_host()
+    setup = connect(first)
+    parked = setup.ok("run.start", {"workflow": proto.flow("asks")})["receipt"]["run_id"]
+    proto.wait_run(setup, parked, ("parked",))
+    setup.close()
+    first.stop("the next host starts on the same state")
+
+    writer_held.arm()
+    host = make_host(lease_s=60.0)  # the held writer renews no lease meanwhile
+    assert writer_held.holding.is_set()
+    watcher, actor = connect(host), connect(host)
+    _watch(watcher, "all", "runs")
+    _watch(watcher, "hq", "host")
+    last = {"all": watcher.event("all")["payload"], "hq": watcher.event("hq")["payload"]}
+    assert [(run["run_id"], run["status"]) for run in last["all"]["runs"]] == [(parked, "parked")]
+
+    request_id = actor.send_request("run.cancel", run_id=parked)
+    writer_held.release_once_queued("run.cancel")
+    assert actor.response(request_id)["outcome"] == "accepted"
+    proto.wait_for(lambda: "registered ClientGateway" in writer_held.order, 30, "the gateway's registration")
+    order = writer_held.order
+    assert order.index("run.cancel") < order.index("registered ClientGateway"), order  # the case at hand
+
+    settled = _settle(host, watcher, proto, last)
+    assert [(run["run_id"], run["status"]) for run in settled["runs"]] == [(parked, "cancelled")]
+    reader = StoreReader(host.paths.database)
+    try:
+        assert actor.ok("run.list")["receipt"]["runs"] == queries.run_list(reader)
+    finally:
+        reader.close()
