@@ -19,6 +19,7 @@ import pytest
 from testsupport import wait_for
 
 from piwf_actors.errors import UserCodeTimeout, UserCodeUnavailable
+from piwf_actors.workflows import user_code
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.user_code import KEY, LOAD, UserCode, UserCodeLimits, phase, shared
 
@@ -134,6 +135,28 @@ def test_a_shared_run_past_its_limit_fails_its_waiters_at_once_afterwards(releas
             code.call(work)
     assert runs == [1]
     assert code.status()["hung"] == 1  # the owner; the one that waited for it returned
+
+
+def test_work_queued_while_every_thread_works_leaves_no_phantom_idle_thread(
+        monkeypatch: pytest.MonkeyPatch, releases: list[threading.Event]) -> None:
+    """A submission that waits for a thread (all MAX_WORKING of them busy) is taken by the next thread that
+    finishes: the pool must not count that thread idle afterwards, or, once its threads have gone idle and
+    exited, a later submission is queued for a thread that no longer exists and is never answered."""
+    monkeypatch.setattr(user_code, "MAX_WORKING", 1)
+    monkeypatch.setattr(user_code, "IDLE_S", 0.05)
+    code = UserCode()
+    first, started, release = blocked(releases)
+    answers: list[Any] = []
+    code.submit(first, lambda result, error: answers.append(result))
+    assert started.wait(10)
+    code.submit(threading.current_thread, lambda result, error: answers.append(result))  # waits: no thread free
+    release.set()
+    wait_for(lambda: len(answers) == 2, 10, "both calls answered")
+    answers[1].join(10)  # the pool's only thread, gone once idle
+    assert not answers[1].is_alive()
+    later = threading.Event()
+    code.submit(lambda: "answered", lambda result, error: later.set())
+    assert later.wait(10), "a submission after the pool went idle was never run"
 
 
 def test_close_answers_what_runs_and_refuses_new_work(releases: list[threading.Event]) -> None:
