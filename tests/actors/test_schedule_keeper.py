@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import rows, wait_for
+from testsupport import gated_source, rows, wait_for
 
 from piwf_actors.actors.schedules import plan_tick
 from piwf_actors.client import Client
@@ -203,22 +203,12 @@ def test_a_fire_whose_input_function_raises_is_recorded_without_a_run(hosts, sta
     assert rows(state_dir, "SELECT count(*) AS n FROM run")[0]["n"] == 0
 
 
-STUCK_IMPORT = """
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "stuck.started"), "w").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "stuck.release")) and time.monotonic() < deadline:
-    time.sleep(0.01)
-"""
-
-
 def test_a_file_whose_import_blocks_holds_up_neither_the_start_nor_the_stop_of_a_host(
         hosts, state_dir, project) -> None:
     """The keeper loads the project's files off its own thread: a host with such a file in its project
     starts and answers at once, and stops while the import still blocks."""
     workflows = project / ".piwf" / "workflows"
-    (workflows / "stuck.py").write_text(STUCK_IMPORT)
+    (workflows / "stuck.py").write_text(gated_source("stuck"))
     started: list[Any] = []
     try:
         starting = threading.Thread(target=lambda: started.append(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import wait_for
+from testsupport import gated_source, wait_for
 
 from piwf_actors.errors import WorkflowLoadFailed
 from piwf_actors.workflows import resolve
@@ -23,16 +23,11 @@ from piwf_actors.workflows.import_scope import _NAMES
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.user_code import UserCode, UserCodeLimits
 
-#: A sibling module that says it started importing, then waits for the test's `go` file.
-GATED = '''
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "{name}.started"), "a").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "go")) and time.monotonic() < deadline:
-    time.sleep(0.01)
-VALUE = "{name}@" + os.path.basename(HERE)
-'''
+
+def gated_sibling(name: str) -> str:
+    """A sibling module that says it started importing, then waits for the test's `go` file."""
+    return gated_source(name, "go") + f"VALUE = {name!r} + '@' + _os.path.basename(_here)\n"
+
 
 #: A workflow file importing its two siblings in the order given.
 TWO_SIBLINGS = '''
@@ -51,7 +46,7 @@ def two_projects(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     for directory in (first, second):
         directory.mkdir()
         for name in ("alpha", "beta"):
-            (directory / f"{name}.py").write_text(GATED.format(name=name))
+            (directory / f"{name}.py").write_text(gated_sibling(name))
     yield first, second
     for directory in (first, second):
         (directory / "go").touch()

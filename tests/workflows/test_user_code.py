@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import wait_for
+from testsupport import gated_source, wait_for
 
 from piwf_actors.errors import UserCodeTimeout, UserCodeUnavailable
 from piwf_actors.workflows import user_code
@@ -174,31 +174,12 @@ def test_close_answers_what_runs_and_refuses_new_work(releases: list[threading.E
 
 # --- loading files on user-code threads ----------------------------------------------------------
 
-WAITING_SIBLING = '''
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "helpers.started"), "w").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "helpers.release")) and time.monotonic() < deadline:
-    time.sleep(0.01)
-VALUE = "{value}"
-'''
-
 FLOW = '''
 import helpers
 from piwf_actors.workflows import compute, define_workflow
 
 flow = define_workflow(name="flow", start_at="a", nodes={{"a": compute(run=lambda ctx: helpers.VALUE)}}, edges=[])
 VALUE = helpers.VALUE
-'''
-
-STUCK = '''
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "stuck.started"), "w").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "stuck.release")) and time.monotonic() < deadline:
-    time.sleep(0.01)
 '''
 
 HEALTHY = '''
@@ -221,7 +202,7 @@ def dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 def test_a_file_whose_import_blocks_holds_up_no_load_of_another_file(dirs: tuple[Path, Path]) -> None:
     first, second = dirs
-    (first / "stuck.py").write_text(STUCK)
+    (first / "stuck.py").write_text(gated_source("stuck"))
     (second / "healthy.py").write_text(HEALTHY)
     resolver = WorkflowResolver()
     answers: list[Any] = []
@@ -240,7 +221,7 @@ def test_a_file_whose_import_blocks_holds_up_no_load_of_another_file(dirs: tuple
 def test_concurrent_loads_whose_siblings_share_a_name_each_get_their_own(dirs: tuple[Path, Path]) -> None:
     first, second = dirs
     for directory, value in ((first, "one"), (second, "two")):
-        (directory / "helpers.py").write_text(WAITING_SIBLING.format(value=value))
+        (directory / "helpers.py").write_text(gated_source("helpers") + f"VALUE = {value!r}\n")
         (directory / "flow.py").write_text(textwrap.dedent(FLOW.format()))
     (second / "helpers.release").touch()  # the second directory's helpers imports at once
     resolver = WorkflowResolver()
