@@ -34,6 +34,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -75,6 +76,20 @@ def wait_for(predicate: Callable[[], Any], timeout: float, describe: str | Calla
 #: `host_engine`): the small integration subset the default `make test` runs on PostgreSQL.
 both_engines = pytest.mark.usefixtures("host_engine")
 #: The variable that puts the hosts of the whole suite on PostgreSQL (`make test-pg`).
+def gated_source(name: str, release: str | None = None) -> str:
+    """Python source for workflow code that blocks until the test lets it go: it creates `<name>.started`
+    beside its file, then waits (60 s at most) for `<release>` there (default `<name>.release`), which the
+    test creates. Where the code runs it is on an event, never on a sleep of the test's."""
+    return textwrap.dedent(f"""
+        import os as _os, time as _time
+        _here = _os.path.dirname(_os.path.abspath(__file__))
+        open(_os.path.join(_here, {name + ".started"!r}), "a").close()
+        _deadline = _time.monotonic() + 60
+        while not _os.path.exists(_os.path.join(_here, {release or name + ".release"!r})) and _time.monotonic() < _deadline:
+            _time.sleep(0.01)
+    """)
+
+
 TEST_DATABASE_ENV = "PIWF_TEST_DATABASE"
 #: The session's PostgreSQL cluster, once the `pg_cluster` fixture started it (conftest.py).
 PG_CLUSTER: Any = None

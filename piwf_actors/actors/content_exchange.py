@@ -57,7 +57,9 @@ class ContentExchange:
         body = pack(frame)
         if len(body) > FRAME_BUDGET:
             frame, contents = cut(frame, len(body), under=under)
-            frame["refs"] = [*frame.get("refs", []), *(ref.to_wire() for ref, _ in contents)]
+            # The receiver puts values back in this order: a value cut out here may hold the place of a
+            # stored one (`point_at`), which must go into it afterwards, not into the None it replaced.
+            frame["refs"] = [*(ref.to_wire() for ref, _ in contents), *frame.get("refs", [])]
             for ref, data in contents:
                 self._cut_out[ref.digest] = data
             body = pack(frame)

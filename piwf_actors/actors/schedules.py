@@ -6,7 +6,10 @@ scheduler). It owns:
 - the loaded definitions: the schedule files of `HostConfig.projects` and of
   the user's config directory (`workflows.schedule_discovery`), loaded when
   it starts and again whenever a file's stamp changes (polled every
-  `reload_every_s` from its own ticker: one `stat` per file);
+  `reload_every_s` from its own ticker: one `stat` per file); each load runs
+  on a user-code thread and comes back as `SchedulesLoaded`, so a file whose
+  import blocks holds up neither the keeper nor the host's start, and a
+  manual fire that comes before the first load ended is built after it;
 - the fires: on each tick it reads the `schedule` rows (a small table),
   asks the pure `plan_tick` what to write, builds each fire's run spec
   (resolving the workflow and calling the input function, which is the
@@ -89,6 +92,16 @@ class KeeperTick:
 
 
 @dataclass(frozen=True, slots=True)
+class SchedulesLoaded:
+    """A load of the schedule files ended (told by the user-code thread that ran it): what it found, or
+    why it found nothing (one line), for the files as they were at `stamps`."""
+
+    stamps: Any
+    found: ScheduleSet | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TickPlan:
     """What one tick writes: definitions to record first (`sync`), else each schedule's due fires."""
 
@@ -166,6 +179,9 @@ class ScheduleKeeper(PollingActor):
         self._reader: StoreReader | None = None
         self._ticker: Ticker | None = None
         self._loaded = _Loaded()
+        self._loading = False  # a load of the files is under way on a user-code thread
+        self._first_load_done = False
+        self._deferred: list[TriggerSchedule] = []  # manual fires that came before the first load ended
         self._online_since = 0.0
         self._last_reload_check = 0.0
         self._in_flight = 0
@@ -173,37 +189,57 @@ class ScheduleKeeper(PollingActor):
     # --- lifecycle -------------------------------------------------------------------------
 
     def on_start(self) -> None:
-        """Runs in the keeper's thread: reader, the first load of the schedule files, ticker."""
+        """Runs in the keeper's thread: reader, the first load of the schedule files (started, not waited
+        for: a file whose import blocks must not hold up the host's start), ticker."""
         self._reader = StoreReader(self._db_path)
         self._online_since = self._clock()
         self._reload(self._online_since)
         self._ticker = Ticker(self.actor_ref, KeeperTick(), self._tick_s, "schedules").start()
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {KeeperTick: self._tick, WriteResult: self._written, TriggerSchedule: self._trigger}
+        return {KeeperTick: self._tick, WriteResult: self._written, TriggerSchedule: self._trigger,
+                SchedulesLoaded: self._schedules_loaded}
 
     # --- definitions -----------------------------------------------------------------------
 
     def _reload(self, now: float) -> None:
-        """Load the schedule files again when their stamps changed (and on the first call)."""
+        """Start loading the schedule files again when their stamps changed (and on the first call), on a
+        user-code thread, each file bounded by the load limit; `SchedulesLoaded` brings the result."""
         self._last_reload_check = now
+        if self._loading:
+            return
         stamps = directory_stamps(self._dirs)
         if stamps == self._loaded.stamps:
             return
         projects = [project for project, _ in self._dirs if project is not None]
-        try:  # on a user-code thread, each file bounded by the load limit
-            found = self._resolver.user_code.call(lambda: load_schedules(projects))
-        except PiwfError as exc:  # a file that never finished loading: the next check skips it (see user_code)
-            log.warning("schedule files not loaded: %s", exc.one_line())
-            return
-        first = self._loaded.stamps is None
-        before = set(self._loaded.schedules.schedules)
-        self._loaded = _Loaded(found, stamps)
-        if first:
-            log.info("schedules: %s", where_found(self._dirs, found))
-        elif before != set(found.schedules):
-            log.info("schedules loaded: %s", ", ".join(sorted(found.schedules)) or "none")
-        self._publish()
+        ref = self.actor_ref
+        self._loading = True
+
+        def done(found: ScheduleSet | None, error: BaseException | None) -> None:
+            """Runs on the user-code thread, on its watcher (the limit ran out) or here (refused at once)."""
+            detail = None if error is None else (error.one_line() if isinstance(error, PiwfError) else
+                                                 _one_line(f"{type(error).__name__}: {error}"))
+            safe_tell(ref, SchedulesLoaded(stamps, found, detail))
+
+        self._resolver.user_code.submit(lambda: load_schedules(projects), done)
+
+    def _schedules_loaded(self, message: SchedulesLoaded) -> None:
+        self._loading = False
+        first = not self._first_load_done
+        self._first_load_done = True
+        if message.found is None:  # a file that never finished loading: the next check skips it (see user_code)
+            log.warning("schedule files not loaded: %s", message.error)
+        else:
+            before = set(self._loaded.schedules.schedules)
+            self._loaded = _Loaded(message.found, message.stamps)
+            if first:
+                log.info("schedules: %s", where_found(self._dirs, message.found))
+            elif before != set(message.found.schedules):
+                log.info("schedules loaded: %s", ", ".join(sorted(message.found.schedules)) or "none")
+            self._publish()
+        deferred, self._deferred = self._deferred, []
+        for trigger in deferred:
+            self._trigger(trigger)
 
     def _publish(self) -> None:
         if self._board is None:
@@ -287,6 +323,9 @@ class ScheduleKeeper(PollingActor):
         def refuse(code: str, error: str) -> None:
             safe_tell(message.reply_to, WriteResult(False, None, code, error, message.token))
 
+        if not self._first_load_done:  # the files are still loading: built once they are
+            self._deferred.append(message)
+            return
         item = self._loaded.schedules.schedules.get(message.name)
         if item is None:
             refuse(NotFound.code, f"schedule {message.name} is not loaded by this host")

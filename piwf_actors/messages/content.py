@@ -109,6 +109,8 @@ def decode(data: bytes, encoding: str) -> Any:
             return json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DecodeError(f"content is not JSON: {exc}") from None
+        except RecursionError:  # the reader recurses per level: a peer's deep nesting must not escape
+            raise DecodeError("content is JSON nested too deep to read") from None
     if encoding == "msgpack":
         return unpack(data, max_bytes=MAX_CONTENT_BYTES)
     raise DecodeError(f"unknown content encoding {encoding!r}")
@@ -280,6 +282,7 @@ class ContentUpload:
                 if ref.path[:len(within)] != within:
                     raise DecodeError(f"content reference to {list(ref.path)!r} is outside "
                                       f"{'.'.join(map(str, within)) or 'the frame'}")
+            _refuse_nested_places(refs)
             for ref in refs:  # equal values share one digest: each is decoded once per place
                 total, buffer = self._parts.get(ref.digest, (None, bytearray()))
                 data = bytes(buffer)
@@ -296,3 +299,17 @@ class ContentUpload:
     def clear(self) -> None:
         self._parts.clear()
         self._held = 0
+
+
+def _refuse_nested_places(refs: list[ContentRef]) -> None:
+    """`cut` names distinct places, none inside another; a value put into a place that a later one
+    replaces (or under a place filled later) would depend on the order of the references."""
+    places: set[Path] = set()
+    for ref in refs:
+        if ref.path in places:
+            raise DecodeError(f"two content references to {list(ref.path)!r}")
+        places.add(ref.path)
+    for path in places:
+        for end in range(1, len(path)):
+            if path[:end] in places:
+                raise DecodeError(f"content references to {list(path[:end])!r} and to {list(path)!r} inside it")

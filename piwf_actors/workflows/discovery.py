@@ -31,7 +31,7 @@ from typing import Any
 
 from piwf_actors.errors import UserCodeTimeout, WorkflowLoadFailed, WorkflowLoadTimedOut, WorkflowNotFound
 from piwf_actors.workflows.graph_data import graph_blob
-from piwf_actors.workflows.import_scope import ImportScope
+from piwf_actors.workflows.import_scope import in_scope
 from piwf_actors.workflows.loader import exec_fresh
 from piwf_actors.workflows.model import Workflow
 
@@ -221,11 +221,10 @@ def _file_spec_path(file_part: str, project_path: str | None) -> str:
 def _module_path(module_name: str, project_path: str | None) -> str:
     # Finding a submodule imports its package (its __init__ runs): in a scope searching the project
     # first, which drops what it imported afterwards.
-    with ImportScope([project_path] if project_path else []):
-        try:
-            spec = importlib.util.find_spec(module_name)
-        except (ImportError, ValueError) as exc:
-            raise WorkflowNotFound(module_name, _one_line(f"cannot import: {exc}")) from exc
+    try:
+        spec = in_scope([project_path] if project_path else [], lambda _scope: importlib.util.find_spec(module_name))
+    except (ImportError, ValueError) as exc:
+        raise WorkflowNotFound(module_name, _one_line(f"cannot import: {exc}")) from exc
     origin = spec.origin if spec is not None else None
     if not origin or not origin.endswith(".py") or not os.path.isfile(origin):
         raise WorkflowNotFound(module_name, "not an importable Python source module")

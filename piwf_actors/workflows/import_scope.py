@@ -16,8 +16,18 @@ Instead, an `ImportScope` (one per load, entered on the loading thread):
 - drops what it created (its siblings, their submodules) from `sys.modules` when the last load
   holding them ends, so the next load sees their current source.
 
+Two loads that each hold a name the other wants would wait for each other until their limits ran
+out, so a load that holds names waits only for younger loads (by when their outermost load began);
+when an older one holds the name it wants, it lets go of everything and starts again once the name is
+free (`RestartLoad`, caught by the loader: the file's import-time code then runs again from the top).
+Waits then only ever go from older to younger loads, and a load that starts again keeps its age, so
+it is the oldest in the end. A load nested in another on one thread (a workflow file that loads
+workflows) cannot wait for the one around it: another module of a name that one holds is an
+ImportError at once.
+
 Modules already imported for everyone (the standard library, installed packages, piwf_actors) are
-never held: they are shared as `sys.modules` shares them.
+never held: they are shared as `sys.modules` shares them. `importlib.import_module` does not pass
+through a scope's `__import__`: what it imports is found the same way but not held.
 """
 
 from __future__ import annotations
@@ -25,16 +35,19 @@ from __future__ import annotations
 import builtins
 import importlib.abc
 import importlib.machinery
+import itertools
 import os
 import sys
 import threading
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from piwf_actors.workflows.user_code import remaining
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,7 +55,7 @@ class _Holders:
     """Who holds one top-level module name, and which file it is imported from."""
 
     origin: str | None  # None: not found in the holders' directories (a library)
-    scopes: set[int] = field(default_factory=set)
+    scopes: set[ImportScope] = field(default_factory=set)
     created: bool = False  # a scope's finder created the module: dropped when the last holder leaves
 
 
@@ -55,6 +68,38 @@ class _Names:
 
 
 _NAMES = _Names()
+#: Ages of outermost loads: lower is older.
+_AGES = itertools.count()
+
+
+class RestartLoad(BaseException):
+    """Raised in a load that holds names and wants one an older load holds (see the module docstring):
+    the loader lets go of everything the load holds, waits for the name (`wait_until_free`), and runs
+    the file again. A BaseException, so the file's own `except Exception` around an import passes it on."""
+
+    def __init__(self, name: str, origin: str | None) -> None:
+        super().__init__(f"module {name!r} is held by an older load")
+        self.name, self.origin = name, origin
+
+    def wait_until_free(self) -> None:
+        """Until no load holds the name from another place than this load's; bounded like any wait of a
+        load (ImportError when the time of the current phase runs out)."""
+        left = remaining()
+        deadline = None if left is None else time.monotonic() + left
+        with _NAMES.lock:
+            while True:
+                holders = _NAMES.held.get(self.name)
+                if holders is None or holders.origin == self.origin:
+                    return
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise _busy(self.name, holders)
+                _NAMES.lock.wait(wait)
+
+
+def _busy(top: str, holders: _Holders) -> ImportError:
+    return ImportError(f"module {top!r} is being imported from {holders.origin or 'elsewhere'} by another load "
+                       "that has not finished")
 
 
 class _Stack(threading.local):
@@ -75,14 +120,23 @@ class ImportScope:
     """The imports of one load (see the module docstring). Use as a context manager on the loading
     thread; `builtins` goes into the globals of the module the load executes."""
 
-    def __init__(self, dirs: Sequence[str]) -> None:
+    def __init__(self, dirs: Sequence[str], age: int | None = None) -> None:
+        """`age`: that of a load starting again (RestartLoad); a new outermost load gets the next one, a
+        nested load its outermost load's."""
         self.dirs = list(dict.fromkeys(os.path.abspath(d) for d in dirs))
         self.held: set[str] = set()
         self.builtins: dict[str, Any] = {**builtins.__dict__, "__import__": self._import}
+        self.age = age
+        self.nested = False  # another scope was active on this thread when this one began
         self._active = False
 
     def __enter__(self) -> ImportScope:
         _install_finder()
+        self.nested = bool(_stack.scopes)
+        if self.nested:
+            self.age = _stack.scopes[0].age
+        elif self.age is None:
+            self.age = next(_AGES)
         _stack.scopes.append(self)
         self._active = True
         return self
@@ -107,7 +161,7 @@ class ImportScope:
         return builtins.__import__(name, globals, locals, fromlist, level)
 
     def _origin(self, top: str) -> str | None:
-        spec = importlib.machinery.PathFinder.find_spec(top, self.dirs)
+        spec = _spec_in(self.dirs, top)
         if spec is None:
             return None
         if spec.origin and spec.origin != "namespace":
@@ -128,17 +182,24 @@ class ImportScope:
                 if holders is None:
                     if top in sys.modules:
                         return
-                    _NAMES.held[top] = _Holders(origin, {id(self)})
+                    _NAMES.held[top] = _Holders(origin, {self})
                     self.held.add(top)
                     return
                 if holders.origin == origin:
-                    holders.scopes.add(id(self))
+                    holders.scopes.add(self)
                     self.held.add(top)
                     return
+                on_this_thread = _stack.scopes
+                if any(scope in holders.scopes for scope in on_this_thread):
+                    raise ImportError(f"module {top!r} is imported from {holders.origin or 'elsewhere'} by a load "
+                                      f"this load runs inside; a load nested in it cannot import another {top!r}")
+                assert self.age is not None
+                if (any(scope.held for scope in on_this_thread)
+                        and any(scope.age is not None and scope.age < self.age for scope in holders.scopes)):
+                    raise RestartLoad(top, origin)  # waiting could close a circle of waits
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
-                    raise ImportError(f"module {top!r} is being imported from {holders.origin or 'elsewhere'} by "
-                                      "another load that has not finished")
+                    raise _busy(top, holders)
                 _NAMES.lock.wait(wait)
 
     def created(self, top: str, origin: str | None) -> None:
@@ -146,8 +207,8 @@ class ImportScope:
         with _NAMES.lock:
             holders = _NAMES.held.get(top)
             if holders is None:
-                holders = _NAMES.held[top] = _Holders(origin, {id(self)})
-            holders.scopes.add(id(self))
+                holders = _NAMES.held[top] = _Holders(origin, {self})
+            holders.scopes.add(self)
             holders.created = True
             self.held.add(top)
 
@@ -157,7 +218,7 @@ class ImportScope:
                 holders = _NAMES.held.get(top)
                 if holders is None:
                     continue
-                holders.scopes.discard(id(self))
+                holders.scopes.discard(self)
                 if holders.scopes:
                     continue
                 del _NAMES.held[top]
@@ -166,6 +227,28 @@ class ImportScope:
                         del sys.modules[name]
             self.held.clear()
             _NAMES.lock.notify_all()
+
+
+def in_scope(dirs: Sequence[str], work: Callable[[ImportScope], T]) -> T:
+    """`work(scope)` with a new scope of `dirs` active on this thread. An outermost load that must let
+    go of its names (RestartLoad) runs `work` again in a new scope of the same age, once the name it
+    wants is free; a nested one passes RestartLoad on to the load around it."""
+    age: int | None = None
+    while True:
+        scope = ImportScope(dirs, age)
+        try:
+            with scope:
+                return work(scope)
+        except RestartLoad as restart:
+            if scope.nested:
+                raise
+            age = scope.age
+            restart.wait_until_free()
+
+
+def loading() -> bool:
+    """Whether a load is under way on this thread (the next one would be nested in it)."""
+    return bool(_stack.scopes)
 
 
 # --- the finder ---------------------------------------------------------------------------------
@@ -200,7 +283,7 @@ class _ScopeFinder(importlib.abc.MetaPathFinder):
             return None
         top = fullname.partition(".")[0]
         if path is None:
-            spec = importlib.machinery.PathFinder.find_spec(fullname, scope.dirs)
+            spec = _spec_in(scope.dirs, fullname)
             if spec is None:
                 return None
             scope.created(top, spec.origin)
@@ -214,6 +297,20 @@ class _ScopeFinder(importlib.abc.MetaPathFinder):
         if spec.loader is not None:
             spec.loader = _ScopedLoader(spec.loader, scope)
         return spec
+
+
+def _spec_in(dirs: list[str], name: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of top-level module `name` a search of `dirs` before `sys.path` finds, when it is in
+    `dirs`: a module or regular package there; a namespace package with a portion there, unless a
+    regular package of that name is on `sys.path` (which wins over namespace portions, as it would with
+    `dirs` at the front of `sys.path`: a project's data directory must not hide an installed package)."""
+    spec = importlib.machinery.PathFinder.find_spec(name, dirs)
+    if spec is None or spec.origin is not None or spec.submodule_search_locations is None:
+        return spec
+    elsewhere = importlib.machinery.PathFinder.find_spec(name, sys.path)
+    if elsewhere is not None and elsewhere.origin is not None:
+        return None
+    return importlib.machinery.PathFinder.find_spec(name, [*dirs, *sys.path])
 
 
 _FINDER = _ScopeFinder()

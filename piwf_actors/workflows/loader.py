@@ -9,7 +9,9 @@ afterwards. Its imports are those of an `ImportScope` (workflows/import_scope.py
 the file's directory, its package root and the project directory are searched
 first, so sibling imports work, without changing `sys.path` and without a lock
 held while the file runs; sibling modules the load imported are dropped from
-`sys.modules` afterwards, so the next load sees their current source too.
+`sys.modules` afterwards, so the next load sees their current source too. A
+load that would wait in a circle with another for their siblings' names lets
+go of them and runs the file again (`in_scope`).
 On a host's user-code thread the execution is a `LOAD` phase: bounded by
 `UserCodeLimits.load_timeout_s`.
 """
@@ -24,7 +26,7 @@ import sys
 import types
 import uuid
 
-from piwf_actors.workflows.import_scope import ImportScope
+from piwf_actors.workflows.import_scope import ImportScope, in_scope, loading
 from piwf_actors.workflows.user_code import LOAD, shared
 
 _sequence = itertools.count()
@@ -56,8 +58,11 @@ def _compiled(source: bytes, path: str) -> types.CodeType:
 
 def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.ModuleType:
     """Run `source` as a new module whose `__file__` is `path`; exceptions propagate. On a user-code
-    thread, bounded (`UserCodeTimeout`) and shared with a concurrent load of the same bytes."""
+    thread, bounded (`UserCodeTimeout`) and shared with a concurrent load of the same bytes; a load
+    inside another (a workflow file that loads workflows) runs within that one's time and is not shared."""
     path = os.path.abspath(path)
+    if loading():
+        return _exec(source, path, project_path)
     key = ("exec", path, project_path, hashlib.sha256(source).digest())
     return shared(key, LOAD, f"cannot load {path}: its import", lambda: _exec(source, path, project_path))
 
@@ -65,16 +70,19 @@ def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.Modu
 def _exec(source: bytes, path: str, project_path: str | None) -> types.ModuleType:
     directory = os.path.dirname(path)
     package, package_root = package_of(path)
-    name = f"_piwf_workflow_{next(_sequence)}_{uuid.uuid4().hex[:12]}"
-    module = types.ModuleType(name)
-    module.__file__ = path
-    module.__package__ = package
     code = _compiled(source, path)
-    with ImportScope([directory, package_root] + ([project_path] if project_path else [])) as scope:
+
+    def run(scope: ImportScope) -> types.ModuleType:
+        name = f"_piwf_workflow_{next(_sequence)}_{uuid.uuid4().hex[:12]}"
+        module = types.ModuleType(name)
+        module.__file__ = path
+        module.__package__ = package
         module.__dict__["__builtins__"] = scope.builtins
         sys.modules[name] = module
         try:
             exec(code, module.__dict__)
         finally:
             sys.modules.pop(name, None)
-    return module
+        return module
+
+    return in_scope([directory, package_root] + ([project_path] if project_path else []), run)

@@ -127,7 +127,8 @@ class UserCode:
         self._deadlines: list[tuple[float, int]] = []  # (deadline, order) heap, for the watcher; stale entries skipped
         self._shared_runs: dict[Hashable, _SharedRun] = {}
         self._threads = 0
-        self._idle = 0
+        self._idle = 0  # threads waiting for work in _serve
+        self._queued = 0  # submissions put on the queue and not taken yet
         self._hung = 0
         self._order = itertools.count()
         self._watcher: threading.Thread | None = None
@@ -145,11 +146,11 @@ class UserCode:
                 if self._watcher is None:
                     self._watcher = threading.Thread(target=self._watch, name="piwf-user-code-watch", daemon=True)
                     self._watcher.start()
-                if self._idle == 0 and self._threads - self._hung < MAX_WORKING:
+                # A new thread unless an idle one is left for this call once the queued ones are taken.
+                if self._idle <= self._queued and self._threads - self._hung < MAX_WORKING:
                     self._threads += 1
                     threading.Thread(target=self._serve, name="piwf-user-code", daemon=True).start()
-                else:
-                    self._idle = max(0, self._idle - 1)
+                self._queued += 1
                 self._queue.put(call)
         if refusal is not None:
             done(None, refusal)
@@ -190,22 +191,28 @@ class UserCode:
 
     def _serve(self) -> None:
         while True:
+            with self._lock:
+                self._idle += 1
             try:
                 call = self._queue.get(timeout=IDLE_S)
             except queue.Empty:
                 with self._lock:
-                    if self._idle > 0:  # this one goes (the count, not which thread, is what matters)
-                        self._idle -= 1
+                    self._idle -= 1
+                    if self._queued == 0:  # else one was queued while this thread counted as idle: it stays for it
                         self._threads -= 1
                         return
                 continue
-            if call is None:
-                with self._lock:
-                    self._threads -= 1
-                return
-            self._run(call)
             with self._lock:
-                self._idle += 1
+                self._idle -= 1
+                if call is None:
+                    self._threads -= 1
+                    return
+                self._queued -= 1
+                closed = self._closed
+            if closed:  # queued before the stop: answered, never run
+                self._answer(call, None, UserCodeUnavailable("the host is stopping"))
+                continue
+            self._run(call)
 
     def _run(self, call: _Call) -> None:
         with self._lock:
@@ -261,9 +268,11 @@ class UserCode:
                             self._hung)
                 self._answer(call, None, call.timeout())
 
-    def _deadline(self, call: _Call, deadline: float) -> None:
+    def _deadline(self, call: _Call, deadline: float, kind: str, subject: str) -> None:
+        """Enter or leave a phase. Under the lock, so the watcher never answers a call with the words of
+        one phase and the deadline of another."""
         with self._lock:
-            call.deadline = deadline
+            call.deadline, call.kind, call.subject = deadline, kind, subject
             if deadline != float("inf"):
                 heapq.heappush(self._deadlines, (deadline, call.order))
                 if self._deadlines[0] == (deadline, call.order):
@@ -352,13 +361,11 @@ class UserCode:
 def _phase(call: _Call, kind: str, subject: str) -> Iterator[None]:
     runner = call.runner
     before = (call.deadline, call.kind, call.subject)
-    call.kind, call.subject = kind, subject
-    runner._deadline(call, time.monotonic() + runner.limits.seconds(kind))
+    runner._deadline(call, time.monotonic() + runner.limits.seconds(kind), kind, subject)
     try:
         yield
     finally:
-        call.kind, call.subject = before[1], before[2]
-        runner._deadline(call, before[0])
+        runner._deadline(call, *before)
 
 
 @contextlib.contextmanager

@@ -242,10 +242,10 @@ def concurrency_key(workflow: Workflow, run_input: Any) -> tuple[str, int] | Non
         return workflow.name, int(limit_.max)
     with phase(KEY, f"workflow {workflow.name!r}: its concurrency key"):
         value = limit_.key(copy.deepcopy(run_input))
-    try:
-        text = key_text(value)
-    except KeyValueError as exc:
-        raise BadLimitKey(workflow.name, EXPECTED, str(exc)) from None
+        try:  # in the phase too: reading the value may run the workflow's code (a mapping's own items())
+            text = key_text(value)
+        except KeyValueError as exc:
+            raise BadLimitKey(workflow.name, EXPECTED, str(exc)) from None
     return f"{workflow.name}[{text}]", int(limit_.max)
 
 

@@ -11,13 +11,14 @@ import os
 import shutil
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import rows, wait_for
+from testsupport import gated_source, rows, wait_for
 
 from piwf_actors.actors.schedules import plan_tick
 from piwf_actors.client import Client
@@ -200,3 +201,43 @@ def test_a_fire_whose_input_function_raises_is_recorded_without_a_run(hosts, sta
         assert listed["bad"]["last_error"].startswith("ValueError") and listed["bad"]["loaded"] is True
         assert client.request("schedule.trigger", {"name": "bad"}).outcome == "rejected"
     assert rows(state_dir, "SELECT count(*) AS n FROM run")[0]["n"] == 0
+
+
+def test_a_file_whose_import_blocks_holds_up_neither_the_start_nor_the_stop_of_a_host(
+        hosts, state_dir, project) -> None:
+    """The keeper loads the project's files off its own thread: a host with such a file in its project
+    starts and answers at once, and stops while the import still blocks."""
+    workflows = project / ".piwf" / "workflows"
+    (workflows / "stuck.py").write_text(gated_source("stuck"))
+    started: list[Any] = []
+    try:
+        starting = threading.Thread(target=lambda: started.append(
+            hosts(state_dir, projects=(str(project),), max_workers=1, warm_workers=0, load_timeout_s=60)), daemon=True)
+        starting.start()
+        starting.join(20)
+        assert started, "the host did not start while a workflow file of its project was still importing"
+        [host] = started
+        assert (workflows / "stuck.started").exists()  # the import is under way, and blocks
+        assert host.status()["lease"]["live"] is True
+        stopping = threading.Thread(target=host.stop, args=("test",), daemon=True)
+        stopping.start()
+        stopping.join(20)
+        assert not stopping.is_alive(), "the host did not stop while a workflow file's import blocked"
+    finally:
+        (workflows / "stuck.release").touch()
+
+
+def test_a_trigger_right_after_a_restart_waits_for_the_first_load_of_the_files(hosts, state_dir, project) -> None:
+    """The schedule is on record from the first host; the second loads the files off its thread, and a
+    trigger that comes before that load is done is built once it is, not refused as not loaded."""
+    write_schedules(project, """
+        hourly = define_schedule(name="hourly", workflow=echo, cron="0 * * * *", input={"manual": True})
+    """)
+    first = hosts(state_dir, projects=(str(project),), max_workers=1, warm_workers=0)
+    wait_for(lambda: rows(state_dir, "SELECT name FROM schedule"), 10, "the schedule on record")
+    first.stop("restart")
+    host = hosts(state_dir, projects=(str(project),), max_workers=1, warm_workers=0)
+    with Client(state_dir) as client:
+        trigger = client.request("schedule.trigger", {"name": "hourly"})
+        assert trigger.outcome == "accepted", trigger
+    assert host.wait_for_run(trigger.receipt["run_id"], timeout=30).output == {"got": {"manual": True}}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from testsupport import rows
-from wf.size_flows import seen, text
+from wf.size_flows import SMALL_OUTPUTS, seen, text
 from wf.size_host import SIZES, SizeHost, fan_flow, shared_host, size_flow
 
 
@@ -38,6 +38,14 @@ def test_a_run_input_of_any_size_reaches_every_launch(sized: SizeHost, size: int
 def test_a_node_output_of_any_size_is_read_back_after_a_sleep(sized: SizeHost, size: int) -> None:
     run_id = sized.host.start_run(size_flow("output_sleep"), {"size": size})["receipt"]["run_id"]
     assert sized.done_output(run_id) == seen(text(size, 1))
+
+
+def test_a_large_output_inside_a_launch_state_cut_as_one_value(sized: SizeHost) -> None:
+    """A state of many small outputs is over the frame's budget, so the host cuts its outputs out whole;
+    a large output among them is a stored value of its own, put back inside them in the worker."""
+    run_id = sized.host.start_run(size_flow("many_small_then_big"))["receipt"]["run_id"]
+    small = "".join(text(900, i) for i in range(SMALL_OUTPUTS))
+    assert sized.done_output(run_id, timeout=180) == {"big": seen(text(100_000, 3)), "small": seen(small)}
 
 
 @pytest.mark.parametrize("size", SIZES)

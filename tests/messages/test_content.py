@@ -150,3 +150,22 @@ def test_upload_refuses_a_value_declared_larger_than_its_limit_at_the_first_chun
     with pytest.raises(DecodeError, match="beyond the limit of 4096"):
         upload.add({"digest": "0" * 64, "offset": 0, "total": 5000, "data": b"x"})
     assert upload.held == 0
+
+
+def test_references_to_one_place_or_to_a_place_inside_another_are_refused() -> None:
+    """`cut` never names a place twice nor one inside another; put back in order, such references would
+    fill a place that a later one replaces (or that does not exist yet)."""
+    data, encoding = encode("v")
+    upload = ContentUpload()
+    for frame_refs in ([("payload", "a"), ("payload", "a")], [("payload", "a", "b"), ("payload", "a")]):
+        for chunk in chunks(ContentRef(("payload",), digest_of(data), len(data), encoding), data):
+            upload.add(chunk)
+        refs = [ContentRef(path, digest_of(data), len(data), encoding).to_wire() for path in frame_refs]
+        with pytest.raises(DecodeError, match="two content references to|inside it"):
+            upload.resolve({"payload": {"a": {"b": 1}}, "refs": refs}, within=("payload",))
+        assert upload.held == 0
+
+
+def test_json_content_nested_too_deep_to_read_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="nested too deep"):
+        decode(b"[" * 100_000 + b"]" * 100_000, "json")

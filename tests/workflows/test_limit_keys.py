@@ -8,22 +8,38 @@ workflow file written per test, and in the worker's child-run path (`runner.wait
 from __future__ import annotations
 
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from piwf_actors.errors import Rejected
+from piwf_actors.errors import Rejected, UserCodeTimeout
 from piwf_actors.protocol.catalog.runs import start_run_command
 from piwf_actors.workflows.resolver import WorkflowResolver
+from piwf_actors.workflows.user_code import UserCode, UserCodeLimits
 
 KEYED = '''
-import collections, decimal, enum
+import collections, collections.abc, decimal, enum
 from piwf_actors.workflows import compute, define_workflow, limit
 
 
 class Thing:
     pass
+
+
+class EndlessMap(collections.abc.Mapping):
+    """A key value whose items never end: reading it is the workflow's code too."""
+
+    def __getitem__(self, key):
+        return 1
+
+    def __len__(self):
+        return 1
+
+    def __iter__(self):
+        while True:
+            yield "k"
 
 
 class Tier(str, enum.Enum):
@@ -59,6 +75,8 @@ def _key(run_input):
         for _ in range(40):
             value = [value]
         return value
+    if kind == "endless_map":
+        return EndlessMap()
     if kind == "mutates":
         run_input.setdefault("added", {"by": "key"})
         run_input.pop("drop")
@@ -107,6 +125,26 @@ def test_a_key_that_is_not_json_like_is_refused_with_one_line_naming_the_workflo
     assert line.startswith("workflow 'keyed': its concurrency key must be JSON-like (a string, number, boolean, "
                            "None, or a list or map with string keys of them), got "), line
     assert what in line and "\n" not in line and len(line) <= 1000, line
+
+
+def test_reading_the_value_a_key_function_returned_is_bounded_by_the_key_limit(spec: str) -> None:
+    """The value is the workflow's own object: turning it into the key's text may run its code (a mapping's
+    items), so that is timed as the key function is."""
+    resolver = WorkflowResolver(user_code=UserCode(UserCodeLimits(key_timeout_s=0.5)))
+    outcome: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            start_run_command(resolver, workflow=spec, input={"kind": "endless_map"})
+        except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(15)
+    assert outcome, "reading the key's value was not bounded"
+    assert isinstance(outcome[0], UserCodeTimeout), outcome
+    assert outcome[0].one_line() == "workflow 'keyed': its concurrency key did not return within 0.5 s (key_timeout_s)"
 
 
 def test_a_refused_key_is_recorded_as_the_outcome_of_a_recorded_start(resolver: WorkflowResolver, spec: str) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testsupport import wait_for
+from testsupport import gated_source, wait_for
 
 from piwf_actors.errors import UserCodeTimeout, UserCodeUnavailable
+from piwf_actors.workflows import user_code
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.user_code import KEY, LOAD, UserCode, UserCodeLimits, phase, shared
 
@@ -136,6 +137,28 @@ def test_a_shared_run_past_its_limit_fails_its_waiters_at_once_afterwards(releas
     assert code.status()["hung"] == 1  # the owner; the one that waited for it returned
 
 
+def test_work_queued_while_every_thread_works_leaves_no_phantom_idle_thread(
+        monkeypatch: pytest.MonkeyPatch, releases: list[threading.Event]) -> None:
+    """A submission that waits for a thread (all MAX_WORKING of them busy) is taken by the next thread that
+    finishes: the pool must not count that thread idle afterwards, or, once its threads have gone idle and
+    exited, a later submission is queued for a thread that no longer exists and is never answered."""
+    monkeypatch.setattr(user_code, "MAX_WORKING", 1)
+    monkeypatch.setattr(user_code, "IDLE_S", 0.05)
+    code = UserCode()
+    first, started, release = blocked(releases)
+    answers: list[Any] = []
+    code.submit(first, lambda result, error: answers.append(result))
+    assert started.wait(10)
+    code.submit(threading.current_thread, lambda result, error: answers.append(result))  # waits: no thread free
+    release.set()
+    wait_for(lambda: len(answers) == 2, 10, "both calls answered")
+    answers[1].join(10)  # the pool's only thread, gone once idle
+    assert not answers[1].is_alive()
+    later = threading.Event()
+    code.submit(lambda: "answered", lambda result, error: later.set())
+    assert later.wait(10), "a submission after the pool went idle was never run"
+
+
 def test_close_answers_what_runs_and_refuses_new_work(releases: list[threading.Event]) -> None:
     code = UserCode()
     work, started, _release = blocked(releases)
@@ -151,31 +174,12 @@ def test_close_answers_what_runs_and_refuses_new_work(releases: list[threading.E
 
 # --- loading files on user-code threads ----------------------------------------------------------
 
-WAITING_SIBLING = '''
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "helpers.started"), "w").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "helpers.release")) and time.monotonic() < deadline:
-    time.sleep(0.01)
-VALUE = "{value}"
-'''
-
 FLOW = '''
 import helpers
 from piwf_actors.workflows import compute, define_workflow
 
 flow = define_workflow(name="flow", start_at="a", nodes={{"a": compute(run=lambda ctx: helpers.VALUE)}}, edges=[])
 VALUE = helpers.VALUE
-'''
-
-STUCK = '''
-import os, time
-HERE = os.path.dirname(os.path.abspath(__file__))
-open(os.path.join(HERE, "stuck.started"), "w").close()
-deadline = time.monotonic() + 60
-while not os.path.exists(os.path.join(HERE, "stuck.release")) and time.monotonic() < deadline:
-    time.sleep(0.01)
 '''
 
 HEALTHY = '''
@@ -198,7 +202,7 @@ def dirs(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 def test_a_file_whose_import_blocks_holds_up_no_load_of_another_file(dirs: tuple[Path, Path]) -> None:
     first, second = dirs
-    (first / "stuck.py").write_text(STUCK)
+    (first / "stuck.py").write_text(gated_source("stuck"))
     (second / "healthy.py").write_text(HEALTHY)
     resolver = WorkflowResolver()
     answers: list[Any] = []
@@ -217,7 +221,7 @@ def test_a_file_whose_import_blocks_holds_up_no_load_of_another_file(dirs: tuple
 def test_concurrent_loads_whose_siblings_share_a_name_each_get_their_own(dirs: tuple[Path, Path]) -> None:
     first, second = dirs
     for directory, value in ((first, "one"), (second, "two")):
-        (directory / "helpers.py").write_text(WAITING_SIBLING.format(value=value))
+        (directory / "helpers.py").write_text(gated_source("helpers") + f"VALUE = {value!r}\n")
         (directory / "flow.py").write_text(textwrap.dedent(FLOW.format()))
     (second / "helpers.release").touch()  # the second directory's helpers imports at once
     resolver = WorkflowResolver()

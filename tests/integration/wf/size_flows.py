@@ -9,6 +9,7 @@ store. `text(size, seed)` makes the values: varied text, so a chunk put in the w
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import sys
 
@@ -163,3 +164,25 @@ def _send(ctx) -> str:
 
 
 sender = define_workflow(name="sender", start_at="send", nodes={"send": compute(run=_send)}, edges=[])
+
+# --- many small outputs beside a large one: the launch state is cut, and the large value is inside -----
+
+#: Outputs small enough to be stored inline (under 1 KB each), and enough of them that the launch
+#: state they make is over a frame's budget: the host cuts the state's outputs out as one value.
+SMALL_OUTPUTS = 1300
+
+
+def _small_then_big() -> tuple[dict, list]:
+    nodes = {f"s{i}": compute(run=lambda ctx, i=i: text(900, i)) for i in range(SMALL_OUTPUTS)}
+    nodes["big"] = compute(run=lambda ctx: text(100_000, 3))
+    nodes["nap"] = sleep(0.05)
+    nodes["check"] = compute(run=lambda ctx: {
+        "big": seen(ctx.outputs["big"]),
+        "small": seen("".join(ctx.outputs[f"s{i}"] for i in range(SMALL_OUTPUTS)))})
+    chain = [*(f"s{i}" for i in range(SMALL_OUTPUTS)), "big", "nap", "check"]
+    return nodes, [edge(a, b) for a, b in itertools.pairwise(chain)]
+
+
+_nodes, _edges = _small_then_big()
+many_small_then_big = define_workflow(name="many-small-then-big", start_at="s0", nodes=_nodes, edges=_edges,
+                                      max_steps=SMALL_OUTPUTS + 10)
