@@ -121,6 +121,10 @@ def test_a_notification_is_wanted_for_a_day_whatever_became_of_its_run(store) ->
     assert [u["request_id"] for u in _listed(store, "undelivered")] == [recent]
     # Past its day it is no longer tried, nor listed.
     assert _reserve(store, recent, now=now + 700) == {"skip": "the notification is no longer wanted"}
+    # A person's retry of it then is refused, not promised: its next attempt would never be made.
+    with pytest.raises(Rejected, match="older than 24 h"):
+        store.call("channel.recover", {"profile": "ops", "message_id": effect["message_id"], "action": "retry"},
+                   now + 700)
     effect = _reserve(store, recent, now=now + 2)
     _settle(store, effect, "ambiguous", now=now + 2)
     with pytest.raises(Rejected, match="older than 24 h"):
