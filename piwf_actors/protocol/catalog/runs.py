@@ -199,7 +199,7 @@ def _start(ctx: OperationContext, payload: dict[str, Any]) -> None:
 
 @write_operation("run.start", payload={"workflow": ("str", True), "input": ("any", False),
                                        "project_path": ("str", False), "session_id": ("str", False),
-                                       "run_id": ("str", False), "priority": ("int", False)}, handler=_start)
+                                       "run_id": ("str", False), "priority": ("signed", False)}, handler=_start)
 def run_start(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
     return start_run_command(env.resolver, workflow=payload["workflow"], input=payload.get("input"),
                              project_path=payload.get("project_path"), session_id=payload.get("session_id"),
