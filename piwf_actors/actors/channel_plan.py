@@ -107,8 +107,13 @@ def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[int
     """Notifications for an audience the profile routes (a `"*"` profile: any audience; one without an
     audience stays in the outbox), written within the window, not yet sent to each chat, oldest first."""
     targets = _targets(profile, moves)
-    for notice in channel_queries.addressed_notifications(reader, profile.profile,
-                                                          channel_queries.notifications_since(now)):
+    # Read only what may need a send (the day's others would be read on every tick): the audiences
+    # routed here, and notifications some chat lacks — an effect under any id of a chat counts for it.
+    known = {*profile.allowed_chat_ids, *moves, *moves.values()}
+    counted = {chat_id for chat_id in known if resolve_chat(moves, chat_id) in targets}
+    for notice in channel_queries.addressed_notifications(
+            reader, profile.profile, channel_queries.notifications_since(now),
+            audiences=None if "*" in profile.audiences else profile.audiences, chats=(counted, len(targets))):
         if not profile.routes(notice["audience"]):
             continue
         by_target: dict[int, tuple[int, dict[str, Any]]] = {}

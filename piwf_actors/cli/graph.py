@@ -2,9 +2,11 @@
 
 WORKFLOW or RUN: an argument that starts with `run_` is a run id (or a unique prefix of one, as
 everywhere in `piwf`) unless no run matches it (or no host and no state database is there) and a
-workflow has that name; `module:attr` and `path/to/file.py[:attr]` are workflows; any other
-argument is a discovered workflow's name when one has it, else a run id written as other commands
-take one (a prefix without `run_`, or an end as piwf-top shows it: `…2mvr1rtt`).
+workflow has that name; `module:attr` and `path/to/file.py[:attr]` are workflows; an argument that
+no workflow name can be — an id's end as tables and piwf-top show it (`…2mvr1rtt`, `...2mvr1rtt`) —
+is a run alone, so drawing it loads none of the project's files; any other argument is a discovered
+workflow's name when one has it, else a run id written as other commands take one (a prefix
+without `run_`, or a bare end).
 
 Where the definition comes from, and who runs its code: a workflow is loaded here, in this
 command's process, as `piwf workflows` does (no host needed) — it is the user's own file, named
@@ -28,7 +30,7 @@ from typing import Any
 from rich.text import Text
 
 from piwf_actors.cli.context import EXIT_OK, Ctx
-from piwf_actors.cli.ids import NoMatch
+from piwf_actors.cli.ids import ELLIPSES, NoMatch
 from piwf_actors.cli.runs import workflow_spec  # a file spec relative to this directory
 from piwf_actors.cli.values import project_dir
 from piwf_actors.client import HostNotRunning
@@ -115,10 +117,13 @@ def _run_id(ctx: Ctx, target: str) -> str:
 
 def _target(ctx: Ctx, target: str, project: str) -> tuple[Graph, RunOverlay | None]:
     """A `run_…` argument is a run unless none matches and a workflow has that name; a spec
-    (`module:attr`, a file) is a workflow; anything else is a workflow when one resolves, else a run
-    (`01m8…` without its kind, piwf-top's `…2mvr1rtt`), as other commands take run ids."""
+    (`module:attr`, a file) is a workflow; an id's end as a table shows it (`…2mvr1rtt`) is a
+    run without looking for a workflow (which would import the project's files); anything else is a
+    workflow when one resolves, else a run (`01m8…` without its kind), as other commands take run ids."""
     if _is_spec(target):
         return build_graph(load_workflow(target, project)), None
+    if target.startswith(ELLIPSES):
+        return _run_picture(ctx, _run_id(ctx, target))
     if target.startswith("run_"):
         try:
             run_id = _run_id(ctx, target)

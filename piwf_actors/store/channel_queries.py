@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from typing import Any
 
 from piwf_actors.store.reader import StoreReader
@@ -44,16 +45,40 @@ def open_decisions(reader: StoreReader) -> list[dict[str, Any]]:
     return [{**dict(zip(keys, row[:7], strict=True)), "contract": _contract(reader, row[7])} for row in rows]
 
 
-def addressed_notifications(reader: StoreReader, profile: str, since: float) -> list[dict[str, Any]]:
+def addressed_notifications(reader: StoreReader, profile: str, since: float, *,
+                            audiences: Collection[str] | None = None,
+                            chats: tuple[Collection[int], int] | None = None) -> list[dict[str, Any]]:
     """Notifications that name an audience, written at `since` or later, oldest first, each with the
     profile's notification effects for it: {message_id, audience, effects: {chat id: {effect_id,
-    status, retry_at}}}. The bodies are read one at a time (`notification_body`), for what is sent."""
+    status, retry_at}}}. The bodies are read one at a time (`notification_body`), for what is sent.
+
+    An adapter plans on every tick, so what it reads must not grow with the day's notifications that
+    need nothing more from it: `audiences` keeps those for these audiences only (None: any), and
+    `chats` = (the chat ids whose effects count, how many chats the profile sends to) leaves out a
+    notification that has as many effects in those chats that are not `failed` (sent, being sent, or
+    waiting for a person) as there are chats: each of them has it."""
+    conditions, params = "", [profile, since]
+    if audiences is not None:
+        listed = sorted(audiences)
+        if not listed:
+            return []
+        conditions += f" AND m.audience IN ({', '.join('?' * len(listed))})"
+        params += listed
+    if chats is not None:
+        counted, targets = sorted(chats[0]), chats[1]
+        if not counted or targets <= 0:
+            return []
+        conditions += f""" AND (SELECT count(*) FROM channel_effect d WHERE d.request_id = m.message_id
+                                AND d.profile = ? AND d.purpose = 'notification' AND d.status <> 'failed'
+                                AND d.chat_id IN ({', '.join('?' * len(counted))})) < ?"""
+        params += [profile, *counted, targets]
     found: dict[str, dict[str, Any]] = {}
     for message_id, audience, effect_id, chat_id, status, retry_at in reader.all(
-            """SELECT m.message_id, m.audience, e.effect_id, e.chat_id, e.status, e.retry_at
-               FROM session_message m LEFT JOIN channel_effect e
-                    ON e.request_id = m.message_id AND e.profile = ? AND e.purpose = 'notification'
-               WHERE m.audience IS NOT NULL AND m.created_at >= ? ORDER BY m.created_at""", (profile, since)):
+            f"""SELECT m.message_id, m.audience, e.effect_id, e.chat_id, e.status, e.retry_at
+                FROM session_message m LEFT JOIN channel_effect e
+                     ON e.request_id = m.message_id AND e.profile = ? AND e.purpose = 'notification'
+                WHERE m.audience IS NOT NULL AND m.created_at >= ?{conditions} ORDER BY m.created_at""",
+            tuple(params)):
         notice = found.setdefault(message_id, {"message_id": message_id, "audience": audience, "effects": {}})
         if effect_id is not None:
             notice["effects"][int(chat_id)] = {"effect_id": effect_id, "status": status, "retry_at": retry_at}

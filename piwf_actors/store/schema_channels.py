@@ -13,15 +13,15 @@ class ChannelEffect(Base):
 
     At most once: `applying` is committed before the attempt; the attempt's
     outcome settles it `applied` (with the channel's message reference in
-    `result`), `failed` (surely not sent: retried automatically up to three
-    attempts) or `ambiguous` (maybe sent: never re-sent unless a person says
-    so with `channel.recover`). The stable message id of an attempt is
+    `result`), `failed` (surely not sent: tried again with back-off, `retry_at`,
+    for as long as it is wanted) or `ambiguous` (maybe sent: never re-sent
+    unless a person says so with `channel.recover`). The stable message id of an attempt is
     `<effect_id>-<attempt>`.
     """
 
     effect_id = pw.TextField(primary_key=True)
     profile = pw.TextField()
-    purpose = pw.TextField()  # delivery | settlement | input_prompt
+    purpose = pw.TextField()  # delivery | settlement | input_prompt | notification (request_id: its outbox message)
     request_id = pw.TextField()
     chat_id = pw.IntegerField()
     effect_key = pw.TextField(unique=True)  # profile, purpose, request, chat (and the asking user for a prompt)

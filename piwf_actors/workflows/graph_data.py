@@ -103,7 +103,7 @@ def child_document(document: Mapping[str, Any], digest: str) -> dict[str, Any] |
             continue
         reached[current] = graphs[current]
         starts = graphs[current].get("starts") if isinstance(graphs[current], Mapping) else None
-        pending.extend(str(start) for start in starts or ())
+        pending.extend(str(start) for start in (starts if isinstance(starts, list) else ()))
     return {"format": GRAPH_FORMAT, "workflow": digest, "graphs": reached}
 
 
@@ -203,7 +203,7 @@ def graph_of(document: Any) -> Graph:
     if found.get("format") != GRAPH_FORMAT:
         raise GraphDataError(f"not a {GRAPH_FORMAT} document (format {str(found.get('format'))[:40]!r})")
     graphs = _map(found.get("graphs"), "graphs")
-    entry = graphs.get(found.get("workflow"))
+    entry = graphs.get(_text(found.get("workflow"), "workflow"))
     if entry is None:
         raise GraphDataError("the document has no graph of its own workflow")
     return graph_from_data(_map(entry, "graph entry").get("graph"))

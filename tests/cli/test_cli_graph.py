@@ -209,7 +209,7 @@ def test_a_run_is_drawn_as_it_started_whatever_its_imports_do_since(host: HostHa
         gone = piwf(state_dir, "graph", run_id, cwd=project)
         assert (gone.returncode, gone.stderr) == (0, "") and "ask  checkpoint: first?" in gone.stdout
 
-        # As a run stored before schema v15: no graph.
+        # As a run stored before schema v16: no graph.
         execute(state_dir, "UPDATE run SET graph_sha256 = NULL WHERE run_id = ?", (run_id,))
         older = piwf(state_dir, "graph", run_id, cwd=project)
         assert older.returncode == 0, older.stderr

@@ -227,6 +227,16 @@ def test_start_priority_is_shown(host: HostHandle, state_dir: Path, project: Pat
     assert refused.returncode == 1 and refused.stderr.startswith("piwf: rejected: priority"), refused.stderr
 
 
+def test_a_negative_priority_starts_a_run_after_the_others(host: HostHandle, state_dir: Path, project: Path) -> None:
+    """`--priority` is at most 1,000,000 either way (its help, docs/protocol.md): a negative one is taken at
+    the door like any other, and one past the bound is refused by the same words."""
+    later = start(state_dir, project, "quick", "--priority", "-5")
+    assert ok_json(cli(state_dir, project, "show", later, "--json"))["priority"] == -5
+    refused = cli(state_dir, project, "start", "quick", "--priority", "-2000000")
+    assert refused.returncode == 1 and refused.stderr.startswith("piwf: rejected: priority must be an integer "
+                                                                 "from -1000000 to 1000000"), refused.stderr
+
+
 # --- rendering (no host) ----------------------------------------------------------------------------------
 
 NOW = 1_800_000_000.0

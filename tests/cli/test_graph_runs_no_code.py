@@ -139,3 +139,21 @@ def test_piwf_top_draws_the_stored_graph_with_every_node(hosts: Any, state_dir: 
     assert "├── fan  map_workflow   · not reached" in text and "│   └── ⇉ per item: leaf" in text, text
     assert "└── other  compute   · not reached" in text, text
     assert here == 0
+
+
+def test_piwf_graph_of_a_run_named_as_tables_show_it_runs_no_code_of_the_project_it_is_drawn_in(
+        hosts: Any, state_dir: Path, project: Path) -> None:
+    """`piwf list` shows ids by their end (`…c3e9hbn6w0ab`), which no workflow name can be: pasted into
+    `piwf graph` in the project's own directory it names the run alone, and drawing it loads none of
+    the project's workflow files (it used to look for a workflow of that name first, importing them)."""
+    host = hosts(state_dir, max_workers=2)
+    run_id = host.start_run("marked", project_path=str(project)).run_id
+    view = wait_until(lambda: (v := run_view(state_dir, run_id))["waiting"] and v, 30, "the run to wait")
+    marker = project / "marker"
+    for shown in ("…" + run_id[-12:], "..." + run_id[-12:]):
+        result = piwf(state_dir, "graph", shown, "--format", "mermaid", cwd=project,
+                      extra_env={"GRAPH_MARKER": str(marker)})
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists() and not (project / "imported.marker").exists(), \
+            f"piwf graph {shown} in the project's directory ran its workflow files"
+        assert result.stdout == _expected(project, view, "mermaid"), shown

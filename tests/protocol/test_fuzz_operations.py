@@ -236,6 +236,7 @@ def _field(targets: Targets, name: str, kind: str, aimed: bool) -> st.SearchStra
     right = {
         "str": _strings(targets, name, aimed),
         "int": st.one_of(st.integers(0, 50), targets.pick("revision"), st.integers(-2**63, 2**64 - 1)),
+        "signed": st.one_of(st.integers(-50, 50), st.integers(-2**63, 2**64 - 1)),
         "num": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**63, 2**64 - 1)),
         "bool": st.booleans(),
         # content.upload's chunk: empty, small, and up to just under a chunk of content

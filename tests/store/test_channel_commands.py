@@ -296,3 +296,19 @@ def test_recover_rules(store) -> None:
     store.call("decision.answer", {"request_id": stale, "response": {"choice": "stop"}})
     with pytest.raises(Rejected, match="no longer open"):
         store.call("channel.recover", {"profile": "ops", "message_id": lost["message_id"], "action": "retry"})
+
+
+def test_a_retry_of_a_failed_delivery_whose_decision_closed_is_refused_not_promised(store) -> None:
+    """A delivery is reserved only while its decision is open: a person's `retry` of a failed one after
+    the decision closed would name an attempt that never comes (`next_message_id`), so it is refused,
+    as the retry of an ambiguous one is, and nothing changes."""
+    request_id = _decision(store)
+    _start(store)
+    failed = _reserve(store, request_id)
+    _settle(store, failed, "failed")
+    store.call("decision.answer", {"request_id": request_id, "response": {"choice": "stop"}})
+    before = _status(store, failed["effect_id"])
+    with pytest.raises(Rejected, match="no longer open"):
+        store.call("channel.recover", {"profile": "ops", "message_id": failed["message_id"], "action": "retry"})
+    assert _status(store, failed["effect_id"]) == before
+    assert "skip" in _reserve(store, request_id)  # (never attempted again)

@@ -12,6 +12,8 @@ import time
 import pytest
 from test_store_regressions import Store
 
+from piwf_actors.actors.channel_plan import next_work
+from piwf_actors.channels.config import ChannelProfile
 from piwf_actors.errors import Rejected
 from piwf_actors.store import channel_queries, metrics_queries
 from piwf_actors.store.reader import StoreReader
@@ -121,6 +123,10 @@ def test_a_notification_is_wanted_for_a_day_whatever_became_of_its_run(store) ->
     assert [u["request_id"] for u in _listed(store, "undelivered")] == [recent]
     # Past its day it is no longer tried, nor listed.
     assert _reserve(store, recent, now=now + 700) == {"skip": "the notification is no longer wanted"}
+    # A person's retry of it then is refused, not promised: its next attempt would never be made.
+    with pytest.raises(Rejected, match="older than 24 h"):
+        store.call("channel.recover", {"profile": "ops", "message_id": effect["message_id"], "action": "retry"},
+                   now + 700)
     effect = _reserve(store, recent, now=now + 2)
     _settle(store, effect, "ambiguous", now=now + 2)
     with pytest.raises(Rejected, match="older than 24 h"):
@@ -139,3 +145,35 @@ def test_pruning_a_run_removes_what_channels_recorded_about_its_notifications(st
     assert pruned["receipt"]["run_count"] == 1, pruned
     left = store.db.execute_sql("SELECT request_id FROM channel_effect").fetchall()
     assert [row[0] for row in left] == [kept]
+
+
+class _CountingReader(StoreReader):
+    """A real reader that counts the rows its queries return (what the planner had to go through)."""
+
+    rows = 0
+
+    def all(self, sql: str, params: tuple = ()) -> list[tuple]:
+        found = super().all(sql, params)
+        self.rows += len(found)
+        return found
+
+
+def test_planning_reads_only_the_notifications_that_may_still_need_a_send(store) -> None:
+    """An adapter plans on every tick and every change of a channel effect: what it reads must not grow
+    with the day's notifications already sent, nor with those for audiences it does not route. (Seen
+    in review: a day of 100,000 notifications, every one sent, took half a second of each second's
+    tick to plan nothing.)"""
+    profile = ChannelProfile("ops", "ops_bot", frozenset({1001}), (2002,), frozenset({"operator"}))
+    _call(store, "channel.adapter_start")
+    for index in range(30):
+        _settle(store, _reserve(store, _notified(store, f"sent-{index}", "operator")), "applied")
+    for index in range(15):
+        _notified(store, f"other-{index}", "elsewhere")
+    waiting = _notified(store, "waiting", "operator")
+    reader = _CountingReader(store.location)
+    try:
+        work = next_work(reader, profile, {}, text_limit=4096, now=store.now)
+    finally:
+        reader.close()
+    assert work is not None and work.reserve == {"purpose": "notification", "request_id": waiting, "chat_id": 2002}
+    assert reader.rows <= 3, reader.rows

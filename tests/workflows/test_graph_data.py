@@ -78,6 +78,7 @@ def broken(change: Any) -> Any:
     (None, "graph document must be a map, got NoneType"),
     ({"format": "piwf.graph.v9"}, "not a piwf.graph.v1 document (format 'piwf.graph.v9')"),
     (broken(lambda d, g: d.update(workflow="nope")), "the document has no graph of its own workflow"),
+    (broken(lambda d, g: d.update(workflow=["a"])), "workflow must be text, got list"),
     (broken(lambda d, g: g.update(nodes="x")), "nodes must be a list, got str"),
     (broken(lambda d, g: g["nodes"][0].update(kind=3)), "node 0 kind must be text, got int"),
     (broken(lambda d, g: g["nodes"].append(dict(g["nodes"][0]))), "a node id appears twice"),
@@ -94,6 +95,14 @@ def test_a_malformed_document_is_refused_in_one_line(document: Any, message: str
     with pytest.raises(GraphDataError) as refused:
         graph_of(document)
     assert str(refused.value) == message
+
+
+def test_a_child_document_is_cut_from_a_document_whose_starts_are_malformed() -> None:
+    """What the writer cuts a child run's graph from (store/commands/child_runs.py) never raises: a
+    `starts` that is not a list names no more graphs."""
+    document = graph_document(top())
+    document["graphs"][middle().digest]["starts"] = 5
+    assert child_document(document, middle().digest)["graphs"] == {middle().digest: document["graphs"][middle().digest]}
 
 
 def test_bytes_that_are_not_json_are_refused() -> None:

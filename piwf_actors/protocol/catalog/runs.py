@@ -97,7 +97,11 @@ def run_source(ctx: OperationContext, _payload: dict[str, Any]) -> None:
     """The run's workflow snapshot as stored (bytes): the host runs none of it here. Drawing a run reads
     `run.graph` instead, which needs no code loaded anywhere."""
     assert ctx.request.run_id is not None
-    receipt = source_receipt(ctx.reader, ctx.request.run_id)
+    _reply_about_run(ctx, source_receipt(ctx.reader, ctx.request.run_id))
+
+
+def _reply_about_run(ctx: OperationContext, receipt: dict[str, Any] | None) -> None:
+    """Answer a read of the request's run: its receipt, or `notFound` (None: no such run)."""
     if receipt is None:
         ctx.reply("notFound", error=f"run {ctx.request.run_id} not found")
         return
@@ -126,11 +130,7 @@ def graph_receipt(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
 def run_graph(ctx: OperationContext, _payload: dict[str, Any]) -> None:
     """The run's definition as data, to draw it (`piwf graph RUN`, piwf-top): stored bytes only, no code."""
     assert ctx.request.run_id is not None
-    receipt = graph_receipt(ctx.reader, ctx.request.run_id)
-    if receipt is None:
-        ctx.reply("notFound", error=f"run {ctx.request.run_id} not found")
-        return
-    ctx.reply("accepted", receipt=receipt)
+    _reply_about_run(ctx, graph_receipt(ctx.reader, ctx.request.run_id))
 
 
 @operation("run.events", payload={"after": ("int", False), "limit": ("int", False)}, needs_run=True, read_only=True)
@@ -199,7 +199,7 @@ def _start(ctx: OperationContext, payload: dict[str, Any]) -> None:
 
 @write_operation("run.start", payload={"workflow": ("str", True), "input": ("any", False),
                                        "project_path": ("str", False), "session_id": ("str", False),
-                                       "run_id": ("str", False), "priority": ("int", False)}, handler=_start)
+                                       "run_id": ("str", False), "priority": ("signed", False)}, handler=_start)
 def run_start(env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
     return start_run_command(env.resolver, workflow=payload["workflow"], input=payload.get("input"),
                              project_path=payload.get("project_path"), session_id=payload.get("session_id"),

@@ -320,6 +320,21 @@ def channel_recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     return recorded(ctx, args, lambda: _recover(ctx, args))
 
 
+def _check_resendable(ctx: WriteContext, stable: str, effect: dict[str, Any]) -> None:
+    """Refuse a person's `retry` of an attempt that `channel.effect_reserve` would never make again: a
+    notification past its day, a delivery (or prompt) of a decision no longer open. (An edit is made
+    after the decision closed: that is what it is for.)"""
+    purpose = effect["purpose"]
+    if purpose == "settlement":
+        return
+    if purpose == "notification":
+        if not notification_wanted(ctx, effect["request_id"]):
+            raise Rejected(f"channel delivery {stable}: the notification is older than "
+                           f"{channel_queries.NOTIFICATION_WINDOW_S / 3600:g} h; it is no longer sent")
+    elif (state := _request_state(ctx, effect["request_id"])) is None or state[1] not in _OPEN:
+        raise Rejected(f"channel delivery {stable}: the decision is no longer open; nothing to send again")
+
+
 def _recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     action, stable = args.get("action"), str(args["message_id"])
     if action not in ("confirm", "retry"):
@@ -334,6 +349,7 @@ def _recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     if status == "failed":
         if action == "confirm":
             raise Rejected(f"channel delivery {stable} surely was not sent; nothing to confirm (retry sends it now)")
+        _check_resendable(ctx, stable, effect)
         ctx.conn.execute("UPDATE channel_effect SET retry_at = ?, manual_retries = manual_retries + 1, updated_at = ? "
                          "WHERE effect_id = ?", (ctx.now, ctx.now, effect_id))
         ctx.changes.touch("channel_effect")
@@ -347,12 +363,7 @@ def _recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
             _presenting(ctx, effect["request_id"])
         next_id: str | None = stable
     else:
-        if purpose == "notification":
-            if not notification_wanted(ctx, effect["request_id"]):
-                raise Rejected(f"channel delivery {stable}: the notification is older than "
-                               f"{channel_queries.NOTIFICATION_WINDOW_S / 3600:g} h; it is no longer sent")
-        elif (state := _request_state(ctx, effect["request_id"])) is None or state[1] not in _OPEN:
-            raise Rejected(f"channel delivery {stable}: the decision is no longer open; nothing to send again")
+        _check_resendable(ctx, stable, effect)
         if purpose == "delivery":
             # The copy that may be in the chat stops answering: its buttons carry the old copy's token.
             ctx.conn.execute("UPDATE channel_effect SET status = 'replaced', error = 'sent again at a person''s word', "

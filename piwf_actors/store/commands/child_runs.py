@@ -86,7 +86,7 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
 class _ChildGraphs:
     """The graph blob of each child workflow, cut from the parent's stored graph by the digest the
     worker names (workflows/graph_data.py): no code is loaded here. None when the parent has no graph
-    (stored before schema v15) or its graph does not hold that definition (a module the file imports
+    (stored before schema v16) or its graph does not hold that definition (a module the file imports
     changed between the start and the worker's load): that child is drawn from the nodes it reached."""
 
     def __init__(self, ctx: WriteContext, parent_graph_sha: str | None) -> None:
