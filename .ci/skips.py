@@ -1,6 +1,6 @@
 """Print every test a suite skipped, and fail on a skip that `.ci/expected-skips` does not list.
 
-Usage: python .ci/skips.py SUITE JUNIT_XML   (SUITE: `test` or `test-pg`, as in the Makefile)
+Usage: python .ci/skips.py SUITE JUNIT_XML   (SUITE: `test`, `test-pg` or `test-slow`, as in the Makefile)
 
 The JUnit XML is pytest's `--junitxml`. Each line of `.ci/expected-skips` is
 `SUITES | TEST ID | REASON | WHY`: the suites it applies to (space-separated), a glob of the test's id

@@ -261,6 +261,12 @@ class ClientGateway(CoreActor):
             self.reply(conn_id, request, "rejected", error=str(bad))
         except PiwfError as err:
             self.reply(conn_id, request, outcome_for(err.code), error=err.one_line())
+        except Exception as exc:  # noqa: BLE001 - a host bug costs its one request, never the door
+            # Like a write command that raised (CommandFailed): `rejected`, since the same request would
+            # fail the same way; the traceback goes to the log, as a bug's should.
+            log.exception("%s failed on a host bug", request.operation)
+            self.reply(conn_id, request, "rejected", error=f"{request.operation} failed on a host bug: "
+                                                           f"{type(exc).__name__}: {' '.join(str(exc).split())}")
 
     def _standby_refusal(self) -> StandbyHost | RunnerHostRefusal:
         """The one-line answer to a mutation on a standby or a runner host: who is active, and when to retry."""

@@ -37,9 +37,10 @@ _CHECKS = {
     "map": lambda v: isinstance(v, dict),
     "bin": lambda v: isinstance(v, bytes),
 }
-#: The integers each integer kind takes: `int` counts and offsets (never negative), `signed` a number of
-#: either sign (a priority); both within what a JSON reader keeps exact.
-_INT_RANGES = {"int": (0, 2**53), "signed": (-(2**53), 2**53)}
+#: The integers each numeric kind takes: `int` counts and offsets (never negative), `signed` and `num` a
+#: number of either sign (a priority, a time); all within what a JSON reader keeps exact, and so within
+#: what a database column holds (a larger integer overflowed SQLite's in a query).
+_INT_RANGES = {"int": (0, 2**53), "signed": (-(2**53), 2**53), "num": (-(2**53), 2**53)}
 #: The type names of value fields: checked with `json_value_problem` besides their type.
 _VALUE_KINDS = frozenset({"any", "map"})
 
@@ -57,7 +58,8 @@ def check_payload(request: Request, operation: Operation) -> dict[str, Any]:
             continue
         if not _CHECKS[kind](payload[name]):
             raise BadRequest(f"{request.operation}: payload.{name} must be of type {kind}", request.request_id)
-        if kind in _INT_RANGES and not (_INT_RANGES[kind][0] <= payload[name] <= _INT_RANGES[kind][1]):
+        if kind in _INT_RANGES and is_int(payload[name]) and not (
+                _INT_RANGES[kind][0] <= payload[name] <= _INT_RANGES[kind][1]):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
         if kind == "str" and name.endswith("_id") and len(payload[name]) > MAX_ID_LEN:
             # Ids are kept in rows and travel in every frame about their request or run.

@@ -81,7 +81,8 @@ def test_a_choice_that_needs_text_asks_for_it_and_takes_the_reply(guard, state_d
     # A stranger's reply, and a message that replies to nothing, change nothing.
     fake.reply(chat_id=CHAT, user_id=STRANGER, text="ship it anyway", reply_to_message_id=prompt["message_id"])
     fake.reply(chat_id=CHAT, user_id=USER, text="just chatting")
-    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] > 0
+    # The stream's row is written with its first cursor, so it may not be there yet.
+    wait_for(lambda: any(row["cursor"] > 0 for row in rows(state_dir, "SELECT cursor FROM channel_stream"))
              and not fake.pending_updates(), 10, "the two messages to be read")
     assert status(host, run_id) == "parked"
     fake.reply(chat_id=CHAT, user_id=USER, text="bump the changelog", reply_to_message_id=prompt["message_id"])

@@ -65,6 +65,9 @@ def test_a_failed_node_keeps_the_traceback_of_the_users_frames(guard, state_dir,
     [node] = view["nodes"]
     assert node["error"]["traceback"] == trace
     # One line for the finished run, at WARNING with the code and the message.
+    # The line is logged after the commit the view read, so it may come a moment later.
+    wait_for(lambda: [r for r in caplog.records if r.name == "piwf_actors.runs" and run_id in r.getMessage()], 5,
+             "the failed line")
     [line] = [r for r in caplog.records if r.name == "piwf_actors.runs" and run_id in r.getMessage()]
     assert line.levelno == logging.WARNING
     assert f"run {run_id} failed (workflow broken): node_failed" in line.getMessage()

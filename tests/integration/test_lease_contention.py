@@ -102,8 +102,13 @@ def _check_hosts(scripts: dict[str, Any], wave: int) -> None:
 
 def _wave(state_dir: Path, url: str, scripts: dict[str, Any], wave: int) -> None:
     """Start RUNS runs, wait until all of them are done, checking the hosts all along."""
-    with Client(state_dir / "host-a") as client:
-        run_ids = [_start_run(client, f"{wave}-{index}") for index in range(RUNS)]
+    _check_hosts(scripts, wave)
+    try:
+        with Client(state_dir / "host-a") as client:
+            run_ids = [_start_run(client, f"{wave}-{index}") for index in range(RUNS)]
+    except HostNotRunning:
+        _check_hosts(scripts, wave)  # says which host exited, with its log
+        raise
     assert len(set(run_ids)) == RUNS
 
     def finished() -> int:
@@ -117,6 +122,9 @@ def _wave(state_dir: Path, url: str, scripts: dict[str, Any], wave: int) -> None
     _check_hosts(scripts, wave)
 
 
+# Three hosts with 3 s leases on a loaded 2-core machine (this file beside the rest of the suite) can
+# lose a lease to the machine rather than to the contention under test: `make test-slow` runs it alone.
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_no_lease_is_lost_while_three_hosts_contend_for_runs_under_one_limit(
         guard, state_dir: Path, pg_database) -> None:

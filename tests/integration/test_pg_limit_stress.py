@@ -10,7 +10,7 @@ warm workers each (real `bin/piwf-host` processes), share one database and 150 r
 (wf/flow_flows.py) of 10 ms each, all under one key of `limit(2)`. Nine workers keep claiming while
 two runs execute, so the claims of the three hosts keep meeting. Checks, from the oracle file the
 node appends to (outside the database): never more than two executions at once; both slots used;
-each run's node executed once; every host executed runs; and the race did happen — the hosts'
+each run's node executed once; at least two hosts executed runs; and the race did happen — the hosts'
 writers retried transactions that conflicted.
 
 With the writer's transactions downgraded to READ COMMITTED, three runs execute at once in every
@@ -103,7 +103,9 @@ def test_a_limit_holds_while_three_hosts_race_for_its_slots(guard, state_dir, pg
     assert most == LIMIT, f"the limit's slots were never both used ({most})"
     executors = Counter(row["executed_by"] for row in database_rows(
         url, "SELECT executed_by FROM node_attempt WHERE status = 'succeeded'"))
-    assert set(executors) == set(HOSTS), executors
+    # Hosts raced for the slots: at least two of them executed runs (on a loaded machine the third's
+    # claims may all lose, which is no fault of the limit's).
+    assert len(executors) >= 2 and set(executors) <= set(HOSTS), executors
     # The race happened: the hosts' claim transactions met, and the losers were run again.
     retries = {name: _writer_stats(state_dir / name)["conflict_retries"] for name in HOSTS}
     assert sum(retries.values()) > 0, f"no transaction of one host conflicted with another's: {retries}"

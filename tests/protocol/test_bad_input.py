@@ -313,6 +313,34 @@ def test_non_finite_float_input_is_rejected_not_unavailable(host, bystander, con
     bystander.assert_serving()
 
 
+@pytest.mark.parametrize("since", [2**64 - 1, -(2**63), 2**53 + 1])
+def test_a_number_no_column_can_hold_is_refused_and_the_host_serves_on(host, bystander, connect, since) -> None:
+    """The socket fuzz found it: `run.list` with `since` past SQLite's 64-bit integers overflowed in the
+    query, on the gateway's thread, and that stopped the host."""
+    conn = connect(host)
+    answer = conn.request("run.list", {"since": since, "parent": "run_x"})
+    assert answer["outcome"] == "rejected", answer
+    assert answer["error"] == "run.list: payload.since is out of range", answer
+    assert conn.ok("run.list", {"since": 2**53, "parent": "run_x"})["receipt"]["runs"] == []
+    bystander.assert_serving()
+
+
+def test_a_host_bug_in_one_request_answers_it_and_stops_nothing(host, bystander, connect, monkeypatch, caplog) -> None:
+    """Whatever a check at the door misses, an operation that raises costs its own request only."""
+    from piwf_actors.store import queries
+
+    def broken(*args, **kwargs):
+        raise OverflowError("planted\nbug")
+
+    monkeypatch.setattr(queries, "run_list", broken)
+    conn = connect(host)
+    answer = conn.request("run.list", {"parent": "run_x"})  # a run's children are read from the database
+    assert (answer["outcome"], answer["error"]) == ("rejected", "run.list failed on a host bug: OverflowError: planted bug")
+    assert "run.list failed on a host bug" in caplog.text  # with its traceback: it is a bug
+    assert conn.ok("host.status")["receipt"]["role"] == "active"
+    bystander.assert_serving()
+
+
 def test_run_start_refuses_a_run_id_the_envelope_could_not_carry(host, bystander, connect, proto) -> None:
     conn = connect(host)
     answer = conn.request("run.start", {"workflow": proto.flow("quick"), "run_id": "r" * 201})
