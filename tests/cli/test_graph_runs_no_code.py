@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cli_support import piwf, run_view, short_dir, wait_until
 from rich.console import Console
-from testsupport import hosts_on_postgres
+from testsupport import sqlite_only
 
 from piwf_actors.client import Client
 from piwf_actors.top.model import Gatherer
@@ -102,7 +102,7 @@ def test_piwf_graph_of_a_run_never_imports_its_snapshot(hosts: Any, state_dir: P
         assert stdout == _expected(project, view, form), form
 
 
-@pytest.mark.skipif(hosts_on_postgres(), reason="a host on PostgreSQL leaves no SQLite file to read offline")
+@sqlite_only("the offline drawing reads a stopped host's SQLite file; the test above draws the same runs from a live host on either engine")
 def test_piwf_graph_of_a_stopped_hosts_run_never_imports_its_snapshot(hosts: Any, state_dir: Path, project: Path,
                                                                      elsewhere: Path) -> None:
     """A stopped host's SQLite file (read-only): the same pictures, still nothing imported."""
