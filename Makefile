@@ -17,15 +17,15 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 # The store suite and a marked integration subset run on SQLite and PostgreSQL (a cluster the tests
-# start); without PostgreSQL they fail, unless PIWF_TEST_SKIP_POSTGRES=1 (see README).
+# start); without PostgreSQL they fail, unless PIWF_TEST_SKIP_POSTGRES=1 (docs/development.md).
 # Two pytest-xdist workers, each taking whole files (--dist loadfile): the tests wait on real hosts
 # far more than they compute, and every test has its own state directory, socket and (per worker)
-# PostgreSQL cluster. Budget: 10 minutes on a 2-core machine (bench/README.md keeps the measured figures).
+# PostgreSQL cluster. Budget: 10 minutes on a 2-core machine (bench/README.md has the figures).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
-# The whole suite with every host on PostgreSQL (a database per state directory); 9 min 19 s measured in one process.
+# The whole suite with every host on PostgreSQL (a database per state directory).
 test-pg: $(STAMP)
 	PIWF_TEST_DATABASE=postgresql $(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
@@ -38,8 +38,8 @@ $(BENCH_STAMP): $(STAMP) setup.cfg
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# fanout.py ~40 s, sleepers.py --quick ~100 s (the full 100,000 sleepers take ~8 min, 7 of them to
-# fill: run bench/sleepers.py by hand), messages.py ~10 s.
+# sleepers.py runs with --quick here: the full 100,000 sleepers take long to fill, so run bench/sleepers.py
+# by hand (bench/README.md lists every script's run time).
 bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first use, not with `make test`
 	$(PY) bench/writer.py
 	$(PY) bench/spawn.py
@@ -52,7 +52,7 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/messages.py
 
 # Random SIGKILLs of hosts, workers and runner hosts on SQLite and PostgreSQL, checked against an
-# oracle file (bench/README.md); ~9 minutes with the defaults, exit 1 on any loss or repeat.
+# oracle file (bench/README.md: what it checks and how long it takes); exit 1 on any loss or repeat.
 # Pass options with SOAK_ARGS, e.g. `make soak SOAK_ARGS="--duration 1200 --seed 7"`.
 soak: $(STAMP)
 	$(PY) bench/soak.py $(SOAK_ARGS)

@@ -22,7 +22,7 @@ never blocks; the clerk tells each outcome back to the desk as a message
 (`Answered`, `AnswerFailed`). Nothing in this program `ask`s one actor from
 another: only `main()`, the application's edge, makes blocking calls.
 
-Rules an embedding application follows (README.md, "Embedding the host"):
+Rules an embedding application follows (docs/embedding.md):
 - call `HostHandle` methods from threads, not from inside actor handlers;
   let actors learn about runs through `host.subscribe(actor_ref, runs=…)`;
 - never call `pykka.ActorRegistry.stop_all()`: it would stop the host's

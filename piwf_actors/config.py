@@ -57,8 +57,8 @@ class HostConfig:
     # opentelemetry; an application's TracerProvider; "global" (opentelemetry.trace.get_tracer_provider() at
     # start); "env" (a provider of the host's own, configured by the OTEL_* variables: what piwf-host uses).
     tracer_provider: Any = None
-    # Workflow code the host runs itself (workflows/user_code.py; README "Limits on workflow code the host
-    # runs"): a concurrency key function (or a schedule's input function) gets `key_timeout_s`, executing one
+    # Workflow code the host runs itself (workflows/user_code.py; docs/workflows.md "Limits on workflow code
+    # the host runs"): a concurrency key function (or a schedule's input function) gets `key_timeout_s`, executing one
     # workflow file `load_timeout_s`; a slower one is refused and its thread abandoned; while
     # `max_hung_user_code` such threads still run, every start that needs workflow code is refused.
     key_timeout_s: float = 5.0

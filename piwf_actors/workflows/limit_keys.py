@@ -15,8 +15,8 @@ a function of the value alone and different values never meet:
   text, and two long texts differ in their hashes).
 
 Keys stored before this encoding kept their form for bare strings, numbers, booleans and None; map and
-list keys were flattened (`a=1,b=2`) and long ones cut. The README ("Keys", under flow control) says what that
-means for runs queued across an upgrade.
+list keys were flattened (`a=1,b=2`) and long ones cut. docs/workflows.md ("Keys", under flow control) says
+what that means for runs queued across an upgrade.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ IDLE_S = 60.0
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class UserCodeLimits:
-    """How long workflow code may run on the host (README, "Limits on workflow code the host runs")."""
+    """How long workflow code may run on the host (docs/workflows.md, "Limits on workflow code the host runs")."""
 
     key_timeout_s: float = 5.0  # a concurrency key function, a schedule's input function
     load_timeout_s: float = 30.0  # executing one workflow, schedule or resource manager file

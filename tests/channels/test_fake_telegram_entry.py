@@ -144,15 +144,15 @@ def test_write_config_never_overwrites(tmp_path) -> None:
     assert os.stat(shared).st_mode & 0o777 == 0o777 and not list(shared.iterdir())  # left as it was
 
 
-# --- the README's "Trying it without a bot" runs as written ---------------------------------------------
+# --- docs/channels.md's "Trying it without a bot" runs as written ---------------------------------------
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _walkthrough() -> list[tuple[str, list[str]]]:
-    """(command, the output lines the README shows for it) of the walkthrough's console blocks."""
-    text = (REPO / "README.md").read_text()
-    start = text.index("**Trying it without a bot.**")
+    """(command, the output lines the page shows for it) of the walkthrough's console blocks."""
+    text = (REPO / "docs" / "channels.md").read_text()
+    start = text.index("## Trying it without a bot\n")
     section = text[start:text.index("The same commands can be typed", start)]
     steps: list[tuple[str, list[str]]] = []
     for block in re.findall(r"```console\n(.*?)```", section, flags=re.S):
@@ -178,7 +178,7 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path) -> None:
             command = command.replace("8765", str(port))
         split = [sys.executable if word == ".venv/bin/python" else word for word in shlex.split(command)]
         if port is not None and split[:3] == [sys.executable, "-m", "piwf_actors.channels.fake_telegram"]:
-            split[3:3] = ["--port", str(port)]  # the README's fake is on its default port, this test's on a free one
+            split[3:3] = ["--port", str(port)]  # the page's fake is on its default port, this test's on a free one
         return split
 
     try:

@@ -1,7 +1,7 @@
 """`piwf graph` as a real command: a workflow drawn without a host, and runs of a real host drawn on the
 definition stored with them — where the run is, what each node did, children and waits.
 
-The workflows live in a temp project's `.piwf/workflows/` (the README's release example and a few flows
+The workflows live in a temp project's `.piwf/workflows/` (docs/workflows.md's release example and a few flows
 written here) and are started by name from there; every wait polls the host with a deadline.
 """
 
@@ -270,7 +270,7 @@ def test_run_arguments_errors_and_a_stopped_host(host: HostHandle, state_dir: Pa
 
 
 def test_the_readme_picture_is_what_piwf_graph_prints() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "cli.md").read_text()
     section = readme[readme.index("## The `piwf` command\n"):readme.index("\n## piwf-top")]
     blocks = re.findall(r"```mermaid\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1
@@ -283,8 +283,8 @@ def test_the_readme_picture_is_what_piwf_graph_prints() -> None:
 
 def test_the_readme_picture_is_the_graph_a_release_run_stores(host: HostHandle, state_dir: Path,
                                                               project: Path) -> None:
-    """What the host stored for a run of `release` draws the README's picture, byte for byte."""
-    readme = (REPO / "README.md").read_text()
+    """What the host stored for a run of `release` draws docs/cli.md's picture, byte for byte."""
+    readme = (REPO / "docs" / "cli.md").read_text()
     section = readme[readme.index("## The `piwf` command\n"):readme.index("\n## piwf-top")]
     [block] = re.findall(r"```mermaid\n(.*?)```", section, flags=re.S)
     run_id = start(state_dir, project, "release", "version=3")

@@ -1,5 +1,5 @@
-"""The README's "The `piwf` command" section stays true: its transcript runs as written (against a test
-host, with the ids it printed in place of the README's), and every command form its table lists runs."""
+"""docs/cli.md's "The `piwf` command" section stays true: its transcript runs as written (against a test
+host, with the ids it printed in place of the page's), and every command form its table lists runs."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ RUN_END = re.compile(r"…[0-9a-z]{12}")
 
 
 def section() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "cli.md").read_text()
     start = text.index("## The `piwf` command\n")
     return text[start:text.index("\n## ", start + 1)]
 
@@ -47,7 +47,7 @@ def table_forms() -> list[str]:
 
 
 def substitute(word: str, run_id: str | None, request_id: str | None) -> str:
-    """The README's ids → this test's: a run id prefix of the same length, a run id's end as a table shows it
+    """The page's ids → this test's: a run id prefix of the same length, a run id's end as a table shows it
     (`…` and 12 characters), the request prefix the hint gave."""
     word = RUN_ID.sub(lambda match: (run_id or "?")[:len(match.group())], word)
     word = RUN_END.sub(lambda _match: "…" + (run_id or "?")[-12:], word)
@@ -137,7 +137,7 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
     (workflows / "forms.py").write_text(FORMS_FLOWS)
 
     def run(form: str, *args: str, code: int = 0) -> Any:
-        assert form in forms, f"not a form of the README's table: {form!r}"
+        assert form in forms, f"not a form of docs/cli.md's table: {form!r}"
         covered.add(form)
         result = piwf(state_dir, *args, cwd=project)
         assert result.returncode == code, (form, args, result.stdout, result.stderr)

@@ -1,4 +1,4 @@
-"""The README says what the code does (issue 22, edge 8): the `piwf-host` option table lists every
+"""The docs say what the code does (issue 22, edge 8): the `piwf-host` option table (docs/host.md) lists every
 option the program takes (and no other), and the `piwf events` example lists the events a host
 really writes for that run, in its order."""
 
@@ -14,24 +14,24 @@ from piwf_actors import HostHandle
 from piwf_actors.cli.host import build_parser
 
 
-def readme_section(title: str) -> str:
-    text = (REPO / "README.md").read_text()
+def readme_section(title: str, document: str) -> str:
+    text = (REPO / "docs" / document).read_text()
     start = text.index(f"\n## {title}\n")
     return text[start:text.index("\n## ", start + 1)]
 
 
 def test_the_host_option_table_lists_every_piwf_host_option() -> None:
-    table = [line for line in readme_section("Running a host").splitlines() if line.startswith("| `--")]
+    table = [line for line in readme_section("Starting a host", "host.md").splitlines() if line.startswith("| `--")]
     documented = {re.match(r"\| `(--[a-z-]+)", line).group(1) for line in table}  # type: ignore[union-attr]
     options = {option for action in build_parser()._actions for option in action.option_strings
                if option.startswith("--") and option not in ("--help", "--version")}
-    assert documented == options, (f"missing from the README: {sorted(options - documented)}; "
+    assert documented == options, (f"missing from docs/host.md: {sorted(options - documented)}; "
                                    f"not options of piwf-host: {sorted(documented - options)}")
 
 
 def events_example() -> list[tuple[str, str]]:
     """(kind, node) of each row of the `piwf events` table in "The `piwf` command"."""
-    section = readme_section("The `piwf` command")
+    section = readme_section("The `piwf` command", "cli.md")
     block = section[section.index("$ piwf events "):]
     block = block[:block.index("\n$ ")]
     rows = []

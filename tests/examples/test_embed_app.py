@@ -1,7 +1,7 @@
 """examples/embed_app.py, run as a program: a pykka application with its own actor that starts
 release runs, is told their events through a subscription, answers their decisions, and exits 0
-with nothing left running. And the README's "Embedding the host" snippet, run as written against the
-README's own `nightly` workflow: it answers the run's checkpoint and ends."""
+with nothing left running. And docs/embedding.md's snippet, run as written against the
+`nightly` workflow of docs/workflows.md: it answers the run's checkpoint and ends."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_readme_python import (
-    data_server,  # noqa: F401  (a fixture: the README nightly's data server)
+    data_server,  # noqa: F401  (a fixture: the docs' nightly's data server)
     python_block,
     write_workflow,
 )
@@ -72,7 +72,7 @@ def test_embed_app_with_one_release(state_dir) -> None:
         'release 3.1.4: done, output {"shipped": "3.1.4"}']
 
 
-# --- the README's "Embedding the host" snippet, against the README's own `nightly` (issue 22, edge 1) ---
+# --- docs/embedding.md's snippet, against docs/workflows.md's own `nightly` (issue 22, edge 1) ---------
 
 
 def test_the_readme_embedding_snippet_runs_the_readme_nightly_to_its_end(state_dir: Path, tmp_path: Path,
@@ -86,7 +86,8 @@ def test_the_readme_embedding_snippet_runs_the_readme_nightly_to_its_end(state_d
     write_workflow(project, "nightly", python_block('name="nightly"').replace("http://127.0.0.1:8000", data_server)
                    .replace("/tmp/", f"{files}/"))
     program = tmp_path / "app.py"
-    program.write_text(python_block("start_host(HostConfig(").replace("/var/lib/myapp/piwf", str(state_dir)))
+    embedding = python_block("host.answer_checkpoint(request.request_id")  # docs/embedding.md's program
+    program.write_text(embedding.replace("/var/lib/myapp/piwf", str(state_dir)))
     try:
         done = subprocess.run([sys.executable, str(program)], cwd=project, capture_output=True, text=True,
                               timeout=120, stdin=subprocess.DEVNULL)

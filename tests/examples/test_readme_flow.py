@@ -1,6 +1,6 @@
-"""The README's "Waiting, fan-out and flow control" examples run as written, on a real host.
+"""The "Waiting, fan-out and flow control" examples of docs/workflows.md run as written, on a real host.
 
-The review example's one-minute cool-off and one-day timeout are the README's too: the test kit
+The review example's one-minute cool-off and one-day timeout are the page's too: the test kit
 (`piwf_actors.testing`) skips its host's timer clock over them instead of waiting.
 """
 

@@ -1,10 +1,12 @@
 """The examples and the front door name everything they need, and only what exists:
 
 - every file an example, the README, docs/ or bench/README.md points to is in the repository
-  (examples/embed_app.py sent its reader to a STYLE.md that is not);
-- the README's `nightly` workflow fetches from a web server on port 8000: the README says how to run
-  one, and that server, started as the README writes it, is what the workflow downloads from here;
-- the README's contents list links every top-level section, and every link finds its section.
+  (examples/embed_app.py sent its reader to a STYLE.md that is not), and every relative link of the
+  README and of docs/ finds its file and, when it names one, the heading;
+- docs/workflows.md's `nightly` workflow fetches from a web server on port 8000: the page says how to
+  run one, and that server, started as the page writes it, is what the workflow downloads from here;
+- the README's contents list links every top-level section, and every link finds its section;
+- the docs index (docs/README.md) links every page of docs/.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from piwf_actors import HostHandle
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+WORKFLOWS_DOC = REPO / "docs" / "workflows.md"
+DOCS_INDEX = REPO / "docs" / "README.md"
 
 #: What points at a file: a Markdown link target, or a name ending in `.md` in running text or code.
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
@@ -52,18 +56,18 @@ def test_every_file_the_examples_and_docs_name_is_in_the_repository() -> None:
 
 
 def _python_block(containing: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", WORKFLOWS_DOC.read_text(), flags=re.S)
     [block] = [block for block in blocks if containing in block]
     return block
 
 
 def _server_commands() -> list[str]:
     """The sh block after the nightly example that serves its data.csv."""
-    text = README.read_text()
+    text = WORKFLOWS_DOC.read_text()
     after = text[text.index('name="nightly"'):]
-    after = after[:after.index("\nNode kinds:")]  # in the example's own paragraphs, not further on
+    after = after[:after.index("\n## Node kinds")]  # in the example's own paragraphs, not further on
     block = re.search(r"```sh\n(.*?)```", after, flags=re.S)
-    assert block is not None and "8000" in block.group(1), "the README does not say how to serve data.csv"
+    assert block is not None and "8000" in block.group(1), "docs/workflows.md does not say how to serve data.csv"
     return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
 
 
@@ -137,3 +141,64 @@ def test_the_contents_list_links_every_top_level_section() -> None:
     # In the order of the sections.
     order = [anchor for anchor in listed if anchor in {_anchor(title) for title in sections}]
     assert order == [_anchor(title) for title in sections], order
+
+
+# --- the docs index and every relative link -------------------------------------------------------
+
+#: A Markdown link: `[text](target)`, the target up to its closing parenthesis.
+ANY_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks and inline code spans, where a `](` is a link."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+
+
+def _heading_anchors(document: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings; a repeated heading's get `-1`, `-2` … as on GitHub."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for title in re.findall(r"^#{1,6} (.+?)\s*#*$", re.sub(r"^```.*?^```", "", document.read_text(),
+                                                             flags=re.S | re.M), flags=re.M):
+        anchor = _anchor(title)
+        count = seen.get(anchor, 0)
+        seen[anchor] = count + 1
+        anchors.add(anchor if count == 0 else f"{anchor}-{count}")
+    return anchors
+
+
+def test_every_relative_link_of_the_readme_and_docs_finds_its_file_and_heading() -> None:
+    broken = []
+    for document in [README, REPO / "bench" / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in ANY_LINK.findall(_prose(document.read_text())):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (document.parent / path).resolve() if path else document
+            where = f"{document.relative_to(REPO)}: ({target})"
+            if not linked.exists():
+                broken.append(f"{where}: no such file")
+            elif anchor and (linked.suffix != ".md" or anchor not in _heading_anchors(linked)):
+                broken.append(f"{where}: no heading #{anchor} in {linked.relative_to(REPO)}")
+    assert not broken, "links that lead nowhere:\n" + "\n".join(broken)
+
+
+def test_the_docs_index_links_every_page_of_docs() -> None:
+    linked = {(DOCS_INDEX.parent / target.partition("#")[0]).resolve()
+              for target in ANY_LINK.findall(_prose(DOCS_INDEX.read_text())) if "://" not in target}
+    pages = {page.resolve() for page in (REPO / "docs").glob("*.md") if page != DOCS_INDEX}
+    missing = sorted(page.name for page in pages - linked)
+    assert not missing, f"pages of docs/ the index (docs/README.md) does not list: {missing}"
+    assert README.resolve() in linked and (REPO / "bench" / "README.md").resolve() in linked
+    # The front door leads to the index.
+    assert "docs/README.md" in ANY_LINK.findall(_prose(README.read_text()))
+
+
+def test_the_front_door_and_the_makefile_carry_no_dated_figures_or_issue_numbers() -> None:
+    """Measured figures live in bench/README.md with the command that printed them, issue numbers in
+    commit messages: the README's prose and the Makefile's comments carry neither."""
+    dated = re.compile(r"\bissue \d+|\b20\d\d-\d\d\b|\bmeasured\b|\b\d+ min \d+ s\b", flags=re.I)
+    comments = "\n".join(line for line in (REPO / "Makefile").read_text().splitlines() if line.lstrip().startswith("#"))
+    found = [f"README.md: {match}" for match in dated.findall(_prose(README.read_text()))]
+    found += [f"Makefile: {match}" for match in dated.findall(comments)]
+    assert not found, found

@@ -1,6 +1,6 @@
-"""The README's Python examples run as written.
+"""The README's and docs' Python examples run as written.
 
-Each ```python block is taken from README.md at test time, so an edit that breaks one fails here.
+Each ```python block is taken from README.md or docs/*.md at test time, so an edit that breaks one fails here.
 What a block cannot do on a test machine is replaced, and only that: the nightly example's
 `/tmp/` files and its `127.0.0.1:8000` server become a temp directory and a server on a free
 port; the embedding example's `/var/lib/myapp/piwf` becomes a temp state directory; the agent
@@ -27,11 +27,16 @@ from piwf_actors import HostHandle
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: Where the examples live: the front door and the reference it links to.
+DOCUMENTS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+
+
 def python_block(containing: str) -> str:
-    """The one README python block that contains `containing`."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    """The one python block of the README or docs/ that contains `containing`."""
+    blocks = [block for document in DOCUMENTS
+              for block in re.findall(r"```python\n(.*?)```", document.read_text(), flags=re.S)]
     found = [block for block in blocks if containing in block]
-    assert len(found) == 1, f"{len(found)} README python blocks contain {containing!r}"
+    assert len(found) == 1, f"{len(found)} README/docs python blocks contain {containing!r}"
     return found[0]
 
 
@@ -170,7 +175,8 @@ def test_embedding_example_runs_a_workflow_from_the_current_directory(state_dir:
     project = tmp_path / "project"
     write_workflow(project, "nightly", EMBED_NIGHTLY)
     program = tmp_path / "app.py"
-    program.write_text(python_block("start_host(HostConfig(").replace("/var/lib/myapp/piwf", str(state_dir)))
+    embedding = python_block("host.answer_checkpoint(request.request_id")  # docs/embedding.md's program
+    program.write_text(embedding.replace("/var/lib/myapp/piwf", str(state_dir)))
 
     # Run from the project, as the example's comment says: no project_path is passed.
     done = subprocess.run([sys.executable, str(program)], cwd=project, capture_output=True, text=True, timeout=90)

@@ -1,4 +1,4 @@
-"""The README's "Schedules" example runs as written: its workflow file in a project, a host with
+"""docs/schedules.md's example runs as written: its workflow file in a project, a host with
 `projects=` (what `piwf-host --project` sets), both schedules listed with their next fires, and a
 manual fire of the nightly report that ends `done` with the fire's day as input; and every schedule's
 input is computed at fire time, not when the file loads."""

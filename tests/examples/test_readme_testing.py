@@ -1,4 +1,4 @@
-"""The README's "Testing your workflows" example runs as written: its test file, beside the README's
+"""docs/testing.md's example runs as written: its test file, beside docs/workflows.md's
 `release` workflow in a project's `.piwf/workflows/release.py`, passes under pytest with the `piwf`
 fixture the package installs (a pytest of its own, in a subprocess)."""
 

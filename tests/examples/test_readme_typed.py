@@ -1,4 +1,4 @@
-"""The README's "Typed inputs and outputs" example runs as written: its workflow file in a project, its
+"""docs/workflows.md's "Typed inputs and outputs" example runs as written: its workflow file in a project, its
 console transcript against a test host (the refusal printed line for line), and the run it starts."""
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ def short_dir(prefix: str) -> Path:
 
 
 def piwf(state: Path, words: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`bin/piwf WORDS --state-dir STATE`, run in `cwd` as a reader of the README would."""
+    """`bin/piwf WORDS --state-dir STATE`, run in `cwd` as a reader of the page would."""
     env = {k: v for k, v in os.environ.items() if k not in ("PIWF_STATE_DIR", "COLUMNS")}
     return subprocess.run([str(REPO / "bin" / "piwf"), *words, "--state-dir", str(state)], capture_output=True,
                           text=True, timeout=60, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
 
 
 def section() -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index("### Typed inputs and outputs\n")
+    text = (REPO / "docs" / "workflows.md").read_text()
+    start = text.index("## Typed inputs and outputs\n")
     return text[start:text.index("\n## ", start)]
 
 
@@ -83,7 +83,7 @@ def test_the_typed_example_refuses_as_shown_and_runs_a_valid_input(setup: tuple[
 def test_the_typed_example_fails_a_node_whose_output_lacks_its_shape(setup: tuple[Path, Path, HostHandle]) -> None:
     project, _state, host = setup
     flows = project / ".piwf" / "workflows" / "rollout.py"
-    # The README's plan node, returning its step count as text: the worker refuses that output.
+    # The page's plan node, returning its step count as text: the worker refuses that output.
     flows.write_text(flows.read_text().replace('{"steps": 2 if', '{"steps": "2" if'))
     run_id = host.start_run("rollout", {"version": "v2", "dry_run": True}, project_path=str(project)).run_id
     failed = host.wait_for_run(run_id, timeout=60)

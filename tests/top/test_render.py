@@ -286,7 +286,7 @@ def test_a_long_tree_keeps_the_node_where_the_run_is_in_view_at_80x24() -> None:
 
 
 def test_the_readme_tree_is_what_the_detail_pane_draws() -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "cli.md").read_text()
     section = readme[readme.index("## piwf-top\n"):]
     block = re.search(r"The detail pane draws the selected run as a tree.*?```\n(.*?)```", section, flags=re.S)
     assert block is not None
@@ -297,7 +297,7 @@ def test_the_readme_tree_is_what_the_detail_pane_draws() -> None:
                       {"node_id": "approve", "status": "waiting", "attempts": 1, "output": None, "error": None}],
                   waiting=[{"request_id": "req_abc", "node_id": "approve", "kind": "decision", "status": "pending",
                             "deadline_at": NOW + 3597, "clock": "running", "remaining_s": 3597.0}], waits=[])
-    # The graph the host stores for a run of the README's `release` (the example file, loaded here).
+    # The graph the host stores for a run of the docs' `release` (the example file, loaded here).
     graph = build_graph(resolve(f"{REPO / 'examples' / 'workflows' / 'release.py'}:release", str(REPO)).workflow)
     text = screen(snapshot(detail_run_id=RELEASE, detail=detail, detail_graph=graph),
                   UiState(selected_run_id=RELEASE, detail_open=True), height=40)

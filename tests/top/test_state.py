@@ -306,10 +306,10 @@ def test_gatherer_draws_a_run_without_a_stored_graph_from_its_view() -> None:
 
 
 def _readme_keys() -> dict[str, str]:
-    """The README's piwf-top key table: each key (backticked, `1`–`9` as `1-9`) → what its row says it does."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The piwf-top key table of docs/cli.md: each key (backticked, `1`–`9` as `1-9`) → what its row says it does."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     section = readme[readme.index("## piwf-top\n"):]
-    section = section[:section.index("\n## ")]
+    section = section.split("\n## ")[0]  # to the next section, or the end of the page
     keys: dict[str, str] = {}
     for row in section.splitlines():
         if not row.startswith("| `"):
