@@ -1149,7 +1149,7 @@ def report(results: list[Result], args: argparse.Namespace) -> int:
     row("soak / wall time s", [f"{r.soak_s:.0f} / {r.wall_s:.0f}" for r in results])
 
     label_width = max(len(label) for label, _, _ in rows) + 2
-    width = max(width, *(len(v) + 2 for _, values, _ in rows for v in values))
+    width = max(width, *(len(v) + 2 for _, values, total in rows for v in (*values, total)))
     print()
     print(f"{'':<{label_width}}" + "".join(f"{n:>{width}}" for n in names) + f"{'total':>{width}}")
     for label, values, total in rows:
