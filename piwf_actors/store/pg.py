@@ -23,11 +23,16 @@ import re
 from typing import Any
 
 import peewee as pw
-import psycopg
-from psycopg.adapt import Dumper
-from psycopg.pq import TransactionStatus
 
+from piwf_actors.errors import DriverMissing
 from piwf_actors.store.dialect import POSTGRESQL
+
+try:  # the `postgresql` extra; this module is imported only where a PostgreSQL database is named
+    import psycopg
+    from psycopg.adapt import Dumper
+    from psycopg.pq import TransactionStatus
+except ImportError as exc:
+    raise DriverMissing("PostgreSQL", "psycopg", "postgresql", str(exc)) from exc
 
 _CHANGING = ("INSERT", "UPDATE", "DELETE", "WITH")
 _DML = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
