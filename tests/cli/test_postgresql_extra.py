@@ -7,8 +7,10 @@ None under its name in `sys.modules`, so `import psycopg` fails the way it does 
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,14 +34,12 @@ def no_psycopg_env() -> Iterator[dict[str, str]]:
     env = environ()
     env.pop(DATABASE_URL_ENV, None)
     env["PYTHONPATH"] = ":".join(filter(None, [str(shim), env.get("PYTHONPATH")]))
-    probe = subprocess.run([str(BIN.parent / ".venv" / "bin" / "python"), "-c", "import psycopg"], env=env,
+    probe = subprocess.run([sys.executable, "-c", "import psycopg"], env=env,
                            capture_output=True, text=True, timeout=60)
     assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, "the shim did not hide psycopg"
     try:
         yield env
     finally:
-        import shutil
-
         shutil.rmtree(shim, ignore_errors=True)
 
 
