@@ -4,10 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
+LINT_STAMP := $(VENV)/.lint-installed
 
-.PHONY: demo test test-pg test-slow bench soak lint clean
+.PHONY: demo test test-pg test-slow bench soak lint typecheck clean
 
-$(STAMP): setup.cfg pyproject.toml
+# The package and the `test` extra: the suite's tools, psycopg (the `postgresql` extra) and OpenTelemetry.
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -34,7 +36,7 @@ test-pg: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 
-$(BENCH_STAMP): $(STAMP) setup.cfg
+$(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
@@ -57,9 +59,17 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 soak: $(STAMP)
 	$(PY) bench/soak.py $(SOAK_ARGS)
 
-lint: $(STAMP)
-	$(PY) -m pip install --quiet ruff
+# The linter and the type checker at the versions the `lint` extra pins (pyproject.toml); CI runs both.
+$(LINT_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[lint]'
+	touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check piwf_actors tests bench examples
+
+# mypy reads its settings from pyproject.toml ([tool.mypy]).
+typecheck: $(LINT_STAMP)
+	$(VENV)/bin/mypy piwf_actors
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,5 @@
-"""piwf_actors: a durable, local-first workflow host built on pykka actors and SQLite.
+"""piwf_actors: a durable, local-first workflow host built on pykka actors; its state lives in SQLite
+(embedded) or PostgreSQL (several hosts on one database).
 
 The embedding entry point is `start_host(HostConfig(...))` (`piwf_actors.embedding`), which returns a
 `HostHandle`; `HostHandle.stop()` leaves nothing running. Its results are the
@@ -20,7 +21,7 @@ _RESULT_NAMES = (
 _NOTICE_NAMES = ("NodeFinished", "RunFinished", "RunParked", "RunStarted")
 
 __all__ = ["HostConfig", "HostHandle", "Subscription", "start_host", *_RESULT_NAMES, *_NOTICE_NAMES]
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
 
 
 def __getattr__(name: str) -> Any:

@@ -193,7 +193,7 @@ class HostHandle:
                 "role": self.role,
                 # The lease row (on a standby or a runner: the active host's), and this host's own view of its lease.
                 "lease": {**queries.lease_row(reader, now),
-                          **(lease.ask(GetLease(), timeout=timeout) if lease is not None else {})},
+                          **(lease.ask(GetLease(), block=True, timeout=timeout) if lease is not None else {})},
                 "runner": runner_lease.ask(GetRunnerLease(), timeout=timeout) if runner_lease is not None else None,
                 "runners": queries.runner_hosts(reader, now),
                 "writer": {"queue_depth": stats.queue_depth, "commits": stats.commits, "commands": stats.commands,

@@ -60,6 +60,19 @@ class StoreRefused(StoreError):
         self.reason = reason
 
 
+class DriverMissing(StoreError):
+    """The database names an engine whose driver, an extra of the package, cannot be imported."""
+
+    code = "driver_missing"
+
+    def __init__(self, engine: str, driver: str, extra: str, detail: str) -> None:
+        super().__init__(f"{engine} needs {driver}, which cannot be imported here ({detail}): "
+                         f"pip install 'piwf_actors[{extra}]'")
+        self.engine = engine
+        self.driver = driver
+        self.extra = extra
+
+
 class DiskFull(StoreError):
     code = "disk_full"
 

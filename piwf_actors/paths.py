@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -59,11 +60,11 @@ def parse_database_url(text: str, *, relative_to: Path | None = None) -> Databas
         return Path("/" + path.lstrip("/"))  # sqlite:////abs (SQLAlchemy's spelling) means the same file
     if scheme:
         raise ValueError(f"unsupported database URL scheme {scheme!r} (use sqlite:///path or postgresql://...)")
-    path = Path(text).expanduser()
-    return path if path.is_absolute() or relative_to is None else relative_to / path
+    file = Path(text).expanduser()
+    return file if file.is_absolute() or relative_to is None else relative_to / file
 
 
-def default_state_dir(environ: dict[str, str] | None = None) -> Path:
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get("PIWF_STATE_DIR"):
         return Path(env["PIWF_STATE_DIR"]).expanduser()

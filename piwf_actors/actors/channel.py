@@ -448,6 +448,7 @@ class ChannelAdapter(CoreActor):
                                        choice=prompt.choice, user_id=prompt.user_id))
                 self._notice(event, "Reply to the question with your text.")
         elif result.correlation_id == "answer":
+            assert isinstance(event, Tap | Reply)  # an answer is read from a tap or a reply (read_update)
             if value["status"] == "accepted":
                 self._notice(event, f"Recorded: {label}")
             elif value["status"] == "refused":

@@ -71,7 +71,7 @@ class RunEventFollower:
                 return
             try:
                 follow(run_id)
-            except (*DRIVER_ERRORS, PiwfError) as exc:
+            except DRIVER_ERRORS + (PiwfError,) as exc:
                 log.warning("%s of run %s not read (tried again on the next commit): %s", what, run_id, exc)
                 continue
             self._noticed.pop(run_id, None)

@@ -276,7 +276,7 @@ class ScheduleKeeper(PollingActor):
         fires = []
         for fire_time in due.fires:
             key = fire_key(fire_time)
-            fire = {"fire_key": key, "fire_time": fire_time, "run_id": fire_run_id(item.name, key, fire_time),
+            fire: dict[str, Any] = {"fire_key": key, "fire_time": fire_time, "run_id": fire_run_id(item.name, key, fire_time),
                     "kind": "catch_up" if fire_time in due.missed else "scheduled"}
             try:
                 fire["spec"] = self._run_spec(item, fire_time, fire["run_id"])

@@ -128,7 +128,7 @@ class RunTracer(CoreActor):
     def _follow_or_drop(self, run_id: str) -> None:
         try:
             self._follow(run_id)
-        except (*DRIVER_ERRORS, PiwfError):
+        except DRIVER_ERRORS + (PiwfError,):
             raise  # a read that failed: the follower keeps the run noticed for the next commit
         except Exception:  # a fact the step function does not expect: this run's trace ends, not the tracer
             log.exception("tracing: run %s is not traced any more: reading its events failed", run_id)

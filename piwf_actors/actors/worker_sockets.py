@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 #: Bytes read from one socket per wake-up; a larger burst is read on the next turn of the loop.
 READ_BYTES = 256 * 1024
 
-OnFrames = Callable[[list[dict[str, Any]]], None]
-OnGone = Callable[[str], None]
+# Their return values are ignored (a `safe_tell` returns whether it told).
+OnFrames = Callable[[list[dict[str, Any]]], object]
+OnGone = Callable[[str], object]
 
 
 @dataclass(slots=True)

@@ -342,4 +342,4 @@ class WriterHandle:
         return self.execute(name, args, **kwargs).unwrap()
 
     def stats(self, timeout: float = 5.0) -> WriterStats:
-        return self.ref.ask(GetWriterStats(), timeout=timeout)
+        return self.ref.ask(GetWriterStats(), block=True, timeout=timeout)

@@ -60,7 +60,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 from piwf_actors.channels.private_files import Refused, check_directory, read_private
 from piwf_actors.channels.registry import known_channel_types
@@ -340,15 +340,16 @@ def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfil
         return f"{where} {'; '.join(problems)}"
     return ChannelProfile(
         profile=name,
-        credential=credential,
-        allowed_user_ids=frozenset(user_ids),
-        allowed_chat_ids=tuple(chat_ids),
-        audiences=frozenset(audiences),
+        # No problem found: every key is there and valid.
+        credential=table["credential"],
+        allowed_user_ids=frozenset(table["allowed_user_ids"]),
+        allowed_chat_ids=tuple(table["allowed_chat_ids"]),
+        audiences=frozenset(table["audiences"]),
         channel_type=channel_type,
     )
 
 
-def _is_int_list(value: object, *, allow_negative: bool) -> bool:
+def _is_int_list(value: object, *, allow_negative: bool) -> TypeGuard[list[int]]:
     """A non-empty list of ints; bools are refused although Python counts them as ints.
 
     Telegram user ids are positive; group and channel chat ids are negative.

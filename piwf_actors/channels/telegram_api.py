@@ -59,7 +59,7 @@ import re
 import socket
 import threading
 import urllib.parse
-from typing import Any
+from typing import Any, TypeGuard
 
 from piwf_actors.errors import PiwfError
 
@@ -273,7 +273,8 @@ class BotApi:
             # Telegram's frontend failed after it received the request: it may have been carried out.
             log.debug("telegram %s: failed inside Telegram: %s %s", method, error_code, description)
             raise OutcomeUnknown(method, f"HTTP {status}: error {error_code}: {description}")
-        parameters = payload.get("parameters") if isinstance(payload.get("parameters"), dict) else {}
+        parameters = payload.get("parameters")
+        parameters = parameters if isinstance(parameters, dict) else {}
         retry_after = parameters.get("retry_after")
         retry_after = float(retry_after) if _is_number(retry_after) else None
         migrate_to = parameters.get("migrate_to_chat_id")
@@ -381,5 +382,5 @@ def _bot_api_answer(raw: bytes) -> dict[str, Any] | None:
     return payload
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0

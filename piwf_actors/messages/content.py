@@ -149,7 +149,8 @@ def cut(root: dict[str, Any], body_size: int, *, under: Path = (), budget: int =
         _set(new_root, under, _shrink(target, under, inline, out))
     if under and isinstance(target, (dict, list)) and len(pack(_get(new_root, under))) > budget - ENVELOPE_ROOM:
         out.clear()  # many parts, each small enough: the value at `under` goes as one piece of content
-        _set(new_root, under, _cut_out(target, under, out))
+        _cut_out(target, under, out)
+        _set(new_root, under, None)
     return new_root, out
 
 

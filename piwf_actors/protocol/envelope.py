@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from piwf_actors import __version__
 from piwf_actors.messages import pack
 
 SCHEMA = "piwf.client.v1"
-VERSION = "0.1.0"
+VERSION = __version__  # the implementation's version, told in `hello`
 OUTCOMES = ("accepted", "adopted", "rejected", "conflict", "notFound", "unavailable", "claimLost")
 MAX_ID_LEN = 200
 MAX_ERROR_LEN = 1000

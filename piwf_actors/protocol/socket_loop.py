@@ -110,9 +110,10 @@ def prepare_socket_path(path: Path) -> None:
 
 
 class SocketLoop:
+    # The callbacks' return values are ignored (`object`): the actor's `safe_tell` returns whether it told.
     def __init__(self, path: Path, *, on_open: Callable[[int], dict[str, Any]],
-                 on_frame: Callable[[int, dict[str, Any], Peer], None], on_closed: Callable[[int], None],
-                 limits: Limits = Limits(), on_alarm: Callable[[], None] | None = None) -> None:
+                 on_frame: Callable[[int, dict[str, Any], Peer], object], on_closed: Callable[[int], object],
+                 limits: Limits = Limits(), on_alarm: Callable[[], object] | None = None) -> None:
         self._path = path
         self._on_alarm = on_alarm
         self._alarm: float | None = None  # time.monotonic() when on_alarm is due; guarded by _posts_lock

@@ -61,6 +61,7 @@ class ResourceWorkflows:
         found = self._link.accepted("workflow_ensure", {"key": key, "input": input, "name": name}, fenced=False)
         if found.get("missing"):
             resolved = resolve(name, self._project_path)
+            spec: dict[str, Any]
             spec = {"workflow": resolved.workflow.name, "workflow_path": resolved.path, "workflow_attr": resolved.attr,
                     "definition_digest": resolved.workflow.digest, "source": resolved.source,
                     "graph": resolved.graph(),  # stored with the run: drawing it runs no code

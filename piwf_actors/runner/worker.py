@@ -82,7 +82,7 @@ def _isolated(sock: socket.socket, launch: dict[str, Any], trace_context: bool =
 def _environ_snapshot() -> dict[bytes | str, bytes | str]:
     """The environment as os.environ keeps it (encoded; a C-level dict copy, no decoding)."""
     data = getattr(os.environ, "_data", None)
-    return dict(data) if isinstance(data, dict) else dict(os.environ)
+    return dict(data) if isinstance(data, dict) else dict(os.environ.items())
 
 
 def main(argv: list[str] | None = None) -> int:

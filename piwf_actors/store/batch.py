@@ -206,7 +206,7 @@ class _Fences:
         elif cmd.name.startswith("runner_lease."):
             self.runners.pop(str(cmd.args.get("runner_id")), None)
 
-    def expired_at_commit(self, clock_now: float, fenced_by: set[str | None]) -> errors.PiwfError | None:
+    def expired_at_commit(self, clock_now: float, fenced_by: set[str | None]) -> errors.StoreError | None:
         """The lease of a sender whose fenced writes this batch holds ran out meanwhile (None: still held)."""
         for runner_id in fenced_by:
             if runner_id is None:
@@ -253,7 +253,7 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 outcome = _run(conn, dialect, commands, now, commit_seq, True, clock, timer_offset)
             outcome.conflict_retries = attempt
             return outcome
-        except (*dialect.driver_errors, _StorageAbort) as exc:
+        except dialect.driver_errors + (_StorageAbort,) as exc:
             cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, dialect)
             err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
             if conn is None or getattr(conn, "broken", False):

@@ -36,7 +36,7 @@ import peewee as pw
 
 from piwf_actors import errors
 
-try:  # an optional dependency only for who never uses PostgreSQL (installed by default)
+try:  # the `postgresql` extra: absent where no PostgreSQL database is used
     import psycopg
 except ImportError:  # pragma: no cover
     psycopg = None  # type: ignore[assignment]

@@ -112,8 +112,9 @@ def _v6_leaner_rows(db: pw.SqliteDatabase) -> None:
                        "WHERE g.run_id = run.run_id), 0)")
         db.execute_sql("DROP TABLE run_generation")
     for model, index in schema.V5_INDEXES:
-        if index._where is not None:  # (re)made partial: the same name, a new definition
-            db.execute_sql(f'DROP INDEX IF EXISTS "{index._name}"')
+        # (Re)made partial: the same name, a new definition. (peewee's stubs do not declare _where, _name.)
+        if index._where is not None:  # type: ignore[attr-defined]
+            db.execute_sql(f'DROP INDEX IF EXISTS "{index._name}"')  # type: ignore[attr-defined]
             with _BIND_LOCK, db.bind_ctx((model,)):
                 db.execute(model._schema._create_index(index, safe=True))
 

@@ -23,11 +23,16 @@ import re
 from typing import Any
 
 import peewee as pw
-import psycopg
-from psycopg.adapt import Dumper
-from psycopg.pq import TransactionStatus
 
+from piwf_actors.errors import DriverMissing
 from piwf_actors.store.dialect import POSTGRESQL
+
+try:  # the `postgresql` extra; this module is imported only where a PostgreSQL database is named
+    import psycopg
+    from psycopg.adapt import Dumper
+    from psycopg.pq import TransactionStatus
+except ImportError as exc:
+    raise DriverMissing("PostgreSQL", "psycopg", "postgresql", str(exc)) from exc
 
 _CHANGING = ("INSERT", "UPDATE", "DELETE", "WITH")
 _DML = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -172,7 +177,7 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         self._lock_timeout_ms = lock_timeout_ms
 
     def _connect(self) -> PgConnection:  # type: ignore[override]
-        raw = super()._connect()
+        raw = super()._connect()  # type: ignore[misc]  # peewee's stubs do not declare _connect
         try:
             open_session(raw, read_only=self._read_only, lock_timeout_ms=self._lock_timeout_ms)
         except BaseException:

@@ -157,7 +157,7 @@ def _summary_message(ctx: WriteContext, run_id: str, session_id: str | None, wor
     """A finished run tells its session (if it has one) how it ended, in the outbox."""
     if session_id is None:
         return
-    body = {"run_id": run_id, "workflow": workflow, "status": status}
+    body: dict[str, Any] = {"run_id": run_id, "workflow": workflow, "status": status}
     if error_code:
         body["error"] = {"code": error_code, "message": (error_message or "")[:1000]}
     ctx.conn.execute(

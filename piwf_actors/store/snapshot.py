@@ -14,12 +14,15 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from piwf_actors.errors import NotFound, StoreError
 from piwf_actors.paths import DatabaseLocation, PostgresDatabase
 from piwf_actors.store.dialect import dialect_of
 from piwf_actors.store.reader import StoreReader
+
+if TYPE_CHECKING:  # for the type checker only: TypeIs is in typing from Python 3.13
+    from typing_extensions import TypeIs
 
 
 def one_line(exc: BaseException) -> str:
@@ -32,7 +35,7 @@ def as_location(database: DatabaseLocation | str) -> DatabaseLocation:
     return database if isinstance(database, PostgresDatabase) else Path(database)
 
 
-def is_postgres(database: DatabaseLocation) -> bool:
+def is_postgres(database: DatabaseLocation) -> TypeIs[PostgresDatabase]:
     return isinstance(database, PostgresDatabase)
 
 

@@ -39,8 +39,9 @@ def schedules_line(schedules: Sequence[dict[str, Any]], now: float, width: int) 
 
     def order(item: dict[str, Any]) -> tuple[int, float, str]:
         upcoming = item.get("next_fire_at")
-        active = item.get("loaded") and not item.get("paused") and isinstance(upcoming, (int, float))
-        return (0 if active else 1, upcoming if active else 0.0, str(item.get("name")))
+        if item.get("loaded") and not item.get("paused") and isinstance(upcoming, (int, float)):
+            return (0, upcoming, str(item.get("name")))
+        return (1, 0.0, str(item.get("name")))
 
     result = line(("schedules", "bold"))
     ordered = sorted(schedules, key=order)

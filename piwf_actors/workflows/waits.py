@@ -185,7 +185,7 @@ def checked_wait(node_id: str, spec: NodeSpec, is_json: Any) -> dict[str, Any]:
         if spec.on_timeout is not None and spec.timeout_s is None:
             raise _fail(node_id, "on_timeout needs timeout_s")
         return {"on_timeout": freeze(spec.on_timeout)}
-    assert isinstance(spec, ChildRunsSpec)
+    assert isinstance(spec, RunWorkflowSpec | MapWorkflowSpec | ParallelSpec)  # the child-run kinds
     if spec.on_failure not in ON_FAILURE:
         raise _fail(node_id, f"on_failure must be one of {', '.join(ON_FAILURE)}, got {spec.on_failure!r}")
     if spec.timeout_s is not None:

@@ -1,7 +1,8 @@
 """The package as `pip install .` ships it: build a wheel, install it into a fresh venv, run and import it.
 
-Why this test exists: setup.cfg uses `packages = find:`, which silently skips
-any folder without an `__init__.py`. `piwf_actors/store/` once had none, so a
+Why this test exists: pyproject.toml finds the packages (`[tool.setuptools.packages.find]`), which
+silently skips any folder without an `__init__.py`, and lists the files that are not modules
+(`[tool.setuptools.package-data]`). `piwf_actors/store/` once had none, so a
 non-editable install shipped without the store and every console script
 (`piwf-host`, `piwf`, `piwf-top`) died with ModuleNotFoundError. The editable
 install that `make test` uses (and the bin/ launchers, which put the checkout
@@ -38,8 +39,11 @@ RUN_TIMEOUT_S = 120
 pytestmark = pytest.mark.timeout(1200)
 
 # Modules of an optional extra (`pip install piwf_actors[otel]`): the plain install carries them, and
-# importing one without its extra fails only for want of that extra's package, nothing of ours.
-OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry"}
+# importing one without its extra fails only for want of that extra's package, nothing of ours (the
+# PostgreSQL connection says which extra to install).
+OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry",
+            "piwf_actors.store.pg": "PostgreSQL needs psycopg, which cannot be imported here (No module named "
+                                    "'psycopg'): pip install 'piwf_actors[postgresql]'"}
 
 IMPORT_ALL = textwrap.dedent("""
     import importlib, json, sys, sysconfig, traceback
@@ -57,6 +61,27 @@ IMPORT_ALL = textwrap.dedent("""
         "prefix": sys.prefix,
     }))
 """)
+
+
+METADATA = textwrap.dedent("""
+    import importlib.metadata, importlib.util, json
+    import piwf_actors
+    dist = importlib.metadata.distribution("piwf-actors")
+    print(json.dumps({
+        "version": dist.version,
+        "package_version": piwf_actors.__version__,
+        "requires": dist.requires or [],
+        "psycopg_installed": importlib.util.find_spec("psycopg") is not None,
+        "summary": dist.metadata["Summary"],
+    }))
+""")
+
+
+def source_assets() -> list[Path]:
+    """Every file of the package in the checkout that is not a module (and not a cache), relative to it."""
+    root = REPO / PACKAGE
+    return sorted(path.relative_to(root) for path in root.rglob("*")
+                  if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts)
 
 
 def source_modules() -> list[str]:
@@ -144,3 +169,26 @@ def test_every_module_is_installed_and_imports(installed: Installed) -> None:
     assert package_file.is_relative_to(purelib), f"{PACKAGE} imported from {package_file}, not from {purelib}"
     assert package_file.is_relative_to(installed.venv.resolve())
     assert not package_file.is_relative_to(REPO), f"{PACKAGE} imported from the checkout: {package_file}"
+
+
+def test_every_asset_is_installed(installed: Installed) -> None:
+    assets = source_assets()
+    assert Path("py.typed") in assets  # the marker that tells type checkers the package is typed
+    proc = run([str(installed.python), "-c", "import piwf_actors; print(piwf_actors.__file__)"],
+               cwd=installed.workdir, timeout=RUN_TIMEOUT_S)
+    check(proc, "import piwf_actors")
+    root = Path(proc.stdout.strip().splitlines()[-1]).parent
+    assert root.resolve().is_relative_to(installed.venv.resolve()), root
+    missing = [str(asset) for asset in assets if not (root / asset).is_file()]
+    assert not missing, f"files of the package missing from the wheel (list them in pyproject.toml): {missing}"
+
+
+def test_metadata_has_one_version_and_postgresql_as_an_extra(installed: Installed) -> None:
+    proc = run([str(installed.python), "-c", METADATA], cwd=installed.workdir, timeout=RUN_TIMEOUT_S)
+    check(proc, "metadata script")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["version"] == found["package_version"], found
+    psycopg = [req for req in found["requires"] if req.startswith("psycopg")]
+    assert psycopg and all('extra == "postgresql"' in req for req in psycopg), found["requires"]
+    assert not found["psycopg_installed"], "the plain install pulled in psycopg"
+    assert "PostgreSQL" in found["summary"] and "SQLite" in found["summary"], found["summary"]

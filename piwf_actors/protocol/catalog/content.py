@@ -54,5 +54,6 @@ def ids_match(ctx: OperationContext, payload: dict[str, Any]) -> None:
     if suffix is not None:
         matches, more = id_queries.match_id_ends(ctx.reader, kind, suffix, limit)
     else:
+        assert prefix is not None  # exactly one of the two, checked above
         matches, more = id_queries.match_ids(ctx.reader, kind, prefix, limit)
     ctx.reply("accepted", receipt={"matches": matches, "more": more})

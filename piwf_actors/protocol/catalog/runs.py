@@ -353,7 +353,8 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
     try:
         parent = queries.run_source(reader, run_id)
         if parent is not None:
-            parent["graph_sha256"] = queries.run_graph(reader, run_id)[0]
+            graph = queries.run_graph(reader, run_id)  # None: the run went meanwhile (pruned)
+            parent["graph_sha256"] = graph[0] if graph is not None else None
     finally:
         reader.close()
     if parent is None:

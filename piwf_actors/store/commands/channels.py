@@ -45,7 +45,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import AdapterReplaced, NotFound, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.store import channel_queries
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 
 #: Why an `applying` effect became ambiguous (stable codes, shown by channel.status).
@@ -309,7 +309,7 @@ def record_found(ctx: WriteContext, profile: str, found: dict[str, Any]) -> bool
 
 
 @command("channel.recover")
-def channel_recover(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def channel_recover(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """A person settles a delivery that is waiting: {profile, message_id, action: confirm | retry}.
 
     An ambiguous one: `confirm` says it reached the chat (its message is found, and its buttons

@@ -18,7 +18,7 @@ from piwf_actors.errors import Rejected
 from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.holds import hold_blocked
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
@@ -434,7 +434,7 @@ def recover_runners(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("effect.resolve")
-def resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """A person settles an ambiguous effect: `confirm` (it happened; continue with
     the given output) or `retry` (run the node again). The run is re-queued.
     Recorded for idempotency when a client id and key are given."""

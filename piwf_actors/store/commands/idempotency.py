@@ -29,6 +29,9 @@ from piwf_actors.store.command_records import (
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
 from piwf_actors.store.requests import error_from_code
 
+#: What a recorded command answers: {outcome, receipt, revision}, or the refusal the writer answers with.
+Recorded = dict[str, Any] | RecordedRefusal
+
 
 @dataclass(frozen=True, slots=True)
 class Adopted:
@@ -51,7 +54,7 @@ def refusal_in(args: dict[str, Any]) -> None:
 
 
 def recorded(ctx: WriteContext, args: dict[str, Any],
-             apply: Callable[[], dict[str, Any] | Adopted]) -> dict[str, Any] | RecordedRefusal:
+             apply: Callable[[], dict[str, Any] | Adopted]) -> Recorded:
     """Run `apply` once per (client id, idempotency key); returns {outcome, receipt, revision}, or the
     `RecordedRefusal` the writer answers with (after committing its record).
 

@@ -18,7 +18,7 @@ from piwf_actors.canonical import canonical_json, fingerprint, loads
 from piwf_actors.errors import Conflict, NotFound, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.store.blobs import get_blob, put_json_blob
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import stop_request_clocks
 from piwf_actors.store.commands.worker_ops import operation, start_attempt
@@ -248,7 +248,7 @@ def _human(args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("checkpoint.answer")
-def checkpoint_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def checkpoint_answer(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Answer a checkpoint with any JSON input; it becomes the checkpoint's output."""
     return recorded(ctx, args, lambda: answer_checkpoint(ctx, args, _human(args), "checkpoint.answer"))
 
@@ -269,7 +269,7 @@ def answer_checkpoint(ctx: WriteContext, args: dict[str, Any], provenance: dict[
 
 
 @command("decision.answer")
-def decision_answer(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def decision_answer(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Answer a human decision. Checked exactly against its contract; the first valid
     answer wins, a later one (or one with a stale expected revision) is a conflict."""
     # The last "decision.answer" is `via`, what woke the run (a channel's answer passes its own),
@@ -295,7 +295,7 @@ def answer_decision(ctx: WriteContext, args: dict[str, Any], provenance: dict[st
 
 
 @command("interaction.submit")
-def interaction_submit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def interaction_submit(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """An agent session submits structured output; the run's worker decides on it.
 
     The submission starts `validating` and the run is queued to validate it;
@@ -320,7 +320,7 @@ def interaction_submit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any
 
 
 @command("interaction.ack")
-def interaction_ack(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def interaction_ack(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Acknowledge a session message: it leaves the pending list."""
 
     def apply() -> dict[str, Any]:

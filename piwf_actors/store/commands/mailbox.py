@@ -20,7 +20,7 @@ from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.waits import settle, wait_row
 from piwf_actors.store.commands.worker_ops import operation
@@ -129,7 +129,7 @@ def _peer(args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("message.send")
-def message_send(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def message_send(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Send `payload` to run `run_id` on `topic`; recorded (and so sent once) under the client's key.
 
     When the run's topics are known (`wait_topics_of`) the receipt lists them (`topics`), so a client

@@ -17,7 +17,6 @@ from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import ClaimLost, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.resources.policy import BadResult, check_finalizers, merge_status, owned_run_id, settle
-from piwf_actors.store.blobs import get_blob
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.runs import insert_run
 from piwf_actors.store.resource_state import (
@@ -27,6 +26,7 @@ from piwf_actors.store.resource_state import (
     require_resource,
     resource_row,
 )
+from piwf_actors.store.values import get_value
 from piwf_actors.workflows.graph_data import GraphDataError, document_from_bytes, graph_of
 
 
@@ -215,8 +215,7 @@ def _workflow_ensure(ctx: WriteContext, row: dict[str, Any], payload: dict[str, 
         (run_id, manager, key, uid, ensure_key, ctx.now))
     if found is not None:
         status, output_json, output_sha, error_code, error_message = found
-        output = loads(output_json) if output_json is not None else (
-            loads(get_blob(ctx.conn, output_sha).decode()) if output_sha else None)
+        output = get_value(ctx.conn, output_json, output_sha)
         error = None if error_code is None else {"code": error_code, "message": error_message}
         return {"run_id": run_id, "status": status, "output": output, "error": error, "created": False}
     spec = dict(payload["spec"])
@@ -305,6 +304,7 @@ def reconcile_exit(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         plan = settle("error", now=ctx.now, consecutive_errors=row["consecutive_errors"],
                       enqueued_meanwhile=row["queue_version"] != row["claim_queue_version"],
                       pending_at=row["available_at"])
+        assert plan.available_at is not None  # an error is always due again, after its back-off
         available_at, errors = plan.available_at, plan.consecutive_errors
         append_resource_event(ctx, manager, key, uid, "reconcile_finished", {
             "result": "error", "generation": row["generation"], "error": error[:2000],

@@ -15,7 +15,7 @@ from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Conflict, NotFound, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.resources.policy import MAX_KEY_CHARS
-from piwf_actors.store.commands.idempotency import recorded
+from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.resource_state import (
     append_resource_event,
@@ -42,7 +42,7 @@ def _check_ref(manager: Any, key: Any) -> None:
 
 
 @command("resource.apply")
-def apply_resource(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def apply_resource(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Create the resource, or change its spec (args: manager, key, spec, initial_status, project_path,
     manager_path, manager_digest). A new or changed resource is due for a reconcile at once."""
     return recorded(ctx, args, lambda: _apply(ctx, args))
@@ -94,7 +94,7 @@ def _apply(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("resource.reconcile")
-def reconcile_now(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def reconcile_now(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Make the resource due now (a reconcile running now is followed by another)."""
 
     def apply() -> dict[str, Any]:
@@ -107,7 +107,7 @@ def reconcile_now(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("resource.delete")
-def delete_resource(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def delete_resource(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Mark the resource deleting and make it due: it goes away after a `done` reconcile that leaves
     no finalizer (the manager's clean-up)."""
 

@@ -16,7 +16,7 @@ from piwf_actors.ids import derived_id, new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.holds import let_go
-from piwf_actors.store.commands.idempotency import Adopted, recorded, refusal_in
+from piwf_actors.store.commands.idempotency import Adopted, Recorded, recorded, refusal_in
 from piwf_actors.store.commands.mailbox import deliver_resumed, wait_topics_of
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.request_clocks import restart_request_clocks, stop_request_clocks
@@ -80,7 +80,7 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
 
 
 @command("run.start")
-def start_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def start_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Insert a queued run (`args["spec"]`: workflow, input, snapshot…), recorded under the client's
     idempotency key when it gives one. `args.refusal` is the host's refusal of the request before it
     came here (its workflow did not resolve): recorded as the request's outcome, like any other."""
@@ -114,7 +114,7 @@ def _cancel(ctx: WriteContext, run: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("run.cancel")
-def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Cancel a run. An active one is flagged; its supervisor kills the worker tree
     and the run ends `cancelled` when the runner's exit is settled."""
 
@@ -127,7 +127,7 @@ def cancel_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("run.pause")
-def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def pause_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Pause a run: a queued one parks at once; an active one parks at its next
     node boundary; a parked one stays parked and will not be resumed until `run.resume`.
     Its open requests' deadlines stop counting until then (request_clocks.py)."""
@@ -156,7 +156,7 @@ def pause_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("run.resume")
-def resume_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def resume_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Resume a paused run (its open requests' deadlines go on from what was left), or retry one
     parked `no_progress`."""
 
@@ -213,7 +213,7 @@ def _legacy_restart_id(run_id: str, revision: int, from_node: str | None, code: 
 
 
 @command("run.restart")
-def restart_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Start a new run of a finished run's input, with `parent_run_id` set.
 
     Only a terminal run (done, failed, cancelled) at the given

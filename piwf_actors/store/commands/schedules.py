@@ -19,7 +19,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound, Rejected
-from piwf_actors.store.commands.idempotency import Adopted, recorded
+from piwf_actors.store.commands.idempotency import Adopted, Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.runs import insert_run
 
@@ -121,7 +121,7 @@ def fire_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("schedule.trigger")
-def trigger_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def trigger_schedule(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """A manual fire now (paused or not), recorded under the client's idempotency key.
 
     args: name, fire = {fire_key (`manual:<client>:<key>`), fire_time, kind: manual, run_id, spec}. The run's id
@@ -152,7 +152,7 @@ def trigger_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("schedule.pause")
-def pause_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def pause_schedule(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Stop a schedule's clock fires until `schedule.resume` (manual triggers still work)."""
 
     def apply() -> dict[str, Any]:
@@ -170,7 +170,7 @@ def pause_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("schedule.resume")
-def resume_schedule(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def resume_schedule(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Fire again from the next fire time after now: fires that fell into the pause are not caught up."""
 
     def apply() -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.store.commands.idempotency import recorded, refusal_in
+from piwf_actors.store.commands.idempotency import Recorded, recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.dialect import dialect_of
 from piwf_actors.store.prune_plan import PrunePlan, check_prune_args, plan_prune
@@ -137,7 +137,7 @@ def _receipt(plan: PrunePlan, *, applied: bool, idempotency_records: int = 0) ->
 
 
 @command("state.prune")
-def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def prune(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Plan (apply false, the default) or perform (apply true) a prune of terminal runs.
 
     args: {before: seconds, apply?: bool, max_runs?: int (10,000),
@@ -171,7 +171,7 @@ def prune(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("state.backup")
-def record_backup(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
+def record_backup(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     """Record a backup under the client's idempotency key: its receipt (`args.receipt`, from
     `store.backup.backup`, done by the host before this command because it writes a file, not
     the database) or its refusal (`args.refusal`: the destination exists, …).
