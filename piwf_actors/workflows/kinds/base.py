@@ -8,7 +8,9 @@ code asks of a kind (the child workflows it starts, whether it takes `output=`, 
 on it must cover). `kinds/__init__.py` lists every kind in `KINDS`; the worker's executor table
 (runner/executors/) is checked against that list when it is imported.
 
-Pure data and functions: nothing here runs a node or touches I/O.
+Pure data and functions: nothing here runs a node or touches I/O. A kind's `check` runs in the
+thread that calls `define_workflow` (a host's user-code thread while it loads a workflow file, the
+worker while it loads a snapshot, a CLI); `describe` and `children` in whichever builds a graph.
 """
 
 from __future__ import annotations
