@@ -282,6 +282,18 @@ class WorkflowDefinitionError(WorkflowError):
     code = "workflow_definition_error"
 
 
+class NodeKindError(WorkflowError):
+    """A node kind the package cannot use: one registered twice or without its parts
+    (workflows/kinds/), or one the worker has no executor for (runner/executors/). A mistake in the
+    package itself, raised when the registry or the executor table is built, at import."""
+
+    code = "node_kind_error"
+
+    def __init__(self, kind: str, problem: str) -> None:
+        super().__init__(f"node kind {kind!r}: {problem}")
+        self.kind = kind
+
+
 class WorkflowNotFound(WorkflowError):
     code = "workflow_not_found"
 

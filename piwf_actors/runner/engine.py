@@ -25,35 +25,20 @@ from typing import Any
 from piwf_actors.clock import timer_sleep
 from piwf_actors.ids import new_id
 from piwf_actors.json_values import json_value_problem
-from piwf_actors.runner.node_guard import NodeTimeout, deadline, one_line, user_traceback
+from piwf_actors.runner.executors import executor_for
+from piwf_actors.runner.executors.base import Ask, NodeCall, Run, Wait
+from piwf_actors.runner.node_guard import NodeTimeout, one_line, user_traceback
 from piwf_actors.runner.output_check import (
     MAX_PRESENTED_BYTES,
     OutputInvalid,
     OutputTooLarge,
     checked_children,
     checked_output,
-    returned_report,
 )
-from piwf_actors.runner.output_stream import OutputStreamer
-from piwf_actors.runner.shell import run_shell
 from piwf_actors.runner.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.runner.termination import machine_identity
-from piwf_actors.runner.waits import wait_payload
 from piwf_actors.tracing.ids import node_traceparent
-from piwf_actors.workflows import Workflow, evaluate, node_context, route, validate_shape
-from piwf_actors.workflows.contracts import presentation
-from piwf_actors.workflows.model import (
-    ActionSpec,
-    AgentSpec,
-    CheckpointSpec,
-    ComputeSpec,
-    HumanDecisionSpec,
-    NotifySpec,
-    ShellSpec,
-    thaw,
-)
-from piwf_actors.workflows.validation import checked_seconds, decision_timeout_for
-from piwf_actors.workflows.waits import WAIT_KINDS, ChildRunsSpec
+from piwf_actors.workflows import Workflow, node_context, route
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +50,10 @@ class MessageRefused(Exception):
 
 def _pipelined(spec: Any, report: dict[str, Any]) -> bool:
     """A pure node's result that need not be waited for: nothing outside the worker depends on it
-    before the next wait (its effects and interactions have none, and its end is not the run's)."""
-    return (isinstance(spec, (ComputeSpec, NotifySpec)) and report.get("effect_id") is None
+    before the next wait (its effects and interactions have none, and its end is not the run's).
+    Which kinds are pure is their executor's `pipelined` (runner/executors/)."""
+    executor = executor_for(spec)
+    return (isinstance(executor, Run) and executor.pipelined and report.get("effect_id") is None
             and report.get("request_id") is None)
 
 
@@ -180,10 +167,11 @@ class RunEngine:
                           confirmed=True)
             return report
         attempt_id = new_id("att")
-        if isinstance(spec, (CheckpointSpec, HumanDecisionSpec, AgentSpec)):
-            return self._interact(node_id, spec, run_input, outputs, attempt_id)
-        if isinstance(spec, WAIT_KINDS):
-            return self._wait(node_id, spec, run_input, outputs, attempt_id)
+        executor = executor_for(spec)  # its kind's, from the worker's table (runner/executors/)
+        if isinstance(executor, Ask):
+            return self._interact(node_id, spec, executor, run_input, outputs, attempt_id)
+        if isinstance(executor, Wait):
+            return self._wait(node_id, spec, executor, run_input, outputs, attempt_id)
         if spec.has_side_effect:
             reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id, "attempt_no": attempt_no})
@@ -202,27 +190,9 @@ class RunEngine:
                                attempt_id=attempt_id, messenger=self._messenger(node_id, visit),
                                traceparent=node_traceparent(self.link.run_id, attempt_id)
                                if self._trace_context else None)
-            if isinstance(spec, ShellSpec):
-                streamer = OutputStreamer(self.link.notify, node_id, attempt_id)
-                result = run_shell(spec, ctx, on_spawn=self._register_child, on_output=streamer.feed)
-                streamer.flush()
-                self._release_children()
-                report.update(outcome=result.outcome, output=result.output)
-                if result.error:
-                    report["error"] = result.error
-                if result.timed_out:
-                    report.update(error_code="timeout", interrupted=not spec.idempotent)
-                return report
-            if isinstance(spec, (ComputeSpec, ActionSpec)):
-                with deadline(spec.timeout_s):
-                    output = spec.run(ctx)
-                report.update(returned_report(spec, output))  # an action's check failing: runner/output_check.py
-                return report
-            if isinstance(spec, NotifySpec):
-                message = checked_output(evaluate(spec.message, ctx), MAX_PRESENTED_BYTES, "notification")
-                report.update(outcome="ok", output={"message": message}, notification=message)
-                if spec.audience is not None:  # the channels that route it send it too
-                    report["notification_audience"] = spec.audience
+            if isinstance(executor, Run):
+                report.update(executor.call(NodeCall(node_id, attempt_id, spec, ctx, self.link.notify,
+                                                     self._register_child, self._release_children)))
                 return report
             report.update(outcome="failed", error=f"unknown node kind {spec.kind!r}", error_code="unsupported_node")
             return report
@@ -260,11 +230,11 @@ class RunEngine:
 
         return send
 
-    def _wait(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
+    def _wait(self, node_id: str, spec: Any, executor: Wait, run_input: Any, outputs: dict[str, Any],
               attempt_id: str) -> dict[str, Any] | None:
         """Ask the host for this node's durable wait; None when the run parks to wait for it."""
         ask: dict[str, Any] = {"node_id": node_id, "attempt_id": attempt_id}
-        if isinstance(spec, ChildRunsSpec):
+        if executor.probe:
             # A fan-out's request is computed once: the launch after the wake-up finds the wait.
             answer = self.link.accepted("wait_request", {**ask, "kind": "children", "probe": True})
             if answer["status"] != "absent":
@@ -272,7 +242,7 @@ class RunEngine:
         ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                            attempt_id=attempt_id)
         try:
-            request = wait_payload(self.workflow, spec, ctx)
+            request = executor.request(self.workflow, spec, ctx)
             checked_children(request)
         except Exception as exc:  # its callback raised, or returned what cannot be waited for
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
@@ -290,13 +260,13 @@ class RunEngine:
             report.update(error=result["error"], error_code=result.get("error_code") or "node_error")
         return report
 
-    def _interact(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
+    def _interact(self, node_id: str, spec: Any, executor: Ask, run_input: Any, outputs: dict[str, Any],
                   attempt_id: str) -> dict[str, Any] | None:
         """Ask the host for this node's interactive request; None when the run parks to wait."""
         ctx = node_context(self.workflow, node_id, run_input, outputs, run_id=self.link.run_id,
                            attempt_id=attempt_id)
         try:
-            contract, after_s, default = self._contract(node_id, spec, ctx)
+            contract, after_s, default = executor.contract(node_id, spec, ctx)
             checked_output(contract, MAX_PRESENTED_BYTES, "the request to present")
         except Exception as exc:  # a presentation that cannot be shown fails the node
             return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
@@ -306,8 +276,10 @@ class RunEngine:
             "after_s": after_s, "default_response": default})
         status = answer["status"]
         if status == "validating":
+            # Only a kind whose answers are submissions (agent) is answered `validating`.
+            assert executor.check_submission is not None, f"a {spec.kind} node got a submission"
             submission = answer["submission"]
-            problem = self._validate_submission(spec, ctx, submission["value"])
+            problem = executor.check_submission(spec, ctx, submission["value"])
             verdict = self.link.accepted("submission_verdict", {
                 "request_id": answer["request_id"], "submission_id": submission["submission_id"],
                 "accepted": problem is None, "error": problem, "max_submissions": spec.max_submissions})
@@ -325,46 +297,6 @@ class RunEngine:
             return None  # parked: waiting for an answer
         return {"node_id": node_id, "attempt_id": answer["attempt_id"], "outcome": "ok", "output": answer["answer"],
                 "request_id": answer["request_id"]}
-
-    @staticmethod
-    def _contract(node_id: str, spec: Any, ctx: Any) -> tuple[dict[str, Any], float | None, Any]:
-        """(contract, seconds to its deadline or None, default response); a deadline computed from the
-        run is computed here, once per request (the host stores the deadline it makes of it)."""
-        if isinstance(spec, CheckpointSpec):
-            # The audience only when given: a checkpoint without one keeps the contract (and request id) it had.
-            audience = {} if spec.audience is None else {"audience": spec.audience}
-            return ({"kind": "checkpoint", "prompt": str(evaluate(spec.prompt, ctx) or ""), **audience},
-                    checked_seconds(node_id, evaluate(spec.timeout_s, ctx)), None)
-        if isinstance(spec, AgentSpec):
-            return ({"kind": "agent", "prompt": str(evaluate(spec.prompt, ctx)),
-                     "expected_output": thaw(spec.expected_output), "max_submissions": spec.max_submissions,
-                     "timeout_s": spec.timeout_s}, spec.timeout_s, None)
-        shown = presentation(thaw(evaluate(spec.request, ctx)))
-        choices = {key: {"label": choice.label,
-                         "input": None if choice.input is None else {
-                             "name": choice.input.name, "prompt": choice.input.prompt,
-                             "min_length": choice.input.min_length, "max_length": choice.input.max_length}}
-                   for key, choice in spec.choices.items()}
-        timeout = decision_timeout_for(node_id, spec, ctx)
-        default = timeout.response() if timeout is not None else None
-        contract = {"kind": "decision", "audience": spec.audience, **shown, "choices": choices,
-                    "default_response": default, "timeout_s": timeout.after_s if timeout is not None else None}
-        return contract, (timeout.after_s if timeout is not None else None), default
-
-    @staticmethod
-    def _validate_submission(spec: Any, ctx: Any, value: Any) -> str | None:
-        if spec.expected_output is not None:
-            problems = validate_shape(thaw(spec.expected_output), value)
-            if problems:
-                return "; ".join(problems)[:1000]
-        if spec.validate is not None:
-            try:
-                reason = spec.validate(ctx, value)
-            except Exception as exc:
-                return f"validate raised {one_line(exc)}"
-            if reason:
-                return str(reason)[:1000]
-        return None
 
     def _register_child(self, pid: int, create_time: float | None) -> None:
         """Registered before the command can do anything lasting, for orphan reaping."""

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from piwf_actors.runner.termination import process_start_identity, terminate_tree
 from piwf_actors.workflows.context import NodeContext, evaluate
-from piwf_actors.workflows.model import ShellSpec
+from piwf_actors.workflows.kinds.shell import ShellSpec
 
 logger = logging.getLogger(__name__)
 

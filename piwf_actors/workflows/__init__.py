@@ -23,12 +23,15 @@ description, mounts)`
     include: `Mount(mount_id, parent, workflow_name, start, input)`.
 
 `NodeSpec` (base of `ComputeSpec`, `ActionSpec`, `ShellSpec`,
-`CheckpointSpec`, `NotifySpec`, `AgentSpec`, `HumanDecisionSpec`)
+`CheckpointSpec`, `NotifySpec`, `AgentSpec`, `HumanDecisionSpec`, `SleepSpec`,
+`WaitMessageSpec`, `RunWorkflowSpec`, `MapWorkflowSpec`, `ParallelSpec`)
     Class attributes `kind` and `has_side_effect` (True for action and
     shell); fields `timeout_s: float | None`, `retries: int`,
     `retry_backoff_s: float`, `idempotent: bool` (always True except for
     action/shell, where the author declares it) and `mount: str | None` (the
     innermost include the node belongs to), plus the kind's own options.
+    Each kind is one module of `kinds/` (spec, helper, checks, description,
+    drawing), listed in `kinds.KINDS`; `NODE_KINDS` holds their names.
 
 `Route` = `Edge(target)` | `Switch(on, cases, default)`
     Targets are qualified node ids or `END` (the run ends with this node's
@@ -65,39 +68,30 @@ from piwf_actors.workflows.discovery import (
     load_snapshot,
     resolve,
 )
-from piwf_actors.workflows.helpers import (
-    action,
-    agent,
-    checkpoint,
-    choice,
-    compute,
-    decision_switch,
-    edge,
-    human_decision,
-    include_workflow,
-    notify,
-    shell,
-    switch,
-    text_input,
-)
+from piwf_actors.workflows.helpers import decision_switch, edge, include_workflow, switch
+from piwf_actors.workflows.kinds import NODE_KINDS
+from piwf_actors.workflows.kinds.action import ActionSpec, action
+from piwf_actors.workflows.kinds.agent import AgentSpec, agent
+from piwf_actors.workflows.kinds.checkpoint import CheckpointSpec, checkpoint
+from piwf_actors.workflows.kinds.compute import ComputeSpec, compute
+from piwf_actors.workflows.kinds.human_decision import HumanDecisionSpec, choice, human_decision, text_input
+from piwf_actors.workflows.kinds.map_workflow import MapWorkflowSpec, map_workflow
+from piwf_actors.workflows.kinds.notify import NotifySpec, notify
+from piwf_actors.workflows.kinds.parallel import ParallelSpec, parallel
+from piwf_actors.workflows.kinds.run_workflow import RunWorkflowSpec, run_workflow
+from piwf_actors.workflows.kinds.shell import ShellSpec, shell
+from piwf_actors.workflows.kinds.sleep import SleepSpec, sleep
+from piwf_actors.workflows.kinds.wait_message import WaitMessageSpec, wait_message
 from piwf_actors.workflows.model import (
     END,
-    NODE_KINDS,
-    ActionSpec,
-    AgentSpec,
-    CheckpointSpec,
     Choice,
-    ComputeSpec,
     DecisionTimeout,
     Edge,
-    HumanDecisionSpec,
     Include,
     Mount,
     NodeSpec,
-    NotifySpec,
     Route,
     RouteDef,
-    ShellSpec,
     Switch,
     TextInput,
     Workflow,
@@ -110,20 +104,7 @@ from piwf_actors.workflows.schedules import Schedule, define_schedule
 from piwf_actors.workflows.schema import validate_shape
 from piwf_actors.workflows.shapes import ShapeError, shape_of
 from piwf_actors.workflows.validation import check_decision_response, json_problem
-from piwf_actors.workflows.waits import (
-    ConcurrencyLimit,
-    MapWorkflowSpec,
-    ParallelSpec,
-    RunWorkflowSpec,
-    SleepSpec,
-    WaitMessageSpec,
-    limit,
-    map_workflow,
-    parallel,
-    run_workflow,
-    sleep,
-    wait_message,
-)
+from piwf_actors.workflows.waits import ConcurrencyLimit, limit
 
 __all__ = [
     "END", "NODE_KINDS", "ActionSpec", "AgentSpec", "CheckpointSpec", "Choice", "ComputeSpec",

@@ -22,10 +22,10 @@ from typing import Any
 
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import workflow_digest
+from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import (
     END,
     Edge,
-    HumanDecisionSpec,
     Include,
     Mount,
     NodeSpec,
@@ -198,19 +198,23 @@ class _Builder:
         self.routes[source] = _map_targets(inner, lambda t: route.target if t == END else t)
 
     def check_decisions(self) -> None:
+        """A switch on `$.choice` from a node whose kind has choices (a human decision) has one case
+        per choice and no other."""
         for source, route in self.routes.items():
             spec = self.nodes[source]
             if not isinstance(route, Switch) or route.on not in _CHOICE_PATHS:
                 continue
-            if not isinstance(spec, HumanDecisionSpec):
+            kind = KINDS.of(spec)
+            if kind is None or kind.switch_cases is None:
                 continue
+            choices = kind.switch_cases(spec)
             for key in route.cases:
-                if key not in spec.choices:
+                if key not in choices:
                     raise WorkflowDefinitionError(
                         f"switch on node {source!r}: case {key!r} is not a choice "
-                        f"(choices: {', '.join(spec.choices)})"
+                        f"(choices: {', '.join(choices)})"
                     )
-            for key in spec.choices:
+            for key in choices:
                 if key not in route.cases:
                     raise WorkflowDefinitionError(
                         f"switch on node {source!r}: choice {key!r} has no case"

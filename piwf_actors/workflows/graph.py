@@ -2,9 +2,10 @@
 
 `build_graph(workflow) -> Graph` reads a validated `Workflow` (never calling its callbacks): its
 nodes in definition order with their kind and a one-line summary (a shell command, a decision's
-audience and choices, a message topic, a fan-out's child workflow), its routes as edges (a switch's
-cases are labelled edges, its default `else`), its includes as groups with their named exits, and
-the child workflows a fan-out starts. An edge that leaves an include carries the exit's name as
+audience and choices, a message topic, a fan-out's child workflow: what each kind's `describe` says,
+in its module of `workflows/kinds/`), its routes as edges (a switch's cases are labelled edges, its
+default `else`), its includes as groups with their named exits, and the child workflows a fan-out
+starts. An edge that leaves an include carries the exit's name as
 the author wrote it (`review.approved`). `graph_data` stores a `Graph` with each run and reads it
 back. `graph_from_view(view)` is the graph a run.get view shows without the definition: the nodes
 the run reached, nested by include, no kinds, no routes.
@@ -14,26 +15,12 @@ What a run did on it is `graph_run.overlay`; the pictures are drawn by `graph_re
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from piwf_actors.timefmt import duration
-from piwf_actors.workflows.model import (
-    END,
-    ActionSpec,
-    AgentSpec,
-    CheckpointSpec,
-    ComputeSpec,
-    Edge,
-    HumanDecisionSpec,
-    NodeSpec,
-    NotifySpec,
-    ShellSpec,
-    Workflow,
-)
-from piwf_actors.workflows.waits import MapWorkflowSpec, ParallelSpec, RunWorkflowSpec, SleepSpec, WaitMessageSpec
+from piwf_actors.workflows.kinds import KINDS
+from piwf_actors.workflows.model import END, Edge, NodeSpec, Workflow
 
 #: How long a summary may be (characters); a longer one ends with `…`.
 SUMMARY_CHARS = 60
@@ -103,79 +90,20 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _text_of(value: Any, computed: str = "") -> str:
-    """A literal option as text; one computed at run time (a callable) as `computed`."""
-    if callable(value):
-        return computed
-    return "" if value is None else str(value)
-
-
-def _function(value: Any) -> str:
-    name = getattr(value, "__name__", "")
-    return "" if not name or name == "<lambda>" else f"{name}()"
-
-
-def _seconds(value: Any) -> str:
-    """A literal time as a duration; one computed from the run (a callable) as `(computed)`."""
-    return "(computed)" if callable(value) else duration(value)
-
-
-def _shell_command(spec: ShellSpec) -> str:
-    if callable(spec.command):
-        return "(command computed)"
-    if isinstance(spec.command, str):
-        return spec.command
-    return shlex.join(spec.command)
-
-
 def summary(spec: NodeSpec) -> str:
-    """One line about a node, made of its literal options only (no callback is called)."""
-    parts: list[str] = []
-    if isinstance(spec, ShellSpec):
-        parts.append(_shell_command(spec))
-    elif isinstance(spec, (ComputeSpec, ActionSpec)):
-        parts.append(_function(spec.run))
-    elif isinstance(spec, CheckpointSpec):
-        parts.append(_text_of(spec.prompt))
-    elif isinstance(spec, NotifySpec):
-        parts.append(_text_of(spec.message))
-        if spec.audience is not None:
-            parts.append(f"to {spec.audience}")
-    elif isinstance(spec, AgentSpec):
-        parts.append(_text_of(spec.prompt))
-    elif isinstance(spec, HumanDecisionSpec):
-        parts.append(f"{spec.audience} · {' | '.join(spec.choices)}")
-        if callable(spec.on_timeout):
-            parts.append("timeout (computed)")
-        elif spec.on_timeout is not None:
-            parts.append(f"timeout {_seconds(spec.on_timeout.after_s)} → {spec.on_timeout.choice}")
-    elif isinstance(spec, SleepSpec):
-        parts.append(duration(spec.seconds) if spec.seconds is not None else "until (computed)")
-    elif isinstance(spec, WaitMessageSpec):
-        parts.append(f"topic {_text_of(spec.topic, '(computed)')}")
-    elif isinstance(spec, MapWorkflowSpec):
-        parts.append(f"{spec.child.name} per item")
-        if spec.max_parallel is not None:
-            parts.append(f"max_parallel {spec.max_parallel}")
-    elif isinstance(spec, RunWorkflowSpec):
-        parts.append(spec.child.name)
-    elif isinstance(spec, ParallelSpec):
-        parts.append(", ".join(spec.workflows))
-    if isinstance(spec, (WaitMessageSpec, CheckpointSpec, AgentSpec)) and spec.timeout_s is not None:
-        parts.append(f"timeout {_seconds(spec.timeout_s)}")
+    """One line about a node, made of its literal options only (no callback is called): what its
+    kind's `describe` says (workflows/kinds/), then its retries."""
+    kind = KINDS.of(spec)
+    parts = [] if kind is None else kind.describe(spec)
     if spec.retries:
         parts.append(f"retries {spec.retries}")
     return cut(" · ".join(part for part in parts if part), SUMMARY_CHARS)
 
 
 def _children(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
-    if isinstance(spec, MapWorkflowSpec):
-        return (("per item", spec.child.name),)
-    if isinstance(spec, RunWorkflowSpec):
-        return (("", spec.child.name),)
-    if isinstance(spec, ParallelSpec):
-        return tuple((name, workflow.name) for name, workflow in spec.workflows.items())
-    return ()
+    """The child workflows a fan-out starts, as (label, workflow name)."""
+    kind = KINDS.of(spec)
+    return () if kind is None else tuple((label, child.name) for label, child in kind.children(spec))
 
 
 def _mounts_of(node_id: str, mounts: Mapping[str, Any]) -> list[str]:

@@ -26,8 +26,8 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.workflows.graph import Graph, GraphEdge, GraphGroup, GraphNode, build_graph
+from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import END, Workflow
-from piwf_actors.workflows.waits import MapWorkflowSpec, ParallelSpec, RunWorkflowSpec
 
 GRAPH_FORMAT = "piwf.graph.v1"
 
@@ -43,11 +43,9 @@ def child_workflows(workflow: Workflow) -> list[Workflow]:
     """The workflows `workflow`'s nodes start as child runs, in node order, each once."""
     found: dict[str, Workflow] = {}
     for spec in workflow.nodes.values():
-        if isinstance(spec, (MapWorkflowSpec, RunWorkflowSpec)):
-            found.setdefault(spec.child.digest, spec.child)
-        elif isinstance(spec, ParallelSpec):
-            for child in spec.workflows.values():
-                found.setdefault(child.digest, child)
+        kind = KINDS.of(spec)
+        for _, child in () if kind is None else kind.children(spec):
+            found.setdefault(child.digest, child)
     return list(found.values())
 
 

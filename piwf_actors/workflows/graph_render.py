@@ -8,7 +8,8 @@ Pure functions of their arguments, returning strings (or plain tree data):
   a fan-out, and with a run: its status, attempts and note, its open waits, its children by status
   and where the run is. `render_text` draws it with box guides (`piwf graph --format text`);
   piwf-top draws the same items in its detail pane (top/tree.py).
-- `render_mermaid` → a `flowchart TD` (GitHub renders it): shapes by kind, includes as
+- `render_mermaid` → a `flowchart TD` (GitHub renders it): shapes by kind (each kind's `Drawing`,
+  in its module of workflows/kinds/; a kind not known here is a plain box), includes as
   subgraphs, switch cases and include exits as edge labels, fan-out children as dashed edges to
   their workflow; with a run, classes per status and a thick border on the current node.
 - `render_dot` → the same as a `digraph` (`dot -Tsvg`).
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from piwf_actors.workflows.graph import Graph, GraphEdge, GraphGroup, GraphNode, exit_label
 from piwf_actors.workflows.graph_run import NodeState, RunOverlay
+from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import END
 
 #: A status's mark in the tree and its class in the diagrams.
@@ -194,15 +196,6 @@ def render_text(graph: Graph, run: RunOverlay | None = None) -> str:
 
 # --- diagrams ----------------------------------------------------------------------------------------------------
 
-MERMAID_SHAPES = {"compute": ('["', '"]'), "action": ('[/"', '"/]'), "shell": ('[/"', '"/]'),
-                  "checkpoint": ('("', '")'), "human_decision": ('{{"', '"}}'), "agent": ('[\\"', '"\\]'),
-                  "notify": ('>"', '"]'), "sleep": ('(["', '"])'), "wait_message": ('(["', '"])'),
-                  "run_workflow": ('[["', '"]]'), "map_workflow": ('[["', '"]]'), "parallel": ('[["', '"]]')}
-DOT_SHAPES = {"compute": "box", "action": "parallelogram", "shell": "parallelogram", "checkpoint": "box",
-              "human_decision": "hexagon", "agent": "trapezium", "notify": "note", "sleep": "ellipse",
-              "wait_message": "ellipse", "run_workflow": "box3d", "map_workflow": "box3d", "parallel": "box3d"}
-
-
 class _Ids:
     """Diagram ids: `n1…` for nodes in definition order, `g1…` for includes, `c1…` for child workflows."""
 
@@ -265,7 +258,7 @@ def render_mermaid(graph: Graph, run: RunOverlay | None = None) -> str:
 
     def emit(parent: str | None, indent: str) -> None:
         for node in by_group.get(parent, []):
-            opening, closing = MERMAID_SHAPES.get(node.kind, ('["', '"]'))
+            opening, closing = KINDS.drawing(node.kind).mermaid
             label = "<br/>".join(_mermaid_text(text) for text in _label_lines(node, run))
             out.append(f"{indent}{ids.nodes[node.node_id]}{opening}{label}{closing}")
         for group in inner.get(parent, []):
@@ -321,8 +314,9 @@ def render_dot(graph: Graph, run: RunOverlay | None = None) -> str:
 
     def emit(parent: str | None, indent: str) -> None:
         for node in by_group.get(parent, []):
-            attrs = [f"shape={DOT_SHAPES.get(node.kind, 'box')}", f"label={_dot_text(chr(10).join(_label_lines(node, run)))}"]
-            styles = ["rounded"] if node.kind == "checkpoint" else []
+            drawing = KINDS.drawing(node.kind)
+            attrs = [f"shape={drawing.dot_shape}", f"label={_dot_text(chr(10).join(_label_lines(node, run)))}"]
+            styles = [drawing.dot_style] if drawing.dot_style else []
             state = run.nodes.get(node.node_id) if run is not None else None
             name = None if state is None else _status_class(state)
             if name is not None:

@@ -6,6 +6,11 @@ normalizes them (numbers become floats, dicts become read-only mappings,
 lists become tuples) before they enter a `Workflow`, so a `Workflow` only
 ever holds checked, normalized specs.
 
+`NodeSpec` is the base of every node kind's spec; each kind's spec, helper,
+checks, description and drawing live in its own module of `workflows/kinds/`.
+The parts of a decision (`Choice`, `TextInput`, `DecisionTimeout`) stay here:
+their qualified names are part of stored definition digests (`digest.py`).
+
 Mappings inside the model are `types.MappingProxyType` views over private
 copies; JSON-shaped payloads (a decision's `request`, an agent's schema) are
 deep-frozen with `freeze` and turned back into plain dicts/lists with `thaw`
@@ -18,18 +23,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 #: Route target meaning "the run (or the enclosing include) ends here".
 END = "$end"
-
-NodeKind = Literal["compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision", "sleep",
-                   "wait_message", "run_workflow", "map_workflow", "parallel"]
-NODE_KINDS: tuple[str, ...] = (
-    "compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision",
-    # The waiting kinds of workflows/waits.py: a durable sleep, a message, child runs.
-    "sleep", "wait_message", "run_workflow", "map_workflow", "parallel",
-)
 
 Callback = Callable[..., Any]
 
@@ -79,7 +76,7 @@ def duration_problem(value: Any, *, positive: bool) -> str | None:
     return None
 
 
-# --- node specs -----------------------------------------------------------------
+# --- node specs (the kinds' own: workflows/kinds/) ------------------------------
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,85 +99,6 @@ class NodeSpec:
     # The shape the node's output must have (frozen, `schema.py`); compute and action nodes take it
     # (`output=`), and the worker checks it after the node returns (runner/output_check.py).
     output_shape: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ComputeSpec(NodeSpec):
-    """A pure function `run(ctx) -> JSON-able output`; safe to re-run."""
-
-    kind: ClassVar[str] = "compute"
-    run: Callback
-    timeout_s: float | None = 900.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ActionSpec(NodeSpec):
-    """A side effect `run(ctx) -> JSON-able output`, reserved as an effect before it runs."""
-
-    kind: ClassVar[str] = "action"
-    has_side_effect: ClassVar[bool] = True
-    run: Callback
-    timeout_s: float | None = 900.0
-    idempotent: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShellSpec(NodeSpec):
-    """A command run by `piwf_actors.runner.shell.run_shell`.
-
-    `command`, `cwd` and `env` may be callables of the node context. A string
-    command with `shell=False` is split with `shlex.split`; a list command with
-    `shell=True` is joined with `shlex.join` and run by `/bin/sh -c`.
-    """
-
-    kind: ClassVar[str] = "shell"
-    has_side_effect: ClassVar[bool] = True
-    command: Any  # tuple[str, ...] | str | Callback
-    shell: bool = False
-    cwd: Any = None  # str | Callback | None
-    env: Any = None  # Mapping[str, str | None] | Callback | None
-    allow_nonzero_exit: bool = False
-    timeout_s: float | None = 900.0
-    idempotent: bool = False
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CheckpointSpec(NodeSpec):
-    """Waits for an answer; the output is the answer's input. `timeout_s` may be a callable of ctx,
-    evaluated in the worker when the request is made (`validation.checked_seconds`)."""
-
-    kind: ClassVar[str] = "checkpoint"
-    timeout_s: Any = None  # float | Callback | None
-    prompt: Any = ""  # str | Callback
-    audience: str | None = None  # delivered to the channels that route it (docs/channels.md)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NotifySpec(NodeSpec):
-    """Delivers a message to the run's session outbox, and with an `audience` to the chats of the
-    channels that route it (at most once each, docs/channels.md). Pure: it runs again only when its
-    result was not committed, and only a committed result is delivered."""
-
-    kind: ClassVar[str] = "notify"
-    message: Any  # str | Callback
-    audience: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AgentSpec(NodeSpec):
-    """A prompt for an agent session; a client submits structured output.
-
-    The worker checks a submission against `expected_output` (see
-    `workflows.schema.validate_shape`) and then `validate(ctx, output)`, which
-    returns None (accepted) or a one-line rejection reason. After
-    `max_submissions` rejected submissions the node fails.
-    """
-
-    kind: ClassVar[str] = "agent"
-    prompt: Any  # str | Callback
-    expected_output: Mapping[str, Any] | None = None
-    validate: Callback | None = None
-    max_submissions: int = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,23 +134,6 @@ class DecisionTimeout:
         if self.input is not None:
             out["input"] = dict(self.input)
         return out
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HumanDecisionSpec(NodeSpec):
-    """Typed choices delivered to an audience's channels.
-
-    The output is the accepted response `{choice, input?}`; check a response
-    with `workflows.validation.check_decision_response`.
-    """
-
-    kind: ClassVar[str] = "human_decision"
-    audience: str
-    choices: Mapping[str, Choice]
-    request: Any  # Mapping[str, Any] (frozen) | Callback
-    # A DecisionTimeout or a callable of ctx (returning the raw dict or None) once defined; helpers
-    # leave the raw dict here.
-    on_timeout: Any = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -3,7 +3,7 @@ collision, anything else refused with one line naming the workflow; the key func
 the input, so what is stored is exactly what was sent.
 
 The keys are computed where the host computes them, by `start_run_command` with a real resolver over a
-workflow file written per test, and in the worker's child-run path (`runner.waits`)."""
+workflow file written per test, and in the worker's child-run path (`runner.executors`)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def test_the_key_function_gets_a_copy_and_the_stored_input_is_what_was_sent(reso
 
 
 def test_a_child_runs_key_function_gets_a_copy_too(tmp_path: Path) -> None:
-    from piwf_actors.runner.waits import wait_payload
+    from piwf_actors.runner.executors import wait_payload
     from piwf_actors.workflows import load_snapshot
     from piwf_actors.workflows.context import NodeContext
 
