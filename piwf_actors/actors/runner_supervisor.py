@@ -254,8 +254,11 @@ class RunnerSupervisor(CoreActor):
         pid, ref = worker.pid, self.actor_ref
         self._writer.submit(WriteCommand("child.register", {"pid": pid, "create_time": worker.create_time,
                                                             "kind": "worker", "machine_id": machine_identity()}))
-        self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames),
-                          lambda detail: safe_tell(ref, WorkerGone(pid, detail)))
+
+        def gone(detail: str) -> None:  # in the socket thread
+            safe_tell(ref, WorkerGone(pid, detail))
+
+        self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames), gone)
         return worker
 
     def _release_child(self, worker: WorkerProcess) -> None:

@@ -124,7 +124,8 @@ def test_only_the_idle_slots_whose_supervisor_is_alive_are_claimed_for() -> None
     state = serve(warm(3), "r1")
     assert step(state, Started())[1][1] == LookForWork((1, 2), ("r1",), reconciles=True)
     _, effects = step(state, WorkSeen((2,), runs_waiting=True, reconciles_waiting=False))  # slot 1's died
-    assert [slot.index for slot in effects[0].slots] == [2] and effects[0].exclude == ("r1",)
+    (claim,) = of(effects, ClaimRuns)
+    assert [slot.index for slot in claim.slots] == [2] and claim.exclude == ("r1",)
 
 
 def test_runs_and_reconciles_take_turns_and_runs_leave_room_for_a_reconcile() -> None:
@@ -132,7 +133,7 @@ def test_runs_and_reconciles_take_turns_and_runs_leave_room_for_a_reconcile() ->
     seen = WorkSeen((0, 1, 2, 3), runs_waiting=True, reconciles_waiting=True)
     # No launch yet: runs first, but on half the idle slots while reconciles wait.
     _, effects = step(state, seen)
-    assert [slot.index for slot in effects[0].slots] == [0, 1]
+    assert [slot.index for slot in of(effects, ClaimRuns)[0].slots] == [0, 1]
     state = serve(state, "r1")
     assert state.prefer_reconcile
     state, effects = step(state, WorkSeen((1, 2, 3), runs_waiting=True, reconciles_waiting=True))
