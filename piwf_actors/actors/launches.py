@@ -1,7 +1,8 @@
 """The launches the scheduler hands its slots, built from what the claim commands answered.
 
-Pure functions (no read, no actor): `claim_offer` is what a claim of runs
-for some slots is sent with, `run_launch` and `reconcile_launch` turn a
+Pure functions (no read, no actor): `claim_offer` and `reconcile_offer` are
+what a claim of runs for some slots, or of a reconcile, is sent with (the
+tokens and launch ids are drawn here, never in the step function), `run_launch` and `reconcile_launch` turn a
 claim's answer into the `Launch` a runner supervisor runs, and
 `unlaunched_exit` is the command that settles a claimed launch that never
 reached its runner, as if the runner had exited at once.
@@ -14,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from piwf_actors.actors.runner_supervisor import Launch
+from piwf_actors.actors.worker_link import Launch
 from piwf_actors.canonical import token_hash
 
 
@@ -28,6 +29,13 @@ def claim_offer(slots: Sequence[Any], active: Iterable[str],
              **({"pid": slot.worker.pid, "create_time": slot.worker.create_time} if slot.worker else {})}
             for slot, token, launch_id in offered]
     return offered, {"exclude": list(active), "slots": wire, "claim_lease_s": claim_lease_s}
+
+
+def reconcile_offer(active: Iterable[str], claim_lease_s: float) -> dict[str, Any]:
+    """The arguments of `reconcile.claim` (its answer carries the token's hash and launch id back; runs in
+    `active` are not claimed)."""
+    return {"token_hash": token_hash(secrets.token_urlsafe(24)), "launch_id": uuid.uuid4().hex,
+            "claim_lease_s": claim_lease_s, "exclude": list(active)}
 
 
 def run_launch(claimed: dict[str, Any], token: str) -> Launch:

@@ -37,22 +37,66 @@ stopped from here (its process tree is killed; the run goes back to the
 queue and the next launch routes the node's `timeout` failure), and a
 worker that never sends its first request within `ready_timeout_s` is
 replaced (the run is requeued). The scheduler's tick drives both checks.
+
+Every decision is the step function `decide` (supervision.py), a pure
+function of a frozen `SupervisorState`, tested with a chosen `now`; this
+actor is its loop and owns what a decision cannot hold: the worker process,
+the launch's link (which the socket and writer threads touch too), the
+socket thread's callbacks. It turns messages into events with the facts
+they need and carries out the effects; a spawn's new worker and a kill's
+exit status are answers it decides on at once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
 from piwf_actors.actors.content_exchange import ContentExchange
+from piwf_actors.actors.supervision import decide
+from piwf_actors.actors.supervision_records import (
+    AnswerRead,
+    Attach,
+    CloseLaunch,
+    Effect,
+    Event,
+    FrameSeen,
+    HoldRun,
+    Kill,
+    Killed,
+    LaunchArrived,
+    LaunchFailed,
+    Link,
+    Log,
+    ReapChildren,
+    ReportExit,
+    ReportExitBlocking,
+    RunnerFinished,
+    SendHold,
+    SendLaunch,
+    ShutdownWorker,
+    SlotReady,
+    Spawn,
+    Spawned,
+    Started,
+    Stopping,
+    StopRunner,
+    SupervisionConfig,
+    SupervisorState,
+    ToScheduler,
+    WatchdogCheck,
+    WatchdogTick,
+    WorkerFrames,
+    WorkerGone,
+    WorkerInfo,
+    describe_exit,
+)
 from piwf_actors.actors.worker_link import COMMANDS, Launch, LaunchClaimLost, LaunchLink, LinkBroken
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
@@ -65,75 +109,6 @@ __all__ = ["HoldRun", "Launch", "RunnerFinished", "RunnerSupervisor", "SlotReady
            "WorkerInfo", "describe_exit"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerFrames:
-    pid: int
-    frames: list[dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerGone:
-    pid: int
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class WatchdogTick:
-    """From the scheduler's tick: check the running node's deadline and the start-up deadline."""
-
-
-@dataclass(frozen=True, slots=True)
-class StopRunner:
-    """Kill the worker of `run_id`'s launch now: `reason` is cancelled, claimLost or timedOut."""
-
-    reason: str
-    run_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class HoldRun:
-    """A pause was requested for `run_id`: tell its worker to wait for its answers before it
-    starts another node, so the pause lands at the next boundary without a node run for nothing."""
-
-    run_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    pid: int
-    create_time: float
-
-
-@dataclass(frozen=True, slots=True)
-class SlotReady:
-    """Told to the scheduler when an idle slot's worker changed (spawned or gone)."""
-
-    slot: int
-    worker: WorkerInfo | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunnerFinished:
-    """Told to the scheduler when a launch is over; the slot is free again. `worker` is the
-    slot's worker for the next launch (None: it has none right now)."""
-
-    slot: int
-    run_id: str
-    worker: WorkerInfo | None
-    status: str | None
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 class RunnerSupervisor(CoreActor):
@@ -151,10 +126,12 @@ class RunnerSupervisor(CoreActor):
         super().__init__(scheduler)
         self.actor_name = f"runner-{slot}"
         self.slot = slot
+        self._config = SupervisionConfig(slot=slot, keep_warm=keep_warm, ready_timeout_s=ready_timeout_s,
+                                         watchdog_grace_s=watchdog_grace_s)
+        self._state = SupervisorState()
         self._writer = writer
         self._scheduler = scheduler
         self._sockets = sockets
-        self._keep_warm = keep_warm
         self._grace_s = grace_s
         self._database = database
         self._watchdog_grace_s = watchdog_grace_s
@@ -164,44 +141,109 @@ class RunnerSupervisor(CoreActor):
         self._worker_log_level = worker_log_level
         self._worker_log_format = worker_log_format
         self._worker_env = worker_env
+        # What `decide` knows as `SupervisorState.worker` / `.serving`, as the objects the socket thread
+        # reads too (each changed by one assignment, in this actor's thread).
         self._worker: WorkerProcess | None = None
         self._serving: LaunchLink | None = None
-        self._stopped = False
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def on_start(self) -> None:
         """Runs in the supervisor's thread: starts the slot's warm worker."""
-        if self._keep_warm:
-            self._spawn_worker()
-        safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
+        self._handle(Started())
 
     def release_resources(self) -> None:
         """Host stopping, or this actor crashed: no worker may outlive the slot, and a launch in
         progress is reported (its run goes back to the queue)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        serving = self._serving
-        if serving is not None and not serving.exit_reported:
-            self._kill_worker(serving.stop_reason or "host_stopping")
-            self._report_exit_blocking(serving, "host_stopping")
-            serving.content.close()
-            self._serving = None
-            safe_tell(self._scheduler, RunnerFinished(self.slot, serving.launch.run_id, None, None))
-        elif self._worker is not None:
-            worker, self._worker = self._worker, None
-            self._sockets.remove(worker.sock)
-            if worker.alive():
-                worker.shutdown()
-            else:
-                worker.sock.close()
-            self._release_child(worker)
+        self._handle(Stopping())
 
     def handlers(self) -> dict[type, Callable[[Any], Any]]:
-        return {Launch: self._start_launch, WorkerFrames: self._frames, WriteResult: self._written,
-                WorkerGone: self._gone, StopRunner: self._stop_runner, HoldRun: self._hold,
-                WatchdogTick: self._watchdog, LaunchClaimLost: self._claim_lost, LinkBroken: self._link_broken}
+        return {Launch: self._start_launch, WorkerFrames: self._frames, WriteResult: self._handle,
+                WorkerGone: self._handle, StopRunner: self._handle, HoldRun: self._handle,
+                WatchdogTick: self._watchdog, LaunchClaimLost: self._handle, LinkBroken: self._handle}
+
+    # --- messages to events ---------------------------------------------------------------------
+
+    def _start_launch(self, launch: Launch) -> None:
+        """Hand a claimed run to the worker. Whatever goes wrong is reported as the launch's exit
+        (`launchFailed`): the run must not stay `starting` with its claim renewed for ever."""
+        try:
+            worker = self._worker
+            self._handle(LaunchArrived(launch, worker is not None and worker.alive()))
+        except Exception as exc:  # the launch could not start: settle it, free the slot
+            log.exception("run %s: the launch could not start", launch.run_id)
+            self._handle(LaunchFailed(f"the launch could not start: {type(exc).__name__}: {exc}"))
+
+    def _frames(self, message: WorkerFrames) -> None:
+        for frame in message.frames:
+            serving, worker = self._serving, self._worker
+            # Whether the worker still runs matters to `run_over` only (is it reusable?): read just then.
+            alive = frame.get("kind") == "run_over" and worker is not None and worker.alive()
+            self._handle(FrameSeen(message.pid, frame, serving is not None and serving.claim_released, alive))
+
+    def _watchdog(self, _message: WatchdogTick) -> None:
+        serving = self._serving
+        self._handle(WatchdogCheck(serving.watch if serving else None, serving.ready_deadline if serving else None))
+
+    # --- the loop: decide, then carry out -------------------------------------------------------
+
+    def _handle(self, event: Event) -> None:
+        """Runs in the supervisor's thread: decide on `event`, then carry out the effects in order;
+        the answer of an effect that answers is decided on at once, before the next effect."""
+        self._state, effects = decide(self._state, event, self._clock(), config=self._config)
+        for effect in effects:
+            answer = self._carry_out(effect)
+            if answer is not None:
+                self._handle(answer)
+
+    def _carry_out(self, effect: Effect) -> Event | None:
+        serving = self._serving
+        match effect:
+            case Spawn(then):
+                worker = self._spawn_worker()
+                return Spawned(WorkerInfo(worker.pid, worker.create_time), then)
+            case Kill(reason, then):
+                code = self._kill_worker(reason)
+                return None if then is None else Killed(code, then)
+            case Link(launch):
+                self._link(launch, self._worker)
+            case Attach(launch, worker):
+                self._writer.submit(WriteCommand("runner.attach", {
+                    "run_id": launch.run_id, "launch_id": launch.launch_id, "pid": worker.pid,
+                    "create_time": worker.create_time}))
+            case SendLaunch():
+                assert serving is not None and self._worker is not None
+                self._worker.launches += 1
+                serving.send(self._launch_frame(serving), under=("state",))
+            case SendHold():
+                assert serving is not None
+                serving.send({"kind": "hold"})
+            case AnswerRead(message_id, payload):
+                assert serving is not None
+                serving.ready_deadline = None  # the worker is up and talking (reading its launch's content)
+                serving.answer_read(message_id, payload)
+            case ReportExit():
+                assert serving is not None
+                self._report_exit(serving, effect)
+            case ReportExitBlocking():
+                if serving is not None:
+                    self._report_exit_blocking(serving, "host_stopping")
+            case ReapChildren(run_id, children):
+                self._reap_children(run_id, children)
+            case CloseLaunch():
+                self._serving = None
+                if serving is not None:
+                    serving.exit_reported = True
+                    serving.content.close()
+            case ShutdownWorker():
+                self._shutdown_worker()
+            case ToScheduler(message):
+                safe_tell(self._scheduler, message)
+            case Log(level, text):
+                log.log(level, "%s", text)
+            case _:
+                raise TypeError(f"{self.actor_name} cannot carry out {effect!r}")
+        return None
 
     # --- the worker process ------------------------------------------------------------------
 
@@ -212,13 +254,12 @@ class RunnerSupervisor(CoreActor):
         pid, ref = worker.pid, self.actor_ref
         self._writer.submit(WriteCommand("child.register", {"pid": pid, "create_time": worker.create_time,
                                                             "kind": "worker", "machine_id": machine_identity()}))
-        self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames),
-                          lambda detail: safe_tell(ref, WorkerGone(pid, detail)))
-        return worker
 
-    def _worker_info(self) -> WorkerInfo | None:
-        worker = self._worker
-        return None if worker is None else WorkerInfo(worker.pid, worker.create_time)
+        def gone(detail: str) -> None:  # in the socket thread
+            safe_tell(ref, WorkerGone(pid, detail))
+
+        self._sockets.add(worker.sock, lambda frames: self._on_frames(pid, frames), gone)
+        return worker
 
     def _release_child(self, worker: WorkerProcess) -> None:
         self._writer.submit(WriteCommand("child.release", {"pid": worker.pid, "create_time": worker.create_time}))
@@ -234,6 +275,18 @@ class RunnerSupervisor(CoreActor):
         worker.sock.close()
         self._release_child(worker)
         return code
+
+    def _shutdown_worker(self) -> None:
+        """Let the idle worker go: asked to exit (killed if it does not), or its socket closed if gone."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        self._sockets.remove(worker.sock)
+        if worker.alive():
+            worker.shutdown()
+        else:
+            worker.sock.close()
+        self._release_child(worker)
 
     def _on_frames(self, pid: int, frames: list[dict[str, Any]]) -> None:
         """In the socket thread: a launch's requests go to its link (and on to the writer), live
@@ -263,31 +316,7 @@ class RunnerSupervisor(CoreActor):
         if forward:
             safe_tell(self.actor_ref, WorkerFrames(pid, forward))
 
-    # --- launches ------------------------------------------------------------------------------
-
-    def _start_launch(self, launch: Launch) -> None:
-        """Hand a claimed run to the worker. Whatever goes wrong is reported as the launch's exit
-        (`launchFailed`): the run must not stay `starting` with its claim renewed for ever."""
-        worker = self._worker
-        serving = self._link(launch, worker)
-        try:
-            if worker is None or not worker.alive():
-                if worker is not None:
-                    self._kill_worker("gone before its launch")
-                worker = self._spawn_worker()
-                serving = self._link(launch, worker)
-            if launch.worker_pid != worker.pid and launch.kind == "run":
-                self._writer.submit(WriteCommand("runner.attach", {
-                    "run_id": launch.run_id, "launch_id": launch.launch_id, "pid": worker.pid,
-                    "create_time": worker.create_time}))
-                safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
-            worker.launches += 1
-            serving.send(self._launch_frame(serving), under=("state",))
-        except Exception as exc:  # the launch could not start: settle it, free the slot
-            log.exception("run %s: the launch could not start", launch.run_id)
-            code = self._kill_worker("launchFailed")
-            self._exit(serving, "launchFailed", reusable=False, exit_code=code,
-                       diagnostic=f"the launch could not start: {type(exc).__name__}: {exc}")
+    # --- the launch and its link -----------------------------------------------------------------
 
     def _link(self, launch: Launch, worker: WorkerProcess | None) -> LaunchLink:
         """The launch's link to `worker`, made the slot's current launch (the socket thread takes
@@ -321,129 +350,16 @@ class RunnerSupervisor(CoreActor):
                  "launch_id": launch.launch_id, "revision": launch.revision, **envelope}
         return serving.content.point_at(frame, stored)
 
-    # --- worker protocol ---------------------------------------------------------------------
+    # --- the exit ------------------------------------------------------------------------------
 
-    def _frames(self, message: WorkerFrames) -> None:
-        for frame in message.frames:
-            serving = self._serving
-            if serving is None or serving.exit_reported or self._worker is None or message.pid != self._worker.pid:
-                return  # a killed worker's last words, or frames between launches (hello)
-            self._frame(serving, frame)
-
-    def _frame(self, serving: LaunchLink, frame: dict[str, Any]) -> None:
-        kind = frame.get("kind")
-        if kind == "request" and frame.get("op") == "content.read":
-            serving.ready_deadline = None  # the worker is up and talking (reading its launch's content)
-            serving.answer_read(frame.get("message_id"), frame.get("payload") or {})
-        elif kind == "run_over":
-            if serving.claim_released:
-                # The last transition ended the launch in the same commit (done, failed,
-                # parked): nothing is left to settle, so no extra commit.
-                serving.exit_reported = True
-                self._finished(serving, None, keep_worker=True)
-                return
-            self._exit(serving, "exited", reusable=True)
-        elif kind != "hello":
-            log.warning("run %s: unexpected worker frame %r", serving.launch.run_id, kind)
-
-    def _written(self, result: WriteResult) -> None:
-        """The writer's answer to this actor's own commands: the exit of a launch."""
-        serving = self._serving
-        if serving is not None and result.correlation_id == "exit":
-            self._exited_recorded(serving, result)
-
-    def _claim_lost(self, message: LaunchClaimLost) -> None:
-        serving = self._serving
-        if serving is not None and not serving.exit_reported and serving.launch.launch_id == message.launch_id:
-            self._stop_launch(serving, "claimLost")
-
-    def _link_broken(self, message: LinkBroken) -> None:
-        serving = self._serving
-        if serving is not None and not serving.exit_reported and serving.launch.launch_id == message.launch_id:
-            self._protocol_error(serving, message.detail)
-
-    def _protocol_error(self, serving: LaunchLink, detail: str) -> None:
-        pid = self._worker.pid if self._worker is not None else None
-        log.warning("run %s: worker %s broke the protocol: %s", serving.launch.run_id, pid, detail)
-        code = self._kill_worker("crashed")
-        self._exit(serving, "crashed", reusable=False, exit_code=code, diagnostic=detail)
-
-    # --- the watchdog ---------------------------------------------------------------------------
-
-    def _watchdog(self, _message: WatchdogTick) -> None:
-        serving = self._serving
-        if serving is None or serving.exit_reported:
-            return
-        now = self._clock()
-        pid = self._worker.pid if self._worker is not None else None
-        if serving.watch is not None and now >= serving.watch[3]:
-            node_id, attempt_id, timeout_s, _ = serving.watch
-            serving.watch = None
-            log.warning("run %s: node %s ran past its timeout of %g s (+%g s grace); stopping worker %s",
-                        serving.launch.run_id, node_id, timeout_s, self._watchdog_grace_s, pid)
-            code = self._kill_worker("timedOut")
-            self._exit(serving, "timedOut", reusable=False, exit_code=code,
-                       diagnostic=f"node {node_id} exceeded its timeout of {timeout_s:g} s",
-                       timed_out={"node_id": node_id, "attempt_id": attempt_id, "after_s": timeout_s})
-        elif serving.ready_deadline is not None and now >= serving.ready_deadline:
-            serving.ready_deadline = None
-            log.warning("run %s: worker %s did not become ready within %g s; replacing it", serving.launch.run_id,
-                        pid, self._ready_timeout_s)
-            code = self._kill_worker("startTimeout")
-            self._exit(serving, "startTimeout", reusable=False, exit_code=code,
-                       diagnostic=f"the worker did not become ready within {self._ready_timeout_s:g} s")
-
-    # --- endings ------------------------------------------------------------------------------
-
-    def _hold(self, message: HoldRun) -> None:
-        serving = self._serving
-        if serving is None or serving.exit_reported or serving.launch.run_id != message.run_id:
-            return
-        serving.send({"kind": "hold"})
-
-    def _stop_runner(self, message: StopRunner) -> None:
-        serving = self._serving
-        if serving is None or serving.exit_reported or serving.launch.run_id != message.run_id:
-            return
-        self._stop_launch(serving, message.reason)
-
-    def _stop_launch(self, serving: LaunchLink, reason: str) -> None:
-        serving.stop_reason = reason
-        pid = self._worker.pid if self._worker is not None else None
-        log.info("run %s: stopping worker %s (%s)", serving.launch.run_id, pid, reason)
-        code = self._kill_worker(reason)
-        self._exit(serving, reason, reusable=False, exit_code=code)
-
-    def _gone(self, message: WorkerGone) -> None:
-        if self._worker is None or message.pid != self._worker.pid:
-            return  # a worker this slot already let go of
-        serving = self._serving
-        code = self._kill_worker("crashed")
-        if serving is None or serving.exit_reported:
-            # An idle worker died: replace it so the slot stays warm.
-            log.warning("slot %d: idle worker %d went away (%s; %s)", self.slot, message.pid, message.detail,
-                        describe_exit(code))
-            if self._keep_warm and serving is None:
-                self._spawn_worker()
-            if serving is None:
-                safe_tell(self._scheduler, SlotReady(self.slot, self._worker_info()))
-            return
-        outcome = serving.stop_reason or ("claimLost" if code == 3 else "crashed")
-        self._exit(serving, outcome, reusable=False, exit_code=code,
-                   diagnostic=f"{message.detail}; {describe_exit(code)}")
-
-    def _exit(self, serving: LaunchLink, outcome: str, *, reusable: bool, exit_code: int | None = None,
-              diagnostic: str | None = None, timed_out: dict[str, Any] | None = None) -> None:
-        if serving.exit_reported:
-            return
+    def _report_exit(self, serving: LaunchLink, effect: ReportExit) -> None:
+        """Send the launch's exit; from now on the link answers the worker nothing and the watchdog
+        stands down. The writer's answer comes back as a `WriteResult` under `exit`."""
         serving.exit_reported = True
         serving.watch = serving.ready_deadline = None
-        serving.reusable = reusable and self._worker is not None and self._worker.alive()
-        if diagnostic:
-            log.warning("run %s: worker %s (%s)", serving.launch.run_id, outcome, diagnostic)
-        args = self._exit_args(serving, outcome, exit_code, diagnostic)
-        if timed_out is not None:
-            args["timed_out"] = timed_out
+        args = self._exit_args(serving, effect.outcome, effect.exit_code, effect.diagnostic)
+        if effect.timed_out is not None:
+            args["timed_out"] = effect.timed_out
         self._writer.submit(WriteCommand(COMMANDS[serving.launch.kind][1], args, correlation_id="exit"),
                             self.actor_ref)
 
@@ -462,29 +378,13 @@ class RunnerSupervisor(CoreActor):
             result = self._writer.execute(COMMANDS[serving.launch.kind][1], self._exit_args(
                 serving, outcome, None, "host stopping", requeue=True), timeout=10)
             if result.ok:
-                self._reap_children(serving, result.value.get("children") or [])
+                self._reap_children(serving.launch.run_id, result.value.get("children") or [])
         except Exception as exc:  # the next host's recovery settles the run
             log.warning("run %s: could not report runner exit: %s", serving.launch.run_id, exc)
 
-    def _reap_children(self, serving: LaunchLink, children: list[dict[str, Any]]) -> None:
+    def _reap_children(self, run_id: str, children: Sequence[dict[str, Any]]) -> None:
         for child in children:
             if is_same_process(child["pid"], child["create_time"]):
-                log.info("run %s: terminating leftover command pid %d", serving.launch.run_id, child["pid"])
+                log.info("run %s: terminating leftover command pid %d", run_id, child["pid"])
                 terminate_tree(child["pid"], child["create_time"], grace_s=self._grace_s)
-            self._writer.submit(WriteCommand("child.release", {**child, "run_id": serving.launch.run_id}))
-
-    def _exited_recorded(self, serving: LaunchLink, result: WriteResult) -> None:
-        status = result.value.get("status") if result.ok and isinstance(result.value, dict) else None
-        if result.ok and isinstance(result.value, dict):
-            self._reap_children(serving, result.value.get("children") or [])
-        self._finished(serving, status, keep_worker=serving.reusable)
-
-    def _finished(self, serving: LaunchLink, status: str | None, *, keep_worker: bool) -> None:
-        """The launch is over: free the slot, with a warm worker for the next one."""
-        serving.content.close()
-        self._serving = None
-        if not keep_worker and self._worker is not None:
-            self._kill_worker("not reusable")
-        if self._worker is None and self._keep_warm:
-            self._spawn_worker()
-        safe_tell(self._scheduler, RunnerFinished(self.slot, serving.launch.run_id, self._worker_info(), status))
+            self._writer.submit(WriteCommand("child.release", {**child, "run_id": run_id}))

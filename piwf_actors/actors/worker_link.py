@@ -21,11 +21,11 @@ three threads, each through its own methods:
 
 The state they share is a handful of attributes, each changed with a
 single assignment (atomic under the GIL): `claim_released` by the writer's
-thread, `load_failure` by the socket thread, `exit_reported`, `stop_reason`
-and `reusable` by the supervisor; `watch` and `ready_deadline` are set and
-cleared by the socket thread and cleared by the supervisor (its watchdog,
-the exit), where the last write wins and either way the watchdog stands
-down. The order that matters is carried by the worker itself (it sends
+thread, `load_failure` by the socket thread, `exit_reported` by the
+supervisor (mirroring its step function's state, supervision.py); `watch`
+and `ready_deadline` are set and cleared by the socket thread and cleared by
+the supervisor (its watchdog, the exit), where the last write wins and
+either way the watchdog stands down. The order that matters is carried by the worker itself (it sends
 `run_over` only after it read the answer that released the claim, so the
 supervisor sees `claim_released` by then). The content exchange's upload
 side is the socket thread's alone; its download side is filled by whoever
@@ -127,8 +127,6 @@ class LaunchLink(BatchReply):
         self.exit_reported = False  # the supervisor's: the launch's exit is settled or being settled
         self.claim_released = False  # the writer's: the launch's own transition ended it
         self.load_failure: str | None = None  # the socket thread's: the worker could not load the workflow
-        self.stop_reason: str | None = None  # the supervisor's
-        self.reusable = False  # the supervisor's
         self._sent_epoch: dict[str, int | None] = {}  # host epoch each request went with (socket → writer)
 
     # --- to the worker (any thread) ---------------------------------------------------------------

@@ -108,7 +108,7 @@ class WriterQueue:
     thread-safe (SimpleQueue, and a lock around the flag and the offer).
 
     The offer is the scheduler's claim for its idle slots while nothing is
-    there to claim (`Scheduler._offer_claim`): instead of the scheduler
+    there to claim (actors/standing_claim.py): instead of the scheduler
     claiming after the notice of the next `run.start` (one more commit and
     two hand-offs before a fresh run starts), the writer applies the claim as
     the last command of the batch that holds that run.start, in the same
