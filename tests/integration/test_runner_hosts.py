@@ -19,6 +19,8 @@ import contextlib
 import os
 import signal
 import sqlite3
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,8 +136,22 @@ def _trio(guard, state_dir: Path, database: str):
 
 
 def _start_runs(state_dir: Path, count: int, oracle: Oracle, **input: Any) -> list[str]:
+    """Start `count` runs as a client should: a start answered `unavailable` (its batch lost every retry
+    to the hosts' conflicting claims, which a loaded machine makes likelier) is sent again under its
+    idempotency key until it is accepted."""
     with Client(state_dir / "host-a") as client:
-        return [client.start(flow("shared"), {"oracle": str(oracle.path), **input})["run_id"] for _ in range(count)]
+        return [_start_one(client, {"oracle": str(oracle.path), **input}) for _ in range(count)]
+
+
+def _start_one(client: Client, run_input: dict[str, Any]) -> str:
+    key = f"start-{uuid.uuid4().hex}"
+    deadline = time.monotonic() + 30
+    while True:
+        response = client.request("run.start", {"workflow": flow("shared"), "input": run_input}, idempotency_key=key)
+        if response.ok:
+            return response.receipt["run_id"]
+        if response.outcome != "unavailable" or time.monotonic() >= deadline:
+            pytest.fail(f"run.start: {response.outcome}: {response.error}")
 
 
 def _wait_settled(state_dir: Path, run_ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
