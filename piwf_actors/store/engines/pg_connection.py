@@ -27,7 +27,7 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import TransactionStatus
 
-from piwf_actors.store.dialect import POSTGRESQL
+from piwf_actors.store.engines.base import Engine
 
 _CHANGING = ("INSERT", "UPDATE", "DELETE", "WITH")
 _DML = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -94,10 +94,9 @@ class PgConnection:
     """The subset of `sqlite3.Connection` the store uses, over a psycopg connection in autocommit
     mode (transactions are opened with an explicit BEGIN, as on SQLite)."""
 
-    dialect = POSTGRESQL
-
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], engine: Engine) -> None:
         self.raw = raw
+        self.engine = engine
         self.total_changes = 0
 
     def execute(self, sql: str, params: Any = ()) -> Any:
@@ -166,8 +165,9 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
                    "FLOAT": "DOUBLE PRECISION", "DOUBLE": "DOUBLE PRECISION", "BOOL": "INTEGER",
                    "TEXT": 'TEXT COLLATE "C"'}
 
-    def __init__(self, url: str, *, read_only: bool, lock_timeout_ms: int) -> None:
+    def __init__(self, url: str, engine: Engine, *, read_only: bool, lock_timeout_ms: int) -> None:
         super().__init__(url, prefer_psycopg3=True, autoconnect=True)
+        self.engine = engine
         self._read_only = read_only
         self._lock_timeout_ms = lock_timeout_ms
 
@@ -178,8 +178,4 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         except BaseException:
             raw.close()
             raise
-        return PgConnection(raw)
-
-    @property
-    def dialect(self) -> Any:
-        return POSTGRESQL
+        return PgConnection(raw, self.engine)
