@@ -86,8 +86,10 @@ class Engine(abc.ABC):
     label: str
     #: URL schemes that name a database of this engine (`postgresql://…`); lower case.
     schemes: tuple[str, ...] = ()
-    #: An example URL, for the refusal of an unknown scheme.
+    #: The URL's shape, for the refusal of an unknown scheme.
     url_hint: str
+    #: A whole URL, for help texts.
+    url_example: str
     #: What a location of this engine is, for the refusal of something that is none.
     location_hint: str
 
@@ -194,6 +196,13 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def driver_errors(self) -> tuple[type[BaseException], ...]:
         """The exceptions a statement of this engine can raise (peewee wraps some of them)."""
+
+    @property
+    def missing_table_errors(self) -> tuple[type[BaseException], ...]:
+        """What a read of a table the database does not have raises, where that can happen: a file of
+        an older schema read offline, which no host migrated (a server's database is always migrated
+        by the host that created it: nothing)."""
+        return ()
 
     def classify(self, exc: BaseException) -> errors.StoreError | None:
         """The storage failure behind `exc` (searched through its causes): disk full, read-only,

@@ -172,7 +172,7 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         self._lock_timeout_ms = lock_timeout_ms
 
     def _connect(self) -> PgConnection:  # type: ignore[override]
-        raw = super()._connect()
+        raw = super()._connect()  # type: ignore[misc]  # peewee names it only in its subclasses
         try:
             open_session(raw, read_only=self._read_only, lock_timeout_ms=self._lock_timeout_ms)
         except BaseException:

@@ -52,6 +52,7 @@ class PostgresqlEngine(Engine):
     label = "PostgreSQL"
     schemes = ("postgresql", "postgres")
     url_hint = "postgresql://..."
+    url_example = "postgresql://user@/db?host=/run/postgresql"
     location_hint = "a postgresql:// URL"
     begin_write = "BEGIN ISOLATION LEVEL SERIALIZABLE"
     begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -52,6 +52,11 @@ def parse_database_url(text: str, *, relative_to: Path | None = None) -> Databas
     raise ValueError(f"unsupported database URL scheme {scheme!r} (use {hints})")
 
 
+def url_examples() -> str:
+    """One URL of each engine, for help texts ("sqlite:///path/state.db or postgresql://…")."""
+    return " or ".join(engine.url_example for engine in ENGINES)
+
+
 def driver_errors() -> tuple[type[BaseException], ...]:
     """Every error a store connection of any engine can raise, for code that reads through a
     `StoreReader` without knowing which engine is behind it (in an `except` clause: evaluated when

@@ -38,6 +38,7 @@ class SqliteEngine(Engine):
     label = "SQLite"
     schemes = ("sqlite",)
     url_hint = "sqlite:///path"
+    url_example = "sqlite:///path/state.db"
     location_hint = "a SQLite path"
     begin_write = "BEGIN IMMEDIATE"
     begin_read = "BEGIN"
@@ -89,6 +90,10 @@ class SqliteEngine(Engine):
         import peewee as pw
 
         return (sqlite3.Error, pw.DatabaseError)
+
+    @property
+    def missing_table_errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.OperationalError,)
 
     def classify_one(self, exc: BaseException) -> errors.StoreError | None:
         # Python 3.11's sqlite3 exposes `sqlite_errorcode` on its exceptions; peewee's wrappers and

@@ -68,7 +68,7 @@ class PiwfSqliteDatabase(pw.SqliteDatabase):
         super().__init__(database, factory=SqliteConnection, **kwargs)
 
     def _connect(self) -> SqliteConnection:
-        conn = super()._connect()
+        conn = super()._connect()  # type: ignore[misc]  # peewee names it only in its subclasses
         conn.engine = self.engine
         return conn
 

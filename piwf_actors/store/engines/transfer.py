@@ -65,7 +65,7 @@ def _order(conn: sqlite3.Connection, table: str) -> str:
     return "" if "WITHOUT ROWID" in sql.upper() else " ORDER BY rowid"
 
 
-def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
+def migrate_to_postgres(source: DatabaseLocation, target: DatabaseLocation, *,
                         progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Copy the SQLite state at `source` into the empty PostgreSQL database `target` and verify it.
 
@@ -73,10 +73,15 @@ def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
     shows that it moves); the final counts are the result's `tables`.
 
     Returns {source, target, schema_version, tables: {table: rows}, rows, seconds, verified: True}.
-    Raises Rejected (the target is not empty, the source is missing) or StoreError (the copy or
+    Raises Rejected (the source is not a SQLite state or the target not a PostgreSQL database, the
+    target is not empty, the source is missing) or StoreError (the copy or
     its check failed; the target is then left as it was).
     """
     started = time.monotonic()
+    refusal = source_refusal(source) or target_refusal(target)
+    if refusal is not None:
+        raise Rejected(refusal)
+    assert isinstance(source, Path) and isinstance(target, PostgresDatabase)
     if not source.is_file():
         raise Rejected(f"no SQLite state at {source}")
     open_store(source).close()  # refuses anything that is not a healthy piwf file; migrates an old one
