@@ -23,13 +23,13 @@ from piwf_actors.store.engines.sqlite import SQLITE
 PACKAGE = Path(piwf_actors.__file__).parent
 ENGINES_DIR = PACKAGE / "store" / "engines"
 
-#: The modules of one engine: only the engines package imports them (the registry lists them).
-_ENGINE_MODULES = ("sqlite", "sqlite_file", "sqlite_history", "postgresql", "pg_connection", "pg_schema")
+#: The modules of one engine (all but the seam's own): only the engines package imports them.
+_ENGINE_MODULES = {path.stem for path in ENGINES_DIR.glob("*.py")} - {"__init__", "base", "registry", "transfer"}
 #: Drivers and peewee's engine classes: an engine's own business.
 _DRIVERS = ("sqlite3", "psycopg", "psycopg2")
-_ENGINE_CLASSES = ("SqliteDatabase", "PostgresqlDatabase", "PostgresDatabase", "SqliteEngine", "PostgresqlEngine")
+_ENGINE_CLASSES = {"SqliteDatabase", "PostgresqlDatabase", "PostgresDatabase"} | {type(engine).__name__ for engine in ENGINES}
 #: Words that name an engine or its URL scheme: compared with something, they are an engine test.
-_ENGINE_WORDS = {"sqlite", "postgresql", "postgres"}
+_ENGINE_WORDS = {engine.name for engine in ENGINES} | {scheme for engine in ENGINES for scheme in engine.schemes}
 
 
 def engine_checks(source: str, name: str) -> list[str]:
