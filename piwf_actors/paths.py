@@ -7,7 +7,8 @@ socket, the database and the lock grant control over the user's workflows.
 The database is `<state-dir>/state.db` unless a database URL names another
 (`--database`, `$PIWF_DATABASE_URL`): `sqlite:///abs/path.db` or a plain
 path for another SQLite file, `postgresql://…` for a PostgreSQL database
-that several hosts share. The socket and the lock stay in the state
+that several hosts share (each engine reads its own URLs:
+`store/engines/registry.py`). The socket and the lock stay in the state
 directory either way: they belong to one host.
 """
 
@@ -18,50 +19,16 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from piwf_actors.errors import UnsafePath
+from piwf_actors.store.engines.base import DatabaseLocation
+from piwf_actors.store.engines.registry import parse_database_url
 
 #: The environment variable that names the database when `--database` does not.
 DATABASE_URL_ENV = "PIWF_DATABASE_URL"
 
-
-@dataclass(frozen=True, slots=True)
-class PostgresDatabase:
-    """A PostgreSQL database named by a libpq URL (`postgresql://user@host/db?host=/run/postgresql`)."""
-
-    url: str
-
-    def __str__(self) -> str:
-        # Shown in logs and errors: never the password.
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
-
-
-#: Where the state lives: a SQLite file or a PostgreSQL database.
-DatabaseLocation = Path | PostgresDatabase
-
-
-def parse_database_url(text: str, *, relative_to: Path | None = None) -> DatabaseLocation:
-    """`sqlite:///abs/path`, a plain path, or `postgresql://…` / `postgres://…`; ValueError otherwise."""
-    text = text.strip()
-    if not text:
-        raise ValueError("the database URL is empty")
-    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
-    if scheme in ("postgresql", "postgres"):
-        return PostgresDatabase(text)
-    if scheme == "sqlite":
-        path = text[len("sqlite://"):]
-        if not path.startswith("/") or not path.strip("/"):
-            raise ValueError(f"a SQLite URL names an absolute file: sqlite:///path/to/state.db, not {text!r}")
-        return Path("/" + path.lstrip("/"))  # sqlite:////abs (SQLAlchemy's spelling) means the same file
-    if scheme:
-        raise ValueError(f"unsupported database URL scheme {scheme!r} (use sqlite:///path or postgresql://...)")
-    file = Path(text).expanduser()
-    return file if file.is_absolute() or relative_to is None else relative_to / file
+__all__ = ["DATABASE_URL_ENV", "DatabaseLocation", "StatePaths", "default_state_dir", "ensure_private_dir",
+           "parse_database_url", "tighten_file"]
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:

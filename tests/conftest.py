@@ -37,7 +37,8 @@ from actors.writer_store import WriterStore
 from pg_cluster import PgCluster, PgUnavailable
 
 from piwf_actors import HostConfig, HostHandle, start_host
-from piwf_actors.paths import DATABASE_URL_ENV, DatabaseLocation, PostgresDatabase, StatePaths, default_state_dir
+from piwf_actors.paths import DATABASE_URL_ENV, DatabaseLocation, StatePaths, default_state_dir
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 
 #: Set to 1 to skip (not fail) the PostgreSQL tests on a machine without PostgreSQL; refused in CI.
 SKIP_POSTGRES_ENV = "PIWF_TEST_SKIP_POSTGRES"

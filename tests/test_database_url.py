@@ -10,7 +10,8 @@ import pytest
 from piwf_actors import HostConfig, start_host
 from piwf_actors.client import Client
 from piwf_actors.errors import HostAlreadyRunning, StoreRefused
-from piwf_actors.paths import PostgresDatabase, StatePaths, parse_database_url
+from piwf_actors.paths import StatePaths, parse_database_url
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 
 
 def test_urls_and_paths_parse() -> None:

@@ -9,7 +9,7 @@ import shutil
 from testsupport import both_engines, host_state_row
 
 from piwf_actors import HostConfig, start_host
-from piwf_actors.paths import PostgresDatabase
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 
 
 @both_engines

@@ -46,7 +46,8 @@ import psutil
 import pytest
 
 from piwf_actors import HostConfig, HostHandle, start_host
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 
 POLL_S = 0.02
 #: The settings of the hosts tests start, unless a test says otherwise.
@@ -162,13 +163,14 @@ def connect_database(url: str, *, read_only: bool = True) -> Iterator[Any]:
         import psycopg
         from psycopg.rows import dict_row
 
-        from piwf_actors.store.pg import PgConnection
+        from piwf_actors.store.engines.pg_connection import PgConnection
+        from piwf_actors.store.engines.postgresql import POSTGRESQL
 
         raw = psycopg.connect(url, autocommit=True, row_factory=dict_row)
         try:
             if read_only:
                 raw.read_only = True
-            yield PgConnection(raw)
+            yield PgConnection(raw, POSTGRESQL)
         finally:
             raw.close()
         return

@@ -10,10 +10,11 @@ space filled a small disk again for good: the checkpoint that would give its spa
 to grow the database file.) The truncation is tried before each batch and on every idle tick.
 
 And while the database's disk has less than LOW_SPACE_BYTES free (checked at start, every idle tick
-and after a full disk), SQLite checkpoints every few pages (`set_wal_autocheckpoint`), so the WAL
-never takes the last free bytes in the first place.
+and after a full disk), SQLite checkpoints every few pages (`Engine.wal_checkpoint_pages`), so the
+WAL never takes the last free bytes in the first place.
 
-PostgreSQL keeps its own WAL: there a full disk is only reported.
+Only an engine that `watches_disk` (SQLite) is watched: PostgreSQL keeps its own WAL, and there a
+full disk is only reported.
 """
 
 from __future__ import annotations
@@ -24,14 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
-from piwf_actors.store.database import (
-    WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES,
-    WAL_AUTOCHECKPOINT_PAGES,
-    StoreOptions,
-    set_wal_autocheckpoint,
-    truncate_wal,
-)
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store.database import StoreOptions
+from piwf_actors.store.engines.registry import engine_for
 
 log = logging.getLogger("piwf_actors.actors.writer")
 
@@ -56,22 +52,14 @@ class DiskRoom:
     def __init__(self, database: DatabaseLocation, options: StoreOptions, db: Callable[[], Any]) -> None:
         """`db` gives the writer's open peewee database (called in the writer's thread only)."""
         self._database = database
+        self._engine = engine_for(database)
         self._options = options
         self._db = db
         self.full: DiskFullState | None = None
         self._low_space = False
 
-    @property
-    def _sqlite(self) -> bool:
-        return not isinstance(self._database, PostgresDatabase)
-
     def wal_bytes(self) -> int | None:
-        if not self._sqlite:
-            return None
-        try:
-            return os.stat(f"{self._database}-wal").st_size
-        except OSError:
-            return 0
+        return self._engine.wal_bytes(self._database)
 
     def state(self) -> dict[str, Any] | None:
         """What the board says about it: None while writes go through."""
@@ -82,7 +70,7 @@ class DiskRoom:
 
     def check_space(self, *, full: bool = False) -> None:
         """Checkpoint every few pages while the database's disk is short of room."""
-        if not self._sqlite:
+        if not self._engine.watches_disk:
             return
         try:
             stat = os.statvfs(os.path.dirname(os.path.abspath(str(self._database))) or ".")
@@ -93,8 +81,7 @@ class DiskRoom:
         if low == self._low_space:
             return
         self._low_space = low
-        pages = WAL_AUTOCHECKPOINT_LOW_SPACE_PAGES if low else WAL_AUTOCHECKPOINT_PAGES
-        set_wal_autocheckpoint(self._db(), pages)
+        pages = self._engine.wal_checkpoint_pages(self._db(), low_space=low)
         log.log(logging.WARNING if low else logging.INFO,
                 "the database's disk has %s %d KiB free: the write-ahead log is checkpointed every %d pages",
                 "only" if low else "again", free // 1024, pages)
@@ -115,7 +102,7 @@ class DiskRoom:
         if self.full is None:
             return True
         before = self.wal_bytes()
-        result = truncate_wal(self._db(), self._options, busy_timeout_ms=DISK_FULL_CHECKPOINT_WAIT_MS)
+        result = self._engine.truncate_wal(self._db(), self._options, busy_timeout_ms=DISK_FULL_CHECKPOINT_WAIT_MS)
         if result == "full":
             return False
         if result == "done":

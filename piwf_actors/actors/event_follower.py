@@ -29,7 +29,7 @@ from typing import Any
 
 from piwf_actors.errors import PiwfError
 from piwf_actors.store import queries
-from piwf_actors.store.dialect import DRIVER_ERRORS
+from piwf_actors.store.engines.registry import driver_errors
 from piwf_actors.store.reader import StoreReader
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class RunEventFollower:
                 return
             try:
                 follow(run_id)
-            except DRIVER_ERRORS + (PiwfError,) as exc:
+            except driver_errors() + (PiwfError,) as exc:
                 log.warning("%s of run %s not read (tried again on the next commit): %s", what, run_id, exc)
                 continue
             self._noticed.pop(run_id, None)

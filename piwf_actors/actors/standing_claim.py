@@ -9,11 +9,11 @@ it had just been sent. The scheduler takes it back (`withdraw`) before it
 claims anything else, when it suspends and when it stops; exactly one of
 the two wins, and a claim the writer took is answered like any other.
 
-Not on PostgreSQL while runner hosts claim from the same queue, nor on a
-runner host (the active host claims there too): a claim inside a client's
-run.start transaction would tie that write to theirs under SERIALIZABLE
-(more conflicts and retries for the client's batch). SQLite has one writer
-at a time: nothing to conflict with.
+Not where writers run at once (`Engine.concurrent_writers`: PostgreSQL) while
+runner hosts claim from the same queue, nor on a runner host (the active host
+claims there too): a claim inside a client's run.start transaction would tie
+that write to theirs under SERIALIZABLE (more conflicts and retries for the
+client's batch). SQLite has one writer at a time: nothing to conflict with.
 
 Owned by the Scheduler and used from its thread only.
 """
@@ -25,8 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.actors.base import WriteReplies
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
+from piwf_actors.store.engines.registry import engine_for
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteResult
 
@@ -36,7 +37,7 @@ RUNNERS_RECHECK_S = 1.0
 
 class StandingClaim:
     def __init__(self, database: DatabaseLocation, *, host_duties: bool) -> None:
-        self._postgres = isinstance(database, PostgresDatabase)
+        self._writers_contend = engine_for(database).concurrent_writers
         self._host_duties = host_duties
         self._token: str | None = None
         self._checked_at = float("-inf")
@@ -47,7 +48,7 @@ class StandingClaim:
         return self._token is not None
 
     def allowed(self, reader: StoreReader | None) -> bool:
-        if not self._postgres:
+        if not self._writers_contend:
             return True
         now = time.monotonic()
         if now - self._checked_at >= RUNNERS_RECHECK_S and reader is not None:

@@ -53,7 +53,7 @@ from piwf_actors.actors.writer import Subscribe, Unsubscribe
 from piwf_actors.errors import PiwfError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import trace_queries
-from piwf_actors.store.dialect import DRIVER_ERRORS
+from piwf_actors.store.engines.registry import driver_errors
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
 from piwf_actors.tracing.spans import Event, RunFacts, RunTrace, SpanRecord
@@ -128,7 +128,7 @@ class RunTracer(CoreActor):
     def _follow_or_drop(self, run_id: str) -> None:
         try:
             self._follow(run_id)
-        except DRIVER_ERRORS + (PiwfError,):
+        except driver_errors() + (PiwfError,):
             raise  # a read that failed: the follower keeps the run noticed for the next commit
         except Exception:  # a fact the step function does not expect: this run's trace ends, not the tracer
             log.exception("tracing: run %s is not traced any more: reading its events failed", run_id)

@@ -9,7 +9,6 @@ import shlex
 import sys
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +18,7 @@ from piwf_actors.cli.refused import Refused
 from piwf_actors.client import Client, HostNotRunning
 from piwf_actors.client.connection import ContentReader, Response
 from piwf_actors.paths import StatePaths
+from piwf_actors.store.engines.registry import engine_for
 
 __all__ = ["Ctx", "Refused"]  # Refused lives in cli/refused.py (a leaf: cli/ids.py raises it too)
 
@@ -62,7 +62,7 @@ class Ctx:
                         database = StatePaths.resolve(self.args.state_dir, getattr(self.args, "database", None)).database
                     except ValueError:
                         raise exc from None
-                    if exc.listening or isinstance(database, Path) and not database.is_file():
+                    if exc.listening or not engine_for(database).exists(database):
                         raise
                     from piwf_actors.cli.offline import LocalStore  # imports the store: only when needed
 

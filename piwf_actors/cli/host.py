@@ -24,6 +24,7 @@ from piwf_actors.config import HostConfig
 from piwf_actors.errors import PiwfError
 from piwf_actors.logs import configure
 from piwf_actors.paths import StatePaths, default_state_dir
+from piwf_actors.store.engines.registry import url_examples
 
 log = logging.getLogger("piwf.host")
 
@@ -129,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"piwf-host {__version__}")
     parser.add_argument("--state-dir", help="directory for state.db, host.sock and host.lock")
     parser.add_argument("--database", metavar="URL", default=None,
-                        help="the state database: sqlite:///path/state.db or postgresql://user@/db?host=/run/postgresql "
+                        help=f"the state database: {url_examples()} "
                         "(default: $PIWF_DATABASE_URL, else state.db in the state directory)")
     parser.add_argument("--no-standby", dest="standby", action="store_false",
                         help="with --database: refuse to start while another host holds the database's lease, "

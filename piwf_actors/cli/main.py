@@ -45,6 +45,7 @@ from piwf_actors.cli.values import cutoff, json_value, key_value
 from piwf_actors.client import HostNotRunning
 from piwf_actors.errors import PiwfError
 from piwf_actors.paths import default_state_dir
+from piwf_actors.store.engines.registry import url_examples
 
 SLOW_TIMEOUT_S = 3600.0  # backup/verify/prune on a large database; a socket timeout would resend the request
 
@@ -60,7 +61,7 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                         f"else ~/.local/state/piwf; here {default_state_dir()})")
     parser.add_argument("--database", default=argparse.SUPPRESS if suppress else None, metavar="URL",
                         help="the state database read when no host runs (list, show, events, logs) and copied "
-                        "by state migrate: sqlite:///path, a path, or postgresql://… (default: "
+                        f"by state migrate: a path or {url_examples()} (default: "
                         "$PIWF_DATABASE_URL, else <state-dir>/state.db)")
 
 

@@ -18,7 +18,7 @@ from piwf_actors.client.connection import ContentReader, Response
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES
 from piwf_actors.store import id_queries, queries
-from piwf_actors.store.dialect import DRIVER_ERRORS
+from piwf_actors.store.engines.registry import driver_errors
 from piwf_actors.store.reader import StoreReader
 
 #: What a host answers for run.events without a limit, and at most (docs/protocol.md).
@@ -53,7 +53,7 @@ class LocalStore(ContentReader):
             if self._reader is None:
                 self._reader = StoreReader(self.path)
             return handler(self._reader, payload or {}, run_id)
-        except DRIVER_ERRORS as exc:
+        except driver_errors() as exc:
             return Response(None, "unavailable", error=f"cannot read {self.path}: {' '.join(str(exc).split())}")
 
     @staticmethod

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES, id_column, kv_table, relative, short_ids, text, when
+from piwf_actors.store.engines.registry import engine_named
 
 
 def host_status(view: dict[str, Any]) -> RenderableType:
@@ -116,9 +117,10 @@ def _size(n: Any) -> str:
 def state_status(view: dict[str, Any]) -> RenderableType:
     info = kv_table("state")
     info.add_row("database", text(view.get("path")))
-    if view.get("engine") == "postgresql":
-        # The server keeps its own pages and WAL: the database's size is what there is to show.
-        info.add_row("engine", text("PostgreSQL"))
+    if view.get("page_count") is None:
+        # A server keeps its own pages and WAL: which one it is and the database's size is what there is to show.
+        engine = engine_named(view.get("engine"))
+        info.add_row("engine", text(view.get("engine") if engine is None else engine.label))
         info.add_row("size", text(_size(view.get("db_bytes"))))
     else:
         info.add_row("size", text(f"{_size(view.get('db_bytes'))} (+ WAL {_size(view.get('wal_bytes'))})"))

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from piwf_actors.cli.context import EXIT_OK, EXIT_USAGE, Ctx
 from piwf_actors.errors import HostAlreadyRunning, Rejected
-from piwf_actors.paths import PostgresDatabase, StatePaths, parse_database_url
+from piwf_actors.paths import StatePaths, parse_database_url
 
 
 def add_command(add: Any, state_sub: Any) -> None:
@@ -27,19 +27,21 @@ def add_command(add: Any, state_sub: Any) -> None:
 
 def cmd_state_migrate(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     from piwf_actors.actors.hostlock import HostLock  # the store and the lock: only for this command
-    from piwf_actors.store.transfer import migrate_to_postgres
+    from piwf_actors.store.engines.transfer import migrate_to_postgres, source_refusal, target_refusal
 
     try:
         target = parse_database_url(ctx.args.to)
     except ValueError as exc:
         parser.error(f"--to: {exc}")
-    if not isinstance(target, PostgresDatabase):
-        parser.error("--to must be a postgresql:// URL (state migrate copies a SQLite state into PostgreSQL)")
+    refusal = target_refusal(target)
+    if refusal is not None:
+        parser.error(refusal)
         return EXIT_USAGE
     paths = StatePaths.resolve(ctx.args.state_dir, getattr(ctx.args, "database", None))
     source = paths.database
-    if isinstance(source, PostgresDatabase):
-        raise Rejected(f"the state is already in PostgreSQL ({source}); state migrate copies a SQLite state")
+    refusal = source_refusal(source)
+    if refusal is not None:
+        raise Rejected(refusal)
     try:
         lock = HostLock.acquire(paths.lock, str(paths.root)) if paths.root.is_dir() else None
     except HostAlreadyRunning as exc:

@@ -65,7 +65,7 @@ from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.command_records import RecordedRefusal
 from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
-from piwf_actors.store.dialect import SQLITE, Dialect, dialect_of
+from piwf_actors.store.engines.base import Engine, engine_of
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
 
 log = logging.getLogger(__name__)
@@ -92,18 +92,14 @@ CONFLICT_RETRIES = 12
 #: The longest random pause before such a retry (see apply_batch).
 CONFLICT_BACKOFF_MAX_S = 0.05
 
-#: The database server's clock, in seconds since the epoch (PostgreSQL: see the module docstring).
-_DB_CLOCK = "SELECT CAST(extract(epoch from clock_timestamp()) AS DOUBLE PRECISION)"
-
-
-def storage_error(exc: BaseException, dialect: Dialect = SQLITE) -> errors.StoreError | None:
+def storage_error(exc: BaseException, engine: Engine) -> errors.StoreError | None:
     """The storage failure behind `exc`, if it is one (disk full, read-only, busy, a conflict).
 
     peewee's `atomic()` can hide the real error: on a full disk its rollback
     fails with "cannot rollback - no transaction is active" and the cause is
-    in `__context__`, so the whole chain is searched (`Dialect.classify`).
+    in `__context__`, so the whole chain is searched (`Engine.classify`).
     """
-    return dialect.classify(exc)
+    return engine.classify(exc)
 
 
 class _StorageAbort(Exception):
@@ -241,20 +237,20 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
     is left unapplied (`yielded`, no results, `conflict_retries` counting all so far) for the
     caller to apply what may not wait (a lease renewal) and then this batch again.
     """
-    dialect = dialect_of(db)
+    engine = engine_of(db)
     attempt = conflicts_before
     while True:
         conn = None
         try:
             conn = db.connection()  # (re)connects when the last batch found the connection broken
             try:
-                outcome = _run(conn, dialect, commands, now, commit_seq, savepoints, clock, timer_offset)
+                outcome = _run(conn, engine, commands, now, commit_seq, savepoints, clock, timer_offset)
             except NeedsSavepoints:
-                outcome = _run(conn, dialect, commands, now, commit_seq, True, clock, timer_offset)
+                outcome = _run(conn, engine, commands, now, commit_seq, True, clock, timer_offset)
             outcome.conflict_retries = attempt
             return outcome
-        except dialect.driver_errors + (_StorageAbort,) as exc:
-            cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, dialect)
+        except engine.driver_errors + (_StorageAbort,) as exc:
+            cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, engine)
             err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
             if conn is None or getattr(conn, "broken", False):
                 _close_quietly(db)  # the server or the network dropped it: the next batch reconnects
@@ -281,17 +277,18 @@ def _close_quietly(db: Any) -> None:
         log.debug("closing a broken connection failed", exc_info=True)
 
 
-def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, commit_seq: int | None,
+def _run(conn: Any, engine: Engine, commands: list[WriteCommand], now: float, commit_seq: int | None,
          savepoints: bool, clock: Callable[[], float] | None, timer_offset: float = 0.0) -> BatchOutcome:
     changes = ChangeSet()
     results: list[WriteResult] = []
-    conn.execute(dialect.begin_write)
+    conn.execute(engine.begin_write)
     conn = BatchConnection(conn)  # the batch's run events are inserted together (batch_connection.py)
     try:
-        if dialect.name == "postgresql" and clock is not None:
+        clock_sql = engine.clock_sql
+        if clock_sql is not None and clock is not None:
             # The database's clock, read inside the transaction, is the writer's clock here.
             def server_clock() -> float:
-                return float(conn.execute(_DB_CLOCK).fetchone()[0])
+                return float(conn.execute(clock_sql).fetchone()[0])
 
             clock = server_clock
             now = clock()
@@ -299,7 +296,7 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
         fence_now = now if clock is None else max(now, clock())
         fenced_by: set[str | None] = set()  # the senders (None: the host) whose fenced writes are in the batch
         for cmd in commands:
-            result = _apply_one(conn, dialect, cmd, now, fence_now, fences, changes, commit_seq, savepoints,
+            result = _apply_one(conn, engine, cmd, now, fence_now, fences, changes, commit_seq, savepoints,
                                 timer_offset)
             results.append(result)
             if result.ok and (cmd.name.startswith("lease.") or cmd.name.startswith("runner_lease.")):
@@ -318,13 +315,13 @@ def _run(conn: Any, dialect: Dialect, commands: list[WriteCommand], now: float, 
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-        except dialect.driver_errors:
+        except engine.driver_errors:
             log.debug("rollback after failed batch also failed", exc_info=True)
         raise
     return BatchOutcome(results, changes, True)
 
 
-def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence_now: float, fences: _Fences,
+def _apply_one(conn: Any, engine: Engine, cmd: WriteCommand, now: float, fence_now: float, fences: _Fences,
                changes: ChangeSet, commit_seq: int | None, savepoints: bool, timer_offset: float = 0.0) -> WriteResult:
     try:
         spec = lookup(cmd.name)
@@ -355,11 +352,11 @@ def _apply_one(conn: Any, dialect: Dialect, cmd: WriteCommand, now: float, fence
     except errors.PiwfError as err:
         _undo(conn, savepoints, before)
         return _fail(cmd, err)
-    except dialect.driver_errors as exc:
-        storage = storage_error(exc, dialect)
+    except engine.driver_errors as exc:
+        storage = storage_error(exc, engine)
         if storage is not None:
             raise _StorageAbort(storage) from exc
-        if dialect.aborts_transaction and not savepoints:
+        if engine.aborts_transaction and not savepoints:
             # PostgreSQL refuses every later statement of this transaction: redo the batch with
             # a savepoint around each command, where this one's failure is undone alone.
             raise NeedsSavepoints() from exc

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import NotFound
-from piwf_actors.store.dialect import dialect_of
+from piwf_actors.store.engines.base import engine_of
 
 _INSERT = ("INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at) "
            "VALUES (?, ?, ?, ?, ?, ?, ?)")
@@ -39,11 +39,11 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "dialect")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
-        self.dialect = dialect_of(conn)
+        self.engine = engine_of(conn)
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back

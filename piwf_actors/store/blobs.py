@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 
 
 def put_blob(conn: Connection, data: bytes, now: float) -> str:

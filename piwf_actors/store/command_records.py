@@ -15,7 +15,7 @@ from typing import Any
 from piwf_actors.canonical import fingerprint, loads
 from piwf_actors.errors import Conflict, outcome_for
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.reader import StoreReader
 
 #: The outcomes of refusals that are recorded: they follow from the request and the state it met, so

@@ -7,7 +7,7 @@ from typing import Any
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
 from piwf_actors.store.batch_connection import BatchConnection
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 
 
 def append_event(conn: Connection, run_id: str, kind: str, now: float, *,

@@ -17,7 +17,7 @@ from typing import Any
 from piwf_actors.errors import Rejected
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import LIVE_SQL, TERMINAL_SQL
-from piwf_actors.store.dialect import dialect_of
+from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.schema import BLOB_PREFIX_CHARS
 from piwf_actors.store.snapshot import as_location, read_snapshot
 
@@ -81,7 +81,7 @@ def _eligible(conn: Any) -> str:
     the children that finished), or a resource that owns it (`resource_run`): its manager's `ensure` finds
     the run by an id derived from the resource and its key, so a pruned run would be started again,
     effects and all. A resource's runs are pruned once it is deleted (its resource_run rows go with it)."""
-    unindexed = "+" if dialect_of(conn).name == "sqlite" else ""
+    unindexed = engine_of(conn).no_index_prefix
     return f"""
     FROM run r
     WHERE r.finished_at < ? AND {unindexed}r.status IN {TERMINAL_SQL}
@@ -123,7 +123,7 @@ def plan_prune(conn: Any, before: float, limit: int) -> PrunePlan:
     with the runs pruned, not with the history kept.
     """
     eligible_sql = _eligible(conn)
-    json_values = dialect_of(conn).json_values
+    json_values = engine_of(conn).json_values
     run_ids = [row[0] for row in conn.execute(
         f"SELECT r.run_id {eligible_sql} ORDER BY r.finished_at, r.run_id LIMIT ?", (before, limit))]
     # Counting every eligible run only matters when the limit may have cut the list.

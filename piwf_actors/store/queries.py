@@ -114,7 +114,7 @@ def bounded_json(reader: StoreReader, sha256: str | None, inline: str | None = N
     if size <= CONTENT_INLINE_BYTES:
         return _json(bytes(row[1]).decode())
     with reader.snapshot():  # the preview only: a view of a run with large values does not read them
-        found = reader.dialect.blob_slice(reader.conn, sha256, 0, PREVIEW_CHARS * 4)
+        found = reader.engine.blob_slice(reader.conn, sha256, 0, PREVIEW_CHARS * 4)
     data = b"" if found is None else found[1]
     preview = data.decode("utf-8", errors="ignore")[:PREVIEW_CHARS] + "…"
     return {"$content": sha256, "bytes": size, "preview": preview}
@@ -126,7 +126,7 @@ def content_chunk(reader: StoreReader, digest: str, offset: int = 0,
     (its canonical JSON; a workflow source as written). None when no such content is stored."""
     length = max(0, min(length, CONTENT_CHUNK_BYTES))
     with reader.snapshot():
-        found = reader.dialect.blob_slice(reader.conn, digest, offset, length)
+        found = reader.engine.blob_slice(reader.conn, digest, offset, length)
     if found is None:
         return None
     return {"digest": digest, "offset": offset, "total_bytes": found[0], "data": found[1]}
@@ -234,7 +234,7 @@ def run_summaries(reader: StoreReader, run_ids: list[str]) -> list[tuple[int, di
         return _with_rowid(reader.all(f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN ({marks})",
                                       tuple(run_ids)))
     return _with_rowid(reader.all(
-        f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN {reader.dialect.json_values}",
+        f"SELECT rowid, {_SUMMARY_SQL} FROM run WHERE run_id IN {reader.engine.json_values}",
         (json.dumps(run_ids),)))
 
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.store.database import StoreOptions, connect, dialect_of_db
-from piwf_actors.store.dialect import Dialect
+from piwf_actors.store.database import connect
+from piwf_actors.store.engines.base import Engine, StoreOptions, engine_of
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class StoreReader:
 
     @property
     def conn(self) -> Any:
-        """The reader's connection: a `sqlite3.Connection`, or `store.pg.PgConnection` (same calls).
+        """The reader's connection: a `sqlite3.Connection`, or `engines.pg_connection.PgConnection` (same calls).
 
         A PostgreSQL connection the server dropped (a restart, a failover) is opened again here,
         so a long-lived reader recovers with the database."""
@@ -41,8 +41,8 @@ class StoreReader:
         return conn
 
     @property
-    def dialect(self) -> Dialect:
-        return dialect_of_db(self._db)
+    def engine(self) -> Engine:
+        return engine_of(self._db)
 
     def close(self) -> None:
         self._db.close()
@@ -54,17 +54,17 @@ class StoreReader:
         if conn.in_transaction:
             yield
             return
-        conn.execute(self.dialect.begin_read)
+        conn.execute(self.engine.begin_read)
         try:
             yield
         finally:
             try:
                 conn.execute("COMMIT")
-            except self.dialect.driver_errors:
+            except self.engine.driver_errors:
                 # A connection that failed mid-read (PostgreSQL: the server went away) must not hide
                 # the error that ended the reads; it is rolled back or gone either way.
                 log.debug("ending a read snapshot failed", exc_info=True)
-                with contextlib.suppress(*self.dialect.driver_errors):
+                with contextlib.suppress(*self.engine.driver_errors):
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import NotFound
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 
 if TYPE_CHECKING:  # the commands package imports this module while it loads
     from piwf_actors.store.commands.registry import WriteContext

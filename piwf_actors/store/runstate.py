@@ -14,7 +14,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.events import append_event
 from piwf_actors.store.resource_state import enqueue_owner_of_run
 

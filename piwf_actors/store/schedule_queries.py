@@ -4,7 +4,6 @@ schedule fire started a run (`run.get`'s `schedule`)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from piwf_actors.store.reader import StoreReader
@@ -28,7 +27,7 @@ def run_schedule(reader: StoreReader, run_id: str) -> dict[str, Any] | None:
     """{name, fire_time, kind} of the fire that started `run_id`, or None for a run no schedule started."""
     try:
         row = reader.one("SELECT schedule, fire_time, kind FROM schedule_fire WHERE run_id = ?", (run_id,))
-    except sqlite3.OperationalError:  # a database of schema v6 or older read offline (no schedule tables)
+    except reader.engine.missing_table_errors:  # a file of schema v6 or older read offline (no schedule tables)
         return None
     return None if row is None else {"name": row[0], "fire_time": row[1], "kind": row[2]}
 

@@ -1,5 +1,5 @@
 """The run counters (schema v5): one row per status, kept exact by triggers on `run`. Listed in
-store/schema.py with every other table; PostgreSQL's triggers and shards are in store/pg_schema.py."""
+store/schema.py with every other table; PostgreSQL's triggers and shards are in store/engines/pg_schema.py."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class RunCount(Base):
 
 def _count_change(status: str, delta: int) -> str:
     return (f"INSERT INTO run_count (status, n) VALUES ({status}, {delta}) "
-            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")  # SQLite's; PostgreSQL: store/pg_schema.py
+            f"ON CONFLICT (status) DO UPDATE SET n = n + ({delta});")  # SQLite's; PostgreSQL: store/engines/pg_schema.py
 
 
 #: The triggers that keep `run_count` exact, by name (created by migration v5, which also counts the

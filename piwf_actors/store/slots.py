@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 
 #: The columns of `run` the check reads.
 SLOT_COLUMNS = ("run_id", "generation", "concurrency_key", "concurrency_max", "parent_run_id", "parent_node_id",

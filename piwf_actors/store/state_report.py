@@ -6,27 +6,25 @@ neither writes. They run in the caller's thread (the gateway's, the CLI's,
 a test's) and read every table on purpose: that is what these maintenance
 reads are for (host.status never does it).
 
-What PostgreSQL does its own way: `state_status` reports the database's size
-(no pages, no WAL file of ours); `verify` checks the schema's presence and
-version where SQLite runs `PRAGMA integrity_check` (page-level checks are the
-server's: data checksums, `pg_amcheck`).
+What each engine does its own way is its engine's answer (`store/engines/`):
+the storage fields of `state_status` (SQLite's pages and WAL file; PostgreSQL's
+database size), the integrity check of `verify` (SQLite's `PRAGMA
+integrity_check`; on PostgreSQL the schema's presence and version, the pages
+being the server's to check), how its tables and triggers are listed.
 """
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
-from piwf_actors.paths import DatabaseLocation, PostgresDatabase
+from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_SQL
-from piwf_actors.store.dialect import dialect_of
+from piwf_actors.store.engines.base import engine_of, one_line
+from piwf_actors.store.engines.registry import engine_for
 from piwf_actors.store.prune_plan import BLOB_REFERENCES
 from piwf_actors.store.schema import RUN_COUNT_TRIGGERS
-from piwf_actors.store.snapshot import as_location, file_size, is_postgres, one_line, pragma, read_snapshot, row_counts
-
-_AUTO_VACUUM_MODES = {0: "none", 1: "full", 2: "incremental"}
-
+from piwf_actors.store.snapshot import as_location, read_snapshot, row_counts
 
 # --- status -------------------------------------------------------------------
 
@@ -39,36 +37,24 @@ def state_status(database: DatabaseLocation) -> dict[str, Any]:
     blob_count, blob_bytes}. `runs` always has every known status (0 if none) and
     comes from the `run_count` counters. `tables` are exact row counts: each costs
     a walk of the table's smallest b-tree, which is what this maintenance command
-    is for (host.status never does it). On PostgreSQL, `engine` is "postgresql",
+    is for (host.status never does it). `engine` names the engine; on PostgreSQL
     `db_bytes` is the database's size on the server, and the page and WAL fields
     are None (PostgreSQL's own).
     """
     database = as_location(database)
-    if is_postgres(database):
-        return _pg_state_status(database)
-    db_path = Path(database)
-    with read_snapshot(db_path) as conn:
-        rows = row_counts(conn)
-        # The counters the triggers keep (schema v5), as host.status reads them; `state verify`
-        # compares them with a real count.
-        runs = _run_counters(conn)
+    engine = engine_for(database)
+    with read_snapshot(database) as conn:
         blob_count, blob_bytes = _blob_totals(conn)
-        status = {
-            "engine": "sqlite",
-            "path": str(db_path),
-            "page_size": pragma(conn, "page_size"),
-            "page_count": pragma(conn, "page_count"),
-            "freelist_count": pragma(conn, "freelist_count"),
-            "auto_vacuum": _AUTO_VACUUM_MODES.get(pragma(conn, "auto_vacuum"), "unknown"),
-            "schema_version": pragma(conn, "user_version"),
-            "tables": rows,
-            "runs": runs,
-            "blob_count": blob_count,
-            "blob_bytes": blob_bytes,
+        return {
+            "engine": engine.name, "path": str(database),
+            **engine.storage_status(conn, database),
+            "schema_version": engine.schema_version(conn),
+            "tables": row_counts(conn),
+            # The counters the triggers keep (schema v5), as host.status reads them; `state verify`
+            # compares them with a real count.
+            "runs": _run_counters(conn),
+            "blob_count": blob_count, "blob_bytes": blob_bytes,
         }
-    status["db_bytes"] = file_size(db_path)
-    status["wal_bytes"] = file_size(Path(f"{db_path}-wal"))
-    return status
 
 
 def _blob_totals(conn: Any) -> tuple[int, int]:
@@ -83,22 +69,6 @@ def _run_counters(conn: Any) -> dict[str, int]:
         if count:
             runs[status] = int(count)
     return runs
-
-
-def _pg_state_status(database: PostgresDatabase) -> dict[str, Any]:
-    from piwf_actors.store import pg_schema
-
-    with read_snapshot(database) as conn:
-        version = pg_schema.read_version(conn)
-        blob_count, blob_bytes = _blob_totals(conn)
-        return {
-            "engine": "postgresql", "path": str(database),
-            "db_bytes": int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]),
-            "wal_bytes": None, "page_size": None, "page_count": None, "freelist_count": None, "auto_vacuum": None,
-            "schema_version": 0 if version is None else version[1],
-            "tables": row_counts(conn), "runs": _run_counters(conn),
-            "blob_count": blob_count, "blob_bytes": blob_bytes,
-        }
 
 
 # --- verify -------------------------------------------------------------------
@@ -174,39 +144,10 @@ _CHECKS: tuple[tuple[str, str], ...] = (
 
 def _missing_triggers(conn: Any) -> list[dict[str, Any]]:
     """The run-count triggers that are gone (each engine lists its triggers its own way)."""
-    if dialect_of(conn).name == "postgresql":
-        from piwf_actors.store import pg_schema
-
-        present = pg_schema.trigger_names(conn)
-    else:
-        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    present = engine_of(conn).trigger_names(conn)
     return [{"code": "run_count_trigger_missing",
              "detail": f"trigger {name} is missing: run_count no longer follows the run table"}
             for name in sorted(RUN_COUNT_TRIGGERS) if name not in present]
-
-
-def _integrity(conn: Any) -> list[str]:
-    """SQLite's `PRAGMA integrity_check` lines; on PostgreSQL, whether the schema is there at the
-    version this code expects (the pages themselves are the server's to check)."""
-    if dialect_of(conn).name != "postgresql":
-        return [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
-    from piwf_actors.store import pg_schema
-    from piwf_actors.store.migrations import LATEST_VERSION
-
-    found = pg_schema.read_version(conn)
-    if found is None or found[0] != pg_schema.APPLICATION:
-        return [f"no {pg_schema.VERSION_TABLE} row for {pg_schema.APPLICATION}"]
-    missing = sorted({model._meta.table_name for model in _models()} - set(pg_schema.user_tables(conn)))
-    lines = [f"missing table {name}" for name in missing]
-    if found[1] != LATEST_VERSION:
-        lines.append(f"schema version {found[1]}, expected {LATEST_VERSION}")
-    return lines or ["ok"]
-
-
-def _models() -> tuple[Any, ...]:
-    from piwf_actors.store.schema import ALL_MODELS
-
-    return ALL_MODELS
 
 
 def _lease_violations(conn: Any) -> list[dict[str, Any]]:
@@ -235,10 +176,10 @@ def _blob_violations(conn: Any, limit: int) -> list[dict[str, Any]]:
 def _recover(conn: Any) -> None:
     """After a failed check, PostgreSQL refuses the rest of the transaction: start a new snapshot
     (the checks that follow read a slightly later one, which is all a failed check leaves)."""
-    dialect = dialect_of(conn)
-    if dialect.aborts_transaction:
+    engine = engine_of(conn)
+    if engine.aborts_transaction:
         conn.execute("ROLLBACK")
-        conn.execute(dialect.begin_read)
+        conn.execute(engine.begin_read)
 
 
 def verify(database: DatabaseLocation, now: float, *, limit_per_code: int = 100) -> dict[str, Any]:
@@ -260,9 +201,9 @@ def verify(database: DatabaseLocation, now: float, *, limit_per_code: int = 100)
 
     database = as_location(database)
     with read_snapshot(database) as conn:
-        driver_errors = dialect_of(conn).driver_errors
+        driver_errors = engine_of(conn).driver_errors
         try:
-            integrity = _integrity(conn)
+            integrity = engine_of(conn).integrity(conn)
         except driver_errors as exc:
             integrity = [f"integrity_check failed: {one_line(exc)}"]
             _recover(conn)

@@ -14,7 +14,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.store.blobs import get_blob, put_blob
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 
 #: Canonical JSON up to this many characters is kept inline.
 INLINE_VALUE_BYTES = 1024

@@ -9,7 +9,7 @@ from pathlib import Path
 from cli_support import piwf
 
 from piwf_actors import HostConfig, start_host
-from piwf_actors.paths import PostgresDatabase
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 
 
 def test_migrate_prints_one_summary_line_and_each_count_once(state_dir: Path, pg_database: PostgresDatabase,

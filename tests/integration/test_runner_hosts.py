@@ -48,11 +48,12 @@ def _connect(database: str) -> Iterator[Any]:
     if database.startswith("postgresql://"):
         import psycopg
 
-        from piwf_actors.store.pg import PgConnection
+        from piwf_actors.store.engines.pg_connection import PgConnection
+        from piwf_actors.store.engines.postgresql import POSTGRESQL
 
         raw = psycopg.connect(database, autocommit=True)
         try:
-            yield PgConnection(raw)
+            yield PgConnection(raw, POSTGRESQL)
         finally:
             raw.close()
     else:

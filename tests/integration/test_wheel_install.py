@@ -42,7 +42,7 @@ pytestmark = pytest.mark.timeout(1200)
 # importing one without its extra fails only for want of that extra's package, nothing of ours (the
 # PostgreSQL connection says which extra to install).
 OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry",
-            "piwf_actors.store.pg": "PostgreSQL needs psycopg, which cannot be imported here (No module named "
+            "piwf_actors.store.engines.pg_connection": "PostgreSQL needs psycopg, which cannot be imported here (No module named "
                                     "'psycopg'): pip install 'piwf_actors[postgresql]'"}
 
 IMPORT_ALL = textwrap.dedent("""

@@ -8,7 +8,8 @@ import pytest
 
 from piwf_actors.errors import StoreRefused
 from piwf_actors.paths import StatePaths, default_state_dir, ensure_private_dir
-from piwf_actors.store.database import APPLICATION_ID, open_store, schema_version
+from piwf_actors.store.database import open_store, schema_version
+from piwf_actors.store.engines.sqlite_file import APPLICATION_ID
 from piwf_actors.store.migrations import LATEST_VERSION
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from test_migration_v6 import _structure
 
-from piwf_actors.paths import PostgresDatabase
 from piwf_actors.protocol.catalog.runs import graph_receipt
-from piwf_actors.store import pg_schema
 from piwf_actors.store.database import open_store, schema_version
+from piwf_actors.store.engines import pg_schema
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.reader import StoreReader
 

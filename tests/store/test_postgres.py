@@ -17,13 +17,13 @@ from test_store_regressions import TOKEN, Store
 from piwf_actors import errors
 from piwf_actors.actors.writer import start_writer
 from piwf_actors.errors import StoreRefused
-from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import pg_schema, state_report
+from piwf_actors.store import state_report
 from piwf_actors.store.batch import apply_batch
 from piwf_actors.store.database import open_store, schema_version
-from piwf_actors.store.dialect import POSTGRESQL
+from piwf_actors.store.engines import pg_schema
+from piwf_actors.store.engines.pg_connection import translate
+from piwf_actors.store.engines.postgresql import POSTGRESQL, PostgresDatabase
 from piwf_actors.store.migrations import LATEST_VERSION
-from piwf_actors.store.pg import translate
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
 

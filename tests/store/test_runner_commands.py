@@ -11,7 +11,8 @@ import pytest
 from test_store_regressions import TOKEN, Store
 
 from piwf_actors.store.batch import apply_batch
-from piwf_actors.store.dialect import POSTGRESQL, SQLITE
+from piwf_actors.store.engines.postgresql import POSTGRESQL
+from piwf_actors.store.engines.sqlite import SQLITE
 from piwf_actors.store.requests import WriteCommand
 
 
@@ -82,7 +83,7 @@ def test_a_runner_whose_lease_ran_out_mid_batch_commits_nothing(store) -> None:
     readings = iter([1001.0, 1011.0])  # the fence, then just before COMMIT
     command = WriteCommand("run.append_note", {"run_id": "run_0001"}, runner_id="r1", runner_lease_epoch=epoch)
     outcome = apply_batch(store.db, [command], 1001.0, clock=lambda: next(readings, 1011.0))
-    if store.db.connection().dialect is POSTGRESQL:
+    if store.db.connection().engine is POSTGRESQL:
         return  # there the database's clock is read instead (test_postgres covers the host's case)
     assert not outcome.committed and outcome.results[0].error_code == "lease_expired"
     assert store.row("SELECT count(*) FROM run_event WHERE run_id = 'run_0001' AND kind = 'note'") == (0,)

@@ -23,11 +23,11 @@ import pytest
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Rejected
-from piwf_actors.paths import PostgresDatabase
 from piwf_actors.store import backup, prune_plan, state_report
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.database import StoreOptions, open_store
+from piwf_actors.store.engines.postgresql import PostgresDatabase
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.requests import WriteCommand
 

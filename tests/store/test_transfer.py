@@ -17,11 +17,11 @@ from testsupport import hosts_on_postgres
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.cli.main import main
 from piwf_actors.errors import Rejected
-from piwf_actors.paths import PostgresDatabase
 from piwf_actors.store import prune_plan, queries, state_report
 from piwf_actors.store.database import StoreOptions, open_store
+from piwf_actors.store.engines.postgresql import PostgresDatabase
+from piwf_actors.store.engines.transfer import migrate_to_postgres
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.transfer import migrate_to_postgres
 
 
 def _sqlite_state(state_dir: Path) -> Path:
@@ -89,7 +89,7 @@ def test_a_non_empty_target_is_refused_and_left_alone(state_dir: Path, pg_databa
 def test_a_failed_copy_leaves_the_target_empty(state_dir: Path, pg_database: PostgresDatabase,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     source = _sqlite_state(state_dir)
-    from piwf_actors.store import transfer
+    from piwf_actors.store.engines import transfer
 
     real = transfer._copy_table
 

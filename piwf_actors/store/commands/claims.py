@@ -22,7 +22,7 @@ from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
-from piwf_actors.store.dialect import dialect_of
+from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import QUEUE_HELD, claim_row, release_claim, run_row, set_status
 from piwf_actors.store.slots import SLOT_COLUMNS, blocked_by, needs_check
@@ -38,14 +38,14 @@ def _candidates(ctx: WriteContext, exclude: list[str], limit: int) -> list[dict[
 
     Several hosts may claim from one queue at once (the active host and runner hosts): on PostgreSQL
     the rows read are locked until the claim commits and rows another claim holds are skipped
-    (`Dialect.skip_locked`), so two hosts take different runs instead of conflicting on one."""
+    (`Engine.skip_locked`), so two hosts take different runs instead of conflicting on one."""
     placeholders = ",".join("?" * len(exclude)) or "''"
     return [dict(zip(SLOT_COLUMNS, row, strict=True)) for row in ctx.conn.execute(
         f"""SELECT {_CANDIDATE_COLUMNS} FROM run
             WHERE status = 'queued' AND queue_class < {QUEUE_HELD} AND pause_requested = 0 AND cancel_requested = 0
               AND run_id NOT IN ({placeholders})
               AND run_id NOT IN (SELECT run_id FROM run_claim)
-            ORDER BY queue_class, priority DESC, queued_at LIMIT ?{dialect_of(ctx.conn).skip_locked}""",
+            ORDER BY queue_class, priority DESC, queued_at LIMIT ?{engine_of(ctx.conn).skip_locked}""",
         (*exclude, limit))]
 
 

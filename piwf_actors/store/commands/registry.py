@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.errors import UnknownCommand
-from piwf_actors.store.dialect import Connection
+from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.requests import ChangeSet
 
 

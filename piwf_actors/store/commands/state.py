@@ -7,8 +7,8 @@ deleted are exactly the runs that are terminal at commit time; the run rows
 are deleted with the status condition repeated, and a mismatch undoes the
 command.
 
-On SQLite, pages freed by the deletes are handed back with `PRAGMA
-incremental_vacuum` in the same transaction (SQLite allows it inside a
+The engine hands back the pages the deletes freed (`Engine.reclaim_pages`).
+On SQLite that is `PRAGMA incremental_vacuum` in the same transaction (SQLite allows it inside a
 transaction and a savepoint; the file itself shrinks when the WAL is next
 checkpointed), so no separate vacuum command is needed. On PostgreSQL the
 dead rows are reclaimed by autovacuum after the commit (VACUUM cannot run
@@ -24,7 +24,7 @@ from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.commands.idempotency import Recorded, recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
-from piwf_actors.store.dialect import dialect_of
+from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.prune_plan import PrunePlan, check_prune_args, plan_prune
 
 DEFAULT_MAX_RUNS = 10_000
@@ -45,31 +45,8 @@ _RUN_TABLES = ("run_event", "node_attempt", "effect", "run_claim", "run_worker",
                "worker_message", "session_message", "schedule_fire", "run_wait", "run_message")
 
 
-def incremental_vacuum(conn: Any) -> int:
-    """Hand free pages back (auto_vacuum=INCREMENTAL); returns how many pages went.
-
-    SQLite frees one page per step of `PRAGMA incremental_vacuum`, and
-    Python's sqlite3 steps a statement without result columns only once, so
-    one execute frees one page: loop over the free list (~10 µs a page
-    measured here). A file without incremental auto-vacuum is left alone.
-    """
-    if dialect_of(conn).name != "sqlite" or conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
-        return 0
-    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-    for _ in range(free):
-        conn.execute("PRAGMA incremental_vacuum")
-    return free - int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-
-
-def _page_bytes(conn: Any) -> tuple[int, int]:
-    """(pages, page size) of a SQLite file; (0, 0) on PostgreSQL (see the module docstring)."""
-    if dialect_of(conn).name != "sqlite":
-        return 0, 0
-    return int(conn.execute("PRAGMA page_count").fetchone()[0]), int(conn.execute("PRAGMA page_size").fetchone()[0])
-
-
 def _delete_runs(ctx: WriteContext, run_ids: list[str], before: float) -> None:
-    _DOOMED = dialect_of(ctx.conn).json_values
+    _DOOMED = engine_of(ctx.conn).json_values
     doomed = json.dumps(run_ids)
     terminal = ",".join("?" * len(TERMINAL_STATUSES))
     deleted = ctx.conn.execute(
@@ -109,10 +86,11 @@ def _stale_commands(ctx: WriteContext, before: float | None) -> int:
 
 def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: float | None) -> dict[str, Any]:
     plan = plan_prune(ctx.conn, before, max_runs)
-    pages_before, _ = _page_bytes(ctx.conn)
+    engine = engine_of(ctx.conn)
+    pages_before, _ = engine.page_bytes(ctx.conn)
     if plan.run_ids:
         _delete_runs(ctx, plan.run_ids, before)
-        ctx.conn.execute(f"DELETE FROM blob WHERE sha256 IN {dialect_of(ctx.conn).json_values}",
+        ctx.conn.execute(f"DELETE FROM blob WHERE sha256 IN {engine.json_values}",
                          (json.dumps(plan.blob_shas),))
         ctx.changes.touch("blob")
     # Workers the host started and let go of (no run of their own): their released records
@@ -122,8 +100,8 @@ def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: 
     commands = 0
     if idempotency_before is not None:
         commands = ctx.conn.execute("DELETE FROM host_command WHERE created_at < ?", (idempotency_before,)).rowcount
-    vacuumed = incremental_vacuum(ctx.conn)
-    pages_after, page_size = _page_bytes(ctx.conn)
+    vacuumed = engine.reclaim_pages(ctx.conn)
+    pages_after, page_size = engine.page_bytes(ctx.conn)
     return {**_receipt(plan, applied=True, idempotency_records=commands), "vacuumed_pages": vacuumed,
             "bytes_returned": max(0, pages_before - pages_after) * page_size}
 

@@ -25,7 +25,7 @@ from typing import Any
 import peewee as pw
 
 from piwf_actors.errors import DriverMissing
-from piwf_actors.store.dialect import POSTGRESQL
+from piwf_actors.store.engines.base import Engine
 
 try:  # the `postgresql` extra; this module is imported only where a PostgreSQL database is named
     import psycopg
@@ -99,10 +99,9 @@ class PgConnection:
     """The subset of `sqlite3.Connection` the store uses, over a psycopg connection in autocommit
     mode (transactions are opened with an explicit BEGIN, as on SQLite)."""
 
-    dialect = POSTGRESQL
-
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], engine: Engine) -> None:
         self.raw = raw
+        self.engine = engine
         self.total_changes = 0
 
     def execute(self, sql: str, params: Any = ()) -> Any:
@@ -171,8 +170,9 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
                    "FLOAT": "DOUBLE PRECISION", "DOUBLE": "DOUBLE PRECISION", "BOOL": "INTEGER",
                    "TEXT": 'TEXT COLLATE "C"'}
 
-    def __init__(self, url: str, *, read_only: bool, lock_timeout_ms: int) -> None:
+    def __init__(self, url: str, engine: Engine, *, read_only: bool, lock_timeout_ms: int) -> None:
         super().__init__(url, prefer_psycopg3=True, autoconnect=True)
+        self.engine = engine
         self._read_only = read_only
         self._lock_timeout_ms = lock_timeout_ms
 
@@ -183,8 +183,4 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         except BaseException:
             raw.close()
             raise
-        return PgConnection(raw)
-
-    @property
-    def dialect(self) -> Any:
-        return POSTGRESQL
+        return PgConnection(raw, self.engine)

@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from piwf_actors.errors import Rejected, StoreError
-from piwf_actors.paths import PostgresDatabase
-from piwf_actors.store import pg_schema, state_report
+from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store import state_report
 from piwf_actors.store.database import StoreOptions, connect, open_store
+from piwf_actors.store.engines import pg_schema
+from piwf_actors.store.engines.postgresql import POSTGRESQL, PostgresDatabase
+from piwf_actors.store.engines.registry import engine_for
+from piwf_actors.store.engines.sqlite import SQLITE
 from piwf_actors.store.migrations import LATEST_VERSION
 from piwf_actors.store.schema import ALL_MODELS
 
@@ -33,6 +37,21 @@ log = logging.getLogger(__name__)
 
 #: Rows per COPY progress report.
 _PROGRESS_EVERY = 10_000
+
+
+def target_refusal(target: DatabaseLocation) -> str | None:
+    """Why `target` cannot receive a copy (one line), or None: only a PostgreSQL database can."""
+    if engine_for(target) is POSTGRESQL:
+        return None
+    return "--to must be a postgresql:// URL (state migrate copies a SQLite state into PostgreSQL)"
+
+
+def source_refusal(source: DatabaseLocation) -> str | None:
+    """Why the state at `source` cannot be copied (one line), or None: only a SQLite state can."""
+    engine = engine_for(source)
+    if engine is SQLITE:
+        return None
+    return f"the state is already in {engine.label} ({source}); state migrate copies a SQLite state"
 
 
 def _sqlite_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -46,7 +65,7 @@ def _order(conn: sqlite3.Connection, table: str) -> str:
     return "" if "WITHOUT ROWID" in sql.upper() else " ORDER BY rowid"
 
 
-def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
+def migrate_to_postgres(source: DatabaseLocation, target: DatabaseLocation, *,
                         progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     """Copy the SQLite state at `source` into the empty PostgreSQL database `target` and verify it.
 
@@ -54,10 +73,15 @@ def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
     shows that it moves); the final counts are the result's `tables`.
 
     Returns {source, target, schema_version, tables: {table: rows}, rows, seconds, verified: True}.
-    Raises Rejected (the target is not empty, the source is missing) or StoreError (the copy or
+    Raises Rejected (the source is not a SQLite state or the target not a PostgreSQL database, the
+    target is not empty, the source is missing) or StoreError (the copy or
     its check failed; the target is then left as it was).
     """
     started = time.monotonic()
+    refusal = source_refusal(source) or target_refusal(target)
+    if refusal is not None:
+        raise Rejected(refusal)
+    assert isinstance(source, Path) and isinstance(target, PostgresDatabase)
     if not source.is_file():
         raise Rejected(f"no SQLite state at {source}")
     open_store(source).close()  # refuses anything that is not a healthy piwf file; migrates an old one
@@ -65,7 +89,7 @@ def migrate_to_postgres(source: Path, target: PostgresDatabase, *,
     try:
         try:
             conn = target_db.connection()
-        except target_db.dialect.driver_errors as exc:
+        except POSTGRESQL.driver_errors as exc:
             raise StoreError(f"cannot connect to {target}: {' '.join(str(exc).split())[:300]}") from exc
         existing = pg_schema.user_tables(conn)
         if existing:

@@ -1,6 +1,6 @@
-"""The PostgreSQL schema: created whole at `migrations.POSTGRESQL_BASELINE`, versioned in `piwf_schema`.
+"""The PostgreSQL schema: created whole at `migrations.BASELINE`, versioned in `piwf_schema`, migrated.
 
-SQLite files carry their history (migrations v1…v6 in `migrations.py`); a PostgreSQL database is
+SQLite files carry their history (migrations v1…v6 in `sqlite_history.py`); a PostgreSQL database is
 always new, so it is created directly at the version those migrations end at, from the same
 peewee models (`schema.py`: one description of the tables for both engines), with what SQLite
 gives implicitly made explicit:
@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.store import schema
+from piwf_actors.store.migrations import BASELINE, LATEST_VERSION, migration
 
 APPLICATION = "piwf"
 VERSION_TABLE = "piwf_schema"
@@ -141,3 +142,31 @@ def trigger_names(conn: Any) -> set[str]:
         """SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
            WHERE NOT t.tgisinternal AND c.relname = 'run' AND n.nspname = current_schema()""")}
+
+
+#: The advisory lock PostgreSQL hosts take while they create or migrate the schema ('piwf'), so two
+#: hosts starting at once on an empty database do not both create it.
+_MIGRATION_LOCK = 0x70697766
+
+
+def migrate(db: Any) -> int:
+    """Create (at BASELINE) or migrate a PostgreSQL database to LATEST_VERSION; returns the version
+    found before. One transaction per step; each step re-reads the version under an advisory lock,
+    so a host that waited for another's migration finds it done."""
+    conn = db.connection()
+    found: int | None = None
+    while True:
+        with db.atomic():
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+            current = read_version(conn)
+            version = 0 if current is None else current[1]
+            if found is None:
+                found = version
+            if version >= LATEST_VERSION:
+                return found
+            if version == 0:
+                create_tables(db)
+                write_version(conn, BASELINE)
+            else:
+                migration(version + 1)(db)
+                write_version(conn, version + 1)
