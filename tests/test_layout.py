@@ -1,11 +1,16 @@
 """The layering rule of the house, read from the imports so the next change keeps it.
 
-Nothing below `actors/` imports `actors/` (the packages that hold data, SQL,
-the protocol, the worker and the leaves at the top level are the floors the
-actors stand on), and no two modules of the package import each other, even
-through a chain (`TYPE_CHECKING` and function-level imports count: a circle
-hidden in a function is still a circle a reader has to untangle). The root
-package is the lazy front door and is not counted as a dependency.
+The floors, from the bottom: the packages that hold data, SQL, the protocol,
+the worker and the channels, with the leaves at the top level (`BELOW`,
+`LOOSE_BELOW`); `actors/`; `embedding` (the handle an application holds);
+`testing/` (the test kit runs a real host through `embedding`, and the fake
+Bot API's program lives beside it). Nothing imports a floor above its own,
+directly or through a chain: a module's floor is judged by everything it
+imports, so a leaf that imports a module that imports `actors/` stands on
+`actors/` too. No two modules of the package import each other, even through
+a chain (`TYPE_CHECKING` and function-level imports count: a circle hidden
+in a function is still a circle a reader has to untangle). The root package
+is the lazy front door and is not counted as a dependency.
 """
 
 from __future__ import annotations
@@ -18,8 +23,7 @@ import piwf_actors
 PACKAGE = Path(piwf_actors.__file__).parent
 
 #: Packages below actors/: they must not import piwf_actors.actors.
-BELOW = ("protocol", "store", "runner", "client", "workflows", "messages", "resources", "channels", "testing",
-         "tracing")
+BELOW = ("protocol", "store", "runner", "client", "workflows", "messages", "resources", "channels", "tracing")
 #: Top-level modules below actors/ (leaves and plain data).
 LOOSE_BELOW = ("metrics", "config", "errors", "paths", "ids", "canonical", "statuses", "logs", "results", "board",
                "run_notices", "wire_records", "actor_refs")
@@ -51,15 +55,62 @@ def _graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     return graph
 
 
+#: The floors above those, from the bottom: a module of one imports nothing of a floor above it.
+ABOVE = ("actors", "embedding", "testing")
+
+
 def _is_below(name: str) -> bool:
     parts = name.split(".")
     return len(parts) > 1 and (parts[1] in BELOW or (len(parts) == 2 and parts[1] in LOOSE_BELOW))
 
 
-def test_nothing_below_actors_imports_actors() -> None:
-    back = sorted(f"{name} -> {dep}" for name, deps in _graph().items() if _is_below(name)
-                  for dep in deps if dep == "piwf_actors.actors" or dep.startswith("piwf_actors.actors."))
-    assert back == [], "imports of actors/ from below it:\n" + "\n".join(back)
+def _floor(name: str) -> int | None:
+    """0 below actors/, then 1 + the index in ABOVE; None for a module no floor rule places (cli/, top/ …)."""
+    if _is_below(name):
+        return 0
+    parts = name.split(".")
+    return ABOVE.index(parts[1]) + 1 if len(parts) > 1 and parts[1] in ABOVE else None
+
+
+def _chain(graph: dict[str, set[str]], start: str, wanted: set[str]) -> list[str] | None:
+    """The shortest import chain from `start` to a module of `wanted` (start included), or None."""
+    came_from: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for dep in sorted(graph[node]):
+                if dep in came_from:
+                    continue
+                came_from[dep] = node
+                if dep in wanted:
+                    chain: list[str] = [dep]
+                    while (step := came_from[chain[-1]]) is not None:
+                        chain.append(step)
+                    return chain[::-1]
+                following.append(dep)
+        frontier = following
+    return None
+
+
+def _climbs(graph: dict[str, set[str]]) -> list[str]:
+    """Every module that reaches a floor above its own, with the chain that gets there."""
+    floors = {name: _floor(name) for name in graph}
+    found = []
+    for name in sorted(graph):
+        floor = floors[name]
+        if floor is None:
+            continue
+        higher = {other for other, other_floor in floors.items() if other_floor is not None and other_floor > floor}
+        chain = _chain(graph, name, higher)
+        if chain is not None:
+            found.append(" -> ".join(chain))
+    return found
+
+
+def test_nothing_imports_a_floor_above_its_own_even_through_a_chain() -> None:
+    climbs = _climbs(_graph())
+    assert climbs == [], "imports of a higher floor:\n" + "\n".join(climbs)
 
 
 def test_no_import_circles() -> None:
@@ -111,3 +162,27 @@ def test_the_rule_sees_a_back_arrow_and_a_circle(tmp_path: Path) -> None:
     assert graph["piwf_actors.store.queries"] == {"piwf_actors.actors.writer"}
     assert graph["piwf_actors.actors.writer"] == {"piwf_actors.store.queries"}
     assert _is_below("piwf_actors.store.queries") and not _is_below("piwf_actors.actors.writer")
+    assert _climbs(graph) == ["piwf_actors.store.queries -> piwf_actors.actors.writer"]
+
+
+def test_a_floor_is_judged_by_what_it_imports_through_a_chain(tmp_path: Path) -> None:
+    """A leaf that imports a module that imports actors/ stands on actors/; a channel module that
+    reaches the test kit (which stands on embedding) climbs two floors."""
+    fake = tmp_path / "piwf_actors"
+    for package in ("actors", "store", "channels", "testing", "cli"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "clock.py").write_text("from piwf_actors.actors import ticker\n")  # placed on no floor itself
+    (fake / "config.py").write_text("from piwf_actors import clock\n")
+    (fake / "actors" / "ticker.py").write_text("")
+    (fake / "embedding.py").write_text("from piwf_actors.actors import ticker\n")
+    (fake / "testing" / "kit.py").write_text("from piwf_actors import embedding\n")
+    (fake / "channels" / "entry.py").write_text("from piwf_actors.store import helper\n")
+    (fake / "store" / "helper.py").write_text("def main():\n    from piwf_actors.testing import kit\n")
+    (fake / "cli" / "main.py").write_text("from piwf_actors.testing import kit\n")  # no floor: not judged
+    assert _climbs(_graph(fake)) == [
+        "piwf_actors.channels.entry -> piwf_actors.store.helper -> piwf_actors.testing.kit",
+        "piwf_actors.config -> piwf_actors.clock -> piwf_actors.actors.ticker",
+        "piwf_actors.store.helper -> piwf_actors.testing.kit",
+    ]

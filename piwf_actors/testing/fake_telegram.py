@@ -9,7 +9,7 @@ time), simulates people (`tap`, `tap_inline`, `reply`), injects failures
 (`fail_next`, `pause_before_response`, `hold_polls_from`) and plays Telegram's rarer moves: a
 restart of its update ids (`reset_update_ids`) and a group that became a
 supergroup (`migrate_chat`). `fake_telegram_console.py` serves it as a program
-(``python -m piwf_actors.channels.fake_telegram``), whose commands reach it
+(``python -m piwf_actors.testing.fake_telegram_console``), whose commands reach it
 through `command` (the ``fakeCommand`` method, under the bot token).
 
 Threads: `start` runs a `ThreadingHTTPServer` in one daemon thread, which
@@ -85,7 +85,7 @@ class FakeBotApi:
         # update_id -> the callback query id (a tap) or the person's message id (a reply) it carries
         self._made: dict[int, str | int] = {}
         #: Set by the console (`fake_telegram_console.py`): runs a typed command sent as the "fakeCommand"
-        #: method by `python -m piwf_actors.channels.fake_telegram tap …` from another shell.
+        #: method by `python -m piwf_actors.testing.fake_telegram_console tap …` from another shell.
         self.command: Callable[[list[str]], str] | None = None
 
     # --- lifecycle ------------------------------------------------------------
@@ -510,5 +510,4 @@ _METHODS = {
     "getupdates": FakeBotApi._get_updates,
     "getme": FakeBotApi._get_me,
 }
-
 

@@ -1,6 +1,6 @@
 """Try the Telegram channel without a bot: the fake Bot API (`fake_telegram.py`) as a program.
 
-``python -m piwf_actors.channels.fake_telegram`` serves the fake on
+``python -m piwf_actors.testing.fake_telegram_console`` serves the fake on
 127.0.0.1 (port 8765 unless ``--port``; 0 picks a free one and prints it),
 prints what to configure (``PIWF_TELEGRAM_API_BASE``, the bot token, a
 channels.toml profile, or writes both files with ``--write-config DIR``),
@@ -13,7 +13,7 @@ and then reads commands typed on its standard input, acting as one person
     send TEXT…                 write to the bot without replying to anything
 
 The same commands work from another shell while it runs
-(``python -m piwf_actors.channels.fake_telegram tap 1 "Ship it"``): they are
+(``python -m piwf_actors.testing.fake_telegram_console tap 1 "Ship it"``): they are
 sent to the running fake as a ``fakeCommand`` call, under the bot token.
 When standard input ends (started in the background) the fake keeps
 serving until SIGINT or SIGTERM.
@@ -182,7 +182,7 @@ def _render(message: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m piwf_actors.channels.fake_telegram",
+        prog="python -m piwf_actors.testing.fake_telegram_console",
         description="A fake Telegram Bot API on 127.0.0.1, to try decision channels without a bot. Without a "
                     "command it serves and reads commands from standard input; with one it sends the command "
                     "to the fake already running on --port.",
@@ -231,7 +231,7 @@ def _send(args: argparse.Namespace, out: TextIO) -> int:
     except NotSent as exc:
         if exc.error_code is None:
             print(f"error: no fake Bot API on 127.0.0.1:{args.port} (start it first: "
-                  "python -m piwf_actors.channels.fake_telegram)", file=sys.stderr)
+                  "python -m piwf_actors.testing.fake_telegram_console)", file=sys.stderr)
         elif exc.error_code == 401:
             print("error: the fake on that port has another token (pass the same --token)", file=sys.stderr)
         else:
@@ -306,3 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

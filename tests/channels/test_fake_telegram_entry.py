@@ -1,4 +1,4 @@
-"""`python -m piwf_actors.channels.fake_telegram`: the fake Bot API as a program a person can try a
+"""`python -m piwf_actors.testing.fake_telegram_console`: the fake Bot API as a program a person can try a
 host against. Run for real: the entry point in a subprocess, a real host whose channel it serves, a
 decision answered by a tap sent from "another shell" (a sub-command) and a reply typed on the
 fake's standard input."""
@@ -24,7 +24,7 @@ from testsupport import wait_for
 
 from piwf_actors.testing import fake_telegram_console as console
 
-ENTRY = [sys.executable, "-m", "piwf_actors.channels.fake_telegram"]
+ENTRY = [sys.executable, "-m", "piwf_actors.testing.fake_telegram_console"]
 
 
 class Served:
@@ -177,7 +177,7 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path) -> None:
         if port is not None:
             command = command.replace("8765", str(port))
         split = [sys.executable if word == ".venv/bin/python" else word for word in shlex.split(command)]
-        if port is not None and split[:3] == [sys.executable, "-m", "piwf_actors.channels.fake_telegram"]:
+        if port is not None and split[:3] == [sys.executable, "-m", "piwf_actors.testing.fake_telegram_console"]:
             split[3:3] = ["--port", str(port)]  # the page's fake is on its default port, this test's on a free one
         return split
 
