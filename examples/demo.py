@@ -172,7 +172,7 @@ def main() -> int:
         os.environ["XDG_CONFIG_HOME"] = config_dir  # the demo's host runs no schedule of your own config dir
         host = start_host(HostConfig(state_dir=state_dir, max_workers=4,
                                      config_dir=telegram_config(Path(config_dir), bot.token),
-                                     telegram_api_base=bot.url, channel_poll_timeout_s=1, projects=(project,)))
+                                     channel_options={"telegram": {"api_base": bot.url}}, channel_poll_timeout_s=1, projects=(project,)))
         console.print(f"[bold]host started[/] at epoch {host.epoch}, state in {state_dir}")
         try:
             starts = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from piwf_actors.channels.registry import adapter_options
 from piwf_actors.clock import TimerClock
 from piwf_actors.messages.limits import Limits
 from piwf_actors.workflows.user_code import UserCodeLimits
@@ -35,7 +37,10 @@ class HostConfig:
     # Decision channels: channels.toml and credentials.toml live here (None: $PIWF_CONFIG_DIR,
     # else $XDG_CONFIG_HOME/piwf, else ~/.config/piwf).
     config_dir: str | Path | None = None
-    telegram_api_base: str | None = None  # None: $PIWF_TELEGRAM_API_BASE, else https://api.telegram.org
+    # Per channel type, what its adapter is told (channels/registry.py; docs/channels.md), as a plain mapping the
+    # adapter checks: {"telegram": {"api_base": "http://127.0.0.1:8765"}} (Telegram's default base is
+    # $PIWF_TELEGRAM_API_BASE, else https://api.telegram.org).
+    channel_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     channel_poll_timeout_s: float = 25.0  # how long one long poll for channel updates waits
     # "host:port" where the Prometheus exporter listens (piwf_actors.metrics; port 0 picks a free one);
     # None: no exporter, no socket, no thread.
@@ -84,6 +89,13 @@ class HostConfig:
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"unknown synchronous mode {self.synchronous!r}")
         self.user_code_limits()  # checks the three limits
+        options = {str(channel_type): dict(settings) for channel_type, settings in self.channel_options.items()}
+        for channel_type, settings in options.items():
+            try:
+                adapter_options(channel_type, settings)  # imports only the adapters named here
+            except LookupError as exc:
+                raise ValueError(f"channel_options: {exc.args[0]}") from None
+        object.__setattr__(self, "channel_options", options)
 
     def user_code_limits(self) -> UserCodeLimits:
         """The limits on workflow code this host runs (raises ValueError for a bad one)."""

@@ -43,7 +43,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="host %(process)d: %(name)s: %(message)s")
     host = start_host(HostConfig(state_dir=args.state_dir, database=args.database, lease_s=args.lease_s, max_workers=args.max_workers,
                                  warm_workers=args.warm_workers, reap_grace_s=args.reap_grace_s,
-                                 config_dir=args.config_dir, telegram_api_base=args.telegram_api_base,
+                                 config_dir=args.config_dir,
+                                 channel_options={"telegram": {"api_base": args.telegram_api_base}},
                                  channel_poll_timeout_s=args.channel_poll_timeout_s))
     if host.role == "standby":
         # Another host's lease is on record (on a shared database: a SIGKILLed predecessor's, which

@@ -18,7 +18,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.channels.config import ChannelsConfig, Secret, load_channels
-from piwf_actors.channels.registry import channel_module
+from piwf_actors.channels.registry import adapter_options, channel_module
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.gateway_messages import ChannelsReloaded, ReloadChannels
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
@@ -66,7 +66,7 @@ class ChannelManager(CoreActor):
 
     def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, config_dir: Path,
                  supervisor: pykka.ActorRef[Any] | None, board: HostBoard | None = None,
-                 channel_options: dict[str, Any] | None = None, poll_timeout_s: float = 25.0,
+                 channel_options: Mapping[str, Mapping[str, Any]] | None = None, poll_timeout_s: float = 25.0,
                  load: Callable[[Path], ChannelsConfig] = load_channels) -> None:
         """Runs in the caller's thread: stores arguments only."""
         super().__init__(supervisor)
@@ -74,8 +74,8 @@ class ChannelManager(CoreActor):
         self._database = database
         self._config_dir = config_dir
         self._board = board
-        # Per channel type: what its module's open_channel gets as `options` (e.g. an API base).
-        self._channel_options = channel_options or {}
+        # Per channel type: the settings its adapter makes its `options` of (`registry.adapter_options`).
+        self._channel_options = dict(channel_options or {})
         self._poll_timeout_s = poll_timeout_s
         self._load = load
         self._config: ChannelsConfig | None = None
@@ -140,7 +140,7 @@ class ChannelManager(CoreActor):
         # The first adapter of a profile in this host finds what the previous host left in flight.
         reason = ADAPTER_EXITED if profile in self._started_once else HOST_RESTARTED
         module = channel_module(settings.channel_type)
-        options = self._channel_options.get(settings.channel_type)
+        options = adapter_options(settings.channel_type, self._channel_options.get(settings.channel_type))
         ref = ChannelAdapter.start(
             self._writer, self._database, profile=settings,
             open_io=lambda: module.open_channel(settings, token, options),

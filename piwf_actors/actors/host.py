@@ -53,7 +53,6 @@ from piwf_actors.actors.tracing import check_tracer_setting, start_run_tracer
 from piwf_actors.actors.writer import WriterHandle, start_writer
 from piwf_actors.board import Section
 from piwf_actors.channels.config import default_config_dir
-from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
 from piwf_actors.paths import StatePaths, ensure_private_dir
@@ -200,7 +199,7 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
         parts.writer, paths.database,
         config_dir=Path(config.config_dir) if config.config_dir is not None else default_config_dir(),
         supervisor=supervisor, board=parts.board, poll_timeout_s=config.channel_poll_timeout_s,
-        channel_options={"telegram": TelegramOptions(api_base=config.telegram_api_base)})
+        channel_options=config.channel_options)
     parts.actors.append(("channels", channels))
     _require_started("channels", channels)
     keeper = None

@@ -2,8 +2,12 @@
 
 The adapters are listed by name in `ADAPTERS`, as dramatiq lists its
 middleware: a reader finds every adapter here, and adding one is its module
-(`CHANNEL_TYPE` and `open_channel(profile, token, options)`, see
-docs/channels.md) plus one line in this table. `[<type>.<profile>]` tables
+(`CHANNEL_TYPE`, `options(settings)` and `open_channel(profile, token,
+options)`, see docs/channels.md) plus one line in this table. What a host
+tells an adapter (`HostConfig.channel_options[<type>]`, e.g. Telegram's
+`api_base`) is a plain mapping the adapter turns into its own options
+(`adapter_options`), so neither the host nor its config names an adapter's
+settings. `[<type>.<profile>]` tables
 in channels.toml configure them; a type not listed here is refused when the
 file is read. An adapter module is imported only when a profile of its type
 starts, so reading channels.toml imports no adapter (and no adapter's
@@ -15,6 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
+from typing import Any
 
 #: Channel type (the table name in channels.toml) → the module that implements it. Each module
 #: declares the same `CHANNEL_TYPE` (tests/channels/test_channel_registry.py checks it).
@@ -40,3 +45,10 @@ def channel_module(channel_type: str) -> ModuleType:
         known = ", ".join(known_channel_types())
         raise LookupError(f"no channel adapter for type {channel_type!r} (known: {known})") from None
     return importlib.import_module(module_name)
+
+
+def adapter_options(channel_type: str, settings: Mapping[str, Any] | None = None) -> object:
+    """What the adapter of `channel_type` makes of `settings` (`HostConfig.channel_options[<type>]`):
+    the `options` its `open_channel` takes. Imports the adapter. Raises LookupError for a type not
+    listed and ValueError for settings the adapter refuses (an unknown key, a wrong type)."""
+    return channel_module(channel_type).options(dict(settings or {}))

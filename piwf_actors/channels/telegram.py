@@ -10,8 +10,9 @@ acknowledged with `answerCallbackQuery`, or the person's app keeps spinning
 (also a tap on an inline-mode message, which never answers a decision); a
 text reply to a prompt is answered with a reply message.
 
-The Bot API base is `https://api.telegram.org` unless `PIWF_TELEGRAM_API_BASE`
-(or the host's `telegram_api_base`) names another, e.g. a fake on 127.0.0.1.
+The Bot API base is `https://api.telegram.org` unless the host's options for
+Telegram (`HostConfig(channel_options={"telegram": {"api_base": …}})`, see
+`options`) or `PIWF_TELEGRAM_API_BASE` name another, e.g. a fake on 127.0.0.1.
 How each call ended is told in the seam's terms: `NotDelivered` when
 Telegram surely did nothing (no connection, or it refused), `DeliveryUnknown`
 when it may have (a timeout after sending, a lost answer).
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from piwf_actors.channels.base import (
@@ -50,8 +52,26 @@ TEXT_LIMIT = 4096
 
 @dataclass(frozen=True, slots=True)
 class TelegramOptions:
+    """What a host tells its Telegram adapters (`HostConfig.channel_options["telegram"]`)."""
+
     api_base: str | None = None  # None: $PIWF_TELEGRAM_API_BASE, else api.telegram.org
     request_timeout_s: float = 10.0
+
+
+def options(settings: Mapping[str, Any]) -> TelegramOptions:
+    """`settings` (a plain mapping of TelegramOptions' fields) as TelegramOptions; ValueError for an
+    unknown key or a value of the wrong type."""
+    known = {field.name for field in fields(TelegramOptions)}
+    unknown = sorted(key for key in settings if key not in known)
+    if unknown:
+        raise ValueError(f"unknown Telegram option {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
+    api_base = settings.get("api_base")
+    if api_base is not None and not (isinstance(api_base, str) and api_base):
+        raise ValueError("the Telegram option api_base must be a non-empty string (an http or https URL)")
+    timeout = settings.get("request_timeout_s", 10.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError("the Telegram option request_timeout_s must be a positive number of seconds")
+    return TelegramOptions(api_base=api_base, request_timeout_s=float(timeout))
 
 
 def open_channel(profile: TelegramProfile, token: Secret, options: TelegramOptions | None = None) -> TelegramIO:

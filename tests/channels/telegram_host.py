@@ -62,7 +62,7 @@ def write_config(directory: Path, *, credentials_mode: int = 0o600, chats: tuple
 
 
 def start(guard: ProcessGuard, state_dir: Path, setup: dict[str, Path], fake: FakeBotApi, **config: Any):
-    return guard.start_host(state_dir, config_dir=setup["config"], telegram_api_base=fake.url,
+    return guard.start_host(state_dir, config_dir=setup["config"], channel_options={"telegram": {"api_base": fake.url}},
                             channel_poll_timeout_s=1, max_workers=1, **config)
 
 

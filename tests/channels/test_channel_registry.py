@@ -13,7 +13,9 @@ import pytest
 
 import piwf_actors.channels
 import piwf_actors.testing
-from piwf_actors.channels.registry import ADAPTERS, channel_module, known_channel_types
+from piwf_actors.channels.registry import ADAPTERS, adapter_options, channel_module, known_channel_types
+from piwf_actors.channels.telegram import TelegramOptions
+from piwf_actors.config import HostConfig
 
 
 def _modules_declaring_channel_type(package: object) -> dict[str, str]:
@@ -73,3 +75,19 @@ def test_reading_channels_toml_imports_no_adapter(tmp_path: Path) -> None:
     error, imported = done.stdout.splitlines()
     assert error == "channels.toml: unknown channel type 'slack' (known: telegram)"
     assert imported == "[]"
+
+
+def test_an_adapter_makes_its_own_options_of_what_the_host_is_told() -> None:
+    """The host names no adapter's settings (it used to hold `telegram_api_base` and build
+    `TelegramOptions` itself): `HostConfig.channel_options` carries a plain mapping per type, which
+    the type's adapter checks and turns into its options."""
+    assert adapter_options("telegram", {"api_base": "http://127.0.0.1:9"}) == TelegramOptions("http://127.0.0.1:9")
+    assert adapter_options("telegram") == TelegramOptions()
+    config = HostConfig(channel_options={"telegram": {"api_base": "http://127.0.0.1:9"}})
+    assert config.channel_options == {"telegram": {"api_base": "http://127.0.0.1:9"}}
+    with pytest.raises(ValueError, match=r"^unknown Telegram option 'api_bsae' \(known: api_base, request_timeout_s\)$"):
+        HostConfig(channel_options={"telegram": {"api_bsae": "http://127.0.0.1:9"}})
+    with pytest.raises(ValueError, match="request_timeout_s must be a positive number"):
+        HostConfig(channel_options={"telegram": {"request_timeout_s": 0}})
+    with pytest.raises(ValueError, match=r"^channel_options: no channel adapter for type 'slack' \(known: telegram\)$"):
+        HostConfig(channel_options={"slack": {}})

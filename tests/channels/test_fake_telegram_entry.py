@@ -90,7 +90,7 @@ def test_a_decision_is_answered_through_the_entry_point(guard, state_dir, setup,
     assert any(line.startswith("bot token: 123456:") for line in served.lines)
     config_dir = tmp_path / "fake-config"
     assert (config_dir / "credentials.toml").stat().st_mode & 0o077 == 0
-    host = guard.start_host(state_dir, config_dir=config_dir, telegram_api_base=served.url,
+    host = guard.start_host(state_dir, config_dir=config_dir, channel_options={"telegram": {"api_base": served.url}},
                             channel_poll_timeout_s=1, max_workers=1)
     run_id = host.start_run(f"{setup['flows']}:release", {"version": "7"})["receipt"]["run_id"]
     listed = wait_for(lambda: "buttons:" in (out := served.command("list").stdout) and out, 20,

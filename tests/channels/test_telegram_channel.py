@@ -174,7 +174,8 @@ def test_a_host_killed_while_send_message_is_in_flight_leaves_one_send_and_an_am
 def test_an_unsafe_credentials_file_is_refused_and_the_host_keeps_running(guard, state_dir, setup, fake,
                                                                           tmp_path) -> None:
     config = write_config(tmp_path / "unsafe", credentials_mode=0o644)
-    host = guard.start_host(state_dir, config_dir=config, telegram_api_base=fake.url, channel_poll_timeout_s=1)
+    host = guard.start_host(state_dir, config_dir=config, channel_options={"telegram": {"api_base": fake.url}},
+                            channel_poll_timeout_s=1)
     with Client(state_dir) as client:
         answer = client.request("channel.status").receipt
     assert answer["configured"] is True
