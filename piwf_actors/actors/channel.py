@@ -24,7 +24,10 @@ chat and for the current copy of the request's current revision;
 transaction. Every tap and every reply to a prompt is answered. The poller
 asks for the next updates only after the batch is written, from the stored
 cursor (which confirms them); where the ids restart, the cursor is re-based
-(`actors/channel_batch.py`, `store/commands/channel_answers.py`).
+(`store/commands/channel_answers.py`). The cursor and every id are opaque
+text here: which updates a cursor confirms, where it moves past one and where
+the ids restarted, only the channel module's `UpdateOrder` says
+(Telegram's: `channels/telegram_updates.py`).
 
 Supervised by the `ChannelManager` (one-for-one): a failure stops only this
 profile, which the manager starts again under a new adapter epoch; that
@@ -45,13 +48,12 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
-from piwf_actors.actors.channel_batch import Restart, Served
 from piwf_actors.actors.channel_io import ChannelThreads, Job, JobDone, Polled, PollFailed
 from piwf_actors.actors.channel_plan import Work, next_work
 from piwf_actors.actors.channel_updates import Prompt, read_update
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
-from piwf_actors.channels.base import ChannelError, ChannelIO, Event, Reply, Tap
+from piwf_actors.channels.base import ChannelError, ChannelIO, Event, Reply, Restart, Tap, UpdateOrder
 from piwf_actors.channels.config import ChannelProfile
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.reader import StoreReader
@@ -97,7 +99,7 @@ class ChannelAdapter(CoreActor):
     actor_name = "channel"
 
     def __init__(self, writer: WriterHandle, database: DatabaseLocation, *, profile: ChannelProfile,
-                 open_io: Callable[[], ChannelIO], adapter_epoch: str, start_reason: str,
+                 open_io: Callable[[], ChannelIO], updates: UpdateOrder, adapter_epoch: str, start_reason: str,
                  manager: pykka.ActorRef[Any] | None, stream: str = "", poll_timeout_s: float = 25.0,
                  tick_s: float = 1.0, text_limit: int = 4096, conflict_window_s: float | None = None) -> None:
         """Runs in the manager's thread: stores arguments only."""
@@ -107,6 +109,7 @@ class ChannelAdapter(CoreActor):
         self._database = database
         self._profile = profile
         self._open_io = open_io
+        self._updates = updates  # the only reader of the cursor and the update ids' order
         self._epoch = adapter_epoch
         self._start_reason = start_reason
         self._stream = stream or f"profile:{profile.profile}"
@@ -125,16 +128,16 @@ class ChannelAdapter(CoreActor):
         self._receipts: dict[str, dict[str, Any]] = {}  # effect id -> settle args not written yet
         self._receipts_due: set[str] = set()  # of those, the ones to submit again on the next tick
         self._deferred: dict[tuple[Any, ...], float] = {}  # work the store said was not due, until (monotonic)
-        self._update_failures: tuple[int, int] = (-1, 0)  # (update id, writes of it refused in a row)
+        self._update_failures: tuple[str | None, int] = (None, 0)  # (update id, writes of it refused in a row)
         # Effect ids of messages a reply may answer (prompts for text, deliveries: a checkpoint is answered
         # by a reply), sent and their receipt not yet written.
         self._replyable_in_flight: set[str] = set()
         self._reply_waits = False  # a reply waits for such a receipt (it may answer that message)
         self._hold_until = 0.0  # the service asked us to slow down (429)
-        self._cursor = 0
-        self._stored_cursor = 0  # the cursor as the database has it
-        self._moves: dict[int, int] = {}
-        self._served = Served()  # what the service may serve again (actors/channel_batch.py)
+        self._cursor = updates.start
+        self._stored_cursor = updates.start  # the cursor as the database has it
+        self._moves: dict[str, str] = {}
+        self._served = updates.reader()  # what the service may serve again, where its ids restart
         self._events: deque[Event | Restart] = deque()
         self._applying_event = False
         self._batch_idle = False  # the current batch had updates and moved the cursor past none
@@ -176,14 +179,16 @@ class ChannelAdapter(CoreActor):
                 JobDone: self._job_done, Polled: self._polled, PollFailed: self._poll_failed}
 
     def _command(self, name: str, args: dict[str, Any], correlation: str) -> None:
-        args = {"profile": self._profile.profile, "adapter_epoch": self._epoch, "stream": self._stream, **args}
+        args = {"profile": self._profile.profile, "adapter_epoch": self._epoch, "stream": self._stream,
+                "channel": self._profile.channel_type, **args}
         self._writer.submit(WriteCommand(name, args, correlation_id=correlation), self.actor_ref)
 
     def _started(self, result: WriteResult) -> None:
         if not result.ok:
             raise ChannelError(f"cannot take over profile {self._profile.profile}: {result.error}")
-        self._cursor = self._stored_cursor = int(result.value["cursor"])
-        self._moves = {int(chat): int(moved) for chat, moved in (result.value.get("moves") or {}).items()}
+        stored = result.value["cursor"]  # None: the stream was never read
+        self._cursor = self._stored_cursor = self._updates.start if stored is None else str(stored)
+        self._moves = {str(chat): str(moved) for chat, moved in (result.value.get("moves") or {}).items()}
         if result.value["ambiguous"]:
             log.warning("channel %s: deliveries left unsettled are now ambiguous (%s): %s", self._profile.profile,
                         self._start_reason, ", ".join(result.value["ambiguous"]))
@@ -196,7 +201,7 @@ class ChannelAdapter(CoreActor):
         self._ticker = Ticker(self.actor_ref, ChannelTick(), self._tick_s, f"channel-{self._profile.profile}").start()
         self._ready = True
         self._threads.poll_from(self._cursor)
-        log.info("channel %s started (cursor %d, generation %d)", self._profile.profile, self._cursor,
+        log.info("channel %s started (cursor %s, generation %d)", self._profile.profile, self._cursor,
                  int(result.value["generation"]))
         self._evaluate()
 
@@ -269,8 +274,8 @@ class ChannelAdapter(CoreActor):
                                 "retry_after": done.retry_after}
         if done.moved_to is not None:
             args.update(moved_from=done.job.chat_id, moved_to=done.moved_to)
-            log.warning("channel %s: chat %d moved to %d (a group became a supergroup); decisions go there now: "
-                        "put %d in allowed_chat_ids of channels.toml", self._profile.profile, done.job.chat_id,
+            log.warning("channel %s: chat %s moved to %s (a group became a supergroup); decisions go there now: "
+                        "put %s in allowed_chat_ids of channels.toml", self._profile.profile, done.job.chat_id,
                         done.moved_to, done.moved_to)
             self._moves[done.job.chat_id] = done.moved_to
         self._receipts[effect["effect_id"]] = args
@@ -344,12 +349,12 @@ class ChannelAdapter(CoreActor):
         while self._events and not self._applying_event:
             event = self._events.popleft()
             if isinstance(event, Restart):  # re-based before the new generation's updates; the result goes on
-                log.warning("channel %s: the service's update ids restarted (%d, below the cursor %d): "
-                            "re-basing the cursor", self._profile.profile, event.update_id, self._cursor)
+                log.warning("channel %s: the service's update ids restarted (%s, below the cursor %s): "
+                            "re-basing the cursor", self._profile.profile, event.cursor, self._cursor)
                 self._applying_event = True
-                self._command("channel.cursor_rebase", {"cursor": event.update_id, "expected": self._stored_cursor}, "rebase")
+                self._command("channel.cursor_rebase", {"cursor": event.cursor, "expected": self._stored_cursor}, "rebase")
                 return
-            if event.update_id < self._cursor:
+            if self._updates.confirms(self._cursor, event.update_id):
                 self._served.handled(event.update_id)  # applied before
                 continue
             try:
@@ -357,7 +362,7 @@ class ChannelAdapter(CoreActor):
             except Exception:
                 # A bug must not make one update stop the channel again after every restart: it is
                 # answered, logged and passed over.
-                log.exception("channel %s: update %d could not be handled; passing over it", self._profile.profile,
+                log.exception("channel %s: update %s could not be handled; passing over it", self._profile.profile,
                               event.update_id)
                 if isinstance(event, Tap | Reply):
                     self._notice(event, "This could not be handled (see the host's log).")
@@ -368,7 +373,7 @@ class ChannelAdapter(CoreActor):
             self._done_with(event)
         if not self._events and not self._applying_event:
             assert self._threads is not None
-            if self._stored_cursor < self._cursor:
+            if self._updates.later(self._stored_cursor, self._cursor) != self._stored_cursor:
                 self._command("channel.cursor", {"cursor": self._cursor}, "cursor")
             else:
                 # A batch that moved nothing (only updates applied before) must not become a hot loop.
@@ -377,11 +382,12 @@ class ChannelAdapter(CoreActor):
     def _done_with(self, event: Event, *, stored: bool = False) -> None:
         """The update is handled: the cursor moves past it (as the database has it too, when `stored`)."""
         self._served.handled(event.update_id)
-        if event.update_id + 1 > self._cursor:
-            self._cursor = event.update_id + 1
+        moved = self._updates.past(self._cursor, event.update_id)
+        if moved != self._cursor:
+            self._cursor = moved
             self._batch_idle = False
         if stored:
-            self._stored_cursor = max(self._stored_cursor, event.update_id + 1)
+            self._stored_cursor = self._updates.past(self._stored_cursor, event.update_id)
 
     def _handle(self, event: Event) -> bool:
         """Deal with one event; True when it waits for a write (the cursor moves with it)."""
@@ -419,7 +425,7 @@ class ChannelAdapter(CoreActor):
             if refusals < _PASS_OVER_AFTER or result.error_code in _TRANSIENT_REFUSALS:
                 # Not written (disk full, the database unreachable …): the update stays unapplied; the
                 # poller will see it again from the stored cursor after a pause.
-                log.warning("channel %s: cannot apply update %d: %s", self._profile.profile, event.update_id,
+                log.warning("channel %s: cannot apply update %s: %s", self._profile.profile, event.update_id,
                             result.error)
                 self._events.clear()
                 assert self._threads is not None
@@ -427,7 +433,7 @@ class ChannelAdapter(CoreActor):
                 return
             # Refused again and again for what it is: passed over, so that one update cannot stop the
             # channel; the person is told.
-            log.error("channel %s: update %d refused %d times (%s); passing over it", self._profile.profile,
+            log.error("channel %s: update %s refused %d times (%s); passing over it", self._profile.profile,
                       event.update_id, refusals, result.error)
             if isinstance(event, Tap | Reply):
                 self._notice(event, "This could not be recorded (see the host's log).")
@@ -465,7 +471,7 @@ class ChannelAdapter(CoreActor):
             assert self._threads is not None
             self._threads.poll_from(self._cursor, 1.0)
             return
-        self._cursor = self._stored_cursor = int(result.value["cursor"])
+        self._cursor = self._stored_cursor = str(result.value["cursor"])
         self._next_event()
 
     def _written(self, result: WriteResult) -> None:
@@ -486,6 +492,6 @@ class ChannelAdapter(CoreActor):
                 log.warning("channel %s: cannot store the cursor: %s", self._profile.profile, result.error)
                 self._threads.poll_from(self._cursor, 1.0)
                 return
-            self._cursor = max(self._cursor, int(result.value["cursor"]))
-            self._stored_cursor = int(result.value["cursor"])
+            self._stored_cursor = str(result.value["cursor"])
+            self._cursor = self._updates.later(self._cursor, self._stored_cursor)
             self._threads.poll_from(self._cursor)

@@ -51,11 +51,11 @@ class Job:
     """One attempt for the sender thread (kind: present | ask | announce | settle)."""
 
     kind: str
-    chat_id: int
+    chat_id: str
     effect: dict[str, Any]  # {effect_id, attempt, message_id} of the reservation
     presented: Presented | None = None
     choice: Choice | None = None
-    user_id: int = 0
+    user_id: str = ""
     ref: MessageRef | None = None
     text: str = ""
 
@@ -67,7 +67,7 @@ class JobDone:
     result: dict[str, Any] | None
     error: str | None
     retry_after: float | None = None
-    moved_to: int | None = None
+    moved_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class ChannelThreads:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._notices: queue.SimpleQueue[tuple[Tap | Reply, str] | None] = queue.SimpleQueue()
         self._poll_go = threading.Event()
-        self._poll_cursor = 0
+        self._poll_cursor = ""  # set by the first poll_from, before the poller is let go
         self._poll_delay = 0.0
         self._threads: list[threading.Thread] = []
 
@@ -122,7 +122,7 @@ class ChannelThreads:
     def notice(self, event: Tap | Reply, text: str) -> None:
         self._notices.put((event, text))
 
-    def poll_from(self, cursor: int, delay: float = 0.0) -> None:
+    def poll_from(self, cursor: str, delay: float = 0.0) -> None:
         """Let the poller ask for updates from `cursor`, after `delay` seconds."""
         self._poll_cursor, self._poll_delay = cursor, delay
         self._poll_go.set()

@@ -31,7 +31,7 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.channels.config import ChannelsConfig, Secret, load_channels
-from piwf_actors.channels.registry import adapter_options, channel_module
+from piwf_actors.channels.registry import adapter_options, channel_module, update_order
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.gateway_messages import ChannelsReloaded, ReloadChannels
 from piwf_actors.store.commands.channels import ADAPTER_EXITED, HOST_RESTARTED
@@ -144,7 +144,7 @@ class ChannelManager(CoreActor):
         ref = ChannelAdapter.start(
             self._writer, self._database, profile=settings,
             open_io=lambda: module.open_channel(settings, token, options),
-            adapter_epoch=epoch, start_reason=reason, manager=self.actor_ref,
+            updates=update_order(settings.channel_type), adapter_epoch=epoch, start_reason=reason, manager=self.actor_ref,
             stream=stream_key(settings.channel_type, token), poll_timeout_s=self._poll_timeout_s,
             text_limit=getattr(module, "TEXT_LIMIT", 4096))
         self._started_once.add(profile)

@@ -25,7 +25,7 @@ class Work:
     """One message to attempt: `reserve` are the arguments of channel.effect_reserve."""
 
     kind: str  # present | announce (a notification) | settle
-    chat_id: int  # where it goes (a moved chat's new id)
+    chat_id: str  # where it goes (a moved chat's new id)
     reserve: dict[str, Any]
     presented: Presented | None = None
     ref: MessageRef | None = None
@@ -41,7 +41,7 @@ def work_key(reserve: dict[str, Any]) -> tuple[Any, ...]:
     return (reserve["purpose"], reserve["request_id"], reserve["chat_id"], reserve.get("copy", 0))
 
 
-def resolve_chat(moves: dict[int, int], chat_id: int) -> int:
+def resolve_chat(moves: dict[str, str], chat_id: str) -> str:
     """Where a chat is now, following moves (a chain of them too, never in a circle)."""
     seen = {chat_id}
     while chat_id in moves and moves[chat_id] not in seen:
@@ -58,7 +58,7 @@ def _due(effect: dict[str, Any] | None, now: float) -> bool:
     return effect["status"] == "failed" and (effect["retry_at"] is None or effect["retry_at"] <= now)
 
 
-def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], *, text_limit: int,
+def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], *, text_limit: int,
               now: float | None = None, deferred: set[tuple[Any, ...]] | frozenset[tuple[Any, ...]] = frozenset(),
               ) -> Work | None:
     """The next delivery, notification or edit that is due and not `deferred` (keys of `Work.key`), or None."""
@@ -70,22 +70,22 @@ def next_work(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int
     return None
 
 
-def _targets(profile: ChannelProfile, moves: dict[int, int]) -> dict[int, int]:
+def _targets(profile: ChannelProfile, moves: dict[str, str]) -> dict[str, str]:
     """Where each configured chat's decisions go: target chat -> the configured chat that stands
     for it (two configured ids of one chat, the old one and the one it moved to, are one chat)."""
-    targets: dict[int, int] = {}
+    targets: dict[str, str] = {}
     for chat_id in profile.allowed_chat_ids:
         targets.setdefault(resolve_chat(moves, chat_id), chat_id)
     return targets
 
 
-def _deliveries(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+def _deliveries(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], text_limit: int,
                 now: float) -> Iterator[Work]:
     decisions = [d for d in channel_queries.open_decisions(reader) if profile.routes(d["audience"])]
     if not decisions:
         return
     delivered = channel_queries.effects(reader, profile.profile, "delivery")
-    by_target: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
+    by_target: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     for (request_id, chat_id), effect in delivered.items():
         # A delivery made under any id of the chat counts for the chat (also one no longer configured).
         by_target.setdefault((request_id, resolve_chat(moves, chat_id)), (chat_id, effect))
@@ -102,7 +102,7 @@ def _deliveries(reader: StoreReader, profile: ChannelProfile, moves: dict[int, i
             yield Work("present", target, reserve, presented=presented)
 
 
-def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], text_limit: int,
                    now: float) -> Iterator[Work]:
     """Notifications for an audience the profile routes (a `"*"` profile: any audience; one without an
     audience stays in the outbox), written within the window, not yet sent to each chat, oldest first."""
@@ -116,7 +116,7 @@ def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[int
             audiences=None if "*" in profile.audiences else profile.audiences, chats=(counted, len(targets))):
         if not profile.routes(notice["audience"]):
             continue
-        by_target: dict[int, tuple[int, dict[str, Any]]] = {}
+        by_target: dict[str, tuple[str, dict[str, Any]]] = {}
         for chat_id, effect in notice["effects"].items():  # sent under any id of the chat counts for the chat
             by_target.setdefault(resolve_chat(moves, chat_id), (chat_id, effect))
         for target, configured in targets.items():
@@ -129,13 +129,13 @@ def _notifications(reader: StoreReader, profile: ChannelProfile, moves: dict[int
                        text=channel_text.notification_text(body.get("message"), limit=text_limit))
 
 
-def _settlements(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], text_limit: int,
+def _settlements(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], text_limit: int,
                  now: float) -> Iterator[Work]:
     for item in channel_queries.decisions_to_settle(reader, profile.profile):
         if not _due(item["settlement"], now):
             continue
         message = item["message"] or {}
-        ref = MessageRef(resolve_chat(moves, int(message["chat_id"])), int(message["message_id"]))
+        ref = MessageRef(resolve_chat(moves, str(message["chat_id"])), str(message["message_id"]))
         if item["status"] in ("pending", "presenting"):  # a replaced copy of a decision still open
             text = channel_text.replaced_text(item["contract"], limit=text_limit)
         else:
@@ -156,8 +156,8 @@ class TapTarget:
     found: dict[str, Any] | None
 
 
-def place_tap(reader: StoreReader, profile: ChannelProfile, token: str, chat_id: int,
-              message_id: int) -> TapTarget:
+def place_tap(reader: StoreReader, profile: ChannelProfile, token: str, chat_id: str,
+              message_id: str) -> TapTarget:
     """Match a button's token against the decisions and copies the profile delivered."""
     decisions = {d["request_id"]: d for d in channel_queries.open_decisions(reader)
                  if profile.routes(d["audience"])}

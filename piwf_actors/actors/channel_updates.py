@@ -28,10 +28,10 @@ log = logging.getLogger("piwf_actors.actors.channel")
 class Prompt:
     """A choice needs text: ask `user_id` for it in `chat_id` (a message, so an effect)."""
 
-    chat_id: int
+    chat_id: str
     presented: Presented
     choice: Choice
-    user_id: int
+    user_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class Outcome:
 NOTHING = Outcome()
 
 
-def allows(profile: ChannelProfile, moves: dict[int, int], user_id: int, chat_id: int) -> bool:
+def allows(profile: ChannelProfile, moves: dict[str, str], user_id: str, chat_id: str) -> bool:
     """The allow-lists, with a moved chat standing for the chat it was."""
     if profile.allows(user_id, chat_id):
         return True
@@ -57,7 +57,7 @@ def allows(profile: ChannelProfile, moves: dict[int, int], user_id: int, chat_id
                for allowed in profile.allowed_chat_ids)
 
 
-def read_update(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], event: Event, *,
+def read_update(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], event: Event, *,
                 text_limit: int) -> Outcome:
     if isinstance(event, Tap):
         return _tap(reader, profile, moves, event, text_limit)
@@ -80,10 +80,10 @@ def _who(event: Tap | Reply) -> dict[str, Any]:
     return {"user_id": event.user_id, "chat_id": event.chat_id, "name": name, "username": username}
 
 
-def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], tap: Tap, text_limit: int) -> Outcome:
+def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], tap: Tap, text_limit: int) -> Outcome:
     if not allows(profile, moves, tap.user_id, tap.chat_id):
-        log.info("channel %s: ignored a tap by user %d in chat %d (not allowed)", profile.profile, tap.user_id,
-                 tap.chat_id)
+        log.info("channel %s: ignored a tap by user %s in chat %s (not allowed)", profile.profile, tap.user_id or "?",
+                 tap.chat_id or "?")
         return Outcome("You may not answer decisions here.")
     parsed = channel_text.parse_button(tap.data)
     if parsed is None:
@@ -114,14 +114,14 @@ def _tap(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], ta
                                  target.found), choice.label)
 
 
-def _checkpoint_reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
+def _checkpoint_reply(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], reply: Reply) -> Outcome:
     """A reply to a delivered checkpoint: its text is the answer's input (`text.checkpoint_input`)."""
     assert reply.reply_to is not None
     checkpoint = channel_queries.checkpoint_for_reply(reader, profile.profile, reply.chat_id, reply.reply_to)
     if checkpoint is None:
         return NOTHING  # a reply to something else in the chat: not ours to answer
     if not allows(profile, moves, reply.user_id, reply.chat_id):
-        log.info("channel %s: ignored a reply by user %d in chat %d (not allowed)", profile.profile, reply.user_id,
+        log.info("channel %s: ignored a reply by user %s in chat %s (not allowed)", profile.profile, reply.user_id,
                  reply.chat_id)
         return Outcome("You may not answer here.")
     if not checkpoint["open"]:
@@ -135,7 +135,7 @@ def _checkpoint_reply(reader: StoreReader, profile: ChannelProfile, moves: dict[
         **_who(reply)}, "answer"), "your answer")
 
 
-def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[int, int], reply: Reply) -> Outcome:
+def _reply(reader: StoreReader, profile: ChannelProfile, moves: dict[str, str], reply: Reply) -> Outcome:
     assert reply.reply_to is not None
     prompt = channel_queries.prompt_for_reply(reader, profile.profile, reply.chat_id, reply.reply_to)
     if prompt is None:

@@ -13,14 +13,24 @@ object implementing `ChannelIO`, and says how each attempt ended:
 - it raises `DeliveryUnknown`: it may or may not have had an effect (a
   timeout after sending, a lost answer) — it is never repeated automatically.
 
+Ids are opaque text: chats, people, messages and updates are named as the
+channel names them (Telegram's integers as their decimal text, a Slack
+channel as `C0123`), and compared only for equality outside the channel
+module. So is the **cursor**, where the profile's update stream stands: the
+actor and the store keep it, and only the channel module's `UpdateOrder`
+reads it (which updates it confirms, what it becomes past one, which of two
+cursors is further).
+
 A channel module is `piwf_actors/channels/<type>.py` and exposes
-`CHANNEL_TYPE = "<type>"` and `open_channel(profile, token, options) ->
-ChannelIO`; `[<type>.<profile>]` tables of channels.toml configure it.
-docs/channels.md walks through writing one.
+`CHANNEL_TYPE = "<type>"`, `PROFILE_SECTION` (what its `[<type>.<profile>]`
+tables of channels.toml hold), `UPDATE_ORDER`, `options(settings)` and
+`open_channel(profile, token, options) -> ChannelIO`; one line of
+`registry.py` names it. docs/channels.md walks through writing one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,7 +48,7 @@ class NotDelivered(ChannelError):
 
     code = "channel_not_delivered"
 
-    def __init__(self, detail: str, retry_after: float | None = None, moved_to: int | None = None) -> None:
+    def __init__(self, detail: str, retry_after: float | None = None, moved_to: str | None = None) -> None:
         super().__init__(detail)
         self.retry_after = retry_after
         self.moved_to = moved_to
@@ -79,10 +89,10 @@ class Presented:
 class MessageRef:
     """Where a sent message lives, as the channel names it (stored with the effect)."""
 
-    chat_id: int
-    message_id: int
+    chat_id: str
+    message_id: str
 
-    def to_wire(self) -> dict[str, int]:
+    def to_wire(self) -> dict[str, str]:
         return {"chat_id": self.chat_id, "message_id": self.message_id}
 
 
@@ -90,12 +100,12 @@ class MessageRef:
 class Tap:
     """Someone pressed a button: `data` is the pressed choice's `Choice.data`. A button of a
     message the channel cannot place (Telegram's inline-mode messages) has chat_id and
-    message_id 0: never allowed to answer, but still acknowledged."""
+    message_id "": never allowed to answer, but still acknowledged."""
 
-    update_id: int
-    user_id: int
-    chat_id: int
-    message_id: int
+    update_id: str
+    user_id: str
+    chat_id: str
+    message_id: str
     data: str
     callback_id: str = ""
     person: tuple[str, str] = ("", "")  # (name, username) as the channel names who tapped; kept with the answer
@@ -105,12 +115,12 @@ class Tap:
 class Reply:
     """Someone wrote a message; `reply_to` is the message it answers, if any."""
 
-    update_id: int
-    user_id: int
-    chat_id: int
+    update_id: str
+    user_id: str
+    chat_id: str
     text: str
-    reply_to: int | None = None
-    message_id: int = 0  # the person's message (a notice replies to it)
+    reply_to: str | None = None
+    message_id: str = ""  # the person's message (a notice replies to it)
     person: tuple[str, str] = ("", "")  # (name, username) as the channel names the writer; kept with the answer
 
 
@@ -118,10 +128,73 @@ class Reply:
 class Other:
     """An update that carries nothing for us (it only moves the cursor)."""
 
-    update_id: int
+    update_id: str
 
 
 Event = Tap | Reply | Other
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The service's update ids restarted (`BatchReader.read` says so before the first update of the
+    new generation): the adapter re-bases its stored cursor to `cursor` and counts a generation."""
+
+    cursor: str
+
+
+class BatchReader(Protocol):
+    """What one adapter remembers of its update stream between polls. Called from the adapter actor's
+    thread only."""
+
+    def read(self, events: Sequence[Event], cursor: str) -> list[Event | Restart]:
+        """The work of one poll's `events`, in order: the updates to handle (those the cursor confirms
+        may be among them: the actor passes over them), with a `Restart` before each new generation's
+        first. `cursor` is where the adapter stands now."""
+
+    def handled(self, update_id: str) -> None:
+        """The adapter is done with this update (applied it, or passed over it)."""
+
+
+class UpdateOrder(Protocol):
+    """How a channel type's update ids and its cursor relate: the only code that reads a cursor.
+    Pure; called from the adapter actor's thread and from the store's writer (`channel.answer` skips
+    an update its stream's cursor confirms, and moves the cursor past it)."""
+
+    #: The cursor of a stream never read.
+    start: str
+
+    def confirms(self, cursor: str, update_id: str) -> bool:
+        """Whether `cursor` is past `update_id` (the update was handled before)."""
+
+    def past(self, cursor: str, update_id: str) -> str:
+        """The cursor once `update_id` is handled: past it, and never behind `cursor`."""
+
+    def later(self, cursor: str, other: str) -> str:
+        """The further of two cursors (a cursor only moves forward, except by a `Restart`)."""
+
+    def reader(self) -> BatchReader:
+        """A new adapter's memory of the stream (nothing read yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSection:
+    """What a channel type's `[<type>.<profile>]` tables of channels.toml hold besides `credential` and
+    `audiences`, which every type has (`channels/config.py` reads the tables and asks this).
+
+    `user_id` and `chat_id` turn one item of `allowed_user_ids` / `allowed_chat_ids` into the id's
+    text, or None when it is not an id of this type; `user_ids` and `chat_ids` say what a valid list
+    holds, for the refusal ("allowed_user_ids must be a non-empty list of positive integers").
+    `credential` says why a credential's value (from credentials.toml: never echo it) is not a token of
+    this type, or None. `keys` are the type's own keys, each with its check (the problem, or None);
+    their values reach the adapter as `ChannelProfile.settings`. Every function is pure.
+    """
+
+    user_id: Callable[[object], str | None]
+    chat_id: Callable[[object], str | None]
+    user_ids: str
+    chat_ids: str
+    credential: Callable[[str], str | None]
+    keys: Mapping[str, Callable[[object], str | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -134,13 +207,13 @@ class ChannelIO(Protocol):
     """The I/O of one configured profile. Calls come from two threads owned by the
     actor: one that polls (`poll`, `abort`) and one that sends (everything else)."""
 
-    def present(self, chat_id: int, presented: Presented) -> MessageRef:
+    def present(self, chat_id: str, presented: Presented) -> MessageRef:
         """Send the decision with one button per choice."""
 
-    def ask_text(self, chat_id: int, presented: Presented, choice: Choice, user_id: int) -> MessageRef:
+    def ask_text(self, chat_id: str, presented: Presented, choice: Choice, user_id: str) -> MessageRef:
         """Ask `user_id` for the text `choice` needs (a reply to this message answers it)."""
 
-    def announce(self, chat_id: int, text: str) -> MessageRef:
+    def announce(self, chat_id: str, text: str) -> MessageRef:
         """Send `text` as a plain message (a notification): no buttons, no reply asked for."""
 
     def settle(self, ref: MessageRef, text: str) -> None:
@@ -149,10 +222,11 @@ class ChannelIO(Protocol):
     def notice(self, event: Tap | Reply, text: str) -> None:
         """Short feedback to the person who tapped or replied (best effort, not an effect)."""
 
-    def poll(self, cursor: int, timeout_s: float) -> PollResult:
-        """Events with update ids >= `cursor`, waiting up to `timeout_s` for one (a service whose ids
-        restarted may return lower ones: the actor re-bases). Raises `StreamTaken` when another
-        program holds the bot's update stream."""
+    def poll(self, cursor: str, timeout_s: float) -> PollResult:
+        """The events `cursor` does not confirm yet, in the service's order, waiting up to `timeout_s`
+        for one (a service whose ids restarted may return ones the cursor seems to confirm: the
+        module's `BatchReader` tells a restart). Raises `StreamTaken` when another program holds the
+        bot's update stream."""
 
     def abort(self) -> None:
         """Make a blocked `poll` return soon (the actor is stopping)."""

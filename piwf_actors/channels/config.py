@@ -1,4 +1,4 @@
-"""Decision-channel configuration: which Telegram chats receive decisions, and who may answer.
+"""Decision-channel configuration: which chats receive decisions, and who may answer.
 
 Two files live in the config directory (`$PIWF_CONFIG_DIR`, else
 `$XDG_CONFIG_HOME/piwf`, else `~/.config/piwf`):
@@ -14,6 +14,13 @@ Two files live in the config directory (`$PIWF_CONFIG_DIR`, else
 ``credentials.toml`` holds the secrets, one bot token per key::
 
     ops_bot = "123456:ABC-the-bot-token"
+
+`credential` and `audiences` mean the same for every channel type; how a
+type names people and chats in `allowed_user_ids` and `allowed_chat_ids`
+(Telegram: integers), what its tokens look like, and any keys of its own are
+its adapter's `PROFILE_SECTION` (`channels/base.py`), which reading a
+`[<type>.<profile>]` table asks (so it imports that type's adapter, and no
+other). Every id becomes text (Telegram's integers their decimal text).
 
 Why the split and the rules: a bot token lets anyone who holds it impersonate
 the bot, read the decisions it is sent and answer them in its name. So the
@@ -57,23 +64,24 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, NoReturn
 
+from piwf_actors.channels.base import ProfileSection
 from piwf_actors.channels.private_files import Refused, check_directory, read_private
-from piwf_actors.channels.registry import known_channel_types
+from piwf_actors.channels.registry import known_channel_types, profile_section
 
 CHANNELS_FILE = "channels.toml"
 CREDENTIALS_FILE = "credentials.toml"
 
+#: The keys every channel type's profile has (a type may add its own: `ProfileSection.keys`).
 PROFILE_KEYS = ("credential", "allowed_user_ids", "allowed_chat_ids", "audiences")
 _PROFILE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # The characters of a TOML bare key: a credential name can be written unquoted
 # in credentials.toml, and a token (which contains ':') can never pass for one.
 _CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_BOT_TOKEN = re.compile(r"[0-9]+:\S+")
 _TOKEN_LIKE = re.compile(r"[0-9]+:[^\s'\"\]\[(),]+")
 _TOML_POSITION = re.compile(r"\(at (line \d+, column \d+|end of document)\)\s*$")
 
@@ -129,14 +137,16 @@ class Secret:
 
 @dataclass(frozen=True, slots=True)
 class ChannelProfile:
-    """One `[<type>.<profile>]` table, validated."""
+    """One `[<type>.<profile>]` table, validated. Ids are text, as the channel names them."""
 
     profile: str
     credential: str
-    allowed_user_ids: frozenset[int]
-    allowed_chat_ids: tuple[int, ...]  # decisions are sent to each chat, in this order
+    allowed_user_ids: frozenset[str]
+    allowed_chat_ids: tuple[str, ...]  # decisions are sent to each chat, in this order
     audiences: frozenset[str]  # "*" routes every audience
     channel_type: str = "telegram"
+    # The type's own keys (`ProfileSection.keys`), as channels.toml gives them.
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def routes(self, audience: str | None) -> bool:
         """Whether a decision for `audience` is delivered through this profile."""
@@ -144,7 +154,7 @@ class ChannelProfile:
             return True
         return audience is not None and audience in self.audiences
 
-    def allows(self, user_id: int, chat_id: int) -> bool:
+    def allows(self, user_id: str, chat_id: str) -> bool:
         """Whether an answer from `user_id` in `chat_id` may decide."""
         return user_id in self.allowed_user_ids and chat_id in self.allowed_chat_ids
 
@@ -188,6 +198,7 @@ class ChannelsConfig:
                 "allowed_user_ids": sorted(settings.allowed_user_ids),
                 "allowed_chat_ids": list(settings.allowed_chat_ids),
                 "audiences": sorted(settings.audiences),
+                "settings": dict(settings.settings),
                 "token": None if token is None else token.reveal(),
             },
             sort_keys=True,
@@ -261,7 +272,7 @@ def _load(directory: Path, dir_fd: int, uid: int) -> ChannelsConfig:
                                             "(profile names are shared by every channel type)")
                 profiles.pop(name, None)
                 continue
-            parsed = _parse_profile(channel_type, name, table)
+            parsed = _parse_profile(channel_type, name, table, profile_section(channel_type))
             if isinstance(parsed, ChannelProfile):
                 profiles[name] = parsed
             else:
@@ -291,7 +302,7 @@ def _check_channel_types(document: dict[str, Any]) -> str | None:
     return None
 
 
-def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfile | str:
+def _parse_profile(channel_type: str, name: str, table: object, section: ProfileSection) -> ChannelProfile | str:
     """A validated profile, or the one-line reason it is refused."""
     if not _PROFILE_NAME.fullmatch(name):
         return _mask(
@@ -303,7 +314,7 @@ def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfil
         return f"{where} must be a table"
 
     problems: list[str] = []
-    unknown = sorted(key for key in table if key not in PROFILE_KEYS)
+    unknown = sorted(key for key in table if key not in PROFILE_KEYS and key not in section.keys)
     if unknown:
         problems.append(_mask(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"))
     missing = [key for key in PROFILE_KEYS if key not in table]
@@ -319,16 +330,20 @@ def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfil
         elif not _CREDENTIAL_NAME.fullmatch(credential):
             problems.append("credential must be a key of letters, digits, '_' or '-', at most 64 characters")
 
-    user_ids = table.get("allowed_user_ids")
-    if "allowed_user_ids" in table and not _is_int_list(user_ids, allow_negative=False):
-        problems.append("allowed_user_ids must be a non-empty list of positive integers")
+    user_ids = _ids(table.get("allowed_user_ids"), section.user_id)
+    if "allowed_user_ids" in table and user_ids is None:
+        problems.append(f"allowed_user_ids must be a non-empty list of {section.user_ids}")
 
-    chat_ids = table.get("allowed_chat_ids")
+    chat_ids = _ids(table.get("allowed_chat_ids"), section.chat_id)
     if "allowed_chat_ids" in table:
-        if not _is_int_list(chat_ids, allow_negative=True):
-            problems.append("allowed_chat_ids must be a non-empty list of non-zero integers")
+        if chat_ids is None:
+            problems.append(f"allowed_chat_ids must be a non-empty list of {section.chat_ids}")
         elif len(set(chat_ids)) != len(chat_ids):
             problems.append("allowed_chat_ids lists a chat twice (each decision would be sent twice)")
+
+    for key, check in sorted(section.keys.items()):
+        if key in table and (problem := check(table[key])) is not None:
+            problems.append(_mask(f"{key} {problem}"))
 
     audiences = table.get("audiences")
     if "audiences" in table and not (
@@ -338,30 +353,27 @@ def _parse_profile(channel_type: str, name: str, table: object) -> ChannelProfil
 
     if problems:
         return f"{where} {'; '.join(problems)}"
+    # No problem found: every key is there and valid.
+    assert user_ids is not None and chat_ids is not None
     return ChannelProfile(
         profile=name,
-        # No problem found: every key is there and valid.
         credential=table["credential"],
-        allowed_user_ids=frozenset(table["allowed_user_ids"]),
-        allowed_chat_ids=tuple(table["allowed_chat_ids"]),
+        allowed_user_ids=frozenset(user_ids),
+        allowed_chat_ids=chat_ids,
         audiences=frozenset(table["audiences"]),
         channel_type=channel_type,
+        settings={key: table[key] for key in sorted(section.keys) if key in table},
     )
 
 
-def _is_int_list(value: object, *, allow_negative: bool) -> TypeGuard[list[int]]:
-    """A non-empty list of ints; bools are refused although Python counts them as ints.
-
-    Telegram user ids are positive; group and channel chat ids are negative.
-    """
+def _ids(value: object, read_id: Callable[[object], str | None]) -> tuple[str, ...] | None:
+    """A non-empty list of the type's ids as their text (`ProfileSection.user_id` / `chat_id`), or
+    None when it is not a list, is empty, or holds anything that is not such an id."""
     if not isinstance(value, list) or not value:
-        return False
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item == 0:
-            return False
-        if item < 0 and not allow_negative:
-            return False
-    return True
+        return None
+    ids = [read_id(item) for item in value]
+    found = [id_ for id_ in ids if id_ is not None]
+    return tuple(found) if len(found) == len(ids) else None
 
 
 # --- credentials.toml -----------------------------------------------------------
@@ -400,8 +412,8 @@ def _resolve_tokens(
             errors[name] = f"credential {profile.credential!r} is not in {CREDENTIALS_FILE}"
         elif not isinstance(value, str):
             errors[name] = f"{where} must be a string holding the bot token"
-        elif not _BOT_TOKEN.fullmatch(value):
-            errors[name] = f"{where} does not look like a bot token ('<digits>:<secret>', no whitespace)"
+        elif (problem := profile_section(profile.channel_type).credential(value)) is not None:
+            errors[name] = f"{where} {problem}"  # the type's words about the value, never the value
         else:
             tokens[name] = Secret(value)
 

@@ -9,9 +9,12 @@ tells an adapter (`HostConfig.channel_options[<type>]`, e.g. Telegram's
 (`adapter_options`), so neither the host nor its config names an adapter's
 settings. `[<type>.<profile>]` tables
 in channels.toml configure them; a type not listed here is refused when the
-file is read. An adapter module is imported only when a profile of its type
-starts, so reading channels.toml imports no adapter (and no adapter's
-dependencies).
+file is read. An adapter module is imported on first use: when a table of
+its type is read (its `PROFILE_SECTION` checks it), a profile of its type
+starts, or the store moves a cursor of its type (its `UPDATE_ORDER`). So
+reading channels.toml imports only the adapters it names, and an adapter
+keeps a heavy dependency (an SDK) out of its module's imports: it imports it
+in `open_channel`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from piwf_actors.channels.base import ProfileSection, UpdateOrder
 
 #: Channel type (the table name in channels.toml) → the module that implements it. Each module
 #: declares the same `CHANNEL_TYPE` (tests/channels/test_channel_registry.py checks it).
@@ -52,3 +58,15 @@ def adapter_options(channel_type: str, settings: Mapping[str, Any] | None = None
     the `options` its `open_channel` takes. Imports the adapter. Raises LookupError for a type not
     listed and ValueError for settings the adapter refuses (an unknown key, a wrong type)."""
     return channel_module(channel_type).options(dict(settings or {}))
+
+
+def profile_section(channel_type: str) -> ProfileSection:
+    """What the `[<channel_type>.<profile>]` tables hold (the adapter's `PROFILE_SECTION`)."""
+    section: ProfileSection = channel_module(channel_type).PROFILE_SECTION
+    return section
+
+
+def update_order(channel_type: str) -> UpdateOrder:
+    """How the cursor of `channel_type`'s update streams reads (the adapter's `UPDATE_ORDER`)."""
+    order: UpdateOrder = channel_module(channel_type).UPDATE_ORDER
+    return order

@@ -10,6 +10,12 @@ acknowledged with `answerCallbackQuery`, or the person's app keeps spinning
 (also a tap on an inline-mode message, which never answers a decision); a
 text reply to a prompt is answered with a reply message.
 
+Ids are Telegram's integers, as their decimal text at the seam (`base.py`):
+`allowed_user_ids` and `allowed_chat_ids` are integers in channels.toml
+(`PROFILE_SECTION`), the Bot API's ids are turned into text as they come in and
+back into integers as they go out. The cursor is the next update id to ask
+for (`telegram_updates.py`, `UPDATE_ORDER`).
+
 The Bot API base is `https://api.telegram.org` unless the host's options for
 Telegram (`HostConfig(channel_options={"telegram": {"api_base": …}})`, see
 `options`) or `PIWF_TELEGRAM_API_BASE` name another, e.g. a fake on 127.0.0.1.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -35,12 +42,14 @@ from piwf_actors.channels.base import (
     Other,
     PollResult,
     Presented,
+    ProfileSection,
     Reply,
     StreamTaken,
     Tap,
 )
 from piwf_actors.channels.config import Secret, TelegramProfile
 from piwf_actors.channels.telegram_api import BotApi, NotSent, OutcomeUnknown
+from piwf_actors.channels.telegram_updates import UPDATE_ORDER
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,32 @@ CHANNEL_TYPE = "telegram"
 DEFAULT_API_BASE = "https://api.telegram.org"
 #: Telegram's limit on a message's text, in characters.
 TEXT_LIMIT = 4096
+__all__ = ["CHANNEL_TYPE", "PROFILE_SECTION", "TEXT_LIMIT", "UPDATE_ORDER", "TelegramIO", "TelegramOptions",
+           "open_channel", "options"]
+
+_BOT_TOKEN = re.compile(r"[0-9]+:\S+")
+
+
+def _integer_id(value: object, *, negative: bool) -> str | None:
+    """A Telegram id from channels.toml (an integer; bools are refused although Python counts them as
+    ints) as its decimal text. User ids are positive; group and channel chat ids are negative."""
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0 or (value < 0 and not negative):
+        return None
+    return str(value)
+
+
+def _bot_token_problem(value: str) -> str | None:
+    return None if _BOT_TOKEN.fullmatch(value) else "does not look like a bot token ('<digits>:<secret>', no whitespace)"
+
+
+#: `[telegram.<profile>]`: ids are Telegram's integers; the credential is a bot token.
+PROFILE_SECTION = ProfileSection(
+    user_id=lambda value: _integer_id(value, negative=False),
+    chat_id=lambda value: _integer_id(value, negative=True),
+    user_ids="positive integers",
+    chat_ids="non-zero integers",
+    credential=_bot_token_problem,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +136,8 @@ class TelegramIO:
         except NotSent as exc:
             if exc.error_code == 400 and "message is not modified" in exc.description:
                 return None  # an edit that is already in place did what it was for
-            raise NotDelivered(str(exc), exc.retry_after, exc.migrate_to_chat_id) from None
+            moved_to = None if exc.migrate_to_chat_id is None else str(exc.migrate_to_chat_id)
+            raise NotDelivered(str(exc), exc.retry_after, moved_to) from None
         except OutcomeUnknown as exc:
             raise DeliveryUnknown(str(exc)) from None
         except Exception as exc:  # a bug or an unforeseen failure: we cannot know what happened
@@ -109,29 +145,30 @@ class TelegramIO:
             log.warning("telegram %s raised %s", method, detail)
             raise DeliveryUnknown(f"telegram {method}: outcome unknown: {detail}") from None
 
-    def present(self, chat_id: int, presented: Presented) -> MessageRef:
+    def present(self, chat_id: str, presented: Presented) -> MessageRef:
         # Without choices (a checkpoint) a reply answers it: the app opens a reply to it at once.
         markup = _buttons(presented.choices) if presented.choices else {
             "force_reply": True, "input_field_placeholder": "your answer"}
-        message = self._do("sendMessage", lambda: self._api.send_message(chat_id, presented.text, reply_markup=markup))
-        return MessageRef(chat_id, int(message["message_id"]))
+        message = self._do("sendMessage", lambda: self._api.send_message(_number(chat_id), presented.text,
+                                                                         reply_markup=markup))
+        return MessageRef(chat_id, str(message["message_id"]))
 
-    def ask_text(self, chat_id: int, presented: Presented, choice: Choice, user_id: int) -> MessageRef:
+    def ask_text(self, chat_id: str, presented: Presented, choice: Choice, user_id: str) -> MessageRef:
         field = choice.input or {}
         title = presented.text.split("\n", 1)[0]
         prompt = (f"{title}\n\n{choice.label}: {field.get('prompt') or field.get('name') or 'your text'}\n"
                   "Reply to this message with your text.")[:TEXT_LIMIT]
         message = self._do("sendMessage", lambda: self._api.send_message(
-            chat_id, prompt, reply_markup={"force_reply": True, "selective": True,
-                                           "input_field_placeholder": str(field.get("name") or "")[:64]}))
-        return MessageRef(chat_id, int(message["message_id"]))
+            _number(chat_id), prompt, reply_markup={"force_reply": True, "selective": True,
+                                                    "input_field_placeholder": str(field.get("name") or "")[:64]}))
+        return MessageRef(chat_id, str(message["message_id"]))
 
-    def announce(self, chat_id: int, text: str) -> MessageRef:
-        message = self._do("sendMessage", lambda: self._api.send_message(chat_id, text[:TEXT_LIMIT]))
-        return MessageRef(chat_id, int(message["message_id"]))
+    def announce(self, chat_id: str, text: str) -> MessageRef:
+        message = self._do("sendMessage", lambda: self._api.send_message(_number(chat_id), text[:TEXT_LIMIT]))
+        return MessageRef(chat_id, str(message["message_id"]))
 
     def settle(self, ref: MessageRef, text: str) -> None:
-        self._do("editMessageText", lambda: self._api.edit_message_text(ref.chat_id, ref.message_id,
+        self._do("editMessageText", lambda: self._api.edit_message_text(_number(ref.chat_id), _number(ref.message_id),
                                                                         text[:TEXT_LIMIT]))
 
     def notice(self, event: Tap | Reply, text: str) -> None:
@@ -141,11 +178,12 @@ class TelegramIO:
                          lambda: self._api.answer_callback_query(event.callback_id, text[:200]))
         elif event.chat_id:
             self._do("sendMessage", lambda: self._api.send_message(
-                event.chat_id, text[:TEXT_LIMIT], reply_to_message_id=event.message_id or None))
+                _number(event.chat_id), text[:TEXT_LIMIT],
+                reply_to_message_id=_number(event.message_id) if event.message_id else None))
 
-    def poll(self, cursor: int, timeout_s: float) -> PollResult:
+    def poll(self, cursor: str, timeout_s: float) -> PollResult:
         try:
-            updates = self._api.get_updates(cursor, timeout_s=max(0, int(timeout_s)))
+            updates = self._api.get_updates(_number(cursor), timeout_s=max(0, int(timeout_s)))
         except NotSent as exc:
             if exc.error_code == 409:
                 raise StreamTaken(str(exc)) from None
@@ -161,33 +199,39 @@ class TelegramIO:
         self._api.close()
 
 
-def _int_at(value: Any, *keys: str) -> int:
-    """`value[keys[0]][keys[1]]…` as an int, 0 when any step is missing or not an int."""
+def _number(text: str) -> int:
+    """An id of the seam (the decimal text of a Telegram integer) as the Bot API takes it."""
+    return int(text)
+
+
+def _id_at(value: Any, *keys: str) -> str:
+    """`value[keys[0]][keys[1]]…` (a Telegram integer) as its decimal text, "" when any step is
+    missing or not an integer."""
     for key in keys:
         value = value.get(key) if isinstance(value, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) and value else ""
 
 
 def _event(update: dict[str, Any]) -> Event:
     """One update as the actor sees it. Whatever its shape, a callback query becomes a Tap, so
     that it is acknowledged: one the channel cannot place (an inline-mode message, a malformed
-    query) has chat and message 0, which no allow-list admits."""
-    update_id = int(update["update_id"])
+    query) has chat and message "", which no allow-list admits."""
+    update_id = str(int(update["update_id"]))
     callback = update.get("callback_query")
     if isinstance(callback, dict):
         data = callback.get("data")
-        return Tap(update_id, _int_at(callback, "from", "id"), _int_at(callback, "message", "chat", "id"),
-                   _int_at(callback, "message", "message_id"), data if isinstance(data, str) else "",
+        return Tap(update_id, _id_at(callback, "from", "id"), _id_at(callback, "message", "chat", "id"),
+                   _id_at(callback, "message", "message_id"), data if isinstance(data, str) else "",
                    str(callback.get("id") or ""), _person(callback.get("from")))
     message = update.get("message")
     if isinstance(message, dict) and isinstance(message.get("text"), str):
         replied = message.get("reply_to_message")
-        user_id, chat_id = _int_at(message, "from", "id"), _int_at(message, "chat", "id")
+        user_id, chat_id = _id_at(message, "from", "id"), _id_at(message, "chat", "id")
         if not user_id or not chat_id:
             return Other(update_id)
         return Reply(update_id, user_id, chat_id, message["text"],
-                     _int_at(replied, "message_id") or None if isinstance(replied, dict) else None,
-                     _int_at(message, "message_id"), _person(message.get("from")))
+                     _id_at(replied, "message_id") or None if isinstance(replied, dict) else None,
+                     _id_at(message, "message_id"), _person(message.get("from")))
     return Other(update_id)
 
 

@@ -1,5 +1,6 @@
 """Reads for the decision channels: what an adapter has to deliver, settle or listen for,
-and what `channel.status` lists for a person."""
+and what `channel.status` lists for a person. Chat and message ids are text, as the channel names
+them (a reference stored before schema v17 held integers: it was migrated to their text)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def _contract(reader: StoreReader, sha256: str) -> dict[str, Any]:
     return {} if row is None else json.loads(bytes(row[0]).decode())
 
 
+def _same_id(stored: Any, wanted: str) -> bool:
+    """Whether an id kept in a JSON reference is `wanted` (ids are text; a number counts as its decimal text)."""
+    return stored is not None and str(stored) == wanted
+
+
 def _copy(detail: Any) -> int:
     return int((detail or {}).get("copy") or 0) if isinstance(detail, dict) else 0
 
@@ -47,7 +53,7 @@ def open_decisions(reader: StoreReader) -> list[dict[str, Any]]:
 
 def addressed_notifications(reader: StoreReader, profile: str, since: float, *,
                             audiences: Collection[str] | None = None,
-                            chats: tuple[Collection[int], int] | None = None) -> list[dict[str, Any]]:
+                            chats: tuple[Collection[str], int] | None = None) -> list[dict[str, Any]]:
     """Notifications that name an audience, written at `since` or later, oldest first, each with the
     profile's notification effects for it: {message_id, audience, effects: {chat id: {effect_id,
     status, retry_at}}}. The bodies are read one at a time (`notification_body`), for what is sent.
@@ -81,7 +87,7 @@ def addressed_notifications(reader: StoreReader, profile: str, since: float, *,
             tuple(params)):
         notice = found.setdefault(message_id, {"message_id": message_id, "audience": audience, "effects": {}})
         if effect_id is not None:
-            notice["effects"][int(chat_id)] = {"effect_id": effect_id, "status": status, "retry_at": retry_at}
+            notice["effects"][str(chat_id)] = {"effect_id": effect_id, "status": status, "retry_at": retry_at}
     return list(found.values())
 
 
@@ -91,20 +97,20 @@ def notification_body(reader: StoreReader, message_id: str) -> dict[str, Any]:
     return {} if row is None else dict(json.loads(row[0]))
 
 
-def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, int], dict[str, Any]]:
+def effects(reader: StoreReader, profile: str, purpose: str) -> dict[tuple[str, str], dict[str, Any]]:
     """The profile's effects of one purpose by (request id, chat id): the latest per pair (a
     delivery's latest copy, a prompt's latest asking). {effect_id, attempt, status, retry_at,
     result, detail, copy}."""
-    found: dict[tuple[str, int], dict[str, Any]] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for effect_id, request_id, chat_id, attempt, status, retry_at, result, detail in reader.all(
             """SELECT effect_id, request_id, chat_id, attempt, status, retry_at, result, detail
                FROM channel_effect WHERE profile = ? AND purpose = ? ORDER BY created_at""", (profile, purpose)):
         detail = _json(detail)
         effect = {"effect_id": effect_id, "attempt": attempt, "status": status, "retry_at": retry_at,
                   "result": _json(result), "detail": detail, "copy": _copy(detail)}
-        earlier = found.get((request_id, chat_id))
+        earlier = found.get((request_id, str(chat_id)))
         if earlier is None or effect["copy"] >= earlier["copy"]:  # by copy, whatever the clock did
-            found[(request_id, chat_id)] = effect
+            found[(request_id, str(chat_id))] = effect
     return found
 
 
@@ -123,7 +129,7 @@ def tappable_copies(reader: StoreReader, profile: str) -> list[dict[str, Any]]:
     for effect_id, request_id, chat_id, detail, status, known, revision, open_ in rows:
         detail = _json(detail) or {}
         # The revision its buttons were made for (settling a decision moves the request's revision on).
-        copies.append({"effect_id": effect_id, "request_id": request_id, "chat_id": chat_id, "copy": _copy(detail),
+        copies.append({"effect_id": effect_id, "request_id": request_id, "chat_id": str(chat_id), "copy": _copy(detail),
                        "status": status, "known": bool(known), "revision": detail.get("revision", revision),
                        "open": bool(open_)})
     return copies
@@ -153,18 +159,18 @@ def decisions_to_settle(reader: StoreReader, profile: str) -> list[dict[str, Any
                  provenance, edit_status, edit_retry_at) in rows]
 
 
-def prompt_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id: int) -> dict[str, Any] | None:
+def prompt_for_reply(reader: StoreReader, profile: str, chat_id: str, message_id: str) -> dict[str, Any] | None:
     """The input prompt a reply answers (by the prompt message's id): {request_id, detail}."""
     for request_id, result, detail in reader.all(
             """SELECT request_id, result, detail FROM channel_effect WHERE profile = ? AND purpose = 'input_prompt'
                AND chat_id = ? AND status = 'applied' ORDER BY created_at DESC""", (profile, chat_id)):
         reference = _json(result) or {}
-        if reference.get("message_id") == message_id:
+        if _same_id(reference.get("message_id"), message_id):
             return {"request_id": request_id, "detail": _json(detail) or {}}
     return None
 
 
-def checkpoint_for_reply(reader: StoreReader, profile: str, chat_id: int, message_id: int) -> dict[str, Any] | None:
+def checkpoint_for_reply(reader: StoreReader, profile: str, chat_id: str, message_id: str) -> dict[str, Any] | None:
     """The checkpoint a reply answers, by the id of a delivered copy's message in `chat_id` (where
     it was sent, a moved chat's new id): {request_id, revision, open}, or None."""
     for request_id, result, revision, open_ in reader.all(
@@ -174,7 +180,7 @@ def checkpoint_for_reply(reader: StoreReader, profile: str, chat_id: int, messag
                   AND d.status IN ('applied', 'replaced') AND d.result IS NOT NULL
                 ORDER BY d.created_at DESC""", (profile,)):
         reference = _json(result) or {}
-        if reference.get("chat_id") == chat_id and reference.get("message_id") == message_id:
+        if _same_id(reference.get("chat_id"), chat_id) and _same_id(reference.get("message_id"), message_id):
             return {"request_id": request_id, "revision": revision, "open": bool(open_)}
     return None
 

@@ -15,10 +15,12 @@ must differ.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from piwf_actors.canonical import canonical_json
 from piwf_actors.store import schema
 from piwf_actors.store.engines.base import engine_of
 
@@ -128,6 +130,42 @@ def _v16_run_graphs(db: Any) -> None:
             db.execute(model._schema._create_index(index, safe=True))
 
 
+#: Schema v17: the channel columns that held Telegram's integers, now text (table model, columns).
+V17_TEXT_COLUMNS = ((schema.ChannelEffect, ("chat_id",)), (schema.ChannelStream, ("cursor",)),
+                    (schema.ChannelChatMove, ("chat_id", "moved_to")))
+
+
+def _v17_channel_ids(db: Any) -> None:
+    """Channels that are not Telegram-shaped (docs/channels.md): chat, user, message and update ids and
+    the update cursor are opaque text, as the channel names them. Every row stays; an integer becomes
+    its decimal text: `channel_effect.chat_id`, `channel_stream.cursor`, `channel_chat_move.chat_id`
+    and `moved_to` become text columns (the engine's way: `Engine.retype_to_text`), and so do the ids
+    inside a channel effect's JSON (`result`: chat_id and message_id; `detail`: user_id)."""
+    models = tuple(model for model, _columns in V17_TEXT_COLUMNS)
+    with BIND_LOCK, db.bind_ctx(models):
+        for model, columns in V17_TEXT_COLUMNS:
+            engine_of(db).retype_to_text(db, model, columns)
+    conn = db.connection()
+    for effect_id, result, detail in conn.execute(
+            "SELECT effect_id, result, detail FROM channel_effect WHERE result IS NOT NULL OR detail IS NOT NULL"
+            ).fetchall():
+        new_result, new_detail = _ids_as_text(result, ("chat_id", "message_id")), _ids_as_text(detail, ("user_id",))
+        if (new_result, new_detail) != (result, detail):
+            conn.execute("UPDATE channel_effect SET result = ?, detail = ? WHERE effect_id = ?",
+                         (new_result, new_detail, effect_id))
+
+
+def _ids_as_text(text: str | None, keys: tuple[str, ...]) -> str | None:
+    """A channel effect's JSON with the integers under `keys` as their decimal text (unchanged when none is)."""
+    if not text:
+        return text
+    value = json.loads(text)
+    if not isinstance(value, dict) or not any(isinstance(value.get(key), int) for key in keys):
+        return text
+    return canonical_json({key: str(item) if key in keys and isinstance(item, int) and not isinstance(item, bool)
+                           else item for key, item in value.items()})
+
+
 def _columns(db: Any, table: str) -> set[str]:
     return engine_of(db).column_names(db.connection(), table)
 
@@ -155,7 +193,8 @@ BASELINE = 6
 #: Versions BASELINE + 1, + 2, …: every engine, written once.
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
-                               _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs]
+                               _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs,
+                               _v17_channel_ids]
 LATEST_VERSION = BASELINE + len(MIGRATIONS)
 
 

@@ -1,5 +1,8 @@
 """The tables of the chat channels (schemas v3 and v12: messages sent, update cursors, streams,
-moved chats, adapter epochs). Listed in store/schema.py with every other table."""
+moved chats, adapter epochs). Listed in store/schema.py with every other table.
+
+Chat ids, message references and cursors are text, as the channel names them (schema v17: before,
+they were Telegram's integers, which the migration turned into their decimal text)."""
 
 from __future__ import annotations
 
@@ -23,14 +26,14 @@ class ChannelEffect(Base):
     profile = pw.TextField()
     purpose = pw.TextField()  # delivery | settlement | input_prompt | notification (request_id: its outbox message)
     request_id = pw.TextField()
-    chat_id = pw.IntegerField()
+    chat_id = pw.TextField()  # as the channel names the chat (text since schema v17)
     effect_key = pw.TextField(unique=True)  # profile, purpose, request, chat (and the asking user for a prompt)
     attempt = pw.IntegerField()
     status = pw.TextField()  # applying | applied | failed | ambiguous | replaced
     manual_retries = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
     adapter_epoch = pw.TextField()
-    detail = pw.TextField(null=True)  # JSON: what the effect is about (a prompt's choice and user)
-    result = pw.TextField(null=True)  # JSON: {chat_id, message_id} once applied
+    detail = pw.TextField(null=True)  # JSON: what the effect is about (a prompt's choice and user id)
+    result = pw.TextField(null=True)  # JSON: {chat_id, message_id} (text) once applied
     error = pw.TextField(null=True)
     created_at = pw.FloatField()
     updated_at = pw.FloatField()
@@ -54,7 +57,8 @@ class ChannelCursor(Base):
 
 
 class ChannelStream(Base):
-    """Where one bot's update stream stands (schema v12): the next update id to ask for.
+    """Where one bot's update stream stands (schema v12): its cursor, text that only the channel
+    type's `UpdateOrder` reads (Telegram's: the next update id to ask for; text since schema v17).
 
     Keyed by the stream (`<channel type>:<fingerprint of the bot token>`), not the profile:
     another bot under the same profile name has update ids of its own. `generation` counts
@@ -64,7 +68,7 @@ class ChannelStream(Base):
 
     stream = pw.TextField(primary_key=True)
     profile = pw.TextField()
-    cursor = pw.IntegerField()
+    cursor = pw.TextField()
     generation = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
     updated_at = pw.FloatField()
 
@@ -77,8 +81,8 @@ class ChannelChatMove(Base):
     new id; the profile's deliveries and answers follow it until channels.toml names the new id."""
 
     profile = pw.TextField()
-    chat_id = pw.IntegerField()
-    moved_to = pw.IntegerField()
+    chat_id = pw.TextField()
+    moved_to = pw.TextField()
     moved_at = pw.FloatField()
 
     class Meta:

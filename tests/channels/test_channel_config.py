@@ -96,7 +96,7 @@ def test_good_profile_loads_with_its_token(tmp_path: Path) -> None:
     config = load_channels(tmp_path)
     assert config.configured and config.file_error is None and config.errors == {}
     assert config.profiles == {
-        "ops": TelegramProfile("ops", "ops_bot", frozenset({1001}), (2002,), frozenset({"operator"}))
+        "ops": TelegramProfile("ops", "ops_bot", frozenset({"1001"}), ("2002",), frozenset({"operator"}))
     }
     assert config.tokens["ops"].reveal() == TOKEN
     assert config.startable() == ["ops"]
@@ -106,7 +106,7 @@ def test_good_profile_loads_with_its_token(tmp_path: Path) -> None:
 def test_chat_order_is_kept_and_negative_group_ids_are_accepted(tmp_path: Path) -> None:
     write(tmp_path, OPS.replace("[2002]", "[2002, -1001234, 5]"), creds())
     profile = load_channels(tmp_path).profiles["ops"]
-    assert profile.allowed_chat_ids == (2002, -1001234, 5)
+    assert profile.allowed_chat_ids == ("2002", "-1001234", "5")
 
 
 def test_empty_telegram_table_is_configured_and_does_not_read_credentials(tmp_path: Path) -> None:
@@ -134,10 +134,10 @@ def test_routes_by_audience_and_star_routes_everything() -> None:
 
 
 def test_allows_needs_both_user_and_chat() -> None:
-    ops = TelegramProfile("ops", "b", frozenset({1001, 1002}), (2002, -300), frozenset({"*"}))
-    assert ops.allows(1001, 2002) and ops.allows(1002, -300)
-    assert not ops.allows(1001, 9999)  # right user, wrong chat
-    assert not ops.allows(9999, 2002)  # right chat, wrong user
+    ops = TelegramProfile("ops", "b", frozenset({"1001", "1002"}), ("2002", "-300"), frozenset({"*"}))
+    assert ops.allows("1001", "2002") and ops.allows("1002", "-300")
+    assert not ops.allows("1001", "9999")  # right user, wrong chat
+    assert not ops.allows("9999", "2002")  # right chat, wrong user
 
 
 # --- credentials.toml refusals ----------------------------------------------------
@@ -344,7 +344,7 @@ def test_files_are_read_from_the_directory_that_was_checked(tmp_path: Path, monk
     monkeypatch.undo()
     assert swapped, "load_channels did not open the directory itself"
     assert config.file_error is None and config.startable() == ["ops"]
-    assert config.profiles["ops"].allowed_user_ids == frozenset({1001})
+    assert config.profiles["ops"].allowed_user_ids == frozenset({"1001"})
     assert config.tokens["ops"].reveal() == TOKEN
 
 

@@ -55,7 +55,7 @@ def test_a_decision_is_delivered_with_buttons_and_answered_once_by_an_allowed_ta
     assert edited["reply_markup"] is None and "✔ Ship it" in edited["text"] and str(USER) in edited["text"]
     assert fake.answered_callbacks()[1]["text"] == "Recorded: Ship it"
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
-    assert '"channel":"telegram"' in submission["provenance"] and f'"user_id":{USER}' in submission["provenance"]
+    assert '"channel":"telegram"' in submission["provenance"] and f'"user_id":"{USER}"' in submission["provenance"]
     assert '"profile":"ops"' in submission["provenance"]
     # Who tapped, as Telegram names them: `piwf show` prints "telegram user N (UserN, @userN)".
     assert json.loads(submission["provenance"])["name"] == f"User{USER}"
@@ -82,7 +82,7 @@ def test_a_choice_that_needs_text_asks_for_it_and_takes_the_reply(guard, state_d
     fake.reply(chat_id=CHAT, user_id=STRANGER, text="ship it anyway", reply_to_message_id=prompt["message_id"])
     fake.reply(chat_id=CHAT, user_id=USER, text="just chatting")
     # The stream's row is written with its first cursor, so it may not be there yet.
-    wait_for(lambda: any(row["cursor"] > 0 for row in rows(state_dir, "SELECT cursor FROM channel_stream"))
+    wait_for(lambda: any(row["cursor"] > "0" for row in rows(state_dir, "SELECT cursor FROM channel_stream"))
              and not fake.pending_updates(), 10, "the two messages to be read")
     assert status(host, run_id) == "parked"
     fake.reply(chat_id=CHAT, user_id=USER, text="bump the changelog", reply_to_message_id=prompt["message_id"])
@@ -121,7 +121,7 @@ def test_a_clean_restart_neither_resends_nor_resettles_and_polls_from_the_stored
     polls = wait_for(lambda: [c["params"] for c in fake.calls[calls_before:] if c["method"] == "getUpdates"][:2]
                      if len([c for c in fake.calls[calls_before:] if c["method"] == "getUpdates"]) >= 2 else None,
                      15, "two polls from the new host")
-    assert polls[0]["offset"] == cursor  # from the stored cursor, not from 0
+    assert str(polls[0]["offset"]) == cursor  # from the stored cursor, not from 0
     later = [c["method"] for c in fake.calls[calls_before:]]
     assert "sendMessage" not in later and "editMessageText" not in later, later
     assert host.get_run(waiting)["status"] == "parked"

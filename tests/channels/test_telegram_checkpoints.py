@@ -66,7 +66,7 @@ def test_a_checkpoint_is_answered_by_a_reply(guard, state_dir, setup, fake, flow
     assert "✔ Answered: build 1234" in edited["text"] and f"answered in telegram by user {USER}" in edited["text"]
     [submission] = rows(state_dir, "SELECT payload, provenance FROM interactive_submission")
     provenance = json.loads(submission["provenance"])
-    assert provenance["kind"] == "channel" and provenance["user_id"] == USER and provenance["profile"] == "ops"
+    assert provenance["kind"] == "channel" and provenance["user_id"] == str(USER) and provenance["profile"] == "ops"
     assert (provenance["name"], provenance["username"]) == (f"User{USER}", f"user{USER}")
     # At most once: one send for the checkpoint, whatever else happened.
     checkpoint_sends = [c for c in fake.calls_of("sendMessage") if "Which build" in c["text"]]

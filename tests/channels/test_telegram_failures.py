@@ -132,7 +132,7 @@ def test_a_group_that_became_a_supergroup_is_followed(guard, state_dir, setup, f
     fake.tap(chat_id=supergroup, user_id=USER, message_id=message["message_id"], data=buttons(message)["Ship it"])
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "4"}
     moved = channel_status(state_dir)["moved_chats"]
-    assert [(m["chat_id"], m["moved_to"]) for m in moved] == [(group, supergroup)]
+    assert [(m["chat_id"], m["moved_to"]) for m in moved] == [(str(group), str(supergroup))]
     # The person does as told: the new id joins allowed_chat_ids (beside the old one, or in its
     # place). Either way the chat gets the next decision once, and the old ones are not sent again.
     for chats in ((group, supergroup), (supergroup,)):
@@ -187,7 +187,7 @@ def _deliver_and_move_the_cursor(host, setup, fake, state_dir: Path, chatter: in
     for index in range(chatter):
         fake.reply(chat_id=CHAT, user_id=USER, text=f"chatter {index}")
     wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream")
-             and rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] == 1000 + chatter, 15,
+             and rows(state_dir, "SELECT cursor FROM channel_stream")[0]["cursor"] == str(1000 + chatter), 15,
              "the cursor past the chatter")
     # ... and the service was told (the next poll's offset confirms the chatter): what comes after
     # this is new to it.
@@ -213,9 +213,9 @@ def test_update_ids_that_restart_below_the_cursor_are_applied_without_a_hot_loop
                      "three polls after the tap")
     assert all(int(poll["offset"]) == 6 and int(poll["timeout"]) > 0 for poll in polls), polls
     [stream] = rows(state_dir, "SELECT cursor, generation FROM channel_stream")
-    assert (stream["cursor"], stream["generation"]) == (6, 1)
+    assert (stream["cursor"], stream["generation"]) == ("6", 1)
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
-    assert json.loads(submission["provenance"])["update_id"] == 5
+    assert json.loads(submission["provenance"])["update_id"] == "5"
 
 CHECKPOINT_FLOW = '''
 from piwf_actors.workflows import checkpoint, compute, define_workflow, edge
@@ -244,7 +244,7 @@ def _restart_while_the_last_batch_is_unconfirmed(guard, state_dir: Path, setup, 
     [message] = messages_in(fake, CHAT, 1)
     assert held.wait(20), "the poll from past the chatter"
     assert [update["update_id"] for update in fake.pending_updates()] == list(range(1000, 1006))
-    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 1006, "generation": 0}]
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": "1006", "generation": 0}]
     fake.reset_update_ids(5, future_offset="head")
     assert answer(message) == 5
     fake.release_polls()
@@ -252,7 +252,7 @@ def _restart_while_the_last_batch_is_unconfirmed(guard, state_dir: Path, setup, 
 
 
 def _cursor_settles_past(fake: FakeBotApi, state_dir: Path, what: str) -> None:
-    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream") == [{"cursor": 6}], 15,
+    wait_for(lambda: rows(state_dir, "SELECT cursor FROM channel_stream") == [{"cursor": "6"}], 15,
              lambda: f"the cursor past {what} (stream {rows(state_dir, 'SELECT * FROM channel_stream')}, "
                      f"{len(fake.calls_of('getUpdates'))} polls, {len(fake.calls_of('answerCallbackQuery'))} "
                      f"answerCallbackQuery, {len(sent(fake))} sendMessage)")
@@ -293,10 +293,10 @@ def test_a_restart_while_the_last_batch_is_unconfirmed_applies_the_tap_once_and_
     polls = _quiet_after(fake, state_dir)
     assert all(int(poll["offset"]) == 6 for poll in polls), polls
     assert [update["update_id"] for update in fake.pending_updates()] == list(range(1000, 1006))
-    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 6, "generation": 1}]
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": "6", "generation": 1}]
     assert [call["text"] for call in fake.calls_of("answerCallbackQuery")] == ["Recorded: Ship it"]
     [submission] = rows(state_dir, "SELECT provenance FROM interactive_submission")
-    assert json.loads(submission["provenance"])["update_id"] == 5
+    assert json.loads(submission["provenance"])["update_id"] == "5"
     assert len(sent(fake)) == 1  # the delivery; its settlement is an edit
 
 
@@ -316,7 +316,7 @@ def test_a_restart_while_the_last_batch_is_unconfirmed_sends_one_notice_for_a_re
     _quiet_after(fake, state_dir)
     checkpoint, *notices = [call["text"] for call in sent(fake)]
     assert "Which build goes out?" in checkpoint and notices == ["Recorded: your answer"]
-    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": 6, "generation": 1}]
+    assert rows(state_dir, "SELECT cursor, generation FROM channel_stream") == [{"cursor": "6", "generation": 1}]
 
 
 def test_another_bot_under_the_same_profile_reads_its_own_updates(guard, state_dir, setup, fake) -> None:
@@ -337,7 +337,7 @@ def test_another_bot_under_the_same_profile_reads_its_own_updates(guard, state_d
                     data=buttons(message)["Ship it"]) == 1000
     assert host.wait_for_run(run_id, timeout=20)["output"] == {"shipped": "5"}
     streams = {r["stream"]: r["cursor"] for r in rows(state_dir, "SELECT stream, cursor FROM channel_stream")}
-    assert sorted(streams.values()) == [1001, 1006] and all(s.startswith("telegram:") for s in streams)
+    assert sorted(streams.values()) == ["1001", "1006"] and all(s.startswith("telegram:") for s in streams)
     assert not any(SECRET_PART in s or "ANOTHER" in s for s in streams)
 
 

@@ -86,7 +86,7 @@ def test_a_notification_is_sent_once_to_its_audiences_chat_and_stays_in_the_outb
     _polls_later(fake)
     assert [call["text"] for call in sent(fake)] == ["Release 1.2 is out"]
     [effect] = _effects(state_dir)
-    assert (effect["status"], effect["chat_id"], effect["attempt"]) == ("applied", CHAT, 1)
+    assert (effect["status"], effect["chat_id"], effect["attempt"]) == ("applied", str(CHAT), 1)
     # The outbox has it as before, with its audience.
     with Client(state_dir) as client:
         listed = client.request("interaction.list", {"session_id": "sess-1"}).receipt["messages"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from test_store_regressions import Store
 
+from piwf_actors.channels import registry
 from piwf_actors.errors import AdapterReplaced, NotFound, Rejected
 
 DECISION = {"kind": "decision", "audience": "operator", "title": "Ship?", "summary": "", "blocks": [],
@@ -112,8 +115,8 @@ def test_a_chat_that_moved_is_remembered_and_the_next_attempt_is_due_at_once(sto
     effect = _reserve_at(store, request_id, 1000.0)
     settled = _fail_at(store, effect, 1000.0, moved_from=2002, moved_to=-1002002)
     assert settled["retry_at"] == 1000.0
-    assert _start(store, "a1")["moves"] == {"2002": -1002002}
-    assert [(m["chat_id"], m["moved_to"]) for m in _listed(store, "moved_chats")] == [(2002, -1002002)]
+    assert _start(store, "a1")["moves"] == {"2002": "-1002002"}
+    assert [(m["chat_id"], m["moved_to"]) for m in _listed(store, "moved_chats")] == [("2002", "-1002002")]
 
 
 def test_an_unknown_outcome_waits_for_a_person_and_a_retry_sends_a_new_copy(store) -> None:
@@ -219,7 +222,7 @@ def _answer(store: Store, request_id: str, update_id: int, choice: str = "ship",
                                          "response": {"choice": choice}, "user_id": 1001, "chat_id": 2002})
 
 
-def _cursor(store: Store, stream: str = "telegram:bot-a") -> int:
+def _cursor(store: Store, stream: str = "telegram:bot-a") -> str:
     return store.db.execute_sql("SELECT cursor FROM channel_stream WHERE stream = ?", (stream,)).fetchone()[0]
 
 
@@ -227,18 +230,18 @@ def test_an_answer_is_applied_once_per_update_and_the_cursor_only_grows(store) -
     request_id = _decision(store)
     _start(store)
     assert _answer(store, request_id, 1000, "unknown")["status"] == "refused"  # refused, but read
-    assert _cursor(store) == 1001
+    assert _cursor(store) == "1001"
     accepted = _answer(store, request_id, 1001)
     assert accepted["status"] == "accepted" and accepted["choice"] == "ship"
     assert _answer(store, request_id, 1001) == {"status": "seen"}  # redelivered after a crash
     assert _answer(store, request_id, 1002, "stop")["status"] == "refused"  # answered already
-    assert _cursor(store) == 1003
+    assert _cursor(store) == "1003"
     store.call("channel.cursor", {"profile": "ops", "adapter_epoch": "a1", "stream": "telegram:bot-a",
                                   "cursor": 10})
-    assert _cursor(store) == 1003
+    assert _cursor(store) == "1003"
     [(provenance,)] = store.db.execute_sql("SELECT provenance FROM interactive_submission").fetchall()
-    assert json.loads(provenance) == {"kind": "channel", "channel": "telegram", "profile": "ops", "user_id": 1001,
-                                      "chat_id": 2002, "update_id": 1001}
+    assert json.loads(provenance) == {"kind": "channel", "channel": "telegram", "profile": "ops", "user_id": "1001",
+                                      "chat_id": "2002", "update_id": "1001"}
     assert store.run("r1")[0] == "queued"
 
 
@@ -248,20 +251,20 @@ def test_the_cursor_is_kept_per_bot_and_re_based_when_the_ids_restart(store) -> 
     request_id = _decision(store)
     _start(store)
     assert _answer(store, request_id, 5000, "unknown")["status"] == "refused"
-    assert _cursor(store) == 5001
+    assert _cursor(store) == "5001"
     # Another bot under the same profile name counts from its own start.
     assert _answer(store, request_id, 7, "unknown", stream="telegram:bot-b")["status"] == "refused"
-    assert (_cursor(store, "telegram:bot-b"), _cursor(store)) == (8, 5001)
+    assert (_cursor(store, "telegram:bot-b"), _cursor(store)) == ("8", "5001")
     # The first bot's ids restart at 3: re-based (only from where the adapter saw the cursor) …
     rebase = {"profile": "ops", "adapter_epoch": "a1", "stream": "telegram:bot-a", "cursor": 3, "expected": 4000}
     assert store.call("channel.cursor_rebase", rebase)["rebased"] is False
-    assert store.call("channel.cursor_rebase", rebase | {"expected": 5001}) == {"cursor": 3, "generation": 1,
+    assert store.call("channel.cursor_rebase", rebase | {"expected": 5001}) == {"cursor": "3", "generation": 1,
                                                                                  "rebased": True}
     # … and update 3 of the new generation is a new update, although an update 3 may have been seen before.
     accepted = _answer(store, request_id, 3)
     assert accepted["status"] == "accepted"
     assert _answer(store, request_id, 3) == {"status": "seen"}
-    assert _cursor(store) == 4
+    assert _cursor(store) == "4"
 
 
 def test_an_answer_for_an_older_revision_is_refused(store) -> None:
@@ -312,3 +315,55 @@ def test_a_retry_of_a_failed_delivery_whose_decision_closed_is_refused_not_promi
         store.call("channel.recover", {"profile": "ops", "message_id": failed["message_id"], "action": "retry"})
     assert _status(store, failed["effect_id"]) == before
     assert "skip" in _reserve(store, request_id)  # (never attempted again)
+
+
+#: A channel type whose events are named by time and sequence ("<ISO time>/<n>", later ones sorting after):
+#: its cursor is the last event handled, which no integer arithmetic could move.
+EVENT_ORDER_ADAPTER = """
+CHANNEL_TYPE = "roomchat"
+
+
+class EventOrder:
+    start = ""
+
+    def confirms(self, cursor, update_id):
+        return update_id <= cursor
+
+    def past(self, cursor, update_id):
+        return max(cursor, update_id)
+
+    def later(self, cursor, other):
+        return max(cursor, other)
+
+
+UPDATE_ORDER = EventOrder()
+"""
+
+
+@pytest.fixture
+def roomchat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "roomchat_order.py").write_text(EVENT_ORDER_ADAPTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "ADAPTERS", {**registry.ADAPTERS, "roomchat": "roomchat_order"})
+    yield "roomchat"
+    sys.modules.pop("roomchat_order", None)
+
+
+def test_the_store_keeps_a_cursor_it_does_not_read(roomchat, store) -> None:
+    """The stream's cursor is whatever the adapter's order says; the store only keeps it and asks."""
+    started = store.call("channel.adapter_start", {"profile": "team", "adapter_epoch": "e1",
+                                                   "stream": "roomchat:ws", "channel": "roomchat"})
+    assert started["cursor"] is None  # never read: the adapter starts from its order's `start`
+    args = {"profile": "team", "adapter_epoch": "e1", "stream": "roomchat:ws", "channel": "roomchat"}
+    assert store.call("channel.cursor", {**args, "cursor": "2026-12-06T10:00:00Z/7"}) == {
+        "cursor": "2026-12-06T10:00:00Z/7"}
+    # An earlier cursor never moves it back: the adapter's `later` says which is further.
+    assert store.call("channel.cursor", {**args, "cursor": "2026-12-06T09:59:59Z/9"}) == {
+        "cursor": "2026-12-06T10:00:00Z/7"}
+    # An event the cursor confirms was applied before: seen, by the adapter's `confirms`.
+    answer = {**args, "update_id": "2026-12-06T09:00:00Z/1", "request_id": "req_x", "expected_revision": 1,
+              "response": {"choice": "ship"}, "user_id": "U1", "chat_id": "C1"}
+    assert store.call("channel.answer", answer) == {"status": "seen"}
+    # A type no adapter is listed for is refused in one line.
+    with pytest.raises(Rejected, match="no channel adapter for type 'slack'"):
+        store.call("channel.cursor", {**args, "channel": "slack", "cursor": "x"})

@@ -163,7 +163,7 @@ def test_planning_reads_only_the_notifications_that_may_still_need_a_send(store)
     with the day's notifications already sent, nor with those for audiences it does not route. (Seen
     in review: a day of 100,000 notifications, every one sent, took half a second of each second's
     tick to plan nothing.)"""
-    profile = ChannelProfile("ops", "ops_bot", frozenset({1001}), (2002,), frozenset({"operator"}))
+    profile = ChannelProfile("ops", "ops_bot", frozenset({"1001"}), ("2002",), frozenset({"operator"}))
     _call(store, "channel.adapter_start")
     for index in range(30):
         _settle(store, _reserve(store, _notified(store, f"sent-{index}", "operator")), "applied")
@@ -175,5 +175,5 @@ def test_planning_reads_only_the_notifications_that_may_still_need_a_send(store)
         work = next_work(reader, profile, {}, text_limit=4096, now=store.now)
     finally:
         reader.close()
-    assert work is not None and work.reserve == {"purpose": "notification", "request_id": waiting, "chat_id": 2002}
+    assert work is not None and work.reserve == {"purpose": "notification", "request_id": waiting, "chat_id": "2002"}
     assert reader.rows <= 3, reader.rows

@@ -10,7 +10,7 @@ from piwf_actors.actors.channel_plan import next_work
 from piwf_actors.channels.config import ChannelProfile
 from piwf_actors.store.reader import StoreReader
 
-PROFILE = ChannelProfile("ops", "ops_bot", frozenset({1001}), (2002,), frozenset({"operator"}))
+PROFILE = ChannelProfile("ops", "ops_bot", frozenset({"1001"}), ("2002",), frozenset({"operator"}))
 
 
 @pytest.fixture
@@ -48,9 +48,9 @@ def test_a_moved_chat_configured_under_both_ids_gets_one_copy(store) -> None:
     store.call("channel.effect_settle", {"profile": "ops", "adapter_epoch": "a1", "effect_id": effect["effect_id"],
                                          "attempt": 1, "outcome": "applied",
                                          "result": {"chat_id": -1002002, "message_id": 1}})
-    moves = {2002: -1002002}
-    both = ChannelProfile("ops", "ops_bot", frozenset({1001}), (2002, -1002002), frozenset({"operator"}))
-    only_new = ChannelProfile("ops", "ops_bot", frozenset({1001}), (-1002002,), frozenset({"operator"}))
+    moves = {"2002": "-1002002"}
+    both = ChannelProfile("ops", "ops_bot", frozenset({"1001"}), ("2002", "-1002002"), frozenset({"operator"}))
+    only_new = ChannelProfile("ops", "ops_bot", frozenset({"1001"}), ("-1002002",), frozenset({"operator"}))
     assert _work(store, both, moves=moves) is None
     assert _work(store, only_new, moves=moves) is None
     assert _work(store, only_new) is not None  # without the move it is another chat

@@ -23,6 +23,10 @@ An adapter that starts (`channel.adapter_start`) marks what an earlier
 adapter of its profile left `applying` ambiguous (edits: failed, to be made
 again): that adapter died between the attempt and its receipt.
 
+Chat, user and message ids are text, as the channel names them (a number in a
+command's arguments is taken as its decimal text); the store compares them
+for equality only.
+
 A notification (`notify(…, audience=…)`, purpose `notification`: a plain message, no buttons,
 its request_id the outbox message's id) follows the same rules. It is wanted — sent, and tried
 again after a sure failure — for a day after it was written (`channel_queries.NOTIFICATION_WINDOW_S`),
@@ -42,6 +46,8 @@ import json
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.channels.base import UpdateOrder
+from piwf_actors.channels.registry import update_order
 from piwf_actors.errors import AdapterReplaced, NotFound, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.store import channel_queries
@@ -81,14 +87,25 @@ def stream_of(args: dict[str, Any]) -> str:
     return str(args.get("stream") or f"profile:{args['profile']}")
 
 
-def stream_position(ctx: WriteContext, stream: str) -> tuple[int, int]:
-    """(cursor, generation) of a bot's update stream (`channel_answers.py`); (0, 0) for one never read."""
+def order_of(args: dict[str, Any]) -> UpdateOrder:
+    """The update order of the channel type a command names (`channel`, else the type its stream key
+    starts with: `<type>:<fingerprint>`): the adapter's code, the only reader of its cursors."""
+    channel_type = str(args.get("channel") or str(args.get("stream") or "").partition(":")[0])
+    try:
+        return update_order(channel_type)
+    except LookupError as exc:
+        raise Rejected(f"a channel command for {channel_type or 'no channel type'!r}: {exc.args[0]}") from None
+
+
+def stream_position(ctx: WriteContext, stream: str) -> tuple[str | None, int]:
+    """(cursor, generation) of a bot's update stream (`channel_answers.py`); (None, 0) for one never
+    read (its channel type's `UpdateOrder.start`)."""
     row = ctx.conn.execute("SELECT cursor, generation FROM channel_stream WHERE stream = ?", (stream,)).fetchone()
-    return (0, 0) if row is None else (int(row[0]), int(row[1]))
+    return (None, 0) if row is None else (str(row[0]), int(row[1]))
 
 
-def chat_moves(ctx: WriteContext, profile: str) -> dict[int, int]:
-    return {int(chat): int(moved) for chat, moved in ctx.conn.execute(
+def chat_moves(ctx: WriteContext, profile: str) -> dict[str, str]:
+    return {str(chat): str(moved) for chat, moved in ctx.conn.execute(
         "SELECT chat_id, moved_to FROM channel_chat_move WHERE profile = ?", (profile,)).fetchall()}
 
 
@@ -96,7 +113,8 @@ def chat_moves(ctx: WriteContext, profile: str) -> dict[int, int]:
 def adapter_start(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     """A new adapter takes over `profile` under `adapter_epoch`; what the previous one left
     `applying` becomes `ambiguous` (`args.reason`), an edit becomes due again. Returns
-    {cursor, generation, ambiguous: [message ids], moves: {chat id: moved to}}."""
+    {cursor (None: its stream was never read), generation, ambiguous: [message ids],
+    moves: {chat id: moved to}}."""
     profile, reason = args["profile"], args.get("reason") or ADAPTER_EXITED
     ctx.conn.execute(
         """INSERT INTO channel_adapter (profile, adapter_epoch, host_epoch, started_at) VALUES (?, ?, ?, ?)
@@ -115,7 +133,7 @@ def adapter_start(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         ctx.changes.touch("channel_effect")
     cursor, generation = stream_position(ctx, stream_of(args))
     return {"cursor": cursor, "generation": generation, "ambiguous": [message_id(e, a) for e, a in left],
-            "moves": {str(chat): moved for chat, moved in chat_moves(ctx, profile).items()}}
+            "moves": chat_moves(ctx, profile)}
 
 
 def _request_state(ctx: WriteContext, request_id: str) -> tuple[str, str] | None:
@@ -138,8 +156,8 @@ def _effect(ctx: WriteContext, where: str, params: tuple[Any, ...]) -> dict[str,
     return effect
 
 
-def _key(profile: str, purpose: str, request_id: str, chat_id: int, extra: str | None) -> str:
-    return "|".join([profile, purpose, request_id, str(chat_id), *([extra] if extra else [])])
+def _key(profile: str, purpose: str, request_id: str, chat_id: str, extra: str | None) -> str:
+    return "|".join([profile, purpose, request_id, chat_id, *([extra] if extra else [])])
 
 
 def _copy_extra(copy: int) -> str | None:
@@ -167,7 +185,7 @@ def _reservable(ctx: WriteContext, args: dict[str, Any], purpose: str, request_i
     if purpose in ("delivery", "input_prompt") and not open_:
         return "the decision is no longer open"
     if purpose == "delivery" and int(args.get("copy") or 0) > 0:
-        before = _effect(ctx, "effect_key = ?", (_key(args["profile"], "delivery", request_id, int(args["chat_id"]),
+        before = _effect(ctx, "effect_key = ?", (_key(args["profile"], "delivery", request_id, str(args["chat_id"]),
                                                       _copy_extra(int(args["copy"]) - 1)),))
         if before is None or before["status"] != "replaced":
             return "the earlier copy was not replaced"
@@ -189,7 +207,7 @@ def effect_reserve(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     ahead, or {skip: reason} when the effect is done, ambiguous (waiting for a person), not due yet
     after a failure, or no longer wanted.
     """
-    profile, purpose, request_id, chat_id = args["profile"], args["purpose"], args["request_id"], int(args["chat_id"])
+    profile, purpose, request_id, chat_id = args["profile"], args["purpose"], args["request_id"], str(args["chat_id"])
     require_adapter(ctx, profile, args["adapter_epoch"])
     if purpose not in PURPOSES:
         raise Rejected(f"unknown channel effect purpose {purpose!r}")
@@ -256,7 +274,7 @@ def effect_settle(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     if status == "failed":
         moved_to = args.get("moved_to")
         if moved_to is not None and args.get("moved_from") is not None:
-            _record_move(ctx, profile, int(args["moved_from"]), int(moved_to))
+            _record_move(ctx, profile, str(args["moved_from"]), str(moved_to))
             retry_at = ctx.now
         elif effect["purpose"] != "input_prompt":  # a prompt is asked again when the person taps again
             retry_at = ctx.now + retry_delay(effect["attempt"], args.get("retry_after"))
@@ -281,7 +299,7 @@ def _presenting(ctx: WriteContext, request_id: str) -> None:
         ctx.changes.touch("interactive_request")
 
 
-def _record_move(ctx: WriteContext, profile: str, chat_id: int, moved_to: int) -> None:
+def _record_move(ctx: WriteContext, profile: str, chat_id: str, moved_to: str) -> None:
     ctx.conn.execute(
         """INSERT INTO channel_chat_move (profile, chat_id, moved_to, moved_at) VALUES (?, ?, ?, ?)
            ON CONFLICT (profile, chat_id) DO UPDATE SET moved_to = excluded.moved_to, moved_at = excluded.moved_at""",
@@ -296,7 +314,7 @@ def record_found(ctx: WriteContext, profile: str, found: dict[str, Any]) -> bool
     effect = _effect(ctx, "effect_id = ? AND profile = ? AND purpose = 'delivery'", (found["effect_id"], profile))
     if effect is None or effect["result"] is not None or effect["status"] not in ("ambiguous", "applied", "replaced"):
         return False
-    reference = {"chat_id": int(found["chat_id"]), "message_id": int(found["message_id"])}
+    reference = {"chat_id": str(found["chat_id"]), "message_id": str(found["message_id"])}
     status = "applied" if effect["status"] == "ambiguous" else effect["status"]
     ctx.conn.execute("UPDATE channel_effect SET status = ?, result = ?, error = ?, updated_at = ?, "
                      "settled_at = coalesce(settled_at, ?) WHERE effect_id = ?",

@@ -185,6 +185,13 @@ class Engine(abc.ABC):
     def column_names(self, conn: Any, table: str) -> set[str]:
         """The columns `table` has now (migrations add what is missing)."""
 
+    @abc.abstractmethod
+    def retype_to_text(self, db: Any, model: Any, columns: tuple[str, ...]) -> None:
+        """Make `columns` of `model`'s table the text columns the model now declares, keeping every row
+        and every value as its text (an integer its decimal digits). Nothing for a column that is
+        text already (a database created from the current models). In the caller's transaction,
+        with `model` bound to `db`."""
+
     def shard_run_counts(self, conn: Any) -> None:
         """Where writers run at once (`concurrent_writers`), give `run_count` a row per writer so that
         their transactions do not all update the same rows. Nothing where they take turns."""

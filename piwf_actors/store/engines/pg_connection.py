@@ -159,8 +159,8 @@ def open_session(raw: psycopg.Connection[Any], *, read_only: bool, lock_timeout_
 class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
     """peewee's PostgreSQL database with `?` placeholders and the store's column types.
 
-    Column types (what `schema.py`'s fields become): integers BIGINT (pids, Telegram chat ids and
-    sizes outgrow 32 bits), times DOUBLE PRECISION (seconds since the epoch, as on SQLite), text
+    Column types (what `schema.py`'s fields become): integers BIGINT (pids and sizes outgrow 32
+    bits), times DOUBLE PRECISION (seconds since the epoch, as on SQLite), text
     `COLLATE "C"` (byte order, the order SQLite's BINARY collation gives: id prefixes and ordering
     agree on both engines whatever the database's locale), blobs BYTEA, flags INTEGER 0/1.
     """

@@ -124,6 +124,17 @@ class PostgresqlEngine(Engine):
             "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
             "AND table_name = ?", (table,)).fetchall()}
 
+    def retype_to_text(self, db: Any, model: Any, columns: tuple[str, ...]) -> None:
+        """ALTER COLUMN … TYPE in place (indexes and keys follow); a value becomes its text (`::text`)."""
+        conn, table = db.connection(), model._meta.table_name
+        types = dict(conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = ?", (table,)).fetchall())
+        text_type = db.field_types["TEXT"]  # as the models' text columns are made (its collation too)
+        for column in columns:
+            if types.get(column) != "text":
+                conn.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {text_type} USING "{column}"::text')
+
     def shard_run_counts(self, conn: Any) -> None:
         from piwf_actors.store.engines import pg_schema
 

@@ -83,6 +83,29 @@ class SqliteEngine(Engine):
     def column_names(self, conn: Any, table: str) -> set[str]:
         return {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
 
+    def retype_to_text(self, db: Any, model: Any, columns: tuple[str, ...]) -> None:
+        """SQLite cannot change a column's type, and a value written as text into an INTEGER column
+        is stored as an integer again: the table is made anew from the model, as SQLite's documents
+        say (rename, create, copy, drop), with the indexes it had (their SQL read before the rename)."""
+        table = model._meta.table_name
+        declared = {row[1]: str(row[2]).upper() for row in db.execute_sql(f'PRAGMA table_info("{table}")')}
+        if all(declared.get(column) == "TEXT" for column in columns):
+            return
+        indexes = [(name, sql) for name, sql in db.execute_sql(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", (table,))]
+        old = f"{table}_before_text"
+        db.execute_sql(f'ALTER TABLE "{table}" RENAME TO "{old}"')
+        for name, _sql in indexes:
+            db.execute_sql(f'DROP INDEX "{name}"')
+        db.execute(model._schema._create_table(safe=False))
+        names = [field.column_name for field in model._meta.sorted_fields]
+        copied = ", ".join(f'CAST("{name}" AS TEXT)' if name in columns else f'"{name}"' for name in names)
+        listed = ", ".join(f'"{name}"' for name in names)
+        db.execute_sql(f'INSERT INTO "{table}" ({listed}) SELECT {copied} FROM "{old}"')
+        db.execute_sql(f'DROP TABLE "{old}"')
+        for _name, sql in indexes:
+            db.execute_sql(sql)
+
     # --- how its driver fails ------------------------------------------------------------------------
 
     @property

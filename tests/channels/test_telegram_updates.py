@@ -1,25 +1,26 @@
-"""How a channel adapter reads a batch of updates (actors/channel_batch.py): in the service's order,
-passing over what it handled before and the service serves again, re-basing where the ids restart."""
+"""How a channel adapter reads a batch of Telegram updates (channels/telegram_updates.py): in the service's
+order, passing over what it handled before and the service serves again, re-basing where the ids restart."""
 
 from __future__ import annotations
 
-from piwf_actors.actors.channel_batch import Restart, Served
-from piwf_actors.channels.base import Other
+from piwf_actors.channels.base import Other, Restart
+from piwf_actors.channels.telegram_updates import Served
 
 OLD = list(range(1000, 1006))
 
 
 def read(served: Served, ids: list[int], cursor: int) -> list[int | str]:
-    """The work of a batch of these ids: an update as its id, a re-base as "restart N"."""
-    return [f"restart {item.update_id}" if isinstance(item, Restart) else item.update_id
-            for item in served.read([Other(update_id) for update_id in ids], cursor)]
+    """The work of a batch of these ids: an update as its id, a re-base as "restart N" (the ids are
+    Telegram's integers; the seam carries them, and the cursor, as their decimal text)."""
+    return [f"restart {item.cursor}" if isinstance(item, Restart) else int(item.update_id)
+            for item in served.read([Other(str(update_id)) for update_id in ids], str(cursor))]
 
 
 def handle(served: Served, work: list[int | str]) -> None:
     """What the adapter does with a batch's work: it handles (or passes over) every update."""
     for item in work:
         if isinstance(item, int):
-            served.handled(item)
+            served.handled(str(item))
 
 
 def test_updates_above_the_cursor_are_read_as_they_came() -> None:
