@@ -2,8 +2,9 @@
 
 The adapters are listed by name in `ADAPTERS`, as dramatiq lists its
 middleware: a reader finds every adapter here, and adding one is its module
-(`CHANNEL_TYPE`, `options(settings)` and `open_channel(profile, token,
-options)`, see docs/channels.md) plus one line in this table. What a host
+(`CHANNEL_TYPE`, `PROFILE_SECTION`, `UPDATE_ORDER`, `options(settings)` and
+`open_channel(profile, token, options)`, see docs/channels.md) plus one line
+in this table. What a host
 tells an adapter (`HostConfig.channel_options[<type>]`, e.g. Telegram's
 `api_base`) is a plain mapping the adapter turns into its own options
 (`adapter_options`), so neither the host nor its config names an adapter's

@@ -13,7 +13,15 @@ import pytest
 
 import piwf_actors.channels
 import piwf_actors.testing
-from piwf_actors.channels.registry import ADAPTERS, adapter_options, channel_module, known_channel_types
+from piwf_actors.channels.base import ProfileSection
+from piwf_actors.channels.registry import (
+    ADAPTERS,
+    adapter_options,
+    channel_module,
+    known_channel_types,
+    profile_section,
+    update_order,
+)
 from piwf_actors.channels.telegram import TelegramOptions
 from piwf_actors.config import HostConfig
 
@@ -42,6 +50,10 @@ def test_each_listed_adapter_imports_and_has_the_adapter_contract(channel_type: 
     assert module.__name__ == ADAPTERS[channel_type]
     assert channel_type == module.CHANNEL_TYPE
     assert callable(module.open_channel)
+    # What the adapter brings besides its I/O: its section of channels.toml, its cursor's order, its options.
+    assert isinstance(module.PROFILE_SECTION, ProfileSection) and module.PROFILE_SECTION is profile_section(channel_type)
+    assert isinstance(module.UPDATE_ORDER.start, str) and module.UPDATE_ORDER is update_order(channel_type)
+    assert callable(module.options)
 
 
 def test_the_shipped_test_doubles_are_not_adapters() -> None:
