@@ -69,9 +69,9 @@ from common import WORKFLOW_SOURCE, closing_line, pct  # noqa: E402  (bench/ is 
 
 from piwf_actors import HostConfig, start_host  # noqa: E402
 from piwf_actors.client.connection import Client, HostNotRunning  # noqa: E402
-from piwf_actors.messages.limits import Limits  # noqa: E402
 from piwf_actors.protocol.socket_loop import SocketLoop  # noqa: E402
 from piwf_actors.protocol.watches import LIST_INTERVAL_S  # noqa: E402
+from piwf_actors.wire.limits import Limits  # noqa: E402
 
 PIWF_HOST = REPO / "bin" / "piwf-host"
 SCHEMA = "piwf.client.v1"

@@ -121,14 +121,14 @@ from common import pct  # noqa: E402
 
 from piwf_actors.client import Client  # noqa: E402
 from piwf_actors.errors import PiwfError  # noqa: E402
-from piwf_actors.messages import recv_frame, send_frame  # noqa: E402
+from piwf_actors.wire import recv_frame, send_frame  # noqa: E402
 
 TAG_VAR = "PIWF_SOAK_TAG"
 TERMINAL = ("done", "failed", "cancelled")
 OPEN = ("queued", "starting", "running", "parked")
 PERSON = "soak-person"
 KINDS = ("host", "worker", "runner")
-WORKER_MARK = "piwf_actors.runner.worker"
+WORKER_MARK = "piwf_actors.worker.main"
 #: Mutations whose resends and answers the report counts.
 COUNTED = ("run.start", "effect.resolve", "run.resume", "message.send")
 #: How long the person waits for a process that could still act for an ambiguous attempt.

@@ -7,20 +7,20 @@ SQLite connections, as the scheduler's do. Prints median and p90 over
 `--starts` starts (default 20) for:
 
   fork          multiprocessing "fork" context; the child imports
-                piwf_actors.runner.worker and says hello over a Pipe. Twice:
+                piwf_actors.worker.main and says hello over a Pipe. Twice:
                 first with the worker module not yet imported in the parent
                 (the host does not import it), then with it imported (what
                 a fork-based pool would do). UNSAFE in the host (copies held
                 locks and the SQLite connections); for reference only.
   forkserver    "forkserver" context preloading __main__ and
-                piwf_actors.runner.worker; "cold" includes starting the fork
+                piwf_actors.worker.main; "cold" includes starting the fork
                 server (it is stopped between cold samples through the private
                 `multiprocessing.forkserver._forkserver._stop()`), "warm"
                 reuses it.
   spawn         "spawn" context: a fresh interpreter unpickles the target and
-                imports piwf_actors.runner.worker.
+                imports piwf_actors.worker.main.
   subprocess    `WorkerProcess.spawn()` itself (Popen of
-                `python -m piwf_actors.runner.worker --fd N` over a socketpair,
+                `python -m piwf_actors.worker.main --fd N` over a socketpair,
                 what the scheduler does), until its "hello" frame arrives.
   echo child    the same Popen + socketpair with a tiny `python -c` child that
                 imports only the frame codec: interpreter start-up without the
@@ -67,7 +67,7 @@ READY_TIMEOUT_S = 30.0
 
 ECHO_CHILD = """
 import socket, sys
-from piwf_actors.messages import recv_frame, send_frame
+from piwf_actors.wire import recv_frame, send_frame
 sock = socket.socket(fileno=int(sys.argv[1]))
 send_frame(sock, {"kind": "hello"})
 while True:
@@ -83,7 +83,7 @@ while True:
 
 def mp_worker_child(conn: multiprocessing.connection.Connection) -> None:
     """Child target: load what a worker loads, say hello, wait to be told to exit."""
-    import piwf_actors.runner.worker  # noqa: F401
+    import piwf_actors.worker.main  # noqa: F401
 
     conn.send("hello")
     conn.recv()
@@ -117,8 +117,8 @@ def start_mp(ctx: Any) -> float:
 
 def start_worker_process() -> tuple[float, float]:
     """WorkerProcess.spawn() as the scheduler calls it; returns (spawn() returned, hello arrived)."""
-    from piwf_actors.messages import recv_frame
-    from piwf_actors.runner.process import WorkerProcess
+    from piwf_actors.wire import recv_frame
+    from piwf_actors.worker.process import WorkerProcess
 
     started = time.perf_counter()
     worker = WorkerProcess.spawn()
@@ -150,7 +150,7 @@ def spawn_echo() -> tuple[subprocess.Popen[bytes], socket.socket]:
 
 
 def stop_echo(process: subprocess.Popen[bytes], sock: socket.socket) -> None:
-    from piwf_actors.messages import send_frame
+    from piwf_actors.wire import send_frame
 
     with contextlib.suppress(OSError):
         send_frame(sock, {"kind": "shutdown"})
@@ -163,7 +163,7 @@ def stop_echo(process: subprocess.Popen[bytes], sock: socket.socket) -> None:
 
 
 def start_echo() -> float:
-    from piwf_actors.messages import recv_frame
+    from piwf_actors.wire import recv_frame
 
     started = time.perf_counter()
     process, sock = spawn_echo()
@@ -180,7 +180,7 @@ def start_echo() -> float:
 
 def warm_round_trips(count: int) -> list[float]:
     """Round trips of a small frame to one already-running echo child."""
-    from piwf_actors.messages import recv_frame, send_frame
+    from piwf_actors.wire import recv_frame, send_frame
 
     process, sock = spawn_echo()
     try:
@@ -236,7 +236,7 @@ def use_cached_bytecode(prefix: Path) -> str:
     os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
     sys.dont_write_bytecode = False
     sys.pycache_prefix = str(prefix)
-    subprocess.run([sys.executable, "-c", "import piwf_actors.runner.worker, multiprocessing.forkserver"],
+    subprocess.run([sys.executable, "-c", "import piwf_actors.worker.main, multiprocessing.forkserver"],
                    check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     return f"cached under {prefix} (PYTHONPYCACHEPREFIX), warmed before timing"
 
@@ -270,12 +270,12 @@ def main() -> None:
 
         fork = multiprocessing.get_context("fork")
         measure("fork (UNSAFE), child imports", lambda: start_mp(fork), args.starts)
-        import piwf_actors.runner.worker  # noqa: F401
+        import piwf_actors.worker.main  # noqa: F401
 
         measure("fork (UNSAFE), parent preloaded", lambda: start_mp(fork), args.starts)
 
         forkserver = multiprocessing.get_context("forkserver")
-        forkserver.set_forkserver_preload(["__main__", "piwf_actors.runner.worker"])
+        forkserver.set_forkserver_preload(["__main__", "piwf_actors.worker.main"])
         from multiprocessing import forkserver as forkserver_module
 
         stop_forkserver = getattr(forkserver_module._forkserver, "_stop")  # noqa: B009 (private, 3.8+)

@@ -65,12 +65,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from piwf_actors.actors.writer import GATHER_MAX_S, GATHER_QUIET_S, start_writer  # noqa: E402
 from piwf_actors.actors.writer_handle import Waiter  # noqa: E402
-from piwf_actors.messages import encode_frame, recv_frame  # noqa: E402
 from piwf_actors.store.batch import apply_batch  # noqa: E402
 from piwf_actors.store.commands.registry import WriteContext, command  # noqa: E402
 from piwf_actors.store.database import StoreOptions, connect, open_store  # noqa: E402
 from piwf_actors.store.events import append_event  # noqa: E402
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult  # noqa: E402
+from piwf_actors.wire import encode_frame, recv_frame  # noqa: E402
 
 MAX_BATCH = 1000
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from piwf_actors.channels.registry import adapter_options
 from piwf_actors.clock import TimerClock
-from piwf_actors.messages.limits import Limits
+from piwf_actors.wire.limits import Limits
 from piwf_actors.workflows.user_code import UserCodeLimits
 
 

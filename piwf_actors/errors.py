@@ -284,7 +284,7 @@ class WorkflowDefinitionError(WorkflowError):
 
 class NodeKindError(WorkflowError):
     """A node kind the package cannot use: one registered twice or without its parts
-    (workflows/kinds/), or one the worker has no executor for (runner/executors/). A mistake in the
+    (workflows/kinds/), or one the worker has no executor for (worker/executors/). A mistake in the
     package itself, raised when the registry or the executor table is built, at import."""
 
     code = "node_kind_error"

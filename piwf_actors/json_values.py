@@ -7,7 +7,7 @@ JSON — text, finite numbers, true/false, null, lists, maps with text keys — 
 `MAX_VALUE_DEPTH` lists and maps deep: a frame holds at most 32 (docs/protocol.md §1), and the
 deepest envelope a value travels in (a watch event of a run view, a worker's launch) takes fewer than
 the 12 left. The client door checks every value field with `json_value_problem`
-(protocol/payloads.py), the worker checks what a node returns or sends (runner/output_check.py), the
+(protocol/payloads.py), the worker checks what a node returns or sends (worker/output_check.py), the
 writer what it gathers from child runs (store/commands/child_runs.py).
 
 A leaf: imports nothing of the package.

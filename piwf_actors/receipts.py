@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from piwf_actors.wire_records import (
+from piwf_actors.wire.records import (
     Outcome,
     WireReadable,
     bool_field,

@@ -35,7 +35,7 @@ from piwf_actors.receipts import (  # re-exported: the receipts of writes live i
     MessageReceipt,
     RunReceipt,
 )
-from piwf_actors.wire_records import (
+from piwf_actors.wire.records import (
     WireReadable,
     as_map,
     bool_field,

@@ -23,10 +23,10 @@ import piwf_actors
 PACKAGE = Path(piwf_actors.__file__).parent
 
 #: Packages below actors/: they must not import piwf_actors.actors.
-BELOW = ("protocol", "store", "runner", "client", "workflows", "messages", "resources", "channels", "tracing")
+BELOW = ("protocol", "store", "worker", "client", "workflows", "wire", "resources", "channels", "tracing")
 #: Top-level modules below actors/ (leaves and plain data).
 LOOSE_BELOW = ("metrics", "config", "errors", "paths", "ids", "canonical", "statuses", "logs", "results", "board",
-               "run_notices", "wire_records", "actor_refs")
+               "run_notices", "actor_refs")
 
 
 def _module_name(path: Path, package: Path) -> str:

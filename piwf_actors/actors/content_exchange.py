@@ -1,4 +1,4 @@
-"""The host's end of content transfer for one launch (see `messages/content.py`).
+"""The host's end of content transfer for one launch (see `wire/content.py`).
 
 Owned by a launch's `LaunchLink` (worker_link.py says which thread uses which side). It
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from piwf_actors.messages import pack
-from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut, whole_frame
-from piwf_actors.messages.frames import frame_of_body
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.wire import pack
+from piwf_actors.wire.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, ContentUpload, cut, whole_frame
+from piwf_actors.wire.frames import frame_of_body
 
 
 class ContentExchange:

@@ -65,7 +65,6 @@ from piwf_actors.actors.writer import Subscribe, Subscribed, Unsubscribe, Writer
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.clock import TimerClock
 from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
-from piwf_actors.messages.limits import Limits
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.catalog import OPERATIONS, channels, interactions, runs
 from piwf_actors.protocol.catalog.registry import BuildEnv, GatewayServices, OperationContext, Verdict
@@ -78,6 +77,7 @@ from piwf_actors.protocol.uploads import ClientUploads
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.wire.limits import Limits
 from piwf_actors.workflows.resolver import WorkflowResolver
 
 log = logging.getLogger(__name__)

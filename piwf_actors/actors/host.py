@@ -56,11 +56,11 @@ from piwf_actors.channels.config import default_config_dir
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
 from piwf_actors.paths import StatePaths, ensure_private_dir
-from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.tracing.ids import TRACE_CONTEXT_ENV
+from piwf_actors.worker.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.user_code import UserCode
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from piwf_actors.errors import HostAlreadyRunning, UnsafePath
-from piwf_actors.runner.termination import process_start_identity as process_create_time
+from piwf_actors.worker.termination import process_start_identity as process_create_time
 
 
 def process_start_identity(pid: int) -> str:

@@ -55,8 +55,8 @@ from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.canonical import token_hash
 from piwf_actors.errors import RunnerLeaseLost
-from piwf_actors.runner.termination import machine_identity
 from piwf_actors.store.requests import WriteResult
+from piwf_actors.worker.termination import machine_identity
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ executes, one launch after another: it sends the worker a launch, and each
 launch's `LaunchLink` (worker_link.py) takes the worker's requests to the
 writer as `worker.message` commands and answers the worker only after the
 writer committed (or refused) each, in the order the requests came (pure
-results arrive pipelined; see runner/engine.py). When the worker ends a
+results arrive pipelined; see worker/engine.py). When the worker ends a
 launch, dies, or must be stopped (cancel, claim lost, timeout, host
 stopping) it reports the exit to the writer (`runner.exit`, which settles an
 interrupted run) unless the launch's last transition already ended it, and
@@ -25,7 +25,7 @@ the launch's exit, and the scheduler starts a new supervisor for the slot
 (one-for-one). A launch it cannot even start is reported as an exit too, so
 no run stays `starting`.
 
-Frames stay bounded (`messages/content.py`): large launch values go as
+Frames stay bounded (`wire/content.py`): large launch values go as
 content references the worker reads with `content.read` (answered here,
 from the blob table or from values this supervisor cut out of a frame), and
 content the worker sends ahead of a request is put back before the request
@@ -101,9 +101,9 @@ from piwf_actors.actors.worker_link import COMMANDS, Launch, LaunchClaimLost, La
 from piwf_actors.actors.worker_sockets import WorkerSockets
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.runner.process import WorkerProcess
-from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.worker.process import WorkerProcess
+from piwf_actors.worker.termination import is_same_process, machine_identity, terminate_tree
 
 __all__ = ["HoldRun", "Launch", "RunnerFinished", "RunnerSupervisor", "SlotReady", "StopRunner", "WatchdogTick",
            "WorkerInfo", "describe_exit"]

@@ -35,10 +35,10 @@ from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section
 from piwf_actors.paths import DatabaseLocation
-from piwf_actors.runner.termination import is_same_process, machine_identity, terminate_tree
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand, WriteResult
+from piwf_actors.worker.termination import is_same_process, machine_identity, terminate_tree
 
 log = logging.getLogger(__name__)
 

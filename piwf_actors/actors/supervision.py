@@ -65,7 +65,7 @@ from piwf_actors.actors.supervision_records import (
 from piwf_actors.actors.worker_link import Launch, LaunchClaimLost, LinkBroken
 from piwf_actors.store.requests import WriteResult
 
-#: A worker that exits with this status found its claim lost (runner/worker.py).
+#: A worker that exits with this status found its claim lost (worker/main.py).
 CLAIM_LOST_EXIT = 3
 
 

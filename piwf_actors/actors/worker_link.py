@@ -1,7 +1,7 @@
 """`LaunchLink`: one launch's hot path, from the worker's socket to the writer and back.
 
 Every transition a worker reports is a request the writer must commit before
-the worker hears its answer (runner/supervisor_link.py). The requests of a
+the worker hears its answer (worker/supervisor_link.py). The requests of a
 launch go from the socket thread (`WorkerSockets`) straight into the
 writer's queue, and the writer's answers go from its thread straight back to
 the worker's socket: a node costs no actor message at all, where passing
@@ -73,7 +73,7 @@ class Launch:
     revision: int
     envelope: dict[str, Any]  # workflow, path, attr, digest, project path, source bytes, state
     worker_pid: int | None = None  # the worker recorded with the claim (None: attach after spawning)
-    #: "run", or "reconcile": a resource manager's reconcile (runner/reconcile.py), whose `run_id` is its
+    #: "run", or "reconcile": a resource manager's reconcile (worker/reconcile.py), whose `run_id` is its
     #: launch id, `generation` its claim generation, and `fence` the resource it claimed ({manager, key}).
     kind: str = "run"
     fence: dict[str, Any] | None = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piwf_actors.errors import DecodeError
-from piwf_actors.messages.frames import FrameDecoder
+from piwf_actors.wire.frames import FrameDecoder
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ same key: a mutation that did happen is then answered `adopted`, never
 applied twice.
 
 A request of any size: one that would pack to more than the content budget
-(`messages/content.py`, about 1 MiB) goes with its large values cut out of
+(`wire/content.py`, about 1 MiB) goes with its large values cut out of
 its payload; each is sent first, in chunks, with `content.upload`, and the
 request names them in its `refs` (docs/protocol.md, section 8). Uploads
 belong to a connection, so after a reconnect they are sent again.
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from piwf_actors.errors import DecodeError, PiwfError
-from piwf_actors.messages import pack, recv_frame, send_frame
-from piwf_actors.messages.content import FRAME_BUDGET, ContentRef, chunks, cut
 from piwf_actors.paths import StatePaths
+from piwf_actors.wire import pack, recv_frame, send_frame
+from piwf_actors.wire.content import FRAME_BUDGET, ContentRef, chunks, cut
 
 SCHEMA = "piwf.client.v1"
 

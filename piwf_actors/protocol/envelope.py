@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors import __version__
-from piwf_actors.messages import pack
+from piwf_actors.wire import pack
 
 SCHEMA = "piwf.client.v1"
 VERSION = __version__  # the implementation's version, told in `hello`

@@ -34,11 +34,11 @@ from typing import Any
 
 import msgpack
 
-from piwf_actors.messages import pack
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_STATUSES
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
+from piwf_actors.wire import pack
 
 #: How many of the newest runs the window holds: the `runs` watch shows 50, run.list 100 by default.
 CAPACITY = 200

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from piwf_actors.errors import DecodeError, EncodeError, HostError, UnsafePath
-from piwf_actors.messages import FrameDecoder, encode_frame
-from piwf_actors.messages.frames import frame_of_body
-from piwf_actors.messages.limits import Limits
 from piwf_actors.protocol.envelope import SCHEMA, event_body
+from piwf_actors.wire import FrameDecoder, encode_frame
+from piwf_actors.wire.frames import frame_of_body
+from piwf_actors.wire.limits import Limits
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A client frame is at most `max_frame_bytes`, but a run's input, a message or an answer may be any
 size. The bundled client cuts a request that would pack to more than the content budget the way a
-worker does (`messages/content.py`): each large value goes first, in chunks, as `content.upload`
+worker does (`wire/content.py`): each large value goes first, in chunks, as `content.upload`
 requests, and the request lists the values in its envelope's `refs` (each: its path from the
 request's root, starting with `payload`; its sha256, size and encoding). The gateway puts them back before
 it parses the request, so the operation, its payload check and its idempotency fingerprint see the
@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import DecodeError
-from piwf_actors.messages.codec import MAX_DEPTH
-from piwf_actors.messages.content import ContentUpload
-from piwf_actors.messages.limits import Limits
 from piwf_actors.protocol.envelope import MAX_ID_LEN, BadRequest
+from piwf_actors.wire.codec import MAX_DEPTH
+from piwf_actors.wire.content import ContentUpload
+from piwf_actors.wire.limits import Limits
 
 
 class ClientUploads:

@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from piwf_actors.board import HostBoard, Section
-from piwf_actors.messages import pack
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.wire import pack
 
 #: A list answer (events, interactions) stops adding items past this many packed bytes and
 #: says there is more: no answer depends on how much a run has accumulated.

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from piwf_actors.board import HostBoard
-from piwf_actors.messages import pack
 from piwf_actors.protocol import views
 from piwf_actors.protocol.envelope import event_head
 from piwf_actors.protocol.run_window import RunWindow
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import ChangeNotice
+from piwf_actors.wire import pack
 
 TOPICS = ("runs", "run", "host", "interactions")
 MAX_PER_CONNECTION = 32

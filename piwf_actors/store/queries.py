@@ -6,11 +6,11 @@ import json
 import time
 from typing import Any
 
-from piwf_actors.messages.content import CHUNK_BYTES
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.schedule_queries import run_schedule
+from piwf_actors.wire.content import CHUNK_BYTES
 
 
 def lease_holder(reader: StoreReader) -> tuple[int | None, str | None]:

@@ -29,7 +29,7 @@ class WriteCommand:
     correlation_id: str | None = None
     runner_id: str | None = None
     runner_lease_epoch: int | None = None
-    #: The sender does not wait for this answer (a worker's pipelined result, runner/supervisor_link.py)
+    #: The sender does not wait for this answer (a worker's pipelined result, worker/supervisor_link.py)
     #: and is likely to send more at once: the writer may hold such a batch a moment to take the
     #: next ones into the same commit (DatabaseWriter._gather).
     pipelined: bool = False

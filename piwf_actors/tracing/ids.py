@@ -6,7 +6,7 @@ process that touches it. So no id may be held in memory: every id is a hash
 of a durable id. A run's trace id is derived from its run id (a resumed
 run, whichever host resumes it, continues the same trace); a node attempt's
 span id from its attempt id, which the worker draws before the node runs
-(runner/engine.py), so the worker knows the span its shell command and
+(worker/engine.py), so the worker knows the span its shell command and
 callbacks run under without asking anyone; a wait's span id from its wait id
 or request id. Pure functions, no imports beyond hashlib: the worker uses
 them and never loads opentelemetry.

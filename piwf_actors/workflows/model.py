@@ -97,7 +97,7 @@ class NodeSpec:
     idempotent: bool = True
     mount: str | None = None
     # The shape the node's output must have (frozen, `schema.py`); compute and action nodes take it
-    # (`output=`), and the worker checks it after the node returns (runner/output_check.py).
+    # (`output=`), and the worker checks it after the node returns (worker/output_check.py).
     output_shape: Mapping[str, Any] | None = None
 
 

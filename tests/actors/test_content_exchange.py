@@ -7,8 +7,8 @@ and the frame of such an answer is never cut itself.
 from __future__ import annotations
 
 from piwf_actors.actors.content_exchange import ContentExchange
-from piwf_actors.messages import HEADER_BYTES, unpack
-from piwf_actors.messages.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, decode
+from piwf_actors.wire import HEADER_BYTES, unpack
+from piwf_actors.wire.content import CHUNK_BYTES, FRAME_BUDGET, ContentRef, decode
 
 
 def test_the_host_answers_a_workers_content_read_with_a_full_chunk_never_cut() -> None:

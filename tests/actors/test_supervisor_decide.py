@@ -3,7 +3,7 @@
 No threads, no worker process, no writer: each test feeds events to the pure function, answers the
 effects that answer (a spawn's new worker, a kill's exit status) with the event the actor would send,
 and checks the new state and the effects. The actor around it runs real workers in
-tests/runner/test_worker_between_launches.py and every host test.
+tests/worker/test_worker_between_launches.py and every host test.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import socket
 import threading
 
 from piwf_actors.actors.worker_sockets import WorkerSockets
-from piwf_actors.messages.frames import FrameDecoder, encode_frame
+from piwf_actors.wire.frames import FrameDecoder, encode_frame
 
 
 def _pair(send_buffer: int | None = None) -> tuple[socket.socket, socket.socket]:

@@ -18,7 +18,7 @@ from wf.harness import Oracle, edge_flow
 
 from piwf_actors import HostHandle
 from piwf_actors.client import Client
-from piwf_actors.messages.codec import MAX_FRAME_BYTES, pack
+from piwf_actors.wire.codec import MAX_FRAME_BYTES, pack
 
 guard = harness.guard
 

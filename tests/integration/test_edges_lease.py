@@ -62,7 +62,7 @@ def test_a_host_paused_past_its_lease_commits_nothing_and_starts_no_node(guard, 
     wait_for(lambda: len(oracle.entries()) >= 10, 20, "ten nodes to run")
     for process in script.descendants():
         guard.track(process.pid)
-    workers = [p for p in script.descendants() if "piwf_actors.runner.worker" in " ".join(p.cmdline())]
+    workers = [p for p in script.descendants() if "piwf_actors.worker.main" in " ".join(p.cmdline())]
     assert workers, "the host has no worker"
     os.kill(script.pid, signal.SIGSTOP)
     stopped_at = time.time()
@@ -148,7 +148,7 @@ def test_workers_of_a_host_that_died_exit_quietly(guard, state_dir) -> None:
     script = guard.host_script(state_dir, workflow=edge_flow("chain"), input={"oracle": str(oracle.path)})
     script.value("RUN")
     wait_for(lambda: len(oracle.entries()) >= 5, 20, "five nodes to run")
-    workers = [p for p in script.descendants() if "piwf_actors.runner.worker" in " ".join(p.cmdline())]
+    workers = [p for p in script.descendants() if "piwf_actors.worker.main" in " ".join(p.cmdline())]
     assert workers
     for process in workers:
         guard.track(process.pid)

@@ -43,7 +43,7 @@ from wf.piwf_hosts import max_overlap, oracle_lines, piwf_host, sigkill
 
 from piwf_actors.client import Client
 from piwf_actors.client.connection import HostNotRunning
-from piwf_actors.messages import recv_frame, send_frame
+from piwf_actors.wire import recv_frame, send_frame
 
 guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 

@@ -50,7 +50,7 @@ from wf.harness import (
 from wf.pipelined_flows import CHAIN, LONG, PURE, clean_outputs
 
 from piwf_actors.client import Client
-from piwf_actors.runner.supervisor_link import PIPELINE_WINDOW
+from piwf_actors.worker.supervisor_link import PIPELINE_WINDOW
 
 guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 

@@ -54,7 +54,7 @@ def test_stop_mid_node_requeues_without_parking_and_the_next_host_finishes(guard
 
 
 def test_stop_while_another_runner_hands_back_its_worker_leaves_no_worker(guard, state_dir, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="piwf_actors.runner.termination")
+    caplog.set_level(logging.INFO, logger="piwf_actors.worker.termination")
     oracle = Oracle(state_dir / "oracle")
     gate = state_dir / "gate"
     # A grace period long enough for the other run to finish while the first worker is being killed.

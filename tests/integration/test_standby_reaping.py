@@ -20,7 +20,7 @@ import psutil
 from testsupport import alive, rows, wait_for
 
 from piwf_actors import HostConfig, start_host
-from piwf_actors.runner.termination import machine_identity
+from piwf_actors.worker.termination import machine_identity
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

@@ -30,10 +30,10 @@ from wf.size_host import SIZES, SizeHost, shared_host, size_flow
 
 from piwf_actors.cli.main import main as piwf_main
 from piwf_actors.client import Client
-from piwf_actors.messages import pack, recv_frame, send_frame
-from piwf_actors.messages.content import CHUNK_BYTES, ContentRef, chunks, digest_of, encode
-from piwf_actors.messages.limits import Limits
 from piwf_actors.protocol.envelope import SCHEMA
+from piwf_actors.wire import pack, recv_frame, send_frame
+from piwf_actors.wire.content import CHUNK_BYTES, ContentRef, chunks, digest_of, encode
+from piwf_actors.wire.limits import Limits
 
 #: A limit small enough for a test to reach: what one connection may hold of uploads not yet used.
 UPLOAD_LIMIT = 24 * 1024 * 1024

@@ -30,7 +30,7 @@ import pytest
 from testsupport import HOST_DEFAULTS, POLL_S, live_children, wait_for
 
 from piwf_actors import HostConfig, HostHandle, start_host
-from piwf_actors.messages.limits import Limits
+from piwf_actors.wire.limits import Limits
 
 SCHEMA = "piwf.client.v1"
 OUTCOMES = ("accepted", "adopted", "rejected", "conflict", "notFound", "unavailable", "claimLost")

@@ -33,7 +33,7 @@ import msgpack
 import pytest
 
 from piwf_actors import start_host
-from piwf_actors.messages.limits import Limits
+from piwf_actors.wire.limits import Limits
 
 PLACEHOLDER = "PLACEHOLDER_"  # packs as b"\xac" + 12 bytes
 

@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 from testsupport import BIN_PIWF_HOST, HostScript, host_script_args, wait_for
 
 from piwf_actors.json_values import MAX_VALUE_DEPTH
-from piwf_actors.messages.codec import MAX_DEPTH, MAX_FRAME_BYTES
 from piwf_actors.protocol.catalog import OPERATIONS
+from piwf_actors.wire.codec import MAX_DEPTH, MAX_FRAME_BYTES
 
 VALUES = Path(__file__).resolve().parent / "wf" / "values.py"
 #: Exceptions whose names in an answer mean the host failed on the request, not that it refused it.

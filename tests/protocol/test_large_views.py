@@ -14,7 +14,7 @@ import textwrap
 
 from piwf_actors import HostConfig, start_host
 from piwf_actors.client import Client
-from piwf_actors.messages.limits import Limits
+from piwf_actors.wire.limits import Limits
 
 BIG = textwrap.dedent('''
     from piwf_actors.workflows import compute, define_workflow, edge

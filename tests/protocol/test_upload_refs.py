@@ -12,8 +12,8 @@ import pytest
 from conftest import Bystander, Conn, flow, request_frame
 
 from piwf_actors import HostHandle
-from piwf_actors.messages import pack
-from piwf_actors.messages.content import digest_of
+from piwf_actors.wire import pack
+from piwf_actors.wire.content import digest_of
 
 
 def upload(conn: Conn, data: bytes) -> str:

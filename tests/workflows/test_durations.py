@@ -15,8 +15,8 @@ import pytest
 
 from piwf_actors.clock import TimerClock
 from piwf_actors.errors import WorkflowDefinitionError
-from piwf_actors.runner.executors import WaitRequestError, wait_payload
 from piwf_actors.timefmt import duration, relative
+from piwf_actors.worker.executors import WaitRequestError, wait_payload
 from piwf_actors.workflows import (
     action,
     checkpoint,

@@ -221,7 +221,7 @@ def test_the_key_function_gets_a_copy_and_the_stored_input_is_what_was_sent(reso
 
 
 def test_a_child_runs_key_function_gets_a_copy_too(tmp_path: Path) -> None:
-    from piwf_actors.runner.executors import wait_payload
+    from piwf_actors.worker.executors import wait_payload
     from piwf_actors.workflows import load_snapshot
     from piwf_actors.workflows.context import NodeContext
 

@@ -163,7 +163,7 @@ def _failure(child: dict[str, Any], name: str | None) -> dict[str, Any]:
 def _result(ctx: WriteContext, wait: dict[str, Any]) -> dict[str, Any]:
     """The node's result once every child has ended: an output gathered from the children's outputs
     is one or two levels deeper than they are, so one past what a run holds fails the node, as an
-    output the worker checks would (runner/output_check.py)."""
+    output the worker checks would (worker/output_check.py)."""
     result = _gathered(ctx, wait)
     problem = json_value_problem(result.get("output"), "output") if result["outcome"] == "ok" else None
     if problem is not None:

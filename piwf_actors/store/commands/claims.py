@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import Rejected
-from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.holds import hold_blocked
 from piwf_actors.store.commands.idempotency import Recorded, recorded
@@ -26,6 +25,7 @@ from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import QUEUE_HELD, claim_row, release_claim, run_row, set_status
 from piwf_actors.store.slots import SLOT_COLUMNS, blocked_by, needs_check
+from piwf_actors.wire.content import INLINE_BYTES
 
 _CANDIDATE_COLUMNS = ", ".join(SLOT_COLUMNS)
 
@@ -119,7 +119,7 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
         "definition_digest": run["definition_digest"], "source_sha256": run["source_sha256"],
         "project_path": run["project_path"], "worker_pid": pid, **_source(ctx, run["source_sha256"]),
         # The state ships with the launch, so the worker starts its first node
-        # while its `ready` is being committed (see runner/engine.py).
+        # while its `ready` is being committed (see worker/engine.py).
         "state": launch_state(ctx, run),
     }
 

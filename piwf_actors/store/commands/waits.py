@@ -22,11 +22,11 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
-from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import wake_waiting
 from piwf_actors.store.values import put_value
+from piwf_actors.wire.content import INLINE_BYTES
 
 WAIT_COLUMNS = ("wait_id", "run_id", "node_id", "attempt_id", "kind", "status", "wake_at", "paused_remaining_s",
                 "topic", "detail", "result", "result_sha256", "children_total", "children_open", "created_at",

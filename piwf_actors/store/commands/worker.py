@@ -30,7 +30,6 @@ import msgpack
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import ClaimLost, Conflict, PiwfError, Rejected
 from piwf_actors.ids import new_id
-from piwf_actors.messages.content import INLINE_BYTES
 from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands import children
@@ -41,6 +40,7 @@ from piwf_actors.store.commands.worker_ops import claim_generation, lookup_opera
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import release_claim, set_status
 from piwf_actors.store.values import put_value
+from piwf_actors.wire.content import INLINE_BYTES
 
 #: The recorded answer, the claim and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
@@ -191,7 +191,7 @@ def _latest_outputs(ctx: WriteContext, run_id: str, values: _LaunchValues) -> di
 
 def _attempt_counts(ctx: WriteContext, run_id: str) -> tuple[dict[str, int], dict[str, int], bool]:
     """Attempts per node, those of them that finished (not cut off by a crash: a node's messages are
-    keyed by these, runner/engine.py), and whether the watchdog stopped one (its failure is still to
+    keyed by these, worker/engine.py), and whether the watchdog stopped one (its failure is still to
     be routed)."""
     counts: dict[str, int] = {}
     finished: dict[str, int] = {}

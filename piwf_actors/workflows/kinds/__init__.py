@@ -5,7 +5,7 @@ its checks, its description and how it is drawn, gathered in a `base.NodeKind` r
 Definition code asks this registry instead of testing spec classes one by one: `validation.checked_node`
 runs the kind's checks, `graph.summary` its description, `graph_render` its drawing, `graph_data` and
 `graph` its child workflows, `define_workflow` the cases a switch on its choices must cover. The
-worker finds each kind's executor in its own table (runner/executors/), checked against this list
+worker finds each kind's executor in its own table (worker/executors/), checked against this list
 when it is imported.
 
 Adding a kind (docs/architecture.md, "Adding a node kind"): its module here and one line in `KINDS`,

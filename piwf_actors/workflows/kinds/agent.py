@@ -1,5 +1,5 @@
 """agent: a prompt for an agent session; a client submits structured output, which the worker
-checks against `expected_output` and `validate` (runner/executors/agent.py).
+checks against `expected_output` and `validate` (worker/executors/agent.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ frozen `NodeSpec` subclass whose class attribute `kind` is the kind's name), its
 graph shows; no callback is called), how it is drawn (`Drawing`), and the few facts the definition
 code asks of a kind (the child workflows it starts, whether it takes `output=`, the choices a switch
 on it must cover). `kinds/__init__.py` lists every kind in `KINDS`; the worker's executor table
-(runner/executors/) is checked against that list when it is imported.
+(worker/executors/) is checked against that list when it is imported.
 
 Pure data and functions: nothing here runs a node or touches I/O. A kind's `check` runs in the
 thread that calls `define_workflow` (a host's user-code thread while it loads a workflow file, the

@@ -2,7 +2,7 @@
 
 With an `audience`, the channels that route it deliver the prompt too (docs/channels.md). Its
 `timeout_s` may be computed from the run (a callable of ctx, checked in the worker with
-`checks.checked_seconds`). The worker asks the host for the request (runner/executors/checkpoint.py).
+`checks.checked_seconds`). The worker asks the host for the request (worker/executors/checkpoint.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """compute: a pure function of the node context; its result may be re-computed freely after a crash.
 
 Its output is what `run(ctx)` returns (JSON-like, checked in the worker against `output=` when one
-is given); the worker pipelines it (runner/executors/compute.py).
+is given); the worker pipelines it (worker/executors/compute.py).
 """
 
 from __future__ import annotations

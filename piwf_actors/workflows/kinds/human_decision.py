@@ -3,7 +3,7 @@ text input per choice and an optional deadline with a default response.
 
 Its output is the accepted response `{choice, input?}` (`check_decision_response` says whether one
 fits). A `switch` on `$.choice` from it must have one case per choice (`define_workflow` checks).
-The worker asks the host for the request (runner/executors/human_decision.py).
+The worker asks the host for the request (worker/executors/human_decision.py).
 
 `Choice`, `TextInput` and `DecisionTimeout` stay in `model.py`: their qualified class names are part
 of every stored definition digest that holds a decision (workflows/digest.py), so moving them would

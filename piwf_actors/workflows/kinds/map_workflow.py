@@ -1,6 +1,6 @@
 """map_workflow: one child run of a workflow per item of `items(ctx)`, at most `max_parallel` at
 once; the output is their outputs in item order (`collect`: `{outputs, failed: [...]}`). The worker
-computes the items and asks the host to start the children (runner/executors/children.py).
+computes the items and asks the host to start the children (worker/executors/children.py).
 """
 
 from __future__ import annotations

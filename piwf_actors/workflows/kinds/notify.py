@@ -2,7 +2,7 @@
 channels that route it (at most once each, docs/channels.md). Its output is `{message}`.
 
 Pure: it runs again only when its result was not committed, and only a committed result is
-delivered; the worker pipelines it (runner/executors/notify.py).
+delivered; the worker pipelines it (worker/executors/notify.py).
 """
 
 from __future__ import annotations

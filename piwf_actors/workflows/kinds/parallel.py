@@ -1,5 +1,5 @@
 """parallel: one child run per named workflow, all at once; the output maps each name to its child's
-output. The worker asks the host to start them (runner/executors/children.py).
+output. The worker asks the host to start them (worker/executors/children.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """run_workflow: one child run of a workflow; the node's output is the child's output, and a failed
-or cancelled child fails the node. The worker asks the host to start it (runner/executors/children.py).
+or cancelled child fails the node. The worker asks the host to start it (worker/executors/children.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""shell: a command in its own process group (runner/shell.py runs it); a side effect like action.
+"""shell: a command in its own process group (worker/shell.py runs it); a side effect like action.
 
 Its output is `{stdout, stderr, exit_code, duration_ms}`; a nonzero exit fails the node unless
 `allow_nonzero_exit`.
@@ -18,7 +18,7 @@ from piwf_actors.workflows.model import NodeSpec, freeze
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ShellSpec(NodeSpec):
-    """A command run by `piwf_actors.runner.shell.run_shell`.
+    """A command run by `piwf_actors.worker.shell.run_shell`.
 
     `command`, `cwd` and `env` may be callables of the node context. A string
     command with `shell=False` is split with `shlex.split`; a list command with

@@ -1,6 +1,6 @@
 """sleep: the run parks with a durable wake-up time and no worker; its output is
 `{"slept_until": epoch seconds}`. `seconds=` counts from when the node starts; `until=fn(ctx)` is a
-time (epoch seconds or an aware datetime) computed in the worker (runner/executors/sleep.py).
+time (epoch seconds or an aware datetime) computed in the worker (worker/executors/sleep.py).
 """
 
 from __future__ import annotations

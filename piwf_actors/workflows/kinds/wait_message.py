@@ -1,7 +1,7 @@
 """wait_message: the next message on a topic in the run's mailbox (sent with `message.send`,
 `piwf send`, `ctx.send_message`); its output is the message's payload. After `timeout_s` the node
 outputs `on_timeout` when one is given, else it fails `message_timeout` (routed like any failure).
-The worker asks the host for the wait (runner/executors/wait_message.py).
+The worker asks the host for the wait (worker/executors/wait_message.py).
 """
 
 from __future__ import annotations

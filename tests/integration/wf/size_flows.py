@@ -28,7 +28,7 @@ from piwf_actors.workflows import (
     wait_message,
 )
 
-#: The shell node's output cap (runner/shell.py), as the README documents it.
+#: The shell node's output cap (worker/shell.py), as the README documents it.
 SHELL_CAP = 1024 * 1024
 
 
