@@ -25,7 +25,7 @@ demo: $(STAMP)
 # PostgreSQL cluster. Budget: 10 minutes on a 2-core machine (bench/README.md has the figures).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile --durations=30
 
 # The whole suite with every host on PostgreSQL (a database per state directory).
 test-pg: $(STAMP)

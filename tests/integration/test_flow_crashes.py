@@ -60,15 +60,23 @@ def _status(state_dir: Path, run_id: str) -> str | None:
     return found[0]["status"] if found else None
 
 
-def _wait_settled(state_dir: Path, run_id: str, timeout: float) -> dict[str, Any]:
-    """The run's view once it finished or parked for anything but a wait."""
+def _wait_settled(state_dir: Path, run_id: str, timeout: float, host: Any = None) -> dict[str, Any]:
+    """The run's view once it finished or parked for anything but a wait. On a timeout the message
+    carries the run's waits and, given the serving `host` (a HostScript), its log and exit status."""
+
+    def describe() -> str:
+        waits = rows(state_dir, "SELECT kind, status, wake_at FROM run_wait WHERE run_id = ?", (run_id,))
+        said = f"run {run_id} to settle (is {_status(state_dir, run_id)}; waits {waits}; now {time.time():.3f})"
+        if host is not None:
+            said += f"; host exit status {host.proc.poll()}; its log:\n{host.log()[-6000:]}"
+        return said
 
     def settled() -> bool:
         found = rows(state_dir, "SELECT status, park_reason FROM run WHERE run_id = ?", (run_id,))
         return bool(found) and (found[0]["status"] in FINISHED or
                                 (found[0]["status"] == "parked" and found[0]["park_reason"] != "waiting"))
 
-    wait_for(settled, timeout, lambda: f"run {run_id} to settle (is {_status(state_dir, run_id)})", poll=0.05)
+    wait_for(settled, timeout, describe, poll=0.05)
     with Client(state_dir) as client:
         return client.get(run_id)
 
@@ -228,11 +236,11 @@ def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> Non
         wait_for(lambda: time.time() > wake_at + 0.5, NAP_S + 5, "the wake-up time to pass")
         assert _status(state_dir, run_id) == "parked"
     restarted_at = time.time()
-    piwf_host(guard, state_dir)
+    next_host = piwf_host(guard, state_dir)
     if how == "sigkill-back-early":
         # The scenario: the next host serves (and holds the sleep) before the wake-up.
         assert time.time() < wake_at, f"the next host served only {time.time() - wake_at:.1f} s after the wake-up"
-    view = _wait_settled(state_dir, run_id, timeout=nap_s + 20)
+    view = _wait_settled(state_dir, run_id, timeout=nap_s + 20, host=next_host)
     assert view["status"] == "done", view
 
     after = [line for line in oracle_lines(oracle) if line[0] == "after"]
