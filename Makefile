@@ -31,8 +31,10 @@ test: $(STAMP)
 test-pg: $(STAMP)
 	PIWF_TEST_DATABASE=postgresql $(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
-# Tests marked slow: the three-host lease contention on PostgreSQL (3 s leases that a loaded machine,
-# with the rest of the suite beside them, could expire), run alone. CI runs it after test-pg.
+# Tests marked slow, run alone: the three-host lease contention on PostgreSQL (3 s leases that a loaded
+# machine, with the rest of the suite beside them, could expire), the three-host limit stress and the
+# fan-out of 1,500 children (about a minute each, kept out of make test's 10 minutes). CI runs them
+# after test-pg.
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import BIN, LineReader, environ, short_dir
-from testsupport import kill_group_and_process
+from testsupport import kill_group_and_process, wait_for
 
 from piwf_actors import HostConfig, start_host
 
@@ -64,11 +64,18 @@ def test_a_host_with_projects_counts_the_schedules_of_each_directory(state_dir: 
         (with_two / ".piwf" / "workflows" / "broken.py").write_text("import no_such_module_for_piwf_hsd\n")
         caplog.set_level(logging.INFO, logger="piwf_actors.actors.schedules")
         host = start_host(HostConfig(state_dir=state_dir, max_workers=1, projects=(str(with_two), str(empty))))
-        host.stop()
+        try:
+            # The schedule keeper says what it found after its first scan, on its own thread: a
+            # loaded machine may not have got there when start_host returns.
+            said_lines = wait_for(lambda: [r.getMessage() for r in caplog.records
+                                           if r.getMessage().startswith("schedules: ")],
+                                  20, "the schedule keeper to say what it found")
+        finally:
+            host.stop()
     finally:
         shutil.rmtree(with_two, ignore_errors=True)
         shutil.rmtree(empty, ignore_errors=True)
-    [said] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedules: ")]
+    [said] = said_lines
     assert said == (f"schedules: 2 in {with_two}/.piwf/workflows (daily, hourly; 1 file failed to load, see "
                     f"piwf schedule list); none found in {empty}/.piwf/workflows; none found in "
                     f"{config_home}/piwf/workflows"), said

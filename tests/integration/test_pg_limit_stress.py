@@ -65,6 +65,8 @@ def _writer_stats(state_dir: Path) -> dict[str, Any]:
         return client.status()["writer"]
 
 
+# A stress run of three hosts (soak-like, on PostgreSQL only): `make test-slow` (run by CI too) runs it.
+@pytest.mark.slow
 def test_a_limit_holds_while_three_hosts_race_for_its_slots(guard, state_dir, pg_database) -> None:
     url = pg_database.url
     oracle = state_dir / "oracle"

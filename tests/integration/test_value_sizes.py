@@ -73,6 +73,9 @@ def test_a_node_sends_a_message_of_any_size_to_another_run(sized: SizeHost, size
     assert sized.done_output(receiver) == seen(text(size, 17))
 
 
+# 1,500 child runs take about a minute on 2 cores, most of `make test`'s longest file: `make test-slow`
+# (which CI runs too) runs it.
+@pytest.mark.slow
 def test_a_fan_out_gathers_1500_children_of_1_kb(sized: SizeHost) -> None:
     run_id = sized.host.start_run(fan_flow("fan_out"), {"children": 1500, "size": 1000})["receipt"]["run_id"]
     assert sized.done_output(run_id, timeout=120) == {"count": 1500, "total": 1_500_000, "exact": True}

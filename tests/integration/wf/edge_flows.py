@@ -100,7 +100,7 @@ chain = define_workflow(
 
 # --- worker start-up timeout: the snapshot hangs on load in the worker, once --------------------
 
-if sys.argv[0].endswith(os.path.join("runner", "worker.py")):  # only in a worker process, never the host
+if sys.argv[0].endswith(os.path.join("worker", "main.py")):  # only in a worker process, never the host
     _flag = os.environ.get("PIWF_EDGE_HANG_FLAG")
     if _flag and not os.path.exists(_flag):
         with open(_flag, "w") as _handle:
