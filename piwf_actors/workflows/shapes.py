@@ -18,7 +18,8 @@ JSON-Schema subset, checked by `schema_problem`) or a Python type, which
 A dataclass field with a default (a TypedDict key that is not required) may be
 left out; an unknown key is refused, so a misspelt field name is caught. The
 value a node sees stays the plain JSON value (`ctx.input` is a dict, not an
-instance): the class only describes it. Anything else (a set, a union of two
+instance): the class only describes it (a durable function's parameters and step results are
+converted to it: typed_values.py). Anything else (a set, a union of two
 classes, a recursive class, a string annotation that does not resolve) is a
 `ShapeError` naming where it sits.
 
@@ -29,6 +30,7 @@ for people (`{version: string, dry_run?: boolean}`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -211,25 +213,36 @@ class _Converter:
     def _class(self, cls: type, path: str) -> dict[str, Any]:
         if cls in self.active:
             raise ShapeError(f"{path}: {cls.__qualname__} refers to itself; recursive types are not supported")
-        try:
-            hints = typing.get_type_hints(cls, include_extras=True)
-        except Exception as exc:  # a forward reference that does not resolve where the class was defined
-            raise ShapeError(f"{path}: cannot resolve the annotations of {cls.__qualname__}: "
-                             f"{type(exc).__name__}: {exc}") from None
+        fields = class_fields(cls, path)
         self.active.append(cls)
         try:
-            if dataclasses.is_dataclass(cls):
-                fields = [field for field in dataclasses.fields(cls) if field.init]
-                names = [field.name for field in fields]
-                required = [field.name for field in fields if field.default is dataclasses.MISSING
-                            and field.default_factory is dataclasses.MISSING]
-            else:
-                names = list(hints)
-                required = [name for name in names if _required_key(cls, name, hints[name])]
-            properties = {name: self.convert(hints[name], f"{path}.{name}") for name in names}
+            properties = {name: self.convert(hint, f"{path}.{name}") for name, hint, _ in fields}
         finally:
             self.active.pop()
+        required = [name for name, _, needed in fields if needed]
         return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def class_fields(cls: type, path: str = "$") -> tuple[tuple[str, Any, bool], ...]:
+    """The fields of a dataclass (those its `__init__` takes) or the keys of a TypedDict, in order, as
+    (name, resolved type, required). A dataclass field is required when it has no default (nor
+    default_factory). Raises ShapeError naming `path` when the class's annotations do not resolve.
+    Remembered per class: typed_values.restore asks for them at each replayed step."""
+    try:
+        return _class_fields(cls)
+    except Exception as exc:  # a forward reference that does not resolve where the class was defined
+        raise ShapeError(f"{path}: cannot resolve the annotations of {cls.__qualname__}: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=512)
+def _class_fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    if dataclasses.is_dataclass(cls):
+        return tuple((field.name, hints[field.name], field.default is dataclasses.MISSING
+                      and field.default_factory is dataclasses.MISSING)
+                     for field in dataclasses.fields(cls) if field.init)
+    return tuple((name, hint, _required_key(cls, name, hint)) for name, hint in hints.items())
 
 
 def _required_key(cls: type, name: str, hint: Any) -> bool:
