@@ -18,11 +18,11 @@ from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
-from piwf_actors.durable.typed import parameters_shape
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import workflow_digest
 from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.shapes import ShapeError, checked_shape
+from piwf_actors.workflows.typed_values import parameters_shape
 from piwf_actors.workflows.validation import check_workflow_name
 from piwf_actors.workflows.waits import checked_limit
 

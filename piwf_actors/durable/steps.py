@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
 from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.durable.replay import checked_name, current_replay
-from piwf_actors.durable.typed import restore, to_json
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.kinds.action import ActionSpec
 from piwf_actors.workflows.kinds.compute import ComputeSpec
+from piwf_actors.workflows.typed_values import restore, return_annotation, to_json
 from piwf_actors.workflows.validation import checked_node
 
 #: A step's timeout when none is given: a compute node's.
@@ -49,6 +48,10 @@ class Step:
                          ComputeSpec(run=fn, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s))
         self._template = checked_node(self.name, template)  # a bad option is a definition error, now
         self._returns: Any = _UNREAD
+        try:
+            self._returns = return_annotation(fn)
+        except WorkflowDefinitionError:
+            pass  # perhaps a forward reference: tried again at the first call, which raises it then
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._call(self.name, args, kwargs)
@@ -67,12 +70,10 @@ class Step:
 
     @property
     def returns(self) -> Any:
-        """The annotated return type (read once, when first needed: forward references resolve then)."""
+        """The annotated return type (`restore` brings recorded results back to it). Read when the step
+        is defined; an annotation naming what the module defines later is read at the first call."""
         if self._returns is _UNREAD:
-            try:
-                self._returns = typing.get_type_hints(self.fn).get("return", Any)
-            except Exception:  # an annotation that does not resolve: the value stays as recorded
-                self._returns = Any
+            self._returns = return_annotation(self.fn)  # a WorkflowDefinitionError line if it cannot be
         return self._returns
 
     def __repr__(self) -> str:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from piwf_actors.durable.replay import checked_name, current_replay
-from piwf_actors.durable.typed import to_json
 from piwf_actors.workflows.kinds.agent import AgentSpec
 from piwf_actors.workflows.kinds.checkpoint import CheckpointSpec
 from piwf_actors.workflows.kinds.human_decision import HumanDecisionSpec, choice
@@ -25,6 +24,7 @@ from piwf_actors.workflows.kinds.run_workflow import RunWorkflowSpec
 from piwf_actors.workflows.kinds.sleep import SleepSpec
 from piwf_actors.workflows.kinds.wait_message import WaitMessageSpec
 from piwf_actors.workflows.model import Choice, Workflow
+from piwf_actors.workflows.typed_values import to_json
 from piwf_actors.workflows.validation import checked_node
 
 #: The audience of a decision or checkpoint when none is given (channels route audiences: channels.md).

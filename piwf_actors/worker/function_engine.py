@@ -27,13 +27,13 @@ from typing import Any
 
 from piwf_actors.clock import timer_sleep
 from piwf_actors.durable.replay import RETURN_ID, RunInfo, StepFailed, Suspended, replaying
-from piwf_actors.durable.typed import bind_input, to_json
 from piwf_actors.ids import new_id
 from piwf_actors.worker.node_guard import one_line, user_traceback
 from piwf_actors.worker.node_runner import MessageRefused, NodeRunner, message_sender, pipelined
 from piwf_actors.worker.output_check import OutputInvalid, OutputTooLarge, checked_output
 from piwf_actors.worker.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.workflows import Workflow
+from piwf_actors.workflows.typed_values import bind_input, to_json
 
 log = logging.getLogger(__name__)
 

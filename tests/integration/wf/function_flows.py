@@ -1,11 +1,14 @@
-"""Function workflows the durable tests run (module attributes: the host's workers load them from the
+"""Function workflows the durable-function tests run (module attributes: the host's workers load them from the
 snapshot of this file). Steps append one line to an oracle file outside the database per execution,
 so a test counts what actually ran."""
 
 from __future__ import annotations
 
+import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from piwf_actors.durable import (
     StepFailed,
@@ -153,3 +156,49 @@ parent_graph = define_workflow(
 @workflow(name="messenger")
 def messenger(target: str) -> dict[str, Any]:
     return send_message(target, "go", {"from": "messenger"})
+
+
+@dataclass
+class Release:
+    service: str
+    env: Literal["staging", "prod"] = "staging"
+
+
+@dataclass
+class Report:
+    service: str
+    passed: int
+
+
+@step
+def run_tests(oracle: str, release: Release) -> Report:
+    record(oracle, f"run_tests {release.service}")
+    return Report(service=release.service, passed=3)
+
+
+@workflow(name="typed-release")
+def typed_release(oracle: str, release: Release, notify: bool = True) -> dict[str, Any]:
+    """Typed parameters and a dataclass step result that must come back as one after a wait."""
+    report = run_tests(oracle, release)
+    sleep(30)
+    assert isinstance(report, Report), f"replayed as {type(report).__name__}"
+    return {"service": report.service, "env": release.env, "passed": report.passed, "notify": notify,
+            "types": [type(release).__name__, type(report).__name__]}
+
+
+@step(effect=True)
+def send_invoice(oracle: str, block_flag: str) -> dict[str, Any]:
+    """Records its execution, then holds while `block_flag` exists (at most 60 s): the test kills the
+    worker in the middle of it."""
+    record(oracle, "send_invoice")
+    deadline = time.monotonic() + 60
+    while os.path.exists(block_flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"sent": True}
+
+
+@workflow(name="invoicer")
+def invoicer(oracle: str, block_flag: str) -> dict[str, Any]:
+    before = square(oracle, 6)
+    sent = send_invoice(oracle, block_flag)
+    return {"before": before, "sent": sent, "after": square(oracle, 7)}
