@@ -184,7 +184,7 @@ class Launch:
                 self._nondeterministic(node_id)
                 raise self._suspend()
             self.position += 1
-            if entry["outcome"] == "ok":
+            if entry["outcome"] != "failed":  # ok, or `copied` by a restart from a later step
                 return self.recorded.get(node_id)
             raise StepFailed(str(entry.get("error_code") or "node_error"), str(entry.get("error") or ""), node_id)
         self.position += 1

@@ -11,7 +11,11 @@ a fingerprint of its code, never by `id()` or a repr with an address:
 - default arguments and closure cells (simple values as themselves,
   functions recursively, anything else by type name);
 - functions of the same module that the code refers to by global name, so
-  editing a helper the lambda calls changes the digest too.
+  editing a helper the lambda calls changes the digest too; a durable `@step`
+  object (durable/steps.py) counts as the function it wraps, with its options.
+
+A durable function workflow (`Workflow.function`) adds its function to the
+document, described the same way (its steps' code included).
 
 Line numbers are not part of the code fingerprint: moving code changes
 nothing, changing what it does does.
