@@ -168,3 +168,18 @@ def test_an_effect_step_cut_off_by_sigkill_parks_ambiguous_and_a_confirm_goes_on
     assert done["status"] == "done", done
     assert done["output"] == {"before": 36, "sent": {"sent": "by hand"}, "after": 49}
     assert executions(oracle) == {"square 6": 1, "send_invoice": 1, "square 7": 1}
+
+
+@both_engines
+def test_a_restart_from_a_step_replays_the_copied_results_and_runs_from_that_step(piwf: Piwf, oracle: Path) -> None:
+    run = piwf.start(flows.loops, {"oracle": str(oracle), "count": 3})
+    first = piwf.wait(run)
+    assert first.status == "done"
+    receipt = piwf.host.restart_run(run, expected_revision=first.revision, from_node="publish", same_code=True)
+    again = piwf.wait(receipt.run_id)
+    assert again.status == "done" and again.output == first.output, piwf.describe(receipt.run_id)
+    # Everything before `publish` was copied (the caught failure of `broken` too), not run again.
+    assert executions(oracle) == {"square 0": 1, "square 1": 1, "square 2": 1, "flaky 1": 2, "broken": 1,
+                                  "publish 106": 2}
+    nodes = {node.node_id: node.status for node in again.nodes}
+    assert nodes["broken"] == "failed" and nodes["square#3"] == "succeeded"
