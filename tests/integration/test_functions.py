@@ -183,3 +183,24 @@ def test_a_restart_from_a_step_replays_the_copied_results_and_runs_from_that_ste
                                   "publish 106": 2}
     nodes = {node.node_id: node.status for node in again.nodes}
     assert nodes["broken"] == "failed" and nodes["square#3"] == "succeeded"
+
+
+def test_pause_holds_a_sleeping_function_past_its_wake_up_and_resume_finishes_it(piwf: Piwf, oracle: Path) -> None:
+    run = piwf.start(flows.napper, {"oracle": str(oracle)})
+    piwf.wait_parked(run, "waiting")
+    piwf.host.pause_run(run)  # recorded; the run stays parked on its sleep
+    piwf.skip(3601)  # the wake-up time passes while paused: the woken run parks `paused`, not resumed
+    piwf.wait_parked(run, "paused")
+    assert executions(oracle) == {"square 3": 1}
+    piwf.host.resume_run(run)
+    view = piwf.wait(run)
+    assert view.output == {"before": 9, "after": 16}, piwf.describe(run)
+    assert executions(oracle) == {"square 3": 1, "square 4": 1}
+
+
+def test_cancel_of_a_function_waiting_for_a_decision_ends_it_cancelled(piwf: Piwf, oracle: Path) -> None:
+    run = piwf.start(flows.asker, {"oracle": str(oracle)})
+    piwf.request(run, "decision", "approve")
+    piwf.host.cancel_run(run)
+    assert piwf.wait(run).status == "cancelled"
+    assert executions(oracle) == {"square 5": 1}
