@@ -13,11 +13,13 @@ every result sent so far is committed (`link.settle`, done by every waiting
 request); the end of the run is sent right behind them and committed with
 them (`link.last`). After a crash the uncommitted pure nodes simply run
 again. The argument is written down in docs/durability.md.
+
+One node attempt (reserving its effect, asking for its wait or request, running its executor) is
+worker/node_runner.py's, shared with the function form's engine (worker/function_engine.py).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
@@ -25,8 +27,6 @@ from piwf_actors.clock import timer_sleep
 from piwf_actors.worker.node_runner import MessageRefused, NodeRunner, pipelined
 from piwf_actors.worker.supervisor_link import RunStopped, SupervisorLink
 from piwf_actors.workflows import Workflow, route
-
-log = logging.getLogger(__name__)
 
 
 class RunEngine:
