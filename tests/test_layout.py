@@ -23,7 +23,8 @@ import piwf_actors
 PACKAGE = Path(piwf_actors.__file__).parent
 
 #: Packages below actors/: they must not import piwf_actors.actors.
-BELOW = ("protocol", "store", "worker", "client", "workflows", "wire", "resources", "channels", "tracing")
+BELOW = ("protocol", "store", "worker", "client", "workflows", "wire", "resources", "channels", "tracing",
+         "durable")
 #: Top-level modules below actors/ (leaves and plain data).
 LOOSE_BELOW = ("metrics", "config", "errors", "paths", "ids", "canonical", "statuses", "logs", "results", "board",
                "run_notices", "actor_refs")

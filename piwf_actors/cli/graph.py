@@ -36,7 +36,7 @@ from piwf_actors.cli.values import project_dir
 from piwf_actors.client import HostNotRunning
 from piwf_actors.errors import PiwfError, WorkflowError, WorkflowNotFound
 from piwf_actors.workflows.discovery import resolve
-from piwf_actors.workflows.graph import Graph, build_graph, graph_from_view
+from piwf_actors.workflows.graph import Graph, build_graph, function_run_graph, graph_from_view
 from piwf_actors.workflows.graph_data import GraphDataError, graph_of
 from piwf_actors.workflows.graph_render import RENDERERS, tree, tree_lines
 from piwf_actors.workflows.graph_run import RunOverlay, overlay
@@ -85,7 +85,9 @@ def _run_picture(ctx: Ctx, run_id: str) -> tuple[Graph, RunOverlay]:
     try:
         document = client.run_graph(run_id)
         if document is not None:
-            return graph_of(document), run
+            graph = graph_of(document)
+            # A function workflow's run: the steps it took (its code, not a graph, decided them).
+            return (function_run_graph(graph, view) if graph.function else graph), run
         why = "it started before its host stored run graphs"
     except (PiwfError, GraphDataError, ValueError) as exc:  # ValueError: stored bytes that are not JSON
         why = f"its stored graph cannot be read: {' '.join(str(exc).split())[:300]}"

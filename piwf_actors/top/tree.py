@@ -19,7 +19,7 @@ from rich.text import Text
 
 from piwf_actors.cli.render import STATUS_STYLES
 from piwf_actors.top.cells import cell, line
-from piwf_actors.workflows.graph import Graph, graph_from_view
+from piwf_actors.workflows.graph import Graph, function_run_graph, graph_from_view
 from piwf_actors.workflows.graph_render import TreeItem, tree, tree_lines
 from piwf_actors.workflows.graph_run import overlay
 
@@ -44,7 +44,7 @@ def run_tree(view: dict[str, Any], now: float, graph: Graph | None = None) -> tu
     """One line per tree item below the run (guides dim, host text literal), and the index of the
     line of the node where the run is (None when it is at none). `graph`: the run's stored graph
     (None: draw the nodes `view` shows it reached)."""
-    drawn = graph if graph is not None else graph_from_view(view)
+    drawn = graph_from_view(view) if graph is None else function_run_graph(graph, view) if graph.function else graph
     rows = tree_lines(tree(drawn, overlay(view, now), routes=False, summaries=False))[1:]
     here = next((index for index, (_, item) in enumerate(rows) if item.current and item.role == "node"), None)
     return [line((guide, "dim"), cell(item.text, _style(item))) for guide, item in rows], here

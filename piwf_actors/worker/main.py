@@ -21,6 +21,7 @@ from piwf_actors.logs import FORMATS, configure
 from piwf_actors.tracing.ids import TRACE_CONTEXT_ENV
 from piwf_actors.wire import recv_frame, send_frame
 from piwf_actors.worker.engine import RunEngine
+from piwf_actors.worker.function_engine import FunctionEngine
 from piwf_actors.worker.reconcile import run_reconcile
 from piwf_actors.worker.supervisor_link import ProtocolBroken, SupervisorLink
 from piwf_actors.workflows import load_snapshot
@@ -44,7 +45,8 @@ def serve_launch(sock: socket.socket, launch: dict[str, Any], *, trace_context: 
     except WorkflowLoadFailed as exc:
         link.accepted("run_failed", {"code": "workflow_load_failed", "message": exc.one_line(8192)})
         return
-    RunEngine(workflow, link, trace_context=trace_context).run(launch.get("state"))
+    engine = FunctionEngine if workflow.function is not None else RunEngine  # a durable function, or a graph
+    engine(workflow, link, trace_context=trace_context).run(launch.get("state"))
 
 
 def _enter_project(project_path: str | None) -> None:

@@ -11,7 +11,11 @@ a fingerprint of its code, never by `id()` or a repr with an address:
 - default arguments and closure cells (simple values as themselves,
   functions recursively, anything else by type name);
 - functions of the same module that the code refers to by global name, so
-  editing a helper the lambda calls changes the digest too.
+  editing a helper the lambda calls changes the digest too; a durable `@step`
+  object (durable/steps.py) counts as the function it wraps, with its options.
+
+A durable function workflow (`Workflow.function`) adds its function to the
+document, described the same way (its steps' code included).
 
 Line numbers are not part of the code fingerprint: moving code changes
 nothing, changing what it does does.
@@ -91,6 +95,9 @@ class _Fingerprinter:
             return ["class", _qualname(fn)]
         if isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
             return ["builtin", _qualname(fn)]
+        wrapped = _durable_step(fn)
+        if wrapped is not None:  # a `@step` object: described by the user's function and its options
+            return ["step", self.value(getattr(fn, "options", None), depth + 1), self.function(wrapped, depth)]
         call = type(fn).__dict__.get("__call__")
         if isinstance(call, types.FunctionType):
             return ["callable_object", _qualname(type(fn)), self.function(call, depth)]
@@ -124,10 +131,18 @@ class _Fingerprinter:
                 # Only same-module functions: their code is part of this source file.
                 if isinstance(target, types.FunctionType) and target.__globals__ is module_globals:
                     helpers[name] = self.function(target, depth + 1)
+                elif (wrapped := _durable_step(target)) is not None and wrapped.__globals__ is module_globals:
+                    helpers[name] = self.callable(target, depth + 1)  # a same-module `@step`
         return [
             "code", code.co_code.hex(), consts, list(code.co_names),
             code.co_argcount, code.co_kwonlyargcount, code.co_flags, helpers,
         ]
+
+
+def _durable_step(value: Any) -> types.FunctionType | None:
+    """The user function a `@step` object wraps (`__wrapped__`, durable/steps.py), or None."""
+    wrapped = getattr(value, "__wrapped__", None) if not isinstance(value, types.FunctionType) else None
+    return wrapped if isinstance(wrapped, types.FunctionType) and hasattr(value, "options") else None
 
 
 def _cell_full(cell: types.CellType) -> bool:
@@ -190,6 +205,7 @@ def workflow_digest(
     mounts: Mapping[str, Mount],
     concurrency: Any = None,
     input_shape: Any = None,
+    function: Any = None,
 ) -> str:
     """The hex sha256 of the canonical description of a flattened workflow."""
     printer = _Fingerprinter()
@@ -213,4 +229,6 @@ def workflow_digest(
         document["concurrency"] = printer.value(concurrency)
     if input_shape is not None:  # likewise: the input shape travels with the snapshot's digest
         document["input"] = printer.value(input_shape)
+    if function is not None:  # a durable function workflow: its code (and its same-module steps')
+        document["function"] = printer.value(function)
     return hashlib.sha256(canonical_json(document).encode()).hexdigest()

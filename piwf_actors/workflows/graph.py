@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from piwf_actors.workflows.function_parts import function_parts, step_kind
 from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import END, Edge, NodeSpec, Workflow
 
@@ -73,6 +74,9 @@ class Graph:
     digest: str = ""
     #: Built from a run.get view alone (`graph_from_view`): no kinds, and no routes known.
     from_view: bool = False
+    #: A durable function workflow: no routes; its nodes are the steps its code names (a definition) or
+    #: the steps a run took (`function_run_graph`).
+    function: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +134,8 @@ def exit_label(mount_id: str, node_id: str) -> str:
 
 def build_graph(workflow: Workflow) -> Graph:
     """The graph of `workflow` (see the module docstring)."""
+    if workflow.function is not None:
+        return _function_graph(workflow)
     nodes = tuple(GraphNode(node_id, spec.kind, summary(spec), spec.mount, _children(spec))
                   for node_id, spec in workflow.nodes.items())
     edges: list[GraphEdge] = []
@@ -152,6 +158,30 @@ def build_graph(workflow: Workflow) -> Graph:
         groups.append(GraphGroup(mount_id, mount.parent, mount.workflow_name, exits))
     return Graph(workflow.name, workflow.start_at, nodes, tuple(edges), tuple(groups), workflow.description,
                  workflow.digest)
+
+
+def _function_graph(workflow: Workflow) -> Graph:
+    """A function workflow's picture: the steps its code names, in that order, with no routes (the
+    code decides), and the workflows it names as children of the function (`run_child` …)."""
+    steps, children = function_parts(workflow)
+    nodes = [GraphNode(step.name, *step_kind(step)) for step in steps]
+    if children:
+        nodes.append(GraphNode("children", "run_workflow", "workflows the function names",
+                               children=tuple(("", child.name) for child in children)))
+    return Graph(workflow.name, "", tuple(nodes), (), (), workflow.description, workflow.digest, function=True)
+
+
+def function_run_graph(graph: Graph, view: Mapping[str, Any]) -> Graph:
+    """The picture of a function workflow's run: the steps it took, in the order it took them (from
+    the run.get `view`), each with the kind and summary of the step of its name in `graph` (`fetch#2`
+    is a call of `fetch`), and the node `return` where it ended."""
+    known = {node.node_id: node for node in graph.nodes}
+    reached = graph_from_view(view)
+    nodes = tuple(GraphNode(node.node_id, known[base].kind if base in known else "",
+                            known[base].summary if base in known else "")
+                  for node in reached.nodes for base in [node.node_id.split("#", 1)[0]])
+    return Graph(graph.workflow, nodes[0].node_id if nodes else "", nodes, (), (), graph.description, graph.digest,
+                 function=True)
 
 
 def graph_from_view(view: Mapping[str, Any]) -> Graph:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.workflows.function_parts import function_parts
 from piwf_actors.workflows.graph import Graph, GraphEdge, GraphGroup, GraphNode, build_graph
 from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import END, Workflow
@@ -42,6 +43,8 @@ class GraphDataError(ValueError):
 def child_workflows(workflow: Workflow) -> list[Workflow]:
     """The workflows `workflow`'s nodes start as child runs, in node order, each once."""
     found: dict[str, Workflow] = {}
+    for child in function_parts(workflow)[1]:  # a function workflow's: those its code names
+        found.setdefault(child.digest, child)
     for spec in workflow.nodes.values():
         kind = KINDS.of(spec)
         for _, child in () if kind is None else kind.children(spec):
@@ -50,8 +53,9 @@ def child_workflows(workflow: Workflow) -> list[Workflow]:
 
 
 def graph_data(graph: Graph) -> dict[str, Any]:
-    """`graph` as plain JSON data (what `graph_of` reads back)."""
-    return {"workflow": graph.workflow, "start": graph.start, "description": graph.description,
+    """`graph` as plain JSON data (what `graph_of` reads back); `function` only for a function
+    workflow's, so a graph workflow's stored document stays as it was."""
+    return {**({"function": True} if graph.function else {}), "workflow": graph.workflow, "start": graph.start, "description": graph.description,
             "digest": graph.digest,
             "nodes": [{"node_id": n.node_id, "kind": n.kind, "summary": n.summary, "group": n.group,
                        "children": [list(child) for child in n.children]} for n in graph.nodes],
@@ -190,7 +194,8 @@ def graph_from_data(data: Any) -> Graph:
                   tuple(_node(node, index) for index, node in enumerate(_items(graph.get("nodes"), "nodes"))),
                   tuple(_edge(edge, index) for index, edge in enumerate(_items(graph.get("edges"), "edges"))),
                   tuple(_group(group, index) for index, group in enumerate(_items(graph.get("groups", []), "groups"))),
-                  _text(graph.get("description", ""), "description"), _text(graph.get("digest", ""), "digest"))
+                  _text(graph.get("description", ""), "description"), _text(graph.get("digest", ""), "digest"),
+                  function=graph.get("function") is True)
     _check(built)
     return built
 

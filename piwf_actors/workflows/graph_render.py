@@ -168,10 +168,13 @@ def tree(graph: Graph, run: RunOverlay | None = None, *, routes: bool = True, su
     """The tree of `graph` (with `run` on it); `routes=False` leaves the routes out and `summaries=False`
     the nodes' summaries (piwf-top: a narrow pane keeps each node's status in view)."""
     title = f"workflow {graph.workflow}  start {graph.start}"
+    if graph.function:  # no routes to draw: its code decides; the steps it names (or a run took)
+        title = f"workflow {graph.workflow}  function workflow: " + (
+            "the steps its code names (a run draws the steps it took)" if run is None else "the steps the run took")
     if run is not None:
-        title = f"run {run.run_id}  {graph.workflow}  {run.status}" + (
+        title = f"run {run.run_id}  {graph.workflow}{'  (function)' if graph.function else ''}  {run.status}" + (
             f" ({run.park_reason})" if run.park_reason else "")
-    routes = routes and not graph.from_view
+    routes = routes and not graph.from_view and not graph.function
     return TreeItem(title, "title",
                     items=_level(graph, None, lambda node: _node_item(graph, node, run, routes, summaries)))
 
@@ -229,7 +232,7 @@ def _status_class(state: NodeState) -> str | None:
 def _ends(graph: Graph) -> list[str]:
     """Node ids without a route: the run (or an include with no outer route) ends there. None for a
     graph of a run.get view alone, whose routes are unknown."""
-    if graph.from_view:
+    if graph.from_view or graph.function:
         return []
     sources = {edge.source for edge in graph.edges}
     return [node.node_id for node in graph.nodes if node.node_id not in sources]

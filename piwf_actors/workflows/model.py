@@ -230,3 +230,7 @@ class Workflow:
     # The shape a run's input must have (frozen, `schema.py`; from `define_workflow(input=…)`, part of
     # the digest): `run.start` refuses an input without it, a parent node a child input without it.
     input_shape: Mapping[str, Any] | None = None
+    # A durable function workflow (`piwf_actors.durable.workflow`): the function the worker runs from the
+    # top on every launch; its steps are the run's nodes (`nodes`, `routes` empty, `start_at` ""). None
+    # for a graph workflow. Its code is part of the digest.
+    function: Callback | None = None

@@ -374,6 +374,7 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
                     return args  # no graph for it then: drawn from the nodes it reaches, like its parent
                 raise Rejected(f"the stored snapshot of run {run_id} no longer loads: {exc.one_line(500)}") from None
             args["node_ids"] = list(workflow.nodes)
+            args["function"] = workflow.function is not None  # its nodes are the steps the run recorded
             args["graph"] = graph_blob(workflow)
     else:
         if not parent["workflow_path"]:
@@ -392,6 +393,7 @@ def _resolve_restart(resolver: WorkflowResolver, database: DatabaseLocation, bas
                         "wait_topics": wait_topics(resolved.workflow),
                         **_restart_limit(resolver, resolved, database, run_id)}
         args["node_ids"] = list(resolved.workflow.nodes)
+        args["function"] = resolved.workflow.function is not None
     return args
 
 

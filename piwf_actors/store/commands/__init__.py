@@ -6,6 +6,7 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     child_runs,
     children,
     claims,
+    function_history,
     interactions,
     lease,
     mailbox,

@@ -272,6 +272,10 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
         from_node = args.get("from_node")
         if from_node is not None:
             nodes = args.get("node_ids") or []
+            if args.get("function"):  # a durable function: its nodes are the steps the run recorded
+                nodes = [row[0] for row in ctx.conn.execute(
+                    "SELECT node_id FROM node_attempt WHERE run_id = ? GROUP BY node_id ORDER BY min(step)",
+                    (run_id,))]
             if from_node not in nodes:
                 raise Rejected(f"node {from_node!r} is not in workflow {spec['workflow']!r} "
                                f"(its nodes: {', '.join(nodes) or 'none'})")
@@ -289,7 +293,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
         insert_run(ctx, spec, stored_input=(run["input_json"], run["input_sha256"]), source_sha=source_sha,
                    graph_sha=graph_sha)
         if from_node is not None:
-            _copy_before(ctx, run_id, child_id, from_node)
+            _copy_before(ctx, run_id, child_id, from_node, function=bool(args.get("function")))
         append_event(ctx.conn, run_id, "run_restarted", ctx.now,
                      payload={"child_run_id": child_id, "from_node": from_node,
                               "digest_changed": receipt["digest_changed"]})
@@ -298,25 +302,29 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
     return recorded(ctx, args, apply)
 
 
-def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: str) -> None:
+def _copy_before(ctx: WriteContext, parent_id: str, child_id: str, from_node: str, *, function: bool = False) -> None:
     """Copy into the child the parent's latest succeeded attempt of every node that ran before
-    `from_node` (all that ran, if it never did), and start the child at `from_node`."""
+    `from_node` (all that ran, if it never did), and start the child at `from_node`. For a durable
+    `function` the final failed attempts (a step whose failure the function caught) are copied too,
+    failed: its replay meets them as the parent's did (worker/function_engine.py)."""
     first = ctx.conn.execute("SELECT min(step) FROM node_attempt WHERE run_id = ? AND node_id = ?",
                              (parent_id, from_node)).fetchone()[0]
     latest: dict[str, tuple[Any, ...]] = {}
     for row in ctx.conn.execute(
-            """SELECT attempt_id, node_id, output_sha256, output_json FROM node_attempt
-               WHERE run_id = ? AND status = 'succeeded' AND (CAST(? AS BIGINT) IS NULL OR step < ?)
-               ORDER BY step, started_at""",
+            f"""SELECT attempt_id, node_id, output_sha256, output_json, status, error_code, error_message
+               FROM node_attempt WHERE run_id = ? AND status {"IN ('succeeded', 'failed')" if function
+                                                              else "= 'succeeded'"}
+               AND (CAST(? AS BIGINT) IS NULL OR step < ?) ORDER BY step, started_at""",
             (parent_id, first, first)):
         latest[row[1]] = row
-    for index, (attempt_id, node_id, output_sha, output_json) in enumerate(latest.values()):
+    for index, (attempt_id, node_id, output_sha, output_json, status, code, error) in enumerate(latest.values()):
         copied = new_id("att", ctx.now)
         ctx.conn.execute(
             """INSERT INTO node_attempt (attempt_id, run_id, node_id, attempt_no, step, status, outcome, output_sha256,
-                   output_json, generation, started_at, finished_at, copied_from)
-               VALUES (?, ?, ?, 1, ?, 'succeeded', 'copied', ?, ?, 0, ?, ?, ?)""",
-            (copied, child_id, node_id, index, output_sha, output_json, ctx.now, ctx.now, attempt_id))
+                   output_json, error_code, error_message, generation, started_at, finished_at, copied_from)
+               VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)""",
+            (copied, child_id, node_id, index, status, "copied" if status == "succeeded" else "failed", output_sha,
+             output_json, code, error, ctx.now, ctx.now, attempt_id))
         append_event(ctx.conn, child_id, "node_copied", ctx.now, node_id=node_id, attempt_id=copied,
                      payload={"from_run_id": parent_id, "from_attempt_id": attempt_id})
     ctx.conn.execute("UPDATE run SET current_node = ?, steps = ? WHERE run_id = ?",

@@ -326,7 +326,8 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
 
     `next` is what the worker's routing decided: {"node": id}, {"finish": true},
     {"fail": {"code", "message"}} or {"retry": true} (the attempt failed and
-    the node will run again). Pure nodes arrive here without a prior
+    the node will run again); a durable function's step says {"continue": true}:
+    the run goes on and the worker decides what is next (current_node NULL). Pure nodes arrive here without a prior
     `effect_reserve`: their attempt is recorded started and finished in one
     insert (`attempt_no` counted by the worker), and a trivial node costs one
     read, three writes and the message's record.
@@ -334,8 +335,9 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
     run_id, node_id = run["run_id"], payload["node_id"]
     outcome = payload["outcome"]
     nxt = payload.get("next") or {}
-    if not (nxt.get("retry") or nxt.get("finish") or nxt.get("fail") or nxt.get("node") is not None):
-        raise Rejected("node_finished needs next.node, next.finish, next.fail or next.retry")
+    if not (nxt.get("retry") or nxt.get("finish") or nxt.get("fail") or nxt.get("node") is not None
+            or nxt.get("continue")):
+        raise Rejected("node_finished needs next.node, next.continue, next.finish, next.fail or next.retry")
     # A failed node keeps its output too (a shell's exit code and stderr) for a
     # `$result.outcome` route to inspect.
     keep = outcome == "ok" or payload.get("output") is not None
@@ -412,7 +414,7 @@ def _node_finished(ctx: WriteContext, run: dict[str, Any], payload: dict[str, An
         return {"attempt_id": attempt_id, "directive": "stop"}
     run["progress"] = ctx.conn.execute(
         "UPDATE run SET steps = steps + 1, current_node = ?, progress = progress + 1 WHERE run_id = ? "
-        "RETURNING progress", (nxt["node"], run_id)).fetchone()[0]
+        "RETURNING progress", (nxt.get("node"), run_id)).fetchone()[0]
     ctx.changes.touch("run", run_id)
     return {"attempt_id": attempt_id, "directive": _boundary_directive(ctx, run)}
 
