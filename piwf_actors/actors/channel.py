@@ -6,7 +6,8 @@ owns (`actors/channel_io.py`): a sender that makes one attempt at a time, an
 acknowledger for taps and replies, and a poller that waits for updates. They
 tell the actor what happened; the actor never blocks on the network.
 
-Delivery, one message at a time (`actors/channel_plan.py` picks it): an open
+Delivery, one message at a time (`actors/channel_plan.py` picks it, the
+adapter's `Deliveries` in `actors/channel_delivery.py` carries it out): an open
 decision (or a notification) whose audience routes to the profile, not yet
 sent to an allowed chat, is reserved (`channel.effect_reserve` commits it
 `applying`), then sent; the receipt settles it (`channel.effect_settle`):
@@ -33,7 +34,9 @@ Supervised by the `ChannelManager` (one-for-one): a failure stops only this
 profile, which the manager starts again under a new adapter epoch; that
 start marks whatever this one left `applying` as ambiguous. A bot whose
 updates another program keeps reading is refused (`ChannelRefused`) and
-not started again until a reload.
+not started again until a reload; the adapter's `PollWatch`
+(`actors/channel_polling.py`) tells that from a restart, and keeps the
+health the manager is told (`ChannelHealth`).
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.channel_delivery import Deliveries
 from piwf_actors.actors.channel_io import ChannelThreads, Job, JobDone, Polled, PollFailed
-from piwf_actors.actors.channel_plan import Work, next_work
+from piwf_actors.actors.channel_polling import ChannelHealth, ChannelRefused, PollWatch
 from piwf_actors.actors.channel_updates import Prompt, read_update
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Unsubscribe, WriterHandle
@@ -63,10 +67,6 @@ log = logging.getLogger(__name__)
 
 #: Tables whose changes may mean work for a channel. Not session_message: every run ends with one (notify: next tick).
 _WATCHED = frozenset({"interactive_request", "interactive_submission", "channel_effect"})
-#: Sure failures of one message logged as WARNING (the rest at INFO): the first, then every tenth.
-_WARN_EVERY = 10
-#: Refusals of a receipt that make it final: the attempt is stale (another adapter owns the profile).
-_FINAL_REFUSALS = frozenset({"rejected", "adapter_replaced"})
 #: Refusals of an update's write that pass with time (the update is read again until written).
 _TRANSIENT_REFUSALS = frozenset({"disk_full", "read_only", "store_error", "store_refused", "writer_stopped",
                                  "stale_epoch", "lease_expired", "lease_lost"})
@@ -77,22 +77,6 @@ _PASS_OVER_AFTER = 3
 @dataclass(frozen=True, slots=True)
 class ChannelTick:
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelHealth:
-    """Told to the manager: what is wrong with the profile now (None: nothing)."""
-
-    profile: str
-    problem: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelRefused:
-    """Told to the manager before the adapter stops itself: the profile must not run (until a reload)."""
-
-    profile: str
-    reason: str
 
 
 class ChannelAdapter(CoreActor):
@@ -116,24 +100,14 @@ class ChannelAdapter(CoreActor):
         self._poll_timeout_s = poll_timeout_s
         self._tick_s = tick_s
         self._text_limit = text_limit
-        # A previous poller's long poll (a host that just stopped) ends within a poll timeout;
-        # conflicts lasting longer mean another program polls the same bot.
-        self._conflict_window_s = (2 * poll_timeout_s + 5.0) if conflict_window_s is None else conflict_window_s
         self._reader: StoreReader | None = None
         self._io: ChannelIO | None = None
         self._threads: ChannelThreads | None = None
         self._ticker: Ticker | None = None
         self._ready = False
-        self._in_flight = 0  # reservations and attempts under way (a new one starts only at 0)
-        self._receipts: dict[str, dict[str, Any]] = {}  # effect id -> settle args not written yet
-        self._receipts_due: set[str] = set()  # of those, the ones to submit again on the next tick
-        self._deferred: dict[tuple[Any, ...], float] = {}  # work the store said was not due, until (monotonic)
+        self._deliveries = Deliveries(profile, self._command, text_limit=text_limit)
         self._update_failures: tuple[str | None, int] = (None, 0)  # (update id, writes of it refused in a row)
-        # Effect ids of messages a reply may answer (prompts for text, deliveries: a checkpoint is answered
-        # by a reply), sent and their receipt not yet written.
-        self._replyable_in_flight: set[str] = set()
-        self._reply_waits = False  # a reply waits for such a receipt (it may answer that message)
-        self._hold_until = 0.0  # the service asked us to slow down (429)
+        self._reply_waits = False  # a reply waits for a replyable message's receipt (it may answer that message)
         self._cursor = updates.start
         self._stored_cursor = updates.start  # the cursor as the database has it
         self._moves: dict[str, str] = {}
@@ -141,11 +115,7 @@ class ChannelAdapter(CoreActor):
         self._events: deque[Event | Restart] = deque()
         self._applying_event = False
         self._batch_idle = False  # the current batch had updates and moved the cursor past none
-        self._poll_problem: str | None = None
-        self._conflict_since: float | None = None  # the first 409 of a run of them
-        self._conflict_last = 0.0
-        self._health: str | None = None
-        self._pending_work: Work | None = None
+        self._polls = PollWatch(profile.profile, poll_timeout_s=poll_timeout_s, conflict_window_s=conflict_window_s)
         self._pending_prompt: Prompt | None = None
         self._pending_event: tuple[Event, str] | None = None  # the update whose write is on its way
 
@@ -205,13 +175,6 @@ class ChannelAdapter(CoreActor):
                  int(result.value["generation"]))
         self._evaluate()
 
-    def _report(self) -> None:
-        """Tell the manager what is wrong now, when that changed."""
-        problem = self._poll_problem
-        if problem != self._health:
-            self._health = problem
-            safe_tell(self._supervisor, ChannelHealth(self._profile.profile, problem))
-
     # --- what to deliver or settle -------------------------------------------------------------
 
     def _changed(self, notice: ChangeNotice) -> None:
@@ -219,130 +182,49 @@ class ChannelAdapter(CoreActor):
             self._evaluate()
 
     def _tick(self, _message: ChannelTick) -> None:
-        for effect_id in sorted(self._receipts_due):
-            self._receipts_due.discard(effect_id)
-            self._command("channel.effect_settle", self._receipts[effect_id], f"settle {effect_id}")
+        self._deliveries.resubmit_receipts()
         self._evaluate()
 
     def _evaluate(self) -> None:
         """Start the next attempt, if any is due and none is in flight."""
-        if not self._ready or self._in_flight or time.monotonic() < self._hold_until:
-            return
-        assert self._reader is not None
-        now = time.monotonic()
-        self._deferred = {key: until for key, until in self._deferred.items() if until > now}
-        work = next_work(self._reader, self._profile, self._moves, text_limit=self._text_limit,
-                         deferred=set(self._deferred))
-        if work is None:
-            return
-        self._in_flight += 1
-        self._pending_work = work
-        self._command("channel.effect_reserve", work.reserve, "reserve")
+        if self._ready:
+            assert self._reader is not None
+            self._deliveries.start_next(self._reader, self._moves)
 
     def _reserved(self, result: WriteResult) -> None:
-        work, self._pending_work = self._pending_work, None
-        assert work is not None and self._threads is not None
-        if not result.ok or "skip" in result.value:
-            self._in_flight -= 1
-            if not result.ok:
-                log.warning("channel %s: cannot record a delivery: %s", self._profile.profile, result.error)
-                self._hold_until = time.monotonic() + 1.0
-            else:
-                # Pass over it for a while (the store's clock may run behind ours): the work behind it
-                # must not wait.
-                wait = max(float(result.value.get("wait_s") or 0.0), 1.0)
-                self._deferred[work.key] = time.monotonic() + wait
-            return
-        if work.kind == "present":
-            self._replyable_in_flight.add(str(result.value["effect_id"]))
-        self._threads.send(Job(work.kind, work.chat_id, dict(result.value), presented=work.presented, ref=work.ref,
-                               text=work.text))
+        assert self._threads is not None
+        self._deliveries.reserved(result, self._threads)
 
     def _job_done(self, done: JobDone) -> None:
-        effect = done.job.effect
-        if done.outcome != "applied":
-            attempt = int(effect["attempt"])
-            quiet = done.outcome == "failed" and attempt > 1 and attempt % _WARN_EVERY
-            (log.info if quiet else log.warning)(
-                "channel %s: %s %s %s: %s", self._profile.profile, done.job.kind, effect["message_id"],
-                "not sent (will be tried again)" if done.outcome == "failed"
-                else "may or may not have happened (ambiguous)", done.error)
-            if done.retry_after:
-                self._hold_until = time.monotonic() + done.retry_after
-        args: dict[str, Any] = {"effect_id": effect["effect_id"], "attempt": effect["attempt"],
-                                "outcome": done.outcome, "result": done.result, "error": done.error,
-                                "retry_after": done.retry_after}
-        if done.moved_to is not None:
-            args.update(moved_from=done.job.chat_id, moved_to=done.moved_to)
-            log.warning("channel %s: chat %s moved to %s (a group became a supergroup); decisions go there now: "
-                        "put %s in allowed_chat_ids of channels.toml", self._profile.profile, done.job.chat_id,
-                        done.moved_to, done.moved_to)
-            self._moves[done.job.chat_id] = done.moved_to
-        self._receipts[effect["effect_id"]] = args
-        self._command("channel.effect_settle", args, f"settle {effect['effect_id']}")
+        self._deliveries.sent(done, self._moves)
 
     def _settled(self, result: WriteResult) -> None:
-        effect_id = (result.correlation_id or "").partition(" ")[2]
-        if not result.ok and result.error_code not in _FINAL_REFUSALS:
-            # Not written (the database is unreachable or full …): the receipt is what we know about
-            # a message that was or was not sent; keep it and write it on the next tick. Nothing new
-            # is attempted meanwhile (it stays in flight).
-            log.warning("channel %s: cannot record a delivery's outcome (tried again): %s", self._profile.profile,
-                        result.error)
-            self._receipts_due.add(effect_id)
+        settled = self._deliveries.settled(result)
+        if settled == "kept":
             return
-        if not result.ok:
-            log.warning("channel %s: a delivery's outcome was refused: %s", self._profile.profile, result.error)
-        self._receipts.pop(effect_id, None)
-        self._in_flight -= 1
-        if effect_id in self._replyable_in_flight:
-            self._replyable_in_flight.discard(effect_id)
-            if self._reply_waits:
-                self._reply_waits = self._applying_event = False
-                self._next_event()
+        if settled == "replyable" and self._reply_waits:
+            self._reply_waits = self._applying_event = False
+            self._next_event()
         self._evaluate()
 
     # --- answers -------------------------------------------------------------------------------
 
     def _polled(self, message: Polled) -> None:
-        if self._poll_problem is not None:
-            log.info("channel %s: polling works again", self._profile.profile)
-        self._poll_problem = None
-        self._report()
+        self._tell_manager(self._polls.polled())
         self._events.extend(self._served.read(message.events, self._cursor))
         self._batch_idle = bool(message.events)
         self._next_event()
 
     def _poll_failed(self, message: PollFailed) -> None:
-        if not message.taken:
-            problem = f"cannot read updates: {message.error}"
-            if problem != self._poll_problem:
-                log.warning("channel %s: polling failed: %s", self._profile.profile, message.error)
-            self._poll_problem = problem
-            self._report()
-            return
-        # Polls that succeed in between do not end a run of conflicts (Telegram answers the newer of
-        # two pollers and cuts the older off, so both get through now and then); a whole window
-        # without one does.
-        now = time.monotonic()
-        if self._conflict_since is None or now - self._conflict_last > self._conflict_window_s:
-            # Expected for a while after a restart: the previous poller's long poll is still open.
-            self._conflict_since = now
-            self._conflict_last = now
-            # Once per run of conflicts, at INFO: this is what every restart and takeover looks like.
-            log.info("channel %s: another poller still holds the bot's updates (409); retrying (a previous "
-                     "host's long poll ends within its timeout; lasting %.0f s, it is refused as a second host)",
-                     self._profile.profile, self._conflict_window_s)
-            return
-        self._conflict_last = now
-        if now - self._conflict_since >= self._conflict_window_s:
-            reason = (f"another program reads this bot's updates (Telegram answered 409 Conflict for "
-                      f"{now - self._conflict_since:.0f} s): one bot serves one host. Give this profile a bot "
-                      "of its own or stop the other, then run `piwf channel reload`")
-            log.error("channel %s refused: %s", self._profile.profile, reason)
-            safe_tell(self._supervisor, ChannelRefused(self._profile.profile, reason))
+        told = self._polls.failed(message, time.monotonic())
+        self._tell_manager(told)
+        if isinstance(told, ChannelRefused):  # another program reads this bot's updates
             self._ready = False
             self.actor_ref.stop(block=False)
+
+    def _tell_manager(self, message: ChannelHealth | ChannelRefused | None) -> None:
+        if message is not None:
+            safe_tell(self._supervisor, message)
 
     def _next_event(self) -> None:
         """Apply queued events one at a time; when none is left, let the poller go on."""
@@ -395,7 +277,7 @@ class ChannelAdapter(CoreActor):
         outcome = read_update(self._reader, self._profile, self._moves, event, text_limit=self._text_limit)
         if isinstance(event, Tap | Reply) and outcome.notice is not None:
             self._notice(event, outcome.notice)
-        if isinstance(event, Reply) and not outcome.command and not outcome.notice and self._replyable_in_flight:
+        if isinstance(event, Reply) and not outcome.command and not outcome.notice and self._deliveries.replyable:
             # A reply to a message the store does not know yet: perhaps the prompt or checkpoint just
             # sent, whose receipt is on its way. Look again once it is written.
             self._events.appendleft(event)
@@ -448,10 +330,8 @@ class ChannelAdapter(CoreActor):
                 self._notice(event, "Reply to the question above with your text.")
             else:
                 assert prompt is not None and self._threads is not None
-                self._in_flight += 1  # its receipt comes back as a JobDone like any attempt
-                self._replyable_in_flight.add(str(value["effect_id"]))
-                self._threads.send(Job("ask", prompt.chat_id, dict(value), presented=prompt.presented,
-                                       choice=prompt.choice, user_id=prompt.user_id))
+                self._deliveries.ask(Job("ask", prompt.chat_id, dict(value), presented=prompt.presented,
+                                         choice=prompt.choice, user_id=prompt.user_id), self._threads)
                 self._notice(event, "Reply to the question with your text.")
         elif result.correlation_id == "answer":
             assert isinstance(event, Tap | Reply)  # an answer is read from a tap or a reply (read_update)

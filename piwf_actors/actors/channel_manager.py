@@ -26,7 +26,8 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import ActorFailed, CoreActor, safe_tell
-from piwf_actors.actors.channel import ChannelAdapter, ChannelHealth, ChannelRefused
+from piwf_actors.actors.channel import ChannelAdapter
+from piwf_actors.actors.channel_polling import ChannelHealth, ChannelRefused
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.board import HostBoard, Section

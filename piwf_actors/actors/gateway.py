@@ -6,8 +6,9 @@ The socket I/O runs on a selector thread owned by this actor
 (`protocol.catalog.OPERATIONS`): the payload is checked against the
 operation's entry, a mutation on a standby is refused, and the operation's
 function answers (the functions live in the catalog's topic modules; this
-actor keeps the socket, the dispatch and the correlation of writes with
-their requests). Reads are answered from the gateway's own read-only
+actor keeps the socket and the dispatch, and its `PendingRequests`
+(actors/pending_requests.py) the correlation of writes with their
+requests). Reads are answered from the gateway's own read-only
 connection; writes go to the writer as commands and are answered when the
 writer's result comes back (never blocking this actor). No workflow code
 runs on this actor's thread: loading a workflow file and calling a
@@ -60,14 +61,15 @@ from typing import Any
 import pykka
 
 from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.pending_requests import PendingRequests
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer import Subscribe, Subscribed, Unsubscribe, WriterHandle
 from piwf_actors.board import HostBoard, Section, Stream
 from piwf_actors.clock import TimerClock
-from piwf_actors.errors import PiwfError, Rejected, RunnerHostRefusal, StandbyHost, outcome_for
+from piwf_actors.errors import PiwfError, RunnerHostRefusal, StandbyHost, outcome_for
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.catalog import OPERATIONS, channels, interactions, runs
-from piwf_actors.protocol.catalog.registry import BuildEnv, GatewayServices, OperationContext, Verdict
+from piwf_actors.protocol.catalog.registry import BuildEnv, GatewayServices, OperationContext
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
 from piwf_actors.protocol.gateway_messages import ChannelsReloaded
 from piwf_actors.protocol.live_views import LiveViews
@@ -76,7 +78,7 @@ from piwf_actors.protocol.socket_loop import Peer, SocketLoop
 from piwf_actors.protocol.uploads import ClientUploads
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
-from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
+from piwf_actors.store.requests import ChangeNotice, WriteResult
 from piwf_actors.wire.limits import Limits
 from piwf_actors.workflows.resolver import WorkflowResolver
 
@@ -125,16 +127,6 @@ class NodeOutput:
     payload: dict[str, Any]
 
 
-@dataclass
-class _Pending:
-    """A request waiting for its write's result (a recorded command's value: {outcome, receipt, revision})."""
-
-    conn_id: int
-    request: Request
-    #: Called with the value first; True if it answered (or will answer) the request itself.
-    verdict: Verdict | None = None
-
-
 class ClientGateway(CoreActor):
     actor_name = "gateway"
 
@@ -166,7 +158,7 @@ class ClientGateway(CoreActor):
         self._loop: SocketLoop | None = None
         self._reader: StoreReader | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pending: dict[str, _Pending] = {}
+        self._requests: PendingRequests | None = None
         self._views: LiveViews | None = None
         self._services: GatewayServices | None = None
         self._flush_scheduled = False
@@ -193,9 +185,11 @@ class ClientGateway(CoreActor):
         )
         self._views = LiveViews(self._reader, self._board, self._loop, timer_now=self._timer_now)
         self._views.external_writes = self._standby
+        self._requests = PendingRequests(self._writer, ref, self.reply, self._executor, self._resolver.user_code,
+                                         self._views.answered)
         env = BuildEnv(self._resolver, self._db_path)
         self._services = GatewayServices(
-            port=self, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
+            port=self._requests, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
             cached_env=runs.cached_env(env), connections=self._loop.connection_count, shutdown=self._shutdown,
             channels=self._channels, schedules=self._schedules, timer_now=self._timer_now,
             uploads=ClientUploads(self._limits.max_upload_bytes))
@@ -276,7 +270,7 @@ class ClientGateway(CoreActor):
             return RunnerHostRefusal(lease["host_id"], lease["epoch"], lease["live"])
         return StandbyHost(lease["host_id"], lease["epoch"], lease["live"])
 
-    # --- the port the operations answer through (protocol.catalog.registry.GatewayPort) ---------
+    # --- answering (the operations answer through PendingRequests, which posts through `reply`) -----
 
     def _post(self, conn_id: int, frame: dict[str, Any], *, is_response: bool = True) -> None:
         if self._loop is not None:
@@ -288,96 +282,12 @@ class ClientGateway(CoreActor):
         self._post(conn_id, response(request.request_id if request else None, outcome, receipt=receipt,
                                      revision=revision, error=error))
 
-    def expect(self, conn_id: int, request: Request, verdict: Verdict | None = None) -> str:
-        """Register the answer a write will bring back; its correlation token."""
-        token = f"req:{conn_id}:{secrets.token_hex(6)}"
-        self._pending[token] = _Pending(conn_id, request, verdict)
-        return token
-
-    def forget(self, token: str) -> None:
-        self._pending.pop(token, None)
-
-    def write(self, conn_id: int, request: Request, command: WriteCommand, verdict: Verdict | None = None) -> None:
-        token = self.expect(conn_id, request, verdict)
-        self._writer.submit(WriteCommand(command.name, command.args, correlation_id=token), self.actor_ref)
-
-    def write_from_executor(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
-        """Build the command on the executor (it loads a workflow file) and submit it from there, straight
-        to the writer: the answer still comes back to this actor under the token registered here."""
-        assert self._executor is not None
-        token = self.expect(conn_id, request)
-        writer, ref = self._writer, self.actor_ref
-
-        def run() -> None:
-            try:
-                command = build()
-            except PiwfError as err:
-                failed = WriteResult(False, None, err.code, err.one_line(), token)
-            except Exception as exc:
-                log.exception("%s failed", request.operation)
-                failed = WriteResult(False, None, Rejected.code, f"{type(exc).__name__}: {exc}", token)
-            else:
-                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
-                return
-            safe_tell(ref, failed)  # answered like a refusal from the writer
-
-        self._executor.submit(run)
-
-    def write_from_user_code(self, conn_id: int, request: Request, build: Callable[[], WriteCommand]) -> None:
-        """Build the command on a user-code thread (it runs workflow code, bounded in time) and submit it
-        from there, straight to the writer; a failure or the time limit is answered like a refusal of
-        the writer's, under the token registered here."""
-        token = self.expect(conn_id, request)
-        writer, ref = self._writer, self.actor_ref
-
-        def done(command: WriteCommand | None, error: BaseException | None) -> None:
-            """Runs on the user-code thread, on its watcher (a limit ran out) or here (refused at once)."""
-            if error is None:
-                assert command is not None
-                writer.submit(WriteCommand(command.name, command.args, correlation_id=token), ref)
-                return
-            if isinstance(error, PiwfError):
-                failed = WriteResult(False, None, error.code, error.one_line(), token)
-            else:
-                log.error("%s failed", request.operation, exc_info=error)
-                failed = WriteResult(False, None, Rejected.code, f"{type(error).__name__}: {error}"[:1000], token)
-            safe_tell(ref, failed)  # answered like a refusal from the writer
-
-        self._resolver.user_code.submit(build, done)
-
-    def in_executor(self, conn_id: int, request: Request, work: Callable[[], None]) -> None:
-        """Run `work` off the actor thread; it answers the request itself (post is thread-safe)."""
-        assert self._executor is not None
-
-        def run() -> None:
-            try:
-                work()
-            except PiwfError as err:
-                self.reply(conn_id, request, outcome_for(err.code), error=err.one_line())
-            except Exception as exc:
-                log.exception("%s failed", request.operation)
-                self.reply(conn_id, request, "rejected", error=f"{type(exc).__name__}: {exc}")
-
-        self._executor.submit(run)
-
     # --- answers -------------------------------------------------------------------------------
 
     def _written(self, result: WriteResult) -> None:
-        """A write's result: the pending request's answer (through its verdict, if it has one)."""
-        pending = self._pending.pop(result.correlation_id or "", None)
-        if pending is None:
-            return
-        if result.ok and result.commit_seq is not None and self._views is not None:
-            self._views.answered(result.commit_seq)
-        if not result.ok:
-            outcome = outcome_for(result.error_code)
-            self.reply(pending.conn_id, pending.request, outcome, error=result.error or "refused")
-            return
-        value = result.value
-        if pending.verdict is not None and pending.verdict(value):
-            return
-        self.reply(pending.conn_id, pending.request, value["outcome"], receipt=value.get("receipt"),
-                   revision=value.get("revision"))
+        """A write's result: the answer of the request waiting for it (`PendingRequests.answer`)."""
+        if self._requests is not None:
+            self._requests.answer(result)
 
     def _channels_reloaded(self, message: ChannelsReloaded) -> None:
         if self._services is not None:
@@ -426,10 +336,8 @@ class ClientGateway(CoreActor):
         assert self._views is not None and self._services is not None
         self._views.watches.drop_connection(message.conn_id)
         self._services.uploads.drop(message.conn_id)
-        for token in [t for t, p in self._pending.items() if p.conn_id == message.conn_id]:
-            # The write still happens; its answer has nowhere to go. A client that
-            # reconnects and replays the idempotency key gets it as `adopted`.
-            self._pending[token].conn_id = -1
+        if self._requests is not None:
+            self._requests.connection_closed(message.conn_id)
 
     def _subscribed(self, _message: Subscribed) -> None:
         """The writer registered this gateway: every view is read again, and trusts the notices from now on

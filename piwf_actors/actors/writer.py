@@ -14,7 +14,9 @@ own loop in charge of when work happens.
 
 Replies go out only after COMMIT (or after the refusal): to a pykka future
 for callers at the edge (CLI, tests, embedding), or as a `WriteResult`
-told to an actor, so actors never block on each other.
+told to an actor, so actors never block on each other. After a commit that
+changed something, the actors that follow one of the changed tables are told
+a `ChangeNotice` (their subscriptions: change_notices.py).
 
 A full disk stops writes, not the writer: its `DiskRoom` (disk_room.py)
 says so, and has the WAL truncated before writing resumes.
@@ -31,7 +33,8 @@ from typing import Any
 
 import pykka
 
-from piwf_actors.actors.base import CoreActor, safe_tell
+from piwf_actors.actors.base import CoreActor
+from piwf_actors.actors.change_notices import ChangeFeed, Subscribe, Subscribed, Unsubscribe
 from piwf_actors.actors.disk_room import DiskRoom
 from piwf_actors.actors.ticker import Ticker
 from piwf_actors.actors.writer_handle import (
@@ -55,7 +58,8 @@ from piwf_actors.store.batch_plan import RENEWALS, transactions
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
-# The way in (writer_handle.py) is re-exported here: `from piwf_actors.actors.writer import WriterHandle`.
+# The way in (writer_handle.py) and the subscriptions to change notices (change_notices.py) are re-exported
+# here: `from piwf_actors.actors.writer import WriterHandle`.
 __all__ = ["BatchReply", "DatabaseWriter", "Drain", "GetWriterStats", "IdleTick", "ReplyTo", "Subscribe",
            "Subscribed", "Unsubscribe", "WriterHandle", "WriterQueue", "WriterStats", "deliver", "log_finished_runs",
            "start_writer"]
@@ -69,31 +73,6 @@ BatchObserver = Callable[[int, float, bool], None]
 @dataclass(frozen=True, slots=True)
 class IdleTick:
     """Sent by the writer's own ticker: trim the WAL if nothing was written for a while."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    """Tell `subscriber` a ChangeNotice after every commit that changed something, or with `tables`
-    only after those that changed one of them: a notice is a thread hand-off, and most commits
-    (a node's result) are news to few subscribers."""
-
-    subscriber: pykka.ActorRef[Any]
-    tables: frozenset[str] | None = None
-    #: Tell the subscriber `Subscribed` once it is registered: every commit after that reaches it. (The
-    #: writer registers it when it gets to this message: the batches of a Drain ahead of it take every
-    #: command queued meanwhile, also one sent after this message.)
-    ack: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribed:
-    """Told to a subscriber that asked for it: from now on every commit's notice reaches it, so
-    what it reads of the database now and the notices it gets after leave no gap between them."""
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    subscriber: pykka.ActorRef[Any]
 
 
 run_log = logging.getLogger("piwf_actors.runs")
@@ -155,7 +134,7 @@ class DatabaseWriter(CoreActor):
         self._database_clock = database_clock
         self._queue = writer_queue
         self._db: Any = None
-        self._subscribers: dict[pykka.ActorRef[Any], frozenset[str] | None] = {}  # → the tables it follows
+        self._feed = ChangeFeed()
         self._commits = 0
         self._commands = 0
         self._failed_batches = 0
@@ -215,12 +194,10 @@ class DatabaseWriter(CoreActor):
             self._wal_dirty = False
 
     def _subscribe(self, message: Subscribe) -> None:
-        self._subscribers[message.subscriber] = message.tables
-        if message.ack:
-            safe_tell(message.subscriber, Subscribed())
+        self._feed.subscribe(message)
 
     def _unsubscribe(self, message: Unsubscribe) -> None:
-        self._subscribers.pop(message.subscriber, None)
+        self._feed.unsubscribe(message)
 
     def _drain(self, _message: Drain) -> None:
         self._queue.woken()
@@ -325,13 +302,8 @@ class DatabaseWriter(CoreActor):
         if outcome.committed and outcome.changes.finished:
             log_finished_runs(outcome.changes.finished)
         if outcome.committed and (outcome.changes.tables or outcome.changes.runs):
-            changed = outcome.changes.tables
-            notice = ChangeNotice(seq, tuple(sorted(changed)), tuple(sorted(outcome.changes.runs)), now)
-            for subscriber, tables in list(self._subscribers.items()):
-                if tables is not None and tables.isdisjoint(changed):
-                    continue
-                if not safe_tell(subscriber, notice):
-                    del self._subscribers[subscriber]
+            self._feed.publish(ChangeNotice(seq, tuple(sorted(outcome.changes.tables)),
+                                            tuple(sorted(outcome.changes.runs)), now))
         if observer is not None:
             try:
                 observer(len(batch), seconds, outcome.committed)
