@@ -48,6 +48,12 @@ The figures of issue 21, each measured here in the same run:
                  (first submit → the last run's finished_at); its latencies are
                  submit → finished_at (host clock), queueing included.
 
+           Each phase is then run again on the same host with the same three
+           steps written as a durable function (`@workflow` calling three
+           `@step`s, docs/functions.md; its run records a fourth node, `return`,
+           its output), and "function / graph" prints the ratio of their runs/s
+           (--no-function skips it; `--runners` measures the graph only).
+
            Per phase: runs/s, steps/s (3 × runs/s), p50/p99, and CPU per run:
            the host process by thread (/proc/<pid>/task/*/stat, named by a
            `py-spy dump` taken after the phase; threads that ended during the
@@ -99,12 +105,13 @@ and met / NOT met: at max_workers 8, closed loop and burst, ≥ 6× DBOS (8
 threads) and ≥ 25 % of the ceiling; CPU per run host + workers ≤ 1.5 ms and host
 alone ≤ 1 ms; at max_workers 1 (closed loop, 1 client) runs/s ≥ 1.5× DBOS's (1
 thread) and start→done p50 ≤ 0.7× DBOS's; PostgreSQL (one host) ≥ 0.6× SQLite's
-runs/s per m and phase (with --database; else it says how to measure it). The
+runs/s per m and phase (with --database; else it says how to measure it); and the
+target of issue 33: the function workflow ≥ 0.9× the graph's runs/s per m and phase. The
 fan-out, sleepers and messages targets are measured by bench/fanout.py,
 bench/sleepers.py and bench/messages.py.
 
 Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8]
-     [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos]
+     [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos] [--no-function]
      [--ceiling PATH | --no-ceiling] [--profile DIR [--profile-runs 1000]]
      [--database URL|pg-temp] [--runners K ...]
 """
