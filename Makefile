@@ -48,6 +48,7 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/writer.py
 	$(PY) bench/spawn.py
 	$(PY) bench/throughput.py
+	$(PY) bench/replay.py
 	$(PY) bench/protocol.py
 	$(PY) bench/latency.py
 	$(PY) bench/growth.py

@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the trivial workflow they run, percentiles, thread groups."""
+"""What the benchmark scripts share: the trivial workflows they run (a graph, a function), percentiles, thread
+groups."""
 
 from __future__ import annotations
 
@@ -21,6 +22,33 @@ trivial = define_workflow(
     },
     edges=[edge("a", "b"), edge("b", "c")],
 )
+'''
+
+#: The same three steps as a durable function (docs/functions.md): `throughput.py` runs it beside the graph.
+FUNCTION_WORKFLOW_SOURCE = '''\
+"""Three trivial steps of a workflow function: a → b → c (and the node `return`, the run's output)."""
+
+from piwf_actors.durable import step, workflow
+
+
+@step
+def a() -> dict:
+    return {"n": 1}
+
+
+@step
+def b(n: int) -> dict:
+    return {"n": n + 1}
+
+
+@step
+def c(n: int) -> dict:
+    return {"n": n + 1}
+
+
+@workflow(name="trivial3_function")
+def trivial_function(i: int = 0, nudge: bool = False) -> dict:
+    return c(b(a()["n"])["n"])
 '''
 
 

@@ -48,6 +48,12 @@ The figures of issue 21, each measured here in the same run:
                  (first submit → the last run's finished_at); its latencies are
                  submit → finished_at (host clock), queueing included.
 
+           Each phase is then run again on the same host with the same three
+           steps written as a durable function (`@workflow` calling three
+           `@step`s, docs/functions.md; its run records a fourth node, `return`,
+           its output), and "function / graph" prints the ratio of their runs/s
+           (--no-function skips it; `--runners` measures the graph only).
+
            Per phase: runs/s, steps/s (3 × runs/s), p50/p99, and CPU per run:
            the host process by thread (/proc/<pid>/task/*/stat, named by a
            `py-spy dump` taken after the phase; threads that ended during the
@@ -99,12 +105,13 @@ and met / NOT met: at max_workers 8, closed loop and burst, ≥ 6× DBOS (8
 threads) and ≥ 25 % of the ceiling; CPU per run host + workers ≤ 1.5 ms and host
 alone ≤ 1 ms; at max_workers 1 (closed loop, 1 client) runs/s ≥ 1.5× DBOS's (1
 thread) and start→done p50 ≤ 0.7× DBOS's; PostgreSQL (one host) ≥ 0.6× SQLite's
-runs/s per m and phase (with --database; else it says how to measure it). The
+runs/s per m and phase (with --database; else it says how to measure it); and the
+target of issue 33: the function workflow ≥ 0.9× the graph's runs/s per m and phase. The
 fan-out, sleepers and messages targets are measured by bench/fanout.py,
 bench/sleepers.py and bench/messages.py.
 
 Run: .venv/bin/python bench/throughput.py [--runs 300] [--workers 1 2 8]
-     [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos]
+     [--client-mode thread|process] [--done-via watch|runs|poll|db] [--no-dbos] [--no-function]
      [--ceiling PATH | --no-ceiling] [--profile DIR [--profile-runs 1000]]
      [--database URL|pg-temp] [--runners K ...]
 """
@@ -138,7 +145,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
-from common import WORKFLOW_SOURCE, closing_line, pct, thread_group  # noqa: E402  (bench/ is the script's directory)
+from common import FUNCTION_WORKFLOW_SOURCE, WORKFLOW_SOURCE, closing_line, pct, thread_group  # noqa: E402  (bench/ is the script's directory)
 from profile_top import read_stacks, summarise  # noqa: E402
 
 from piwf_actors.client import Client, HostNotRunning  # noqa: E402
@@ -768,9 +775,11 @@ def profile_bursts(host: HostProcess, spec: str, runs: int, directory: Path) -> 
 
 
 def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
-               databases: PgDatabases | None = None) -> dict[str, Phase]:
+               databases: PgDatabases | None = None, function_spec: str | None = None) -> dict[str, Phase]:
     """A fresh host with `workers` workers (on SQLite in its state dir, or on a fresh PostgreSQL database of
-    `databases`): warm-up, closed loop, burst. On PostgreSQL each phase gets its SERIALIZABLE retries."""
+    `databases`): warm-up, closed loop, burst of the graph `spec`, each followed by the same phase of the
+    function workflow `function_spec` when given (keys `closed_function`, `burst_function`). On
+    PostgreSQL each phase gets its SERIALIZABLE retries."""
     database = None if databases is None else databases.fresh()
     host = HostProcess(base / (f"piwf-{workers}" if databases is None else f"piwf-pg-{workers}"), workers,
                        args.synchronous, database)
@@ -779,30 +788,51 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
     def counters() -> WriterCounters | None:
         return settled_counters(host.socket_path, nudge_run(spec)) if on_pg else None
 
+    def loop(workflow: str, runs: int) -> Phase:
+        return closed_loop(host, workflow, runs, workers, args.client_mode, args.done_via, args.poll_ms / 1000)
+
     try:
         host.wait_ready()
-        closed_loop(host, spec, max(2 * workers, 8), workers, args.client_mode, args.done_via, args.poll_ms / 1000)
-        before = counters()
-        closed = closed_loop(host, spec, args.runs, workers, args.client_mode, args.done_via, args.poll_ms / 1000)
-        between = counters()
-        flood = burst(host, spec, args.runs)
-        after = counters()
-        if on_pg:
-            closed.conflicts = Conflicts.between(before, between, closed.runs)
-            flood.conflicts = Conflicts.between(between, after, flood.runs)
-            if after is None:
-                flood.notes.append("the host's host.status has no writer.conflict_retries: retries not measured")
-        phases = {"closed": closed, "burst": flood}
+        for workflow in (spec, function_spec) if function_spec is not None else (spec,):  # warm-up
+            loop(workflow, max(2 * workers, 8))
+        phases: dict[str, Phase] = {}
+        # Each phase of the graph, then the same phase of the function on the same host (when measured):
+        # the two figures of a kind come from one minute of the same machine's load.
+        last = counters()
+        for key, measure in (("closed", lambda workflow: loop(workflow, args.runs)),
+                             ("burst", lambda workflow: burst(host, workflow, args.runs))):
+            for suffix, workflow in (("", spec), ("_function", function_spec)):
+                if workflow is None:
+                    continue
+                phase = measure(workflow)
+                if suffix:
+                    phase.label = f"function workflow, {phase.label}"
+                if on_pg:
+                    before, last = last, counters()
+                    phase.conflicts = Conflicts.between(before, last, phase.runs)
+                    if phase.conflicts is None:
+                        phase.notes.append("the host's host.status has no writer.conflict_retries: retries not "
+                                           "measured")
+                phases[key + suffix] = phase
         engine = "SQLite, synchronous=" + args.synchronous if databases is None else f"PostgreSQL ({databases.label})"
         print(f"piwf through the socket, max_workers={workers} (host pid {host.pid}, {engine}):")
         for phase in phases.values():
             print_phase(phase)
+        if "closed_function" in phases:
+            print(f"piwf function / graph workflow at {workers}: {function_ratios(phases)}")
         # --profile records the hosts of the engine asked for: PostgreSQL's with --database, else SQLite's.
         if args.profile is not None and workers == max(args.workers) and on_pg == (args.database is not None):
             profile_bursts(host, spec, args.profile_runs, Path(args.profile))
         return phases
     finally:
         host.stop()
+
+
+def function_ratios(phases: dict[str, Phase]) -> str:
+    """runs/s of the function workflow / the graph's, per phase of one host: "closed loop 0.95× (…), burst …"."""
+    return ", ".join(f"{name} {phases[key + '_function'].rate / phases[key].rate:.2f}× "
+                     f"({phases[key + '_function'].rate:.0f} / {phases[key].rate:.0f} runs/s)"
+                     for key, name in (("closed", "closed loop"), ("burst", "burst")))
 
 
 # --- runner hosts (docs/runners.md) -------------------------------------------------------------------
@@ -1130,8 +1160,9 @@ def verdict(ok: bool) -> str:
 
 def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure], ceiling: Ceiling | None,
                   done_via: str, pg: dict[int, dict[str, Phase]] | None = None) -> None:
-    """Each target of issue 21 with the figure of this run. `piwf`: the SQLite hosts' phases per m; `pg`: the
-    PostgreSQL hosts' (with --database), compared with them."""
+    """Each target of issue 21 with the figure of this run, and the function form's (issue 33: ≥ 0.9× the
+    graph's runs/s). `piwf`: the SQLite hosts' phases per m; `pg`: the PostgreSQL hosts' (with
+    --database), compared with them."""
     print("targets of issue 21, figures from this run" + (" (SQLite hosts unless said)" if pg is not None else "")
           + ":")
     eight = piwf.get(8)
@@ -1193,6 +1224,21 @@ def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure]
                 retries = f"; {phase.conflicts.describe()}" if phase.conflicts is not None else ""
                 print(f"    max_workers {workers}, {name}: {phase.rate:.0f} / {base.rate:.0f} = {ratio:.2f}× "
                       f"({verdict(ratio >= 0.6)}){retries}")
+    hosts = [("", piwf)] + ([(" (PostgreSQL)", pg)] if pg is not None else [])
+    measured = [(tag, m, phases) for tag, by_m in hosts for m, phases in by_m.items() if "closed_function" in phases]
+    if not measured:
+        print("  function workflow ≥ 0.9× the graph's runs/s: not measured (--no-function)")
+    else:
+        print("  function workflow (3 steps and its return), runs/s / the 3-node graph's on the same host in this run "
+              "(target ≥ 0.9× each):")
+        for tag, workers, phases in measured:
+            for key, name in (("closed", "closed loop"), ("burst", "burst")):
+                function, graph = phases[key + "_function"], phases[key]
+                ratio = function.rate / graph.rate
+                print(f"    max_workers {workers}{tag}, {name}: {function.rate:.0f} / {graph.rate:.0f} = {ratio:.2f}× "
+                      f"({verdict(ratio >= 0.9)}); CPU per run host + workers {function.total_cpu_ms:.2f} / "
+                      f"{graph.total_cpu_ms:.2f} ms")
+    print("  replay of a function run that resumes after a wait: measured by bench/replay.py, not here")
     print("  fan-out, sleepers and messages: measured by bench/fanout.py, bench/sleepers.py and bench/messages.py, "
           "not here")
 
@@ -1211,6 +1257,8 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=1.0, help="run.get interval for --done-via poll")
     parser.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS comparison")
+    parser.add_argument("--no-function", action="store_true",
+                        help="skip the function workflow's phases (the 3-step durable function beside the graph)")
     parser.add_argument("--dbos-journal", choices=["wal", "delete"], default="wal")
     parser.add_argument("--ceiling", type=Path, default=REPO.parent / "shared" / "bench" / "ceiling.py",
                         help="ceiling.py to run with --quick (default: <repo>/../shared/bench/ceiling.py)")
@@ -1239,7 +1287,14 @@ def main() -> None:
         workflow_file = base / "trivial3.py"
         workflow_file.write_text(WORKFLOW_SOURCE)
         spec = f"{workflow_file}:trivial"
-        print(f"{args.runs} runs per phase, 3 compute nodes per run; {os.cpu_count()} cores, load average "
+        function_spec = None
+        if not args.no_function:
+            function_file = base / "trivial3_function.py"
+            function_file.write_text(FUNCTION_WORKFLOW_SOURCE)
+            function_spec = f"{function_file}:trivial_function"
+        print(f"{args.runs} runs per phase, 3 compute nodes per run"
+              f"{'' if function_spec is None else ' (and per phase the same with a 3-step workflow function)'}; "
+              f"{os.cpu_count()} cores, load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, python {sys.version.split()[0]}, SQLite "
               f"{sqlite3.sqlite_version}, state under {base}")
         ceiling = None if args.no_ceiling else run_ceiling(args.ceiling, base)
@@ -1274,9 +1329,9 @@ def main() -> None:
         tag = " (SQLite)" if pg is not None else ""
         try:
             for workers in args.workers:
-                phases = piwf[workers] = bench_piwf(base, spec, workers, args)
+                phases = piwf[workers] = bench_piwf(base, spec, workers, args, function_spec=function_spec)
                 if pg is not None:
-                    pg_phases = pg[workers] = bench_piwf(base, spec, workers, args, databases)
+                    pg_phases = pg[workers] = bench_piwf(base, spec, workers, args, databases, function_spec)
                     print(f"piwf PostgreSQL / SQLite at {workers}: closed loop "
                           f"{pg_phases['closed'].rate / phases['closed'].rate:.2f}×, burst "
                           f"{pg_phases['burst'].rate / phases['burst'].rate:.2f}×")
