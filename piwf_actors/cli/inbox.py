@@ -10,7 +10,13 @@ from rich.table import Table
 from rich.text import Text
 
 from piwf_actors.cli import render
+from piwf_actors.cli.ids import NoMatch
 from piwf_actors.cli.values import json_value
+from piwf_actors.errors import PiwfError
+
+#: What REQUEST may be, as the help of `answer` and `submit` says it.
+REQUEST_HELP = ("a request id (a unique start of one, or its end as tables show it: …a40b532ccf9a), or the "
+                "id of the run that waits for it, likewise")
 
 
 def name_text(raw: str) -> tuple[str, str]:
@@ -27,8 +33,7 @@ def add_commands(add: Any, sub: Any) -> None:
     p.add_argument("--session", help="only what is addressed to this session")
     p = add(sub, "answer", "answer a decision (REQUEST CHOICE [--input name=text]) or a checkpoint "
             "(REQUEST --value JSON)", cmd_answer)
-    p.add_argument("request_id", metavar="REQUEST",
-                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
+    p.add_argument("request_id", metavar="REQUEST", help=REQUEST_HELP)
     p.add_argument("choice", nargs="?", help="the decision's choice")
     p.add_argument("--input", action="append", default=[], type=name_text, metavar="NAME=TEXT",
                    help="text input of the chosen choice")
@@ -36,8 +41,7 @@ def add_commands(add: Any, sub: Any) -> None:
                    help="a checkpoint's answer as JSON (@FILE: from a file; -: from standard input)")
     p.add_argument("--session", help="the session answering (kept as provenance)")
     p = add(sub, "submit", "submit an agent step's output (waits for the worker's verdict)", cmd_submit)
-    p.add_argument("request_id", metavar="REQUEST",
-                   help="a request id, a unique start of one, or its end as tables show it (…a40b532ccf9a)")
+    p.add_argument("request_id", metavar="REQUEST", help=REQUEST_HELP)
     p.add_argument("--value", type=json_value, required=True, metavar="JSON",
                    help="the output as JSON (@FILE: from a file; -: from standard input)")
     p.add_argument("--session", help="the session the request is addressed to")
@@ -112,13 +116,34 @@ def _find_request(ctx: Any, request_id: str) -> dict[str, Any] | None:
     return None
 
 
+def request_named(ctx: Any, value: str) -> str:
+    """The request `value` names: a request id (see cli/ids.py), else a run id whose run waits for
+    exactly one request (`piwf start` prints the run's id; a run asks one thing at a time). A value that
+    names neither is the request's NoMatch; a run that waits for none or several, one line saying so."""
+    try:
+        return str(ctx.resolve("request", value))
+    except NoMatch as no_request:
+        try:
+            run_id = ctx.resolve("run", value)
+        except NoMatch:
+            raise no_request from None
+    pending = [request["request_id"] for request in ctx.call("interaction.list", {}).get("requests", [])
+               if request["run_id"] == run_id]
+    if len(pending) == 1:
+        return str(pending[0])
+    if not pending:
+        status = ctx.call("run.get", run_id=run_id).get("status")
+        raise PiwfError(f"run {run_id} waits for no request (it is {status})")
+    raise PiwfError(f"run {run_id} waits for {len(pending)} requests: name one of {', '.join(pending)}")
+
+
 def cmd_answer(ctx: Any, parser: argparse.ArgumentParser) -> int:
     args = ctx.args
     if args.choice is None and args.value is None:
         parser.error("give a CHOICE (decision) or --value JSON (checkpoint)")
     if args.choice is not None and args.value is not None:
         parser.error("a decision takes CHOICE [--input name=text], not --value")
-    args.request_id = ctx.resolve("request", args.request_id)
+    args.request_id = request_named(ctx, args.request_id)
     session = {"session_id": args.session} if args.session else {}
     if args.choice is None:
         receipt = ctx.call("checkpoint.answer", {"request_id": args.request_id, "input": args.value, **session})
@@ -135,7 +160,7 @@ def cmd_answer(ctx: Any, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_submit(ctx: Any, _parser: argparse.ArgumentParser) -> int:
-    payload = {"request_id": ctx.resolve("request", ctx.args.request_id), "value": ctx.args.value}
+    payload = {"request_id": request_named(ctx, ctx.args.request_id), "value": ctx.args.value}
     if ctx.args.session:
         payload["session_id"] = ctx.args.session
     receipt = ctx.call("interaction.submit", payload)

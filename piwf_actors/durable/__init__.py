@@ -15,6 +15,7 @@ function, `sleep`, `decide`, `run_child`…) is a node of the run whose committe
 on replay, never computed again. See docs/functions.md for the replay rules.
 """
 
+from piwf_actors.durable.commands import shell
 from piwf_actors.durable.define import workflow
 from piwf_actors.durable.replay import RunInfo, StepFailed, current_run
 from piwf_actors.durable.steps import Step, step
@@ -38,6 +39,6 @@ from piwf_actors.workflows.waits import limit
 __all__ = [
     "Answer", "RunInfo", "Step", "StepFailed", "agent", "checkpoint", "choice", "current_run", "decide",
     "define_schedule",
-    "function_parts", "limit", "map_children", "run_child", "send_message", "sleep", "sleep_until", "step",
+    "function_parts", "limit", "map_children", "run_child", "send_message", "shell", "sleep", "sleep_until", "step",
     "text_input", "wait_message", "workflow",
 ]

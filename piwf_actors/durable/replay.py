@@ -29,13 +29,17 @@ RETURN_ID = "return"
 
 class StepFailed(Exception):
     """A step (or a wait) that failed after its retries: `code` is its stable error code (`node_error`,
-    `timeout`, `message_timeout`, `output_invalid`…), `message` the one-line error, `step` its id."""
+    `timeout`, `message_timeout`, `output_invalid`…), `message` the one-line error, `step` its id,
+    `output` what the failed attempt recorded as its output, if anything (a `shell` call's
+    {stdout, stderr, exit_code, duration_ms}; None for a step whose function raised) — the same on
+    replay."""
 
-    def __init__(self, code: str, message: str, step: str) -> None:
+    def __init__(self, code: str, message: str, step: str, output: Any = None) -> None:
         super().__init__(f"step {step!r} failed ({code}): {message}")
         self.code = code
         self.message = message
         self.step = step
+        self.output = output
 
 
 class Suspended(BaseException):

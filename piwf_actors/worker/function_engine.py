@@ -186,7 +186,8 @@ class Launch:
             self.position += 1
             if entry["outcome"] != "failed":  # ok, or `copied` by a restart from a later step
                 return self.recorded.get(node_id)
-            raise StepFailed(str(entry.get("error_code") or "node_error"), str(entry.get("error") or ""), node_id)
+            raise StepFailed(str(entry.get("error_code") or "node_error"), str(entry.get("error") or ""), node_id,
+                             self.recorded.get(node_id))
         self.position += 1
         try:
             return self._new_work(node_id, spec, answered_by)
@@ -235,7 +236,8 @@ class Launch:
             self.steps += 1
             if report["outcome"] == "ok":
                 return report.get("output")
-            raise StepFailed(str(report.get("error_code") or "node_error"), str(report.get("error") or ""), node_id)
+            raise StepFailed(str(report.get("error_code") or "node_error"), str(report.get("error") or ""), node_id,
+                             report.get("output"))
 
     def send_message(self, run_id: str, topic: str, payload: Any) -> dict[str, Any]:
         if self.suspended:
