@@ -288,6 +288,10 @@ def _run_view(reader: StoreReader, run_id: str, now: float) -> dict[str, Any] | 
             node["copied_from"] = copied
         if status == "failed" and trace:
             last_traceback = trace
+    # What each node waited on, if it did (a function run's picture has no graph that would say so).
+    for node_id, kind in reader.all("SELECT DISTINCT node_id, kind FROM run_wait WHERE run_id = ?", (run_id,)):
+        if node_id in nodes:
+            nodes[node_id]["wait_kind"] = kind
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
         "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
     waiting = _requests_of(reader, run_id, nodes, now)
@@ -330,6 +334,8 @@ def _requests_of(reader: StoreReader, run_id: str, nodes: dict[str, dict[str, An
                     ON s.submission_id = r.accepted_submission_id
                WHERE r.run_id = ? ORDER BY r.created_at""", (run_id,)):
         node = latest.get(attempt_id)
+        if node is not None:
+            node["wait_kind"] = kind  # decision, checkpoint or agent
         if provenance is not None and node is not None:
             node["answer"] = {"by": _json(provenance), "at": submitted_at}
             node["answered_by"] = node["answer"]["by"]  # beside `output`, the answer it gave (docs/protocol.md)

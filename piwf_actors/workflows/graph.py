@@ -171,14 +171,37 @@ def _function_graph(workflow: Workflow) -> Graph:
     return Graph(workflow.name, "", tuple(nodes), (), (), workflow.description, workflow.digest, function=True)
 
 
+#: The node that records a function's return value (durable/replay.py's RETURN_ID).
+RETURN_NODE = "return"
+#: The node kind a function's wait or question ran as, by the kind of its wait or request (run.get's
+#: `wait_kind`); a child run's wait says `children` whether one child or a map started it.
+WAIT_KINDS = {"decision": "human_decision", "checkpoint": "checkpoint", "agent": "agent", "sleep": "sleep",
+              "message": "wait_message", "children": "children"}
+
+
 def function_run_graph(graph: Graph, view: Mapping[str, Any]) -> Graph:
     """The picture of a function workflow's run: the steps it took, in the order it took them (from
     the run.get `view`), each with the kind and summary of the step of its name in `graph` (`fetch#2`
-    is a call of `fetch`), and the node `return` where it ended."""
+    is a call of `fetch`) — a wait or a question with the kind of what it waited on, a step called
+    under another id with the kind its records show — and the node `return` where it ended."""
     known = {node.node_id: node for node in graph.nodes}
+    waited = {str(item.get("node_id")): str(item.get("wait_kind") or item.get("kind") or "")
+              for key in ("nodes", "waiting", "waits") for item in view.get(key) or []
+              if isinstance(item, Mapping) and (item.get("wait_kind") or item.get("kind"))}
+    effects = {str(effect.get("node_id")) for effect in view.get("effects") or [] if isinstance(effect, Mapping)}
+    finished = {str(node.get("node_id")) for node in view.get("nodes") or [] if isinstance(node, Mapping)}
+
+    def kind_of(node_id: str) -> str:
+        """A step called under another id (`step.named`): what it did tells its kind, as for metrics."""
+        if node_id in waited:
+            return WAIT_KINDS.get(waited[node_id], "")
+        if node_id in effects:
+            return "action"
+        return "compute" if node_id in finished and node_id != RETURN_NODE else ""
+
     reached = graph_from_view(view)
-    nodes = tuple(GraphNode(node.node_id, known[base].kind if base in known else "",
-                            known[base].summary if base in known else "")
+    nodes = tuple(GraphNode(node.node_id, known[base].kind, known[base].summary) if base in known
+                  else GraphNode(node.node_id, kind_of(node.node_id))
                   for node in reached.nodes for base in [node.node_id.split("#", 1)[0]])
     return Graph(graph.workflow, nodes[0].node_id if nodes else "", nodes, (), (), graph.description, graph.digest,
                  function=True)
