@@ -9,12 +9,14 @@ the outcome itself as the body. No workflow code runs here: the gateway
 runs it off its own thread, as for the socket. Every refusal of the door's
 own is one JSON line `{"error": …}`: 400 (a body that is not a JSON object),
 401 (no token, an unknown or revoked one: slowed per remote address),
-403 (a viewer on an operator's route), 404/405, 413 (body), 431 (headers).
+403 (a viewer on an operator's route), 404/405, 413 (body), 431 (headers)
+(`DoorGuard`, which also keeps a server-side refusal from becoming a traceback).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -28,7 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from piwf_actors.http.answers import CHALLENGE, Answer, error
 from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
@@ -218,23 +220,51 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return error(exc.status_code, exc.detail if exc.status_code != 404 else "no such path (see /api/v1/openapi.json)")
 
 
-class HeaderLimit:
-    """Refuse a request whose headers are over the door's bounds (431), before anything reads them."""
+class DoorGuard:
+    """The outermost layer: refuse a request whose headers are over the door's bounds (431) before anything
+    reads them, and keep a response the server can no longer send from becoming a traceback.
+
+    uvicorn answers a request it cannot parse (a broken chunked body, say) with its own 400 and closes the
+    connection while the app may still be answering the same request; sending that answer then raises
+    from the server's side. The guard drops it (one log line) and waits for the server to see the
+    connection closed, so that the server does not answer a second time either."""
 
     def __init__(self, app: ASGIApp, limits: HttpLimits) -> None:
         self.app = app
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = scope.get("headers") or []
-            size = sum(len(name) + len(value) for name, value in headers)
-            if len(headers) > self.limits.max_headers or size > self.limits.max_header_bytes:
-                response = error(431, f"headers over the limit ({self.limits.max_headers} headers, "
-                                      f"{self.limits.max_header_bytes} bytes)")
-                await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope.get("headers") or []
+        size = sum(len(name) + len(value) for name, value in headers)
+        if len(headers) > self.limits.max_headers or size > self.limits.max_header_bytes:
+            response = error(431, f"headers over the limit ({self.limits.max_headers} headers, "
+                                  f"{self.limits.max_header_bytes} bytes)")
+            await response(scope, receive, send)
+            return
+        unsent: list[str] = []
+
+        async def guarded(message: Message) -> None:
+            if unsent:
                 return
-        await self.app(scope, receive, send)
+            try:
+                await send(message)
+            except Exception as exc:  # noqa: BLE001 - the server's side refused: see the class docstring
+                unsent.append(f"{type(exc).__name__}: {exc}")
+
+        await self.app(scope, receive, guarded)
+        if unsent:
+            log.info("%s %s: the answer was not sent (%s); the server had closed the connection",
+                     scope.get("method"), scope.get("path"), one_line(unsent[0])[:200])
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(_closed(receive), 5.0)
+
+
+async def _closed(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def build_app(port: DoorPort, limits: HttpLimits = HttpLimits()) -> ASGIApp:
@@ -243,4 +273,4 @@ def build_app(port: DoorPort, limits: HttpLimits = HttpLimits()) -> ASGIApp:
     routes = [StarletteRoute(route.path, door.endpoint(route), methods=[route.method]) for route in ROUTES]
     routes.append(StarletteRoute(OPENAPI_PATH, door.openapi, methods=["GET"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
-    return HeaderLimit(app, limits)
+    return DoorGuard(app, limits)
