@@ -91,9 +91,8 @@ class HttpDoor(CoreActor):
 
         from piwf_actors.http.app import build_app
 
-        family = socket.AF_INET6 if ":" in self._address.host else socket.AF_INET
         try:
-            self._sock = socket.create_server((self._address.host, self._address.port), family=family, backlog=512)
+            self._sock = _listen(self._address)
         except (OSError, UnicodeError) as exc:
             raise HostError(f"--http {self._address}: cannot listen: {exc}") from None
         self.bound = self._sock.getsockname()[:2]
@@ -146,6 +145,23 @@ class HttpDoor(CoreActor):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _listen(address: HttpAddress) -> socket.socket:
+    """The door's listening socket. Made with proto IPPROTO_TCP, and TCP_NODELAY set (accepted sockets
+    inherit it): asyncio turns Nagle's algorithm off only for sockets whose proto says TCP, and with it on,
+    a response's body waits for the ACK of its headers (40 ms of delayed ACK per small answer)."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((address.host, address.port))
+        sock.listen(512)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class _ServerEnded:
