@@ -17,6 +17,10 @@ concurrency key function run on the resolver's user-code threads
 (state.backup, state.verify, state.status) runs on a small maintenance
 executor owned by the actor, which never runs workflow code.
 
+The HTTP door (actors/http_door.py) is another way in: it tells this actor
+the same `ClientRequest`s under connection ids of its own and attaches a sink
+(`AttachDoor`) where `DoorPosts` (protocol/doors.py) sends what answers them.
+
 A write's path to the writer, in thread hand-offs: the socket thread decodes
 the frame and tells this actor (1); this actor builds the command and puts it
 on the writer's queue (2). `run.start` keeps to those two whenever the

@@ -18,7 +18,9 @@ def _piwf(door: Door, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[i
     return code, capsys.readouterr().out
 
 
-def test_token_add_prints_it_once_and_show_names_it(door: Door, capsys: pytest.CaptureFixture[str]) -> None:
+def test_token_add_prints_it_once_and_show_names_it(door: Door, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "240")  # the answers table on one line per answer, whatever the terminal
     code, out = _piwf(door, capsys, "--json", "http", "token", "add", "deploy-bot", "--role", "operator")
     assert code == 0
     added = json.loads(out)
