@@ -9,6 +9,7 @@ from typing import Any
 
 from piwf_actors.channels.registry import adapter_options
 from piwf_actors.clock import TimerClock
+from piwf_actors.http.address import parse_http_address
 from piwf_actors.wire.limits import Limits
 from piwf_actors.workflows.user_code import UserCodeLimits
 
@@ -45,6 +46,9 @@ class HostConfig:
     # "host:port" where the Prometheus exporter listens (piwf_actors.metrics; port 0 picks a free one);
     # None: no exporter, no socket, no thread.
     metrics_address: str | None = None
+    # `[HOST:]PORT` where the HTTP door listens (docs/http.md; the `http` extra): a bare port is 127.0.0.1
+    # only, port 0 picks a free one; None: no HTTP door, no thread, no socket.
+    http_address: str | None = None
     log_level: str = "WARNING"  # the workers' log level (piwf-host passes its --log-level)
     log_format: str = "text"  # text | json, for the workers (piwf-host passes its --log-format)
     # Projects whose `.piwf/workflows/*.py` schedules this host runs (piwf-host --project, repeatable), besides
@@ -84,6 +88,8 @@ class HostConfig:
         if isinstance(self.projects, (str, Path)):
             raise ValueError("projects must be a sequence of project directories, not one path")
         object.__setattr__(self, "projects", tuple(str(project) for project in self.projects))
+        if self.http_address is not None:
+            parse_http_address(self.http_address)  # ValueError: one line naming the flag
         if self.role not in ("host", "runner"):
             raise ValueError(f"unknown role {self.role!r} (host or runner)")
         if self.synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:

@@ -17,6 +17,10 @@ concurrency key function run on the resolver's user-code threads
 (state.backup, state.verify, state.status) runs on a small maintenance
 executor owned by the actor, which never runs workflow code.
 
+The HTTP door (actors/http_door.py) is another way in: it tells this actor
+the same `ClientRequest`s under connection ids of its own and attaches a sink
+(`AttachDoor`) where `DoorPosts` (protocol/doors.py) sends what answers them.
+
 A write's path to the writer, in thread hand-offs: the socket thread decodes
 the frame and tells this actor (1); this actor builds the command and puts it
 on the writer's queue (2). `run.start` keeps to those two whenever the
@@ -70,6 +74,7 @@ from piwf_actors.errors import PiwfError, RunnerHostRefusal, StandbyHost, outcom
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.catalog import OPERATIONS, channels, interactions, runs
 from piwf_actors.protocol.catalog.registry import BuildEnv, GatewayServices, OperationContext
+from piwf_actors.protocol.doors import DoorPeer, DoorPosts, DoorSink
 from piwf_actors.protocol.envelope import BadRequest, Request, hello, parse_request, response
 from piwf_actors.protocol.gateway_messages import ChannelsReloaded
 from piwf_actors.protocol.live_views import LiveViews
@@ -87,9 +92,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ClientRequest:
+    """A request frame from a door: the socket (`peer` by the kernel's word) or another door, which
+    numbers its requests from its own base (`protocol.doors`) and names who sent it (`DoorPeer`)."""
+
     conn_id: int
     frame: dict[str, Any]
-    peer: Peer | None = None
+    peer: Peer | DoorPeer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttachDoor:
+    """From another door (the HTTP door): post what answers its connection ids from `first_id` up to `sink`."""
+
+    first_id: int
+    sink: DoorSink
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +172,7 @@ class ClientGateway(CoreActor):
         self._channels = channels
         self._schedules = schedules  # the schedule keeper (schedule.trigger), None when the host runs none
         self._loop: SocketLoop | None = None
+        self._posts: DoorPosts | None = None  # the socket loop, and the sinks of the other doors
         self._reader: StoreReader | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._requests: PendingRequests | None = None
@@ -183,7 +200,8 @@ class ClientGateway(CoreActor):
             limits=self._limits,
             on_alarm=lambda: safe_tell(ref, FlushWatches()),
         )
-        self._views = LiveViews(self._reader, self._board, self._loop, timer_now=self._timer_now)
+        self._posts = DoorPosts(self._loop)
+        self._views = LiveViews(self._reader, self._board, self._posts, timer_now=self._timer_now)
         self._views.external_writes = self._standby
         self._requests = PendingRequests(self._writer, ref, self.reply, self._executor, self._resolver.user_code,
                                          self._views.answered)
@@ -224,7 +242,8 @@ class ClientGateway(CoreActor):
         return {ClientRequest: self._request, ConnectionClosed: self._closed, ChangeNotice: self._changed,
                 FlushWatches: self._flush_watches, WriteResult: self._written,
                 ChannelsReloaded: self._channels_reloaded, NodeOutput: self._node_output,
-                StandbyPoll: self._standby_poll, BecomeActive: self._become_active, Subscribed: self._subscribed}
+                StandbyPoll: self._standby_poll, BecomeActive: self._become_active, Subscribed: self._subscribed,
+                AttachDoor: self._attach_door}
 
     # --- dispatch ----------------------------------------------------------------------------
 
@@ -273,8 +292,12 @@ class ClientGateway(CoreActor):
     # --- answering (the operations answer through PendingRequests, which posts through `reply`) -----
 
     def _post(self, conn_id: int, frame: dict[str, Any], *, is_response: bool = True) -> None:
-        if self._loop is not None:
-            self._loop.post(conn_id, frame, is_response=is_response)
+        if self._posts is not None:
+            self._posts.post(conn_id, frame, is_response=is_response)
+
+    def _attach_door(self, message: AttachDoor) -> None:
+        if self._posts is not None:
+            self._posts.attach(message.first_id, message.sink)
 
     def reply(self, conn_id: int, request: Request | None, outcome: str, *, receipt: Any = None,
               revision: int | None = None, error: str | None = None) -> None:

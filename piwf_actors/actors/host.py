@@ -42,6 +42,7 @@ from piwf_actors.actors.channel_manager import ChannelManager
 from piwf_actors.actors.gateway import BecomeActive, ClientGateway
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.actors.housekeeping import Housekeeper
+from piwf_actors.actors.http_door import HttpDoor
 from piwf_actors.actors.lease import HostLease, LeaseClaim, acquire_lease, new_host_id
 from piwf_actors.actors.runner_lease import RunnerLease, acquire_runner_lease, new_runner_id
 from piwf_actors.actors.runner_watch import RunnerWatch
@@ -55,6 +56,7 @@ from piwf_actors.board import Section
 from piwf_actors.channels.config import default_config_dir
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
+from piwf_actors.http.address import parse_http_address, require_http_extra
 from piwf_actors.paths import StatePaths, ensure_private_dir
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
@@ -285,6 +287,15 @@ def _start_gateway(parts: HostParts, config: HostConfig, paths: StatePaths, supe
         standby=standby, runner=runner, timer_clock=config.timer_clock)
     parts.actors.append(("gateway", gateway))
     _require_started("gateway", gateway)
+    if config.http_address is not None:
+        try:
+            require_http_extra()
+        except ImportError as exc:
+            raise HostError(str(exc)) from None
+        # After the gateway: the door hands it every request (a standby's serves reads only).
+        door = HttpDoor.start(gateway, paths.database, parse_http_address(config.http_address), supervisor=supervisor)
+        parts.actors.append(("http", door))
+        _require_started("http", door)
 
 
 def _take_over(parts: HostParts, config: HostConfig, paths: StatePaths, message: LeaseTaken,

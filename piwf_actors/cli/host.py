@@ -22,6 +22,7 @@ import threading
 from piwf_actors import __version__
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import PiwfError
+from piwf_actors.http.address import require_http_extra
 from piwf_actors.logs import configure
 from piwf_actors.paths import StatePaths, default_state_dir
 from piwf_actors.store.engines.registry import url_examples
@@ -162,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics", metavar="[HOST:]PORT", type=_metrics_address, default=None,
                         help="serve Prometheus metrics at http://HOST:PORT/metrics; PORT or :PORT listens on "
                         "127.0.0.1 only, name an address (0.0.0.0, [::]) to expose it (default: off)")
+    parser.add_argument("--http", metavar="[HOST:]PORT", default=None,
+                        help="serve the HTTP API (docs/http.md) at HOST:PORT; a bare PORT listens on 127.0.0.1 only "
+                        "(the http extra: pip install 'piwf_actors[http]')")
     parser.add_argument("--otel", action="store_true",
                         help="export OpenTelemetry traces of runs, configured by the OTEL_* variables (needs the "
                         "otel extra; on by itself when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set; "
@@ -191,7 +195,13 @@ def main(argv: list[str] | None = None) -> int:
                             log_level=args.log_level, log_format=args.log_format,
                             metrics_address=args.metrics, projects=tuple(args.project), role=args.role,
                             key_timeout_s=args.key_timeout_s, load_timeout_s=args.load_timeout_s,
-                            max_hung_user_code=args.max_hung_user_code, tracer_provider=_tracer_setting(args.otel))
+                            max_hung_user_code=args.max_hung_user_code, tracer_provider=_tracer_setting(args.otel),
+                            http_address=args.http)
+        if args.http is not None:
+            require_http_extra()
+    except ImportError as exc:
+        print(f"piwf-host: error: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"piwf-host: error: {exc}", file=sys.stderr)
         return 2

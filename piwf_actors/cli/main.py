@@ -27,6 +27,7 @@ from piwf_actors import __version__
 from piwf_actors.cli import (
     channels,
     graph,
+    http_tokens,
     inbox,
     live,
     logs,
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     channels.add_commands(add, sub)
     schedules.add_commands(add, sub)
     resources.add_commands(add, sub)
+    http_tokens.add_commands(add, sub)
     host = add(sub, "host", "the host process", None).add_subparsers(dest="host_command", required=True,
                                                                     metavar="ACTION")
     add(host, "status", "host status: role (active or standby), lease, workers, runs, writer", cmd_status)

@@ -78,6 +78,8 @@ def answered_by(provenance: Any) -> str:
         return f"agent session {session}" if session else f"agent client {client or '?'}"
     if provenance.get("via") == "embedded":
         program = "embedding"
+    elif provenance.get("via") == "http":
+        program = f"http (token {provenance.get('token') or '?'})"
     elif client.startswith("piwf-cli-"):
         program = "cli"
     elif client.startswith("piwf-top-"):

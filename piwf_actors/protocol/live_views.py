@@ -27,11 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.board import HostBoard
+from piwf_actors.protocol.doors import DoorPosts
 from piwf_actors.protocol.envelope import event
 from piwf_actors.protocol.output_tail import KEYS as OUTPUT_KEYS
 from piwf_actors.protocol.output_tail import OutputTail
 from piwf_actors.protocol.run_window import RunWindow
-from piwf_actors.protocol.socket_loop import SocketLoop
 from piwf_actors.protocol.watches import Renderer, Watch, WatchSet
 from piwf_actors.store import queries
 from piwf_actors.store.reader import StoreReader
@@ -42,9 +42,10 @@ WINDOW_IDLE_S = 60.0
 
 
 class LiveViews:
-    def __init__(self, reader: StoreReader, board: HostBoard, loop: SocketLoop, *,
+    def __init__(self, reader: StoreReader, board: HostBoard, loop: DoorPosts, *,
                  timer_now: Callable[[], float] = time.time) -> None:
-        """`timer_now`: the host's timer time (piwf_actors/clock.py), what a `run` view's clocks count to."""
+        """`loop`: where events go (the socket's connections and the other doors' streams, by connection
+        id); `timer_now`: the host's timer time (piwf_actors/clock.py), what a `run` view's clocks count to."""
         self.watches = WatchSet()
         self._timer_now = timer_now
         self.output_tail = OutputTail()  # what running shell nodes printed so far (piwf logs -f)

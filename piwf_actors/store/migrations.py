@@ -155,6 +155,13 @@ def _v17_channel_ids(db: Any) -> None:
                          (new_result, new_detail, effect_id))
 
 
+def _v18_http_tokens(db: Any) -> None:
+    """The HTTP door (docs/http.md): `http_token`, the bearer tokens by name, hashed, with their role; in
+    the database so that a standby that takes over knows them."""
+    with BIND_LOCK, db.bind_ctx(schema.V18_MODELS):
+        db.create_tables(schema.V18_MODELS, safe=True)
+
+
 def _ids_as_text(text: str | None, keys: tuple[str, ...]) -> str | None:
     """A channel effect's JSON with the integers under `keys` as their decimal text (unchanged when none is)."""
     if not text:
@@ -194,7 +201,7 @@ BASELINE = 6
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
                                _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs,
-                               _v17_channel_ids]
+                               _v17_channel_ids, _v18_http_tokens]
 LATEST_VERSION = BASELINE + len(MIGRATIONS)
 
 

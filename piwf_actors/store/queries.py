@@ -194,9 +194,11 @@ RUN_SUMMARY_COLUMNS = ("run_id", "workflow", "status", "park_reason", "revision"
 
 
 def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *, workflow: str | None = None,
-             since: float | None = None, parent: str | None = None) -> list[dict[str, Any]]:
+             since: float | None = None, parent: str | None = None,
+             before: tuple[float, str] | None = None) -> list[dict[str, Any]]:
     """The newest `limit` runs, optionally only those in `status`, of `workflow` (its name), created at or
-    after `since` (seconds since the epoch), or child runs of `parent`. Newest first; runs created in the
+    after `since` (seconds since the epoch), or child runs of `parent`; with `before` (created_at, run_id
+    of the last run of a page), only the runs after it in this order. Newest first; runs created in the
     same instant by run id, descending (the order the gateway's run window keeps too)."""
     cols = ", ".join(RUN_SUMMARY_COLUMNS)
     where, params = [], []
@@ -205,6 +207,9 @@ def run_list(reader: StoreReader, status: str | None = None, limit: int = 100, *
         if value is not None and value != "":
             where.append(clause)
             params.append(value)
+    if before is not None:
+        where.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+        params.extend((before[0], before[0], before[1]))
     condition = f"WHERE {' AND '.join(where)} " if where else ""
     rows = reader.all(f"SELECT {cols} FROM run {condition}ORDER BY created_at DESC, run_id DESC LIMIT ?",
                       (*params, limit))

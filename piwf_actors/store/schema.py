@@ -5,9 +5,9 @@ one process, each with its own file, so every query is executed through an
 explicit database (`db.execute(query)`) or connection. The models are the
 single description of the tables; `migrations.py` creates them.
 
-The tables of five areas have modules of their own, listed here with the rest:
+The tables of six areas have modules of their own, listed here with the rest:
 the run counters (`schema_counts.py`), the chat channels (`schema_channels.py`),
-schedules (`schema_schedules.py`),
+schedules (`schema_schedules.py`), the HTTP door's tokens (`schema_http.py`),
 resource managers (`schema_resources.py`) and waiting runs (`schema_waits.py`).
 
 Times are REAL seconds since the epoch. JSON documents are stored as text
@@ -28,6 +28,7 @@ from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table m
     ChannelStream,
 )
 from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
+from piwf_actors.store.schema_http import HttpToken
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
 from piwf_actors.store.schema_schedules import ScheduleFire, ScheduleRecord
 from piwf_actors.store.schema_waits import RunMessage, RunWait
@@ -385,8 +386,10 @@ ALL_MODELS: tuple[type[Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost, RunWait, RunMessage,
+    RunnerHost, RunWait, RunMessage, HttpToken,
 )
+#: The tables of schema v18 (the HTTP door's tokens).
+V18_MODELS: tuple[type[Base], ...] = (HttpToken,)
 #: The tables of schema v14 (waits and mailboxes).
 V14_MODELS: tuple[type[Base], ...] = (RunWait, RunMessage)
 #: The tables of schema v12 (a cursor per bot, chats that moved).

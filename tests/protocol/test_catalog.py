@@ -37,7 +37,7 @@ def _listed(lead: str) -> set[str]:
     part = DOC[DOC.index("## 4. Idempotency"):DOC.index("## 5. Operations")]
     bullet = part[part.index(lead):]
     bullet = bullet[:bullet.index("\n- ")]
-    return set(re.findall(r"`([a-z]+\.[a-z]+|watch|unwatch)`", bullet)) & set(OPERATIONS)
+    return set(re.findall(r"`([a-z_]+\.[a-z_]+|watch|unwatch)`", bullet)) & set(OPERATIONS)
 
 
 def test_every_operation_in_the_table_has_its_function() -> None:

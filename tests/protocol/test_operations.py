@@ -20,6 +20,7 @@ from piwf_actors.board import HostBoard
 from piwf_actors.errors import StandbyHost, WorkflowNotFound
 from piwf_actors.protocol.catalog import OPERATIONS, TOPICS, BuildEnv, registry, write_command
 from piwf_actors.protocol.catalog.registry import GatewayServices, Operation
+from piwf_actors.protocol.doors import DoorPosts
 from piwf_actors.protocol.envelope import SCHEMA, BadRequest, Request
 from piwf_actors.store.command_records import args_fingerprint, request_fingerprint
 from piwf_actors.workflows.resolver import WorkflowResolver
@@ -64,6 +65,7 @@ def gateway() -> tuple[ClientGateway, Loop]:
     loop = Loop()
     env = BuildEnv(WorkflowResolver(), Path("/nonexistent/state.db"))
     gateway._loop = loop  # type: ignore[assignment]
+    gateway._posts = DoorPosts(loop)  # type: ignore[arg-type]
     gateway._services = GatewayServices(port=gateway, gateway=None, reader=None, board=HostBoard(),  # type: ignore[arg-type]
                                         views=None, env=env, cached_env=env, connections=lambda: 0)  # type: ignore[arg-type]
     return gateway, loop

@@ -17,6 +17,7 @@ from piwf_actors.protocol.catalog import (
     channels,
     content,
     host,
+    http_tokens,
     interactions,
     messages,
     resources,
@@ -31,7 +32,7 @@ from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.store.requests import WriteCommand
 
 #: The topic modules, in the order they fill the table.
-TOPICS = (host, runs, interactions, messages, state, schedules, resources, channels, content, watches)
+TOPICS = (host, runs, interactions, messages, state, schedules, resources, channels, content, watches, http_tokens)
 
 #: Every client operation by name (read-only).
 OPERATIONS: Mapping[str, Operation] = TABLE

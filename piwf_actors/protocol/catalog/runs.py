@@ -52,20 +52,40 @@ MAX_PRIORITY = 1_000_000
 
 
 @operation("run.list", payload={"status": ("str", False), "limit": ("int", False), "workflow": ("str", False),
-                                "since": ("num", False), "parent": ("str", False)}, read_only=True)
+                                "since": ("num", False), "parent": ("str", False), "cursor": ("str", False)},
+           read_only=True)
 def run_list(ctx: OperationContext, payload: dict[str, Any]) -> None:
     """From memory when the gateway's run window holds the answer (see LiveViews.run_list); a
-    run's children (`parent`) from the database."""
+    run's children (`parent`) and a page after the first (`cursor`) from the database. A full page
+    carries `next_cursor`: the place of its last run, for the next page."""
     status = payload.get("status")
     if status is not None and status not in RUN_STATUSES:
         raise BadRequest(f"run.list: unknown status {status!r}", ctx.request.request_id)
     limit = min(payload.get("limit") or 100, 1000)
-    if payload.get("parent"):
+    before = _cursor(ctx.request, payload.get("cursor"))
+    if payload.get("parent") or before is not None:
         runs = queries.run_list(ctx.reader, status, limit, workflow=payload.get("workflow"),
-                                since=payload.get("since"), parent=payload["parent"])
+                                since=payload.get("since"), parent=payload.get("parent"), before=before)
     else:
         runs = ctx.views.run_list(status, limit, payload.get("workflow"), payload.get("since"))
-    ctx.reply("accepted", receipt={"runs": runs})
+    receipt: dict[str, Any] = {"runs": runs}
+    if runs and len(runs) == limit:
+        receipt["next_cursor"] = f"{runs[-1]['created_at']!r}/{runs[-1]['run_id']}"
+    ctx.reply("accepted", receipt=receipt)
+
+
+def _cursor(request: Request, cursor: str | None) -> tuple[float, str] | None:
+    """`run.list`'s cursor (`created_at/run_id` of a page's last run) as the query takes it."""
+    if not cursor:
+        return None
+    created, _, run_id = cursor.partition("/")
+    try:
+        created_at = float(created)
+    except ValueError:
+        created_at = float("nan")
+    if created_at != created_at or not run_id:
+        raise BadRequest("run.list: cursor is not one run.list gave", request.request_id)
+    return created_at, run_id
 
 
 @operation("run.get", needs_run=True, read_only=True)
@@ -303,7 +323,8 @@ def effect_resolve(_env: BuildEnv, request: Request, payload: dict[str, Any]) ->
     if payload["action"] not in ("confirm", "retry"):
         raise BadRequest("effect.resolve: action must be confirm or retry", request.request_id)
     return WriteCommand("effect.resolve", {**client_args(request), "effect_id": payload["effect_id"],
-                                           "action": payload["action"], "output": payload.get("output")})
+                                           "action": payload["action"], "output": payload.get("output"),
+                                           "peer": request.peer})  # who resolved it (not fingerprinted)
 
 
 # --- run.restart ---------------------------------------------------------------------------------

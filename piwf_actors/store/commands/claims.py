@@ -18,7 +18,7 @@ from piwf_actors.errors import Rejected
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.holds import hold_blocked
 from piwf_actors.store.commands.idempotency import Recorded, recorded
-from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.registry import WriteContext, command, peer_provenance
 from piwf_actors.store.commands.resources import resolve_resource_effect
 from piwf_actors.store.commands.worker import launch_state
 from piwf_actors.store.engines.base import engine_of
@@ -459,8 +459,9 @@ def _resolve_effect(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     else:
         ctx.conn.execute("UPDATE effect SET status = 'failed', resolution = 'retry', settled_at = ? "
                          "WHERE effect_id = ?", (ctx.now, args["effect_id"]))
+    by = peer_provenance(args.get("peer"))  # who resolved it, as the door saw them (docs/security.md)
     append_event(ctx.conn, run_id, "effect_resolved", ctx.now, node_id=node_id,
-                 payload={"effect_id": args["effect_id"], "action": action})
+                 payload={"effect_id": args["effect_id"], "action": action, **({"by": by} if by else {})})
     run = run_row(ctx.conn, run_id)
     revision = run["revision"]
     remaining = ctx.conn.execute("SELECT count(*) FROM effect WHERE run_id = ? AND status = 'ambiguous'",

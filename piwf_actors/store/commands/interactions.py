@@ -19,7 +19,7 @@ from piwf_actors.errors import Conflict, NotFound, Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.store.blobs import get_blob, put_json_blob
 from piwf_actors.store.commands.idempotency import Recorded, recorded
-from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.registry import WriteContext, command, peer_provenance
 from piwf_actors.store.commands.request_clocks import stop_request_clocks
 from piwf_actors.store.commands.worker_ops import operation, start_attempt
 from piwf_actors.store.events import append_event
@@ -232,11 +232,9 @@ def _insert_submission(ctx: WriteContext, request: dict[str, Any], args: dict[st
 def _who(args: dict[str, Any], kind: str) -> dict[str, Any]:
     """An answer's provenance: the client id and session the request named, and the process that sent
     it as the host saw it (`peer`: pid and uid from the socket's peer credentials, or the embedding
-    process) — kept with the submission, shown by `run.get` (docs/security.md)."""
+    process, or the HTTP door's token name) — kept with the submission, shown by `run.get` (docs/security.md)."""
     provenance: dict[str, Any] = {"kind": kind, "client_id": args.get("client_id"), "session_id": args.get("session_id")}
-    peer = args.get("peer")
-    if isinstance(peer, dict):
-        provenance.update(via=peer.get("via", "socket"), pid=peer.get("pid"), uid=peer.get("uid"))
+    provenance.update(peer_provenance(args.get("peer")))
     return provenance
 
 

@@ -21,7 +21,7 @@ from piwf_actors.errors import Rejected
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.commands.idempotency import Recorded, recorded
-from piwf_actors.store.commands.registry import WriteContext, command
+from piwf_actors.store.commands.registry import WriteContext, command, peer_provenance
 from piwf_actors.store.commands.waits import settle, wait_row
 from piwf_actors.store.commands.worker_ops import operation
 from piwf_actors.store.events import append_event
@@ -122,9 +122,7 @@ def deliver_resumed(ctx: WriteContext, run_id: str) -> None:
 
 def _peer(args: dict[str, Any]) -> dict[str, Any]:
     sender: dict[str, Any] = {"kind": "client", "client_id": args.get("client_id")}
-    peer = args.get("peer")
-    if isinstance(peer, dict):
-        sender.update(via=peer.get("via", "socket"), pid=peer.get("pid"), uid=peer.get("uid"))
+    sender.update(peer_provenance(args.get("peer")))
     return sender
 
 

@@ -108,3 +108,16 @@ def lookup(name: str) -> CommandSpec:
 def command_names() -> list[str]:
     """Every registered command's name, sorted."""
     return sorted(_COMMANDS)
+
+
+#: What a door says of the sender, kept with what it did: the kernel's pid and uid (the socket, the
+#: embedding process), or the HTTP door's token name and remote address.
+_PEER_KEYS = ("pid", "uid", "token", "remote")
+
+
+def peer_provenance(peer: Any) -> dict[str, Any]:
+    """The fields of a request's `peer` (set by the door, never by the client) that provenance keeps:
+    `via` (socket, embedded, http) and the door's own words for who sent it (docs/security.md)."""
+    if not isinstance(peer, dict):
+        return {}
+    return {"via": peer.get("via", "socket"), **{key: peer[key] for key in _PEER_KEYS if peer.get(key) is not None}}

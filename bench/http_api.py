@@ -1,0 +1,181 @@
+"""The HTTP door's cost, against the Unix socket in the same run.
+
+(Named http_api.py, not http.py: a script's directory comes first on sys.path, and a bench/http.py
+would stand in for the standard library's `http` package, which httpx imports.)
+
+One real host (`bin/piwf-host --http 127.0.0.1:PORT`, durable defaults; bench/throughput.py's
+HostProcess) and an operator token made through the socket.
+
+  run.start   --senders threads, each with its own connection (a socket `Client`, or an httpx
+              client with keep-alive), start --runs one-node runs between them, one request at a
+              time per thread (closed loop); the figure is acknowledged starts/s (the answer is the
+              commit). Rounds alternate socket, HTTP (--rounds of each); the medians compare:
+              HTTP / socket (target >= 0.6x).
+  idle CPU    once every run is done: the host process's CPU over --idle-s with no stream open,
+              then with --streams Server-Sent Events streams of the runs list open (each read by
+              a thread of this script), streams / none (target <= 1.1x).
+
+Run: .venv/bin/python bench/http_api.py [--runs 300] [--senders 4] [--rounds 3] [--streams 50] [--idle-s 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+from common import closing_line  # noqa: E402  (bench/ is the script's directory)
+from throughput import HostProcess  # noqa: E402
+
+from piwf_actors.client import Client  # noqa: E402
+from piwf_actors.http.auth import new_token, token_digest  # noqa: E402
+
+WORKFLOW = '''\
+from piwf_actors.workflows import compute, define_workflow
+
+one = define_workflow(name="one", start_at="a", edges=[], nodes={"a": compute(run=lambda ctx: 1)})
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _socket_round(host: HostProcess, spec: str, runs: int, senders: int) -> float:
+    def send(count: int) -> None:
+        with Client(socket_path=host.socket_path, timeout=60) as client:
+            for _ in range(count):
+                answer = client.request("run.start", {"workflow": spec, "input": None})
+                assert answer.outcome == "accepted", answer
+
+    return _timed(send, runs, senders)
+
+
+def _http_round(base: str, token: str, spec: str, runs: int, senders: int) -> float:
+    def send(count: int) -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+            for _ in range(count):
+                answer = client.post("/api/v1/runs", json={"workflow": spec, "input": None})
+                assert answer.status_code == 201, answer.text
+
+    return _timed(send, runs, senders)
+
+
+def _timed(send, runs: int, senders: int) -> float:  # type: ignore[no-untyped-def]
+    shares = [runs // senders + (1 if i < runs % senders else 0) for i in range(senders)]
+    threads = [threading.Thread(target=send, args=(share,)) for share in shares]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return runs / (time.perf_counter() - began)
+
+
+def _settle(host: HostProcess, timeout: float = 300.0) -> None:
+    """Until no run is queued, starting or running."""
+    deadline = time.monotonic() + timeout
+    with Client(socket_path=host.socket_path) as client:
+        while time.monotonic() < deadline:
+            counts = client.status().get("runs") or {}
+            if not any(counts.get(status) for status in ("queued", "starting", "running")):
+                return
+            time.sleep(0.2)
+    raise TimeoutError("runs still active")
+
+
+def _cpu_over(host: HostProcess, seconds: float) -> float:
+    before = host.cpu().process_s
+    time.sleep(seconds)  # a measuring window, not a synchronisation
+    return (host.cpu().process_s - before) / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--streams", type=int, default=50)
+    parser.add_argument("--idle-s", type=float, default=30.0)
+    args = parser.parse_args()
+    began = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="piwf-bench-http-"))
+    state = root / "state"
+    flows = root / "flows.py"
+    flows.write_text(WORKFLOW)
+    spec = f"{flows}:one"
+    port = _free_port()
+    host = HostProcess(state, args.workers, "FULL", extra=("--http", f"127.0.0.1:{port}"))
+    stop_streams = threading.Event()
+    try:
+        host.wait_ready()
+        token = new_token()
+        with Client(socket_path=host.socket_path) as client:
+            made = client.request("http_token.add", {"name": "bench", "role": "operator",
+                                                     "token_sha256": token_digest(token)})
+            assert made.outcome == "accepted", made
+        base = f"http://127.0.0.1:{port}"
+        _socket_round(host, spec, 20, 1)  # warm: the workflow's resolution is cached from here on
+        _http_round(base, token, spec, 20, 1)
+        socket_rates, http_rates = [], []
+        for _ in range(args.rounds):
+            socket_rates.append(_socket_round(host, spec, args.runs, args.senders))
+            http_rates.append(_http_round(base, token, spec, args.runs, args.senders))
+        sock, http = statistics.median(socket_rates), statistics.median(http_rates)
+        print(f"run.start, {args.senders} senders, {args.runs} runs x {args.rounds} rounds (median):")
+        print(f"  socket {sock:8.0f} starts/s   rounds {', '.join(f'{r:.0f}' for r in socket_rates)}")
+        print(f"  http   {http:8.0f} starts/s   rounds {', '.join(f'{r:.0f}' for r in http_rates)}")
+        print(f"  http / socket = {http / sock:.2f}x (target >= 0.6x: {'met' if http / sock >= 0.6 else 'NOT met'})")
+
+        _settle(host)
+        idle = _cpu_over(host, args.idle_s)
+        opened = threading.Semaphore(0)
+
+        def follow() -> None:
+            try:
+                with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx.Timeout(10.0, read=None)) as client, \
+                        client.stream("GET", "/api/v1/streams/runs") as response:
+                    opened.release()
+                    for _line in response.iter_lines():
+                        if stop_streams.is_set():
+                            return
+            except httpx.HTTPError:
+                return  # the host stopped at the end
+
+        readers = [threading.Thread(target=follow, daemon=True) for _ in range(args.streams)]
+        for reader in readers:
+            reader.start()
+        for _ in readers:
+            if not opened.acquire(timeout=30):
+                raise TimeoutError("streams did not open")
+        time.sleep(1.0)  # let the streams' first events go out before the window
+        streaming = _cpu_over(host, args.idle_s)
+        ratio = streaming / idle if idle else float("inf")
+        print(f"host idle CPU over {args.idle_s:g} s: no stream {idle * 100:.2f}%, {args.streams} SSE streams "
+              f"{streaming * 100:.2f}%")
+        print(f"  streams / none = {ratio:.2f}x (target <= 1.1x: {'met' if ratio <= 1.1 else 'NOT met'})")
+    finally:
+        stop_streams.set()
+        host.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(closing_line(began))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

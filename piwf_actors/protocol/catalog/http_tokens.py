@@ -1,0 +1,27 @@
+"""The HTTP door's tokens: http_token.add, http_token.revoke (recorded) and http_token.list (read-only).
+
+Socket-only: no route of the HTTP door names them (piwf_actors/http/routes.py), so a token cannot
+make or revoke tokens; the socket admits only the host's uid. `http_token.add` carries the token's
+sha256, never the token: `piwf http token add` makes the token and prints it once (docs/http.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from piwf_actors.protocol.catalog.registry import BuildEnv, OperationContext, client_args, operation, write_operation
+from piwf_actors.protocol.envelope import Request
+from piwf_actors.store import http_queries
+from piwf_actors.store.requests import WriteCommand
+
+
+@write_operation("http_token.add", payload={"name": ("str", True), "role": ("str", True),
+                                            "token_sha256": ("str", True)})
+@write_operation("http_token.revoke", payload={"name": ("str", True)})
+def token_change(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
+    return WriteCommand(request.operation, {**client_args(request), **payload})
+
+
+@operation("http_token.list", read_only=True)
+def token_list(ctx: OperationContext, _payload: dict[str, Any]) -> None:
+    ctx.reply("accepted", receipt={"tokens": http_queries.tokens(ctx.reader)})
