@@ -14,7 +14,7 @@ from piwf_actors import __version__
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, STATUS_OF_OUTCOME, Route
 from piwf_actors.protocol.catalog import OPERATIONS
 
-_JSON_TYPES = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0}, "signed": {"type": "integer"},
+_JSON_TYPES: dict[str, dict[str, Any]] = {"str": {"type": "string"}, "int": {"type": "integer", "minimum": 0}, "signed": {"type": "integer"},
                "num": {"type": "number"}, "bool": {"type": "boolean"}, "map": {"type": "object"}, "any": {}}
 _QUERY_TYPES = {"str": {"type": "string"}, "int": {"type": "integer"}, "num": {"type": "number"},
                 "bool": {"type": "boolean"}}

@@ -127,9 +127,10 @@ def _answer(route: Route, parts: Parts) -> Call:
     if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool)):
         raise RouteError("expected_revision must be an integer")
     request_id = parts.path["request_id"]
-    common = {key: body.pop(key) for key in ("submission_id", "session_id") if key in body}
+    common: dict[str, Any] = {key: body.pop(key) for key in ("submission_id", "session_id") if key in body}
+    payload: dict[str, Any]
     if "choice" in body:
-        response = {"choice": body.pop("choice")}
+        response: dict[str, Any] = {"choice": body.pop("choice")}
         if "input" in body:
             response["input"] = body.pop("input")
         operation, payload = "decision.answer", {"request_id": request_id, "response": response, **common}
