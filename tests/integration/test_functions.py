@@ -106,6 +106,19 @@ def test_decide_is_answered_through_decision_answer_and_the_function_goes_on(piw
     assert executions(oracle) == {"square 5": 2, "publish 25": 1}
 
 
+def test_an_agent_step_takes_the_first_submission_that_fits_and_replays_it(piwf: Piwf, oracle: Path) -> None:
+    run_id = piwf.start(flows.summarizer, {"oracle": str(oracle), "topic": "the release"}, session_id="agent-1")
+    request = piwf.request(run_id, "agent", "summarize")
+    assert request.session_id == "agent-1"
+    refused = piwf.submit(request, {"summary": 42})
+    assert refused.outcome == "rejected" and "$.summary: expected string" in str(refused.error), refused
+    assert piwf.submit(request, {"summary": "short and sweet", "words": 3}).outcome == "accepted"
+    view = piwf.wait(run_id)
+    assert view.output == {"before": 9, "summary": "short and sweet", "words": 3}, piwf.describe(run_id)
+    # The step before the agent ran once over the run's two launches; the agent's answer was used once.
+    assert executions(oracle) == {"square 3": 1, "summarized short and sweet": 1}
+
+
 def test_a_message_a_checkpoint_and_send_message_between_two_function_runs(piwf: Piwf, oracle: Path) -> None:
     listener = piwf.start(flows.listener, {"oracle": str(oracle)})
     piwf.wait_parked(listener, "waiting")

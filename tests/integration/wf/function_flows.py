@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from piwf_actors.durable import (
     StepFailed,
+    agent,
     checkpoint,
     choice,
     decide,
@@ -202,3 +203,19 @@ def invoicer(oracle: str, block_flag: str) -> dict[str, Any]:
     before = square(oracle, 6)
     sent = send_invoice(oracle, block_flag)
     return {"before": before, "sent": sent, "after": square(oracle, 7)}
+
+
+@dataclass
+class Summary:
+    summary: str
+    words: int = 0
+
+
+@workflow(name="summarizer-fn")
+def summarizer(oracle: str, topic: str) -> dict[str, Any]:
+    """An agent step inside a function: the session's submission is checked against `Summary`'s shape
+    by the worker, and the accepted one is what `agent` returns (then recorded, never asked again)."""
+    before = square(oracle, 3)
+    got = agent("summarize", prompt=f"Summarize {topic}", expected_output=Summary, max_submissions=2)
+    record(oracle, f"summarized {got['summary']}")
+    return {"before": before, "summary": got["summary"], "words": got.get("words", 0)}
