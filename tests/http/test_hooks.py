@@ -253,3 +253,33 @@ def test_piwf_host_with_a_readable_secret_stops_with_one_line(guard: ProcessGuar
     log = script.log()
     assert "push.secret is readable by group or others (mode 0644); run chmod 600 on it" in log, log
     assert "Traceback" not in log and SECRET not in log
+
+
+def test_signature_checks_as_pure_functions() -> None:
+    """`signature_refusal` with a chosen clock: malformed and non-ASCII headers, Stripe's several v1 and its
+    tolerance on both sides, another sender's header and prefix."""
+    from piwf_actors.channels.config import Secret
+    from piwf_actors.http.hook_config import Hook
+    from piwf_actors.http.hooks import signature_refusal
+
+    raw = b'{"a": 1}'
+    github = Hook("g", Secret(SECRET), workflow="w.py:w")
+    good = github_headers(raw, "x")["X-Hub-Signature-256"]
+    assert signature_refusal(github, {"x-hub-signature-256": good}, raw, 0) is None
+    assert signature_refusal(github, {"x-hub-signature-256": good.upper().replace("SHA256=", "sha256=")}, raw, 0) \
+        is None  # hex in capitals is the same digest
+    assert signature_refusal(github, {"x-hub-signature-256": "sha256=é" + good[8:]}, raw, 0) is not None
+    assert signature_refusal(github, {"x-hub-signature-256": good + "00"}, raw, 0) is not None
+    plain = Hook("p", Secret(SECRET), workflow="w.py:w", signature_header="X-Signature", signature_prefix="")
+    assert signature_refusal(plain, {"x-signature": good[len("sha256="):]}, raw, 0) is None
+    assert signature_refusal(plain, {"x-hub-signature-256": good}, raw, 0) == "no X-Signature header: the delivery " \
+                                                                              "is not signed"
+    stripe = Hook("s", Secret(SECRET), workflow="w.py:w", signature="stripe", signature_header="Stripe-Signature",
+                  signature_prefix="", delivery_header=None, delivery_field="id", tolerance_s=300)
+    signed = stripe_headers(raw, 1000)["Stripe-Signature"]
+    assert signature_refusal(stripe, {"stripe-signature": signed}, raw, 1299) is None
+    assert signature_refusal(stripe, {"stripe-signature": signed}, raw, 701) is None
+    assert "timestamp" in str(signature_refusal(stripe, {"stripe-signature": signed}, raw, 1301))
+    assert "timestamp" in str(signature_refusal(stripe, {"stripe-signature": signed}, raw, 699))
+    for bad in ("t=abc,v1=00", "v1=00", "t=1000", "", "garbage"):
+        assert signature_refusal(stripe, {"stripe-signature": bad}, raw, 1000) is not None, bad
