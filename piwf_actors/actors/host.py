@@ -57,6 +57,7 @@ from piwf_actors.channels.config import default_config_dir
 from piwf_actors.config import HostConfig
 from piwf_actors.errors import HostAlreadyRunning, HostError, StoreRefused
 from piwf_actors.http.address import parse_http_address, require_http_extra
+from piwf_actors.http.hook_config import HookConfigError, load_hooks
 from piwf_actors.paths import StatePaths, ensure_private_dir
 from piwf_actors.store import queries
 from piwf_actors.store.database import StoreOptions, open_store
@@ -293,7 +294,12 @@ def _start_gateway(parts: HostParts, config: HostConfig, paths: StatePaths, supe
         except ImportError as exc:
             raise HostError(str(exc)) from None
         # After the gateway: the door hands it every request (a standby's serves reads only).
-        door = HttpDoor.start(gateway, paths.database, parse_http_address(config.http_address), supervisor=supervisor)
+        try:
+            hooks = load_hooks(paths.root)  # the state directory's hooks.toml and secret files
+        except HookConfigError as err:
+            raise HostError(f"webhooks: {err}") from None
+        door = HttpDoor.start(gateway, paths.database, parse_http_address(config.http_address), supervisor=supervisor,
+                              hooks=hooks)
         parts.actors.append(("http", door))
         _require_started("http", door)
 

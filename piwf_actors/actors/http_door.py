@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import pykka
@@ -32,6 +33,7 @@ from piwf_actors.actors.gateway import AttachDoor, ClientRequest, ConnectionClos
 from piwf_actors.errors import HostError
 from piwf_actors.http.address import HttpAddress
 from piwf_actors.http.exchange import Exchange
+from piwf_actors.http.hook_config import Hook
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.protocol.doors import HTTP_FIRST_ID, DoorPeer
 from piwf_actors.store import http_queries
@@ -73,9 +75,11 @@ class HttpDoor(CoreActor):
     actor_name = "http"
 
     def __init__(self, gateway: pykka.ActorRef[Any], database: DatabaseLocation, address: HttpAddress, *,
-                 supervisor: pykka.ActorRef[Any] | None) -> None:
-        """Runs in the caller's thread: stores arguments only."""
+                 supervisor: pykka.ActorRef[Any] | None, hooks: Mapping[str, Hook] | None = None) -> None:
+        """Runs in the caller's thread: stores arguments only. `hooks`: the signed webhooks it serves
+        (`http.hook_config.load_hooks`, read by the host's start so a bad file is one line there)."""
         super().__init__(supervisor)
+        self._hooks = dict(hooks or {})
         self._gateway = gateway
         self._database = database
         self._address = address
@@ -100,7 +104,7 @@ class HttpDoor(CoreActor):
         # Told before any request of this door: the gateway attaches the sink before it sees one.
         self._gateway.tell(AttachDoor(HTTP_FIRST_ID, exchange))
         self._port = _Port(exchange, self._gateway, self._database)
-        config = uvicorn.Config(build_app(self._port), log_config=None, access_log=False, http="h11", ws="none",
+        config = uvicorn.Config(build_app(self._port, hooks=self._hooks), log_config=None, access_log=False, http="h11", ws="none",
                                 lifespan="off", proxy_headers=False, server_header=False, date_header=True,
                                 timeout_keep_alive=5, timeout_graceful_shutdown=1,
                                 h11_max_incomplete_event_size=16 * 1024)
@@ -114,6 +118,8 @@ class HttpDoor(CoreActor):
         else:
             log.warning("HTTP door listening on http://%s: NOT loopback, reachable from other machines; put a "
                         "TLS reverse proxy in front (docs/security.md)", shown)
+        if self._hooks:
+            log.info("HTTP door: webhooks %s at /hooks/NAME", ", ".join(sorted(self._hooks)))
 
     def _serve(self) -> None:
         """The server's thread: uvicorn's event loop until the stop."""

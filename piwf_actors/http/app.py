@@ -21,7 +21,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,6 +35,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from piwf_actors.http.answers import CHALLENGE, Answer, error
 from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
 from piwf_actors.http.exchange import Exchange
+from piwf_actors.http.hook_config import Hook
+from piwf_actors.http.hooks import HOOK_PATH, BodyTooLarge, HookEndpoint, read_raw
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
 from piwf_actors.http.streams import event_stream
@@ -84,16 +86,10 @@ def _no_constant(name: str) -> Any:
 
 async def read_object(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object ({} when empty); _BadBody(413) past `limit`, _BadBody(400) otherwise."""
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > limit):
-        raise _BadBody(413, f"the body is over {limit} bytes" if length.isdigit() else "bad Content-Length")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _BadBody(413, f"the body is over {limit} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    try:
+        raw = await read_raw(request, limit)
+    except BodyTooLarge as big:
+        raise _BadBody(413, str(big)) from None
     if not raw.strip():
         return {}
     try:
@@ -267,10 +263,13 @@ async def _closed(receive: Receive) -> None:
         pass
 
 
-def build_app(port: DoorPort, limits: HttpLimits = HttpLimits()) -> ASGIApp:
-    """The door's ASGI app: the routes of `ROUTES`, the OpenAPI description, the header bound around them."""
+def build_app(port: DoorPort, limits: HttpLimits = HttpLimits(), hooks: Mapping[str, Hook] | None = None) -> ASGIApp:
+    """The door's ASGI app: the routes of `ROUTES`, the OpenAPI description, the signed webhooks
+    (`http/hooks.py`), the header bound around them."""
     door = Door(port, limits)
     routes = [StarletteRoute(route.path, door.endpoint(route), methods=[route.method]) for route in ROUTES]
     routes.append(StarletteRoute(OPENAPI_PATH, door.openapi, methods=["GET"]))
+    routes.append(StarletteRoute(HOOK_PATH, HookEndpoint(hooks or {}, door.ask, limits.max_body_bytes).handle,
+                                 methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return DoorGuard(app, limits)

@@ -9,6 +9,7 @@ from http_support import Door, flow
 from piwf_actors.cli.render_text import answered_by
 from piwf_actors.http.app import build_app
 from piwf_actors.http.auth import SignInThrottle
+from piwf_actors.http.hooks import HOOK_PATH
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import ROUTES, STATUS_OF_OUTCOME
 from piwf_actors.protocol.catalog import OPERATIONS
@@ -34,7 +35,7 @@ def test_every_route_is_in_the_description_and_nothing_else() -> None:
 def test_the_router_serves_exactly_the_table() -> None:
     app = build_app(port=None)  # type: ignore[arg-type]  # routing only: no request is made
     served = {(method, r.path) for r in app.app.routes for method in r.methods - {"HEAD"}}  # type: ignore[attr-defined]
-    assert served == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json")}
+    assert served == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json"), ("POST", HOOK_PATH)}
 
 
 def test_every_outcome_has_a_status() -> None:
