@@ -157,12 +157,14 @@ class Kill:
     pids: set[int]  # the worker processes the kill ended (a host kill: every worker of that host)
     committed: Counter[str]  # committed attempts per node id at the kill
     final: set[str] = field(default_factory=set)  # node ids whose result was committed at the kill
+    reserved: set[str] = field(default_factory=set)  # non-idempotent effects reserved, unsettled at the kill
 
 
-def _plan(rng: random.Random, order: list[str], effects: set[str]) -> list[Target]:
+def _plan(rng: random.Random, order: list[str], effects: set[str]) -> tuple[list[Target], list[str]]:
     """Seeded kill targets at distinct steps, in the order the run reaches them; among them, whatever
     the draw, one inside a pure step and one inside a non-idempotent effect (before it acts or after,
-    before its result is committed). Not the last step: the run must have work left after a kill."""
+    before its result is committed): these two are also returned, for the run to make them slow, so
+    that a kill cannot come after they ended. Not the last step: the run must have work left after."""
     kinds = ["host"] * HOST_KILLS + ["worker"] * WORKER_KILLS
     rng.shuffle(kinds)
     candidates = range(len(order) - 1)
@@ -181,12 +183,13 @@ def _plan(rng: random.Random, order: list[str], effects: set[str]) -> list[Targe
         else:
             word = rng.choice(["start", "end"])
         targets.append(Target(kind, label, word))
-    return targets
+    return targets, [order[inside_pure], order[inside_effect]]
 
 
-def _words(lines: list[Line], label: str, pids: set[int]) -> Counter[str]:
-    """The lines of step `label` that the workers `pids` wrote, per word."""
-    return Counter(line.word for line in lines if line.label == label and line.pid in pids)
+def _words(lines: list[Line], label: str, kill: Kill) -> Counter[str]:
+    """The lines of step `label` that the workers `kill` ended wrote before it, per word."""
+    return Counter(line.word for line in lines
+                   if line.label == label and line.pid in kill.pids and line.at <= kill.killed_at)
 
 
 def _is_pure(label: str) -> bool:
@@ -195,17 +198,20 @@ def _is_pure(label: str) -> bool:
 
 class Person:
     """Settles what a crash leaves for a person: an ambiguous effect (looking at the oracle, the outside
-    world, after the processes that could still act are gone: confirmed when it acted, else retried)
-    and a run parked `no_progress` (resumed)."""
+    world, once the workers a kill ended are gone: confirmed with what it did when the cut-off
+    execution acted, else retried) and a run parked `no_progress` (resumed)."""
 
     def __init__(self, state_dir: Path, oracle_path: Path, run_id: str) -> None:
         self.state_dir, self.oracle_path, self.run_id = state_dir, oracle_path, run_id
         self.parked_on: list[str] = []  # node ids of the effects the run parked on, in order
         self.retried: Counter[str] = Counter()
         self.confirmed: list[str] = []
+        self.unstarted: Counter[str] = Counter()  # cut off after its reservation, before its function ran
+        self.looked: Counter[str] = Counter()  # oracle lines per effect the person has looked at
         self.resumed = 0
 
     def settle(self, run: dict[str, Any], dead: set[int]) -> None:
+        wait_for(lambda: not any(_alive_pid(pid) for pid in dead), 20, "the workers the kills ended to be gone")
         if run["park_reason"] == "no_progress":
             self._request("run.resume", {}, run_id=self.run_id)
             self.resumed += 1
@@ -216,22 +222,20 @@ class Person:
         assert effect["status"] == "ambiguous" and not effect["idempotent"], effect
         label = effect["node_id"]
         lines = [line for line in oracle(self.oracle_path) if line.label == label]
-        # A worker a kill ended may still be acting (a dead host's, until the next one reaps it).
-        killed = {line.pid for line in lines} & dead
-        wait_for(lambda: not any(_alive_pid(pid) for pid in killed), 20,
-                 f"the killed workers that ran {label} ({killed}) to be gone")
-        # Not run again by itself: one execution per decision the person took to run it.
-        assert starts(lines)[label] == 1 + self.retried[label], \
-            f"the cut-off effect {label} ran again before the person decided: {lines}"
+        new, self.looked[label] = lines[self.looked[label]:], len(lines)
+        # Not run again by itself: at most one execution since the person last decided (none when the
+        # kill came between the effect's reservation and its function's start).
+        assert starts(new)[label] <= 1, f"the cut-off effect {label} ran again before the person decided: {lines}"
         self.parked_on.append(label)
-        applied = [line for line in oracle(self.oracle_path) if line.label == label and line.word == "applied"]
-        if len(applied) > self.retried[label]:  # the last execution acted: the person confirms what it did
+        applied = [line for line in new if line.word == "applied"]
+        if applied:  # it acted: the person confirms what it did
             self._request("effect.resolve", {"effect_id": run["park_detail"], "action": "confirm",
-                                             "output": charged(label, int(applied[-1].rest[0]))})
+                                             "output": charged(label, int(applied[0].rest[0]))})
             self.confirmed.append(label)
         else:
             self._request("effect.resolve", {"effect_id": run["park_detail"], "action": "retry"})
             self.retried[label] += 1
+            self.unstarted[label] += not new
 
     def _request(self, operation: str, payload: dict[str, Any], run_id: str | None = None) -> None:
         with Client(self.state_dir) as client:
@@ -281,6 +285,7 @@ class Killer:
         self.run_id = person.run_id
         self.dead: set[int] = set()  # every worker a kill ended
         self.kills: list[Kill] = []
+        self.reserved: set[str] = set()
 
     def landed(self, target: Target) -> Line | None:
         """The oracle line a live worker wrote at `target` (or, when the kill before went on into
@@ -306,13 +311,14 @@ class Killer:
         killed_at, pids, committed = (self._host if target.kind == "host" else self._worker)(line)
         self.dead |= pids
         final = {label for label in self.order if committed[label] >= final_attempts[label]}
-        self.kills.append(Kill(target, line, killed_at, pids, committed, final))
+        self.kills.append(Kill(target, line, killed_at, pids, committed, final, self.reserved))
 
     def _host(self, _line: Line) -> tuple[float, set[int], Counter[str]]:
         pids = {worker.pid for worker in self.script.descendants()}
         killed_at = sigkill(self.guard, self.script)
         dead_host_settled(self.state_dir)
         committed = _finished_attempts(self.state_dir, self.run_id)
+        self.reserved = self._unsettled_effects()
         self.script = piwf_host(self.guard, self.state_dir, workers=2)
         # The next host reaps the dead one's workers (they may have gone on a little meanwhile).
         wait_for(lambda: not any(_alive_pid(pid) for pid in pids), 20, "the dead host's workers to be reaped")
@@ -332,7 +338,15 @@ class Killer:
         wait_for(lambda: rows(self.state_dir, "SELECT status FROM run_worker WHERE worker_id = ?",
                               (launch["worker_id"],)) == [{"status": "exited"}], 20,
                  lambda: f"the host to settle the killed worker's launch {launch}")
+        self.reserved = self._unsettled_effects()
         return killed_at, {line.pid}, _finished_attempts(self.state_dir, self.run_id, launch["generation"])
+
+    def _unsettled_effects(self) -> set[str]:
+        """Non-idempotent effects reserved and not settled: `applying` after a host's death, `ambiguous`
+        once the host settled a worker's (any earlier one was resolved before this kill)."""
+        return {row["node_id"] for row in rows(
+            self.state_dir, "SELECT node_id FROM effect WHERE run_id = ? AND status IN ('applying', 'ambiguous') "
+                            "AND idempotent = ?", (self.run_id, False))}
 
 
 def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> None:
@@ -340,11 +354,12 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> Non
     clean, order, clean_executions = _clean_run(state_dir)
     charges = {label for label in order if label.startswith("charge")}
     oracle_path = state_dir / "oracle"
+    targets, slow = _plan(rng, order, charges)
     with Client(state_dir) as client:
-        run_id = client.start(spec("ledger"), {"oracle": str(oracle_path)})["run_id"]
+        run_id = client.start(spec("ledger"), {"oracle": str(oracle_path), "slow": slow})["run_id"]
     person = Person(state_dir, oracle_path, run_id)
     killer = Killer(guard, state_dir, script, order, person)
-    for target in _plan(rng, order, charges):
+    for target in targets:
         killer.kill(target, clean_executions)
     kills, dead = killer.kills, killer.dead
 
@@ -376,15 +391,22 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> Non
         extra = executions[label] - clean_executions[label] - person.retried[label]
         cut_by = sum(label in cut_off for cut_off in cut)
         if label in charges:
-            # A non-idempotent effect runs again only when the person says retry.
-            assert extra == 0, f"{label} ran {executions[label]} times (retried {person.retried[label]})"
+            # A non-idempotent effect runs again only when the person says retry: once per reservation
+            # but those a kill cut off before the function started.
+            assert extra == -person.unstarted[label], \
+                f"{label} ran {executions[label]} times (retried {person.retried[label]}, {person.unstarted[label]} " \
+                "of them cut off before they started)"
         else:
             # A pure or idempotent step runs again at most once per kill that cut it off.
             assert 0 <= extra <= cut_by, f"{label} ran {executions[label]} times, cut off by {cut_by} kills"
 
-    # Every non-idempotent effect a kill cut off parked the run, once per such kill, and only those.
-    cut_effects = sorted(label for cut_off in cut for label in cut_off if label in charges)
-    assert sorted(person.parked_on) == cut_effects, (person.parked_on, cut)
+    # Every non-idempotent effect a kill cut off parked the run, once per such kill, and only those: the
+    # effects reserved and unsettled at a kill, among them every one started by a worker it ended.
+    assert sorted(person.parked_on) == sorted(label for kill in kills for label in kill.reserved), \
+        (person.parked_on, kills)
+    cut_effects = [label for cut_off, kill in zip(cut, kills, strict=True) for label in cut_off
+                   if label in charges and label in kill.reserved]
+    assert cut_effects == [label for cut_off in cut for label in cut_off if label in charges], (cut, kills)
     # Each effect applied as often as a person or a clean execution says (the oracle's `applied`).
     applied = Counter(line.label for line in lines if line.word == "applied")
     for label in charges:
@@ -393,9 +415,10 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> Non
     # The scenario happened: every kill landed before the run finished, and some cut off a pure step
     # mid-way (it started, its attempt was not committed) and some a non-idempotent effect.
     assert len(kills) == HOST_KILLS + WORKER_KILLS
+    # (A dead host's worker may finish its step after the kill: what counts is what it wrote before.)
     inside = [label for kill in kills for label in order if _is_pure(label) and label not in kill.final and
-              _words(lines, label, kill.pids)["start"] > _words(lines, label, kill.pids)["end"]]
-    assert inside, f"no kill landed inside a pure step (started, not ended, not committed): {kills}"
+              _words(lines, label, kill)["start"] > _words(lines, label, kill)["end"]]
+    assert inside, f"no kill landed inside a pure step (started, not ended at the kill, not committed): {kills}"
     assert cut_effects, f"no kill cut off a non-idempotent effect: {kills}"
     effects = {row["node_id"]: row["status"] for row in rows(
         state_dir, "SELECT node_id, status FROM effect WHERE run_id = ? AND status <> 'ambiguous'", (run_id,))}

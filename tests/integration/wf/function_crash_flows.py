@@ -31,6 +31,8 @@ PURE_HOLD_S = 0.1
 #: An effect step holds this long before it acts and again after (between `start`, `applied` and
 #: `end`), so a kill can land before the effect, or after it and before its result is committed.
 EFFECT_HOLD_S = 0.15
+#: What the steps a test names in `slow` hold instead (at each of their waits).
+SLOW_HOLD_S = 1.0
 #: `fragile` fails on every attempt: one call, `FRAGILE_RETRIES + 1` executions.
 FRAGILE_RETRIES = 2
 
@@ -124,29 +126,36 @@ def fragile(oracle: str, label: str, hold_s: float) -> int:
 
 
 @workflow(name="ledger")
-def ledger(oracle: str, hold_s: float = PURE_HOLD_S, effect_hold_s: float = EFFECT_HOLD_S) -> dict[str, Any]:
+def ledger(oracle: str, hold_s: float = PURE_HOLD_S, effect_hold_s: float = EFFECT_HOLD_S,
+           slow: tuple[str, ...] = (), slow_s: float = SLOW_HOLD_S) -> dict[str, Any]:
     """Twenty step calls: 4 rounds of add, count and an effect (alternately non-idempotent and
-    idempotent); a failing step caught; 3 more adds; a charge and a publish of the total; a count."""
+    idempotent); a failing step caught; 3 more adds; a charge and a publish of the total; a count.
+    The steps named in `slow` hold `slow_s` instead (a test's kill inside them cannot come late)."""
     labels = Labels()
+
+    def held(name: str, hold: float) -> tuple[str, float]:
+        label = labels.next(name)
+        return label, slow_s if label in slow else hold
+
     total, tally, receipts, published = 0, Tally(count=0, total=0), [], []
     for round_no in range(4):
-        total = add(oracle, labels.next("add"), hold_s, total, round_no + 1)
-        tally = count(oracle, labels.next("count"), hold_s, tally, total)
+        total = add(oracle, *held("add", hold_s), total, round_no + 1)
+        tally = count(oracle, *held("count", hold_s), tally, total)
         if round_no % 2 == 0:
-            receipts.append(charge(oracle, labels.next("charge"), effect_hold_s, total))
+            receipts.append(charge(oracle, *held("charge", effect_hold_s), total))
         else:
-            published.append(publish(oracle, labels.next("publish"), effect_hold_s, tally.total))
+            published.append(publish(oracle, *held("publish", effect_hold_s), tally.total))
     try:
-        fragile(oracle, labels.next("fragile"), hold_s)
+        fragile(oracle, *held("fragile", hold_s))
         caught = None
     except StepFailed as failure:
         caught = {"code": failure.code, "message": failure.message, "step": failure.step}
-        total = add(oracle, labels.next("add"), hold_s, total, 100)
+        total = add(oracle, *held("add", hold_s), total, 100)
     for extra in range(3):
-        total = add(oracle, labels.next("add"), hold_s, total, extra * 10)
-    receipts.append(charge(oracle, labels.next("charge"), effect_hold_s, total))
-    published.append(publish(oracle, labels.next("publish"), effect_hold_s, total))
-    tally = count(oracle, labels.next("count"), hold_s, tally, total)
+        total = add(oracle, *held("add", hold_s), total, extra * 10)
+    receipts.append(charge(oracle, *held("charge", effect_hold_s), total))
+    published.append(publish(oracle, *held("publish", effect_hold_s), total))
+    tally = count(oracle, *held("count", hold_s), tally, total)
     return {"total": total, "tally": [tally.count, tally.total], "receipts": receipts, "published": published,
             "caught": caught, "calls": sum(labels.calls.values())}
 
