@@ -346,7 +346,7 @@ class Killer:
         once the host settled a worker's (any earlier one was resolved before this kill)."""
         return {row["node_id"] for row in rows(
             self.state_dir, "SELECT node_id FROM effect WHERE run_id = ? AND status IN ('applying', 'ambiguous') "
-                            "AND idempotent = ?", (self.run_id, False))}
+                            "AND idempotent = 0", (self.run_id,))}
 
 
 def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> None:
