@@ -161,29 +161,35 @@ class Kill:
 
 
 def _plan(rng: random.Random, order: list[str], effects: set[str]) -> tuple[list[Target], list[str]]:
-    """Seeded kill targets at distinct steps, in the order the run reaches them; among them, whatever
-    the draw, one inside a pure step and one inside a non-idempotent effect (before it acts or after,
-    before its result is committed): these two are also returned, for the run to make them slow, so
-    that a kill cannot come after they ended. Not the last step: the run must have work left after."""
-    kinds = ["host"] * HOST_KILLS + ["worker"] * WORKER_KILLS
+    """Seeded kill targets at distinct steps, in the order the run reaches them. Whatever the draw,
+    three of them land inside a step: a pure one, a non-idempotent effect before it acts (a worker's
+    kill: a dead host's worker would go on and act; the person will have it retried) and another after
+    it acted (the person will confirm it); these are also
+    returned, for the run to make them slow, so that a kill cannot come after they ended. The rest
+    land anywhere but in the last step (the run must have work left after a kill)."""
+    kinds = ["host"] * HOST_KILLS + ["worker"] * (WORKER_KILLS - 1)
     rng.shuffle(kinds)
     candidates = range(len(order) - 1)
-    inside_effect = rng.choice([p for p in candidates if order[p] in effects])
-    inside_pure = rng.choice([p for p in candidates if _is_pure(order[p])])
-    others = rng.sample([p for p in candidates if p not in (inside_effect, inside_pure)], len(kinds) - 2)
+    before_acting, after_acting = rng.sample([p for p in candidates if order[p] in effects], 2)
+    # (No kill in the step before the one to cut before it acts: a kill there may go on into it.)
+    inside_pure = rng.choice([p for p in candidates if _is_pure(order[p]) and p != before_acting - 1])
+    forced = {inside_pure: "start", before_acting: "start", after_acting: "applied"}
+    others = rng.sample([p for p in candidates if p not in forced and p != before_acting - 1],
+                        HOST_KILLS + WORKER_KILLS - len(forced))
+    kinds.insert(sorted([*forced, *others]).index(before_acting), "worker")
     targets = []
-    for kind, position in zip(kinds, sorted([inside_effect, inside_pure, *others]), strict=True):
+    for kind, position in zip(kinds, sorted([*forced, *others]), strict=True):
         label = order[position]
-        if label in effects:
+        if position in forced:
+            word = forced[position]
+        elif label in effects:
             word = rng.choice(["start", "applied"])  # an effect cut off: before or after it acts
         elif label.startswith("publish"):
             word = rng.choice(["start", "applied", "end"])
-        elif position == inside_pure:
-            word = "start"
         else:
             word = rng.choice(["start", "end"])
         targets.append(Target(kind, label, word))
-    return targets, [order[inside_pure], order[inside_effect]]
+    return targets, [order[position] for position in forced]
 
 
 def _words(lines: list[Line], label: str, kill: Kill) -> Counter[str]:
@@ -420,6 +426,7 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> Non
               _words(lines, label, kill)["start"] > _words(lines, label, kill)["end"]]
     assert inside, f"no kill landed inside a pure step (started, not ended at the kill, not committed): {kills}"
     assert cut_effects, f"no kill cut off a non-idempotent effect: {kills}"
+    assert person.retried and person.confirmed, f"the person never had to retry or to confirm: {person.parked_on}"
     effects = {row["node_id"]: row["status"] for row in rows(
         state_dir, "SELECT node_id, status FROM effect WHERE run_id = ? AND status <> 'ambiguous'", (run_id,))}
     assert set(effects) == {label for label in order if label.startswith(("charge", "publish"))}, effects
@@ -539,7 +546,7 @@ def test_a_function_sleeping_waiting_for_a_message_and_a_decision_across_host_si
 
     # Each step ran once, each wait's step before its kill, the step after the sleep not before its time.
     lines = {line.label: line for line in oracle(oracle_path)}
-    assert starts(oracle(oracle_path)) == dict.fromkeys(lines, 1), oracle(oracle_path)
+    assert starts(oracle(oracle_path)) == dict.fromkeys(lines, 1), f"a step ran again: {oracle(oracle_path)}"
     assert list(lines) == ["before_sleep", "before_message", "before_decision", "after_decision"]
     assert lines["before_sleep"].at < killed[0] < lines["before_message"].at < killed[1] \
         < lines["before_decision"].at < killed[2] < lines["after_decision"].at, (lines, killed)
