@@ -52,9 +52,12 @@ from piwf_actors.client.connection import HostNotRunning
 guard = harness.guard  # the fixture every test here uses (see wf/harness.py)
 
 FINISHED = ("done", "failed", "cancelled")
-#: Kills of test 1: this many of the host and this many of the step's worker, in a seeded order.
+#: Kills of test 1: this many of the host and this many of the step's worker, in a seeded order (the
+#: slow variant: more, in a few runs).
 HOST_KILLS = 3
 WORKER_KILLS = 3
+SLOW_HOST_KILLS = 5
+SLOW_WORKER_KILLS = 5
 SEED_ENV = "PIWF_CRASH_SEED"
 
 
@@ -160,14 +163,15 @@ class Kill:
     reserved: set[str] = field(default_factory=set)  # non-idempotent effects reserved, unsettled at the kill
 
 
-def _plan(rng: random.Random, order: list[str], effects: set[str]) -> tuple[list[Target], list[str]]:
+def _plan(rng: random.Random, order: list[str], effects: set[str], host_kills: int,
+          worker_kills: int) -> tuple[list[Target], list[str]]:
     """Seeded kill targets at distinct steps, in the order the run reaches them. Whatever the draw,
     three of them land inside a step: a pure one, a non-idempotent effect before it acts (a worker's
     kill: a dead host's worker would go on and act; the person will have it retried) and another after
     it acted (the person will confirm it); these are also
     returned, for the run to make them slow, so that a kill cannot come after they ended. The rest
     land anywhere but in the last step (the run must have work left after a kill)."""
-    kinds = ["host"] * HOST_KILLS + ["worker"] * (WORKER_KILLS - 1)
+    kinds = ["host"] * host_kills + ["worker"] * (worker_kills - 1)
     rng.shuffle(kinds)
     candidates = range(len(order) - 1)
     before_acting, after_acting = rng.sample([p for p in candidates if order[p] in effects], 2)
@@ -175,7 +179,7 @@ def _plan(rng: random.Random, order: list[str], effects: set[str]) -> tuple[list
     inside_pure = rng.choice([p for p in candidates if _is_pure(order[p]) and p != before_acting - 1])
     forced = {inside_pure: "start", before_acting: "start", after_acting: "applied"}
     others = rng.sample([p for p in candidates if p not in forced and p != before_acting - 1],
-                        HOST_KILLS + WORKER_KILLS - len(forced))
+                        host_kills + worker_kills - len(forced))
     kinds.insert(sorted([*forced, *others]).index(before_acting), "worker")
     targets = []
     for kind, position in zip(kinds, sorted([*forced, *others]), strict=True):
@@ -279,7 +283,16 @@ def _clean_run(state_dir: Path) -> tuple[dict[str, Any], list[str], Counter[str]
 def test_host_and_worker_sigkills_at_random_points_of_a_twenty_step_function(guard, state_dir) -> None:
     seed = int(os.environ.get(SEED_ENV) or random.randrange(2**32))
     with reported(seed):
-        _twenty_steps_under_kills(guard, state_dir, random.Random(seed))
+        _twenty_steps_under_kills(guard, state_dir, random.Random(seed), HOST_KILLS, WORKER_KILLS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_no", range(3))
+def test_more_sigkills_at_random_points_of_a_twenty_step_function(guard, state_dir, round_no) -> None:
+    """The same with more kills, a few times (each round draws its own seed)."""
+    seed = int(os.environ.get(SEED_ENV) or random.randrange(2**32)) + round_no
+    with reported(seed):
+        _twenty_steps_under_kills(guard, state_dir, random.Random(seed), SLOW_HOST_KILLS, SLOW_WORKER_KILLS)
 
 
 class Killer:
@@ -355,12 +368,13 @@ class Killer:
                             "AND idempotent = 0", (self.run_id,))}
 
 
-def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> None:
+def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random, host_kills: int,
+                              worker_kills: int) -> None:
     script = piwf_host(guard, state_dir, workers=2)
     clean, order, clean_executions = _clean_run(state_dir)
     charges = {label for label in order if label.startswith("charge")}
     oracle_path = state_dir / "oracle"
-    targets, slow = _plan(rng, order, charges)
+    targets, slow = _plan(rng, order, charges, host_kills, worker_kills)
     with Client(state_dir) as client:
         run_id = client.start(spec("ledger"), {"oracle": str(oracle_path), "slow": slow})["run_id"]
     person = Person(state_dir, oracle_path, run_id)
@@ -420,7 +434,7 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random) -> Non
 
     # The scenario happened: every kill landed before the run finished, and some cut off a pure step
     # mid-way (it started, its attempt was not committed) and some a non-idempotent effect.
-    assert len(kills) == HOST_KILLS + WORKER_KILLS
+    assert [kill.target.kind for kill in kills].count("host") == host_kills and len(kills) == host_kills + worker_kills
     # (A dead host's worker may finish its step after the kill: what counts is what it wrote before.)
     inside = [label for kill in kills for label in order if _is_pure(label) and label not in kill.final and
               _words(lines, label, kill)["start"] > _words(lines, label, kill)["end"]]
