@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,15 @@ from typing import Any
 from piwf_actors.workflows.model import Edge, Mount, NodeSpec, Switch, Workflow
 
 _MAX_DEPTH = 24
+
+
+#: Mapping keys whose canonical JSON is themselves in quotes and that sort as their pairs' JSON does:
+#: printable ASCII after the closing quote (0x22), without the backslash JSON escapes.
+_PLAIN_KEY = re.compile(r"[#-\[\]-~]*")
+
+
+def _first(pair: list[Any]) -> Any:
+    return pair[0]
 
 
 def canonical_json(value: Any) -> str:
@@ -71,6 +81,10 @@ class _Fingerprinter:
             return ["set", items]
         if isinstance(value, Mapping):
             pairs = [[self.value(k, depth + 1), self.value(v, depth + 1)] for k, v in value.items()]
+            if all(type(k) is str and _PLAIN_KEY.fullmatch(k) for k in value):
+                # The same order as by each pair's canonical JSON, without encoding them all: such a
+                # key is its own JSON text, and its characters all sort after the quote that ends it.
+                return ["map", sorted(pairs, key=_first)]
             return ["map", sorted(pairs, key=canonical_json)]
         if isinstance(value, Workflow):
             return ["workflow", value.digest]

@@ -112,3 +112,24 @@ def test_recursive_helpers_terminate() -> None:
         return n != 0 and even(n - 1)
 
     assert fingerprint(even) == fingerprint(even)
+
+
+def test_mappings_with_plain_string_keys_sort_as_their_pairs_canonical_json_does() -> None:
+    # The fingerprint of a mapping lists its pairs sorted by their canonical JSON; for plain string keys
+    # it sorts by the key instead (cheaper). Keys that are prefixes of others, and characters on both
+    # sides of the quote and of the backslash, must give the same order, hence the same digests.
+    import random
+
+    from piwf_actors.workflows.digest import _Fingerprinter, canonical_json
+
+    alphabet = "#$ab_-[]~Z09."
+    tricky = ["a", "a!", "a ", 'a"', "a\\", "é", "a\x7f", ""]
+    rng = random.Random(33)
+    for _ in range(300):
+        keys = {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 8))}
+        if rng.random() < 0.3:
+            keys.add(rng.choice(tricky))
+        mapping = {key: rng.choice([1, "x", [key], {"k": key}]) for key in keys}
+        printer = _Fingerprinter()
+        pairs = [[printer.value(k), printer.value(v)] for k, v in mapping.items()]
+        assert _Fingerprinter().value(mapping) == ["map", sorted(pairs, key=canonical_json)], mapping
