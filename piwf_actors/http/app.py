@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from piwf_actors.http.answers import CHALLENGE, Answer, error
 from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
+from piwf_actors.http.console.pages import console_routes
 from piwf_actors.http.exchange import Exchange
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
@@ -268,9 +269,11 @@ async def _closed(receive: Receive) -> None:
 
 
 def build_app(port: DoorPort, limits: HttpLimits = HttpLimits()) -> ASGIApp:
-    """The door's ASGI app: the routes of `ROUTES`, the OpenAPI description, the header bound around them."""
+    """The door's ASGI app: the routes of `ROUTES`, the OpenAPI description, the console's pages, the header
+    bound around them."""
     door = Door(port, limits)
     routes = [StarletteRoute(route.path, door.endpoint(route), methods=[route.method]) for route in ROUTES]
     routes.append(StarletteRoute(OPENAPI_PATH, door.openapi, methods=["GET"]))
+    routes += console_routes(door)  # the web console, on the same door (docs/http.md, "Console")
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return DoorGuard(app, limits)
