@@ -96,6 +96,7 @@ class Console:
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         # Each rendered form gets its own idempotency key: submitting it twice is one request (`adopted`).
         self.templates.globals["form_key"] = lambda: f"console-{secrets.token_hex(12)}"
+        self.templates.globals["shapes"] = shapes  # imported macros see globals, not the render context
         self.static = {name: (HERE / "static" / name).read_bytes() for name in STATIC}
 
     # --- who ---------------------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ class Console:
         """`template` rendered for `me`; `here` (the page without its note) is where its forms come back to."""
         query = [(k, v) for k, v in request.query_params.multi_items() if k != "note"]
         here = request.url.path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        html = self.templates.get_template(template).render(me=me, prefix=PREFIX, now=time.time(), shapes=shapes,
+        html = self.templates.get_template(template).render(me=me, prefix=PREFIX, now=time.time(),
                                                            here=here, **values)
         return HTMLResponse(html, status, headers=HEADERS)
 
