@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 
 from piwf_actors.http.answers import error
@@ -32,7 +31,7 @@ POST: tuple[tuple[str, Callable[[Console, Request], Awaitable[Response]]], ...] 
     ("/schedules/{name}/{action}", actions.schedule))
 
 
-def console_routes(door: ConsoleDoor) -> list[BaseRoute]:
+def console_routes(door: ConsoleDoor) -> list[StarletteRoute]:
     """The console's routes for the app of `door` (one `Console`: its sessions live as long as the app)."""
     console = Console(door)
 
