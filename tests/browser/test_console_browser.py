@@ -51,9 +51,10 @@ def sign_in(browser: Any, door: Door, token: str) -> None:
 
 
 def text_of(browser: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return " ".join(element.text for element in browser.find_elements(By.CSS_SELECTOR, css))
+    """The text of every element `css` matches, read in one script: a live page replaces its content
+    when its stream says it changed, and an element found before that and read after is stale."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent).join(' ')", css)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -72,11 +73,10 @@ def test_sign_in_answer_a_decision_from_the_inbox_and_see_the_run_finish(door: D
     pending(door, notes)
     sign_in(browser, door, door.tokens["ops"])
 
-    card = browser.find_element(By.ID, request["request_id"])
-    assert "Ship 1.4.0?" in card.text and "Needs changes" in card.text
-    # The deadline counts down in the page (console.js): `in 59m…`, then a second later less.
-    wait_for(lambda: "(in 59m" in card.find_element(By.CSS_SELECTOR, "[data-deadline]").text or None, 10,
-             "the deadline's countdown")
+    card = f"[id='{request['request_id']}']"
+    assert "Ship 1.4.0?" in text_of(browser, card) and "Needs changes" in text_of(browser, card)
+    # The deadline counts down in the page (console.js): `in 59m…`.
+    wait_for(lambda: "(in 59m" in text_of(browser, f"{card} [data-deadline]") or None, 10, "the deadline's countdown")
     shot = tmp_path / "console-inbox.png"
     assert browser.save_screenshot(str(shot))
     width, height = png_size(shot)
@@ -84,7 +84,7 @@ def test_sign_in_answer_a_decision_from_the_inbox_and_see_the_run_finish(door: D
     if os.environ.get("PIWF_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, SCREENSHOT)
 
-    card.find_element(By.CSS_SELECTOR, "button[value=ship]").click()
+    browser.find_element(By.CSS_SELECTOR, f"{card} button[value=ship]").click()
     wait_for(lambda: "decision.answer: accepted" in text_of(browser, ".note") or None, 15, "the answer's note")
     assert request["request_id"] not in browser.page_source or "Ship 1.4.0?" not in text_of(browser, "article h2")
 
