@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from piwf_actors.http.answers import CHALLENGE, Answer, error
 from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
+from piwf_actors.http.console.pages import console_routes
 from piwf_actors.http.exchange import Exchange
 from piwf_actors.http.hook_config import Hook
 from piwf_actors.http.hooks import HOOK_PATH, BodyTooLarge, HookEndpoint, read_raw
@@ -265,11 +266,12 @@ async def _closed(receive: Receive) -> None:
 
 def build_app(port: DoorPort, limits: HttpLimits = HttpLimits(), hooks: Mapping[str, Hook] | None = None) -> ASGIApp:
     """The door's ASGI app: the routes of `ROUTES`, the OpenAPI description, the signed webhooks
-    (`http/hooks.py`), the header bound around them."""
+    (`http/hooks.py`), the console's pages, the header bound around them."""
     door = Door(port, limits)
     routes = [StarletteRoute(route.path, door.endpoint(route), methods=[route.method]) for route in ROUTES]
     routes.append(StarletteRoute(OPENAPI_PATH, door.openapi, methods=["GET"]))
     routes.append(StarletteRoute(HOOK_PATH, HookEndpoint(hooks or {}, door.ask, limits.max_body_bytes).handle,
                                  methods=["POST"]))
+    routes += console_routes(door)  # the web console, on the same door (docs/http.md, "Console")
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return DoorGuard(app, limits)

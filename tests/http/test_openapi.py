@@ -9,6 +9,9 @@ from http_support import Door, flow
 from piwf_actors.cli.render_text import answered_by
 from piwf_actors.http.app import build_app
 from piwf_actors.http.auth import SignInThrottle
+from piwf_actors.http.console.core import PREFIX as CONSOLE_PREFIX
+from piwf_actors.http.console.pages import GET as CONSOLE_GET
+from piwf_actors.http.console.pages import POST as CONSOLE_POST
 from piwf_actors.http.hooks import HOOK_PATH
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import ROUTES, STATUS_OF_OUTCOME
@@ -35,7 +38,12 @@ def test_every_route_is_in_the_description_and_nothing_else() -> None:
 def test_the_router_serves_exactly_the_table() -> None:
     app = build_app(port=None)  # type: ignore[arg-type]  # routing only: no request is made
     served = {(method, r.path) for r in app.app.routes for method in r.methods - {"HEAD"}}  # type: ignore[attr-defined]
-    assert served == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json"), ("POST", HOOK_PATH)}
+    console = {(method, path) for method, path in served if path.startswith(CONSOLE_PREFIX)}
+    assert served - console == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json"),
+                                                                       ("POST", HOOK_PATH)}
+    # The console's pages are not API routes: the ones its table names, and no more.
+    assert console == {("GET", CONSOLE_PREFIX + path) for path, _ in CONSOLE_GET} | {
+        ("POST", CONSOLE_PREFIX + path) for path, _ in CONSOLE_POST}
 
 
 def test_every_outcome_has_a_status() -> None:

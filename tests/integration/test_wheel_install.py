@@ -43,7 +43,11 @@ pytestmark = pytest.mark.timeout(1200)
 # PostgreSQL connection says which extra to install).
 OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry",
             "piwf_actors.store.engines.pg_connection": "PostgreSQL needs psycopg, which cannot be imported here (No module named "
-                                    "'psycopg'): pip install 'piwf_actors[postgresql]'"}
+                                    "'psycopg'): pip install 'piwf_actors[postgresql]'",
+            # The HTTP door and its console (the `http` extra: Starlette, Jinja2).
+            **{f"piwf_actors.http.{name}": "No module named 'starlette'"
+               for name in ("answers", "app", "streams", "console.actions", "console.pages", "console.views")},
+            "piwf_actors.http.console.core": "No module named 'jinja2'"}
 
 IMPORT_ALL = textwrap.dedent("""
     import importlib, json, sys, sysconfig, traceback
