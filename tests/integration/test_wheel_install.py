@@ -46,7 +46,7 @@ OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry",
                                     "'psycopg'): pip install 'piwf_actors[postgresql]'",
             # The HTTP door and its console (the `http` extra: Starlette, Jinja2).
             **{f"piwf_actors.http.{name}": "No module named 'starlette'"
-               for name in ("answers", "app", "streams", "console.actions", "console.pages", "console.views")},
+               for name in ("answers", "app", "hooks", "streams", "console.actions", "console.pages", "console.views")},
             "piwf_actors.http.console.core": "No module named 'jinja2'"}
 
 IMPORT_ALL = textwrap.dedent("""
