@@ -19,7 +19,7 @@ import pytest
 from http_support import Door, flow
 from testsupport import wait_for
 
-WORKFLOWS = Path(__file__).resolve().parent / "wf.py"
+WORKFLOWS = Path(__file__).resolve().parent / "console_flows.py"
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "console-inbox.png"
 
 pytestmark = pytest.mark.timeout(180)
