@@ -51,6 +51,8 @@ class Request:
 def _id(value: Any, name: str, request_id: str | None) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_LEN:
         raise BadRequest(f"{name} must be a non-empty string of at most {MAX_ID_LEN} characters", request_id)
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL: refused here, not as a failed query
+        raise BadRequest(f"{name} may not contain a NUL character", request_id)
     return value
 
 

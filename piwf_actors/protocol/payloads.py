@@ -61,6 +61,10 @@ def check_payload(request: Request, operation: Operation) -> dict[str, Any]:
         if kind in _INT_RANGES and is_int(payload[name]) and not (
                 _INT_RANGES[kind][0] <= payload[name] <= _INT_RANGES[kind][1]):
             raise BadRequest(f"{request.operation}: payload.{name} is out of range", request.request_id)
+        if kind == "str" and "\x00" in payload[name]:
+            # PostgreSQL text cannot hold NUL: refused here, on either engine, not as a failed query.
+            raise BadRequest(f"{request.operation}: payload.{name} may not contain a NUL character",
+                             request.request_id)
         if kind == "str" and name.endswith("_id") and len(payload[name]) > MAX_ID_LEN:
             # Ids are kept in rows and travel in every frame about their request or run.
             raise BadRequest(f"{request.operation}: payload.{name} must be at most {MAX_ID_LEN} characters",

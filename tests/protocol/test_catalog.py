@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from piwf_actors.protocol.catalog import OPERATIONS, Operation
-from piwf_actors.protocol.envelope import BadRequest, Request
+from piwf_actors.protocol.envelope import SCHEMA, BadRequest, Request, parse_request
 from piwf_actors.protocol.payloads import check_payload
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
@@ -123,3 +123,23 @@ def test_docs_standby_lists_exactly_the_operations_a_standby_serves() -> None:
     named.discard("protocol/catalog/")
     served = {name for name, operation in OPERATIONS.items() if operation.served_by_standby}
     assert named == served
+
+
+def test_a_text_field_with_a_nul_character_is_refused_at_the_door() -> None:
+    """PostgreSQL cannot hold NUL in text: `resource.list {manager: "\\x00"}` reached the query and failed
+    there as a host bug (the fuzz found it on PostgreSQL). The door refuses it in one line on either engine."""
+    request = Request("r1", "c1", "k1", "resource.list", {"manager": "a\x00b"})
+    with pytest.raises(BadRequest, match=r"^resource.list: payload.manager may not contain a NUL character$"):
+        check_payload(request, OPERATIONS["resource.list"])
+    assert check_payload(Request("r1", "c1", "k1", "resource.list", {"manager": "ab"}),
+                         OPERATIONS["resource.list"]) == {"manager": "ab"}
+
+
+def test_an_envelope_id_with_a_nul_character_is_refused() -> None:
+    """`run.source` with run_id "\\x00" reached a PostgreSQL query and failed there as a host bug (the fuzz)."""
+    frame = {"schema": SCHEMA, "type": "request", "request_id": "r1", "client_id": "c1", "idempotency_key": "k1",
+             "operation": "run.source", "payload": {}, "run_id": "run\x00"}
+    with pytest.raises(BadRequest, match=r"^run_id may not contain a NUL character$"):
+        parse_request(frame)
+    frame["run_id"] = "run_1"
+    assert parse_request(frame).run_id == "run_1"

@@ -233,11 +233,17 @@ class Engine(abc.ABC):
     def blob_slice(self, conn: Any, sha256: str, offset: int, length: int) -> tuple[int, bytes] | None:
         """(size, bytes [offset, offset + length)) of the stored blob `sha256`; None when there is none.
         Call it inside a read transaction."""
-        row = conn.execute("SELECT size, substr(data, ?, ?) FROM blob WHERE sha256 = ?",
-                           (offset + 1, length, sha256)).fetchone()
-        if row is None:
+        found = conn.execute("SELECT size FROM blob WHERE sha256 = ?", (sha256,)).fetchone()
+        if found is None:
             return None
-        return int(row[0]), b"" if row[1] is None else bytes(row[1])
+        size = int(found[0])
+        if offset >= size or length <= 0:
+            # Past the end the chunk is empty; an offset past a 4-byte integer would not even reach
+            # `substr` on PostgreSQL (its positions are int4), so it is answered here.
+            return size, b""
+        row = conn.execute("SELECT substr(data, ?, ?) FROM blob WHERE sha256 = ?",
+                           (offset + 1, length, sha256)).fetchone()
+        return size, b"" if row is None or row[0] is None else bytes(row[0])
 
     # --- the write-ahead log and the disk (`watches_disk`) --------------------------------------------------
 
