@@ -209,7 +209,9 @@ def test_two_runner_hosts_and_the_active_host_share_200_runs_and_survive_a_runne
     # How soon after the kill (the runner lease, then a sweep): bench/latency.py; here a generous bound.
     wait_for(recovered, LEASE_S + 60,
              lambda: f"the active host to recover the SIGKILLed runner-1's claims:\n{active.log()}")
-    assert "of runner host(s) runner-1#1 whose lease is gone" in active.log()
+    # The claims go with the recovery's commit; its log line follows when the watch reads the result.
+    wait_for(lambda: "of runner host(s) runner-1#1 whose lease is gone" in active.log(), 10,
+             lambda: f"the active host to log the recovery of runner-1's runs:\n{active.log()}")
     wait_for(lambda: not any(alive(w) for w in workers), 10, "the dead runner's workers to be reaped")
 
     views = _wait_settled(state_dir, run_ids, 120)
