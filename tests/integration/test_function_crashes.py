@@ -8,7 +8,8 @@ appends to (workflows in `wf/function_crash_flows.py`):
    its kills). The run ends `done` with a clean run's output. From the oracle and the attempts
    committed at each kill: no step whose result was committed ran again; a step cut off by a kill
    ran again at most once per such kill (a pure or idempotent one by itself, a non-idempotent
-   effect only when the person said `retry`); every non-idempotent effect a kill cut off parked the
+   effect only when the person said `retry`; a retried step: each attempt not committed at the kill,
+   as a dead host's worker may go on into its next try); every non-idempotent effect a kill cut off parked the
    run `ambiguous_effect` with nothing run again, and the test, playing the person, confirmed it
    (the oracle shows it acted) or had it retried (it did not).
 2. a function that sleeps, waits for a message and waits for a decision, with the host SIGKILLed at
@@ -144,6 +145,14 @@ def _twenty_steps_under_kills(guard, state_dir: Path, rng: random.Random, host_k
             assert extra == -person.unstarted[label], \
                 f"{label} ran {executions[label]} times (retried {person.retried[label]}, {person.unstarted[label]} " \
                 "of them cut off before they started)"
+        elif clean_executions[label] > 1:
+            # A retried step: a kill cuts off at most the attempts not committed at it (a pure step's
+            # failed attempt is not waited for, and a dead host's worker goes on into the next try),
+            # so a committed attempt never runs again and each cut-off one at most once per kill.
+            allowed = sum(clean_executions[label] - kill.committed[label]
+                          for kill, cut_off in zip(kills, cut, strict=True) if label in cut_off)
+            assert 0 <= extra <= allowed, \
+                f"{label} ran {executions[label]} times, {allowed} attempts uncommitted at the kills that cut it off"
         else:
             # A pure or idempotent step runs again at most once per kill that cut it off.
             assert 0 <= extra <= cut_by, f"{label} ran {executions[label]} times, cut off by {cut_by} kills"
