@@ -48,8 +48,8 @@ PAGE_RUNS = 50
 MAX_PAGE_RUNS = 200
 #: Events shown on a run's page at once (a link pages on).
 PAGE_EVENTS = 200
-#: Parked runs looked through for ambiguous effects, and how many of them are read in full.
-EFFECT_SCAN, EFFECT_RUNS = 500, 50
+#: Ambiguous effects per page of the effects page.
+PAGE_EFFECTS = 50
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
            "X-Content-Type-Options": "nosniff",
