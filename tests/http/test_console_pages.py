@@ -4,6 +4,7 @@ output on the run page, and the resources page's buttons. A real host, real HTTP
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -117,3 +118,71 @@ def test_a_running_nodes_output_shows_live_on_the_run_page(door: Door, state_dir
     assert seen["stderr"] == "to stderr\n", seen
     finished = browser.get(f"/console/runs/{run_id}").text
     assert 'id="node-output"' not in finished and "second line" in finished  # the stored output now
+
+
+MANAGER = '''
+from piwf_actors.workflows import define_resource_manager
+
+ORACLE = {oracle!r}
+
+
+def _note(line):
+    with open(ORACLE, "a") as handle:
+        handle.write(line + "\\n")
+
+
+def reconcile(ctx):
+    _note("reconcile " + ctx.key)
+    return {{"result": "done", "finalizers": ["pages/kept"], "status_patch": {{"phase": "ready"}}}}
+
+
+def finalize(ctx):
+    _note("finalize " + ctx.key)
+    return {{"result": "done", "finalizers": []}}
+
+
+pages = define_resource_manager("pages", reconcile=reconcile, finalize=finalize, timeout_s=30)
+'''
+
+
+def test_an_operator_reconciles_and_deletes_a_resource_from_the_resources_page(door: Door, state_dir: Path) -> None:
+    project, oracle = state_dir / "proj", state_dir / "oracle.txt"
+    (project / ".piwf" / "resource-managers").mkdir(parents=True)
+    manager = project / ".piwf" / "resource-managers" / "pages.py"
+    manager.write_text(MANAGER.format(oracle=str(oracle)))
+
+    def notes() -> list[str]:
+        return oracle.read_text().splitlines() if oracle.exists() else []
+
+    applied = door.socket.request("resource.apply", {
+        "manager": "pages", "key": "home", "spec": {"title": "home"}, "project_path": str(project),
+        "digest": hashlib.sha256(manager.read_bytes()).hexdigest()})
+    assert applied.ok, applied
+    wait_for(lambda: notes() == ["reconcile home"], 30, "the first reconcile")
+    viewer = signed_in(door, door.tokens["eye"]).get("/console/resources")
+    assert "home" in viewer.text and "/console/resources/pages/home/reconcile" not in viewer.text
+    browser = signed_in(door, door.tokens["ops"])
+    page = browser.get("/console/resources")
+    assert 'action="/console/resources/pages/home/reconcile"' in page.text
+    assert 'action="/console/resources/pages/home/delete"' in page.text
+    # CSRF and roles, as for every console form.
+    refused = browser.post("/console/resources/pages/home/reconcile", data={"back": "/console/resources"})
+    assert refused.status_code == 403
+    eye = signed_in(door, door.tokens["eye"])
+    as_viewer = eye.post("/console/resources/pages/home/reconcile",
+                         data={"csrf": csrf(eye.get("/console/resources")), "back": "/console/resources"})
+    assert as_viewer.status_code == 403
+    assert browser.post("/console/resources/pages/home/rename", data={"csrf": csrf(page)}).status_code == 404
+    reconciled = browser.post("/console/resources/pages/home/reconcile",
+                              data={"csrf": csrf(page), "back": "/console/resources"})
+    assert reconciled.status_code == 303
+    assert "resource.reconcile: accepted" in httpx.URL(reconciled.headers["location"]).params["note"]
+    wait_for(lambda: notes() == ["reconcile home"] * 2, 30, "the reconcile asked for from the page")
+    deleted = browser.post("/console/resources/pages/home/delete",
+                           data={"csrf": csrf(page), "back": "/console/resources"})
+    assert "resource.delete: accepted" in httpx.URL(deleted.headers["location"]).params["note"]
+    wait_for(lambda: door.socket.request("resource.get", {"manager": "pages", "key": "home"}).outcome == "notFound",
+             30, "the resource to be finalized and deleted")
+    assert notes()[-1] == "finalize home"
+    missing = browser.post("/console/resources/pages/home/reconcile", data={"csrf": csrf(page)})
+    assert "notFound" in httpx.URL(missing.headers["location"]).params["note"]
