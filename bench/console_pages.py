@@ -19,21 +19,27 @@ ones, and the parked runs (their interactive requests and effects with fresh ids
 
 Then a host starts on it with `--http 127.0.0.1:PORT`, an operator token is made through the socket,
 and every console page and the main API list endpoints are fetched --rounds times each (after one
-untimed warm-up fetch) with an httpx client over keep-alive; the bench prints p50 and max per page
-and whether the p50 meets the 200 ms target. A page that does not answer 200 is a problem (exit 1).
+untimed warm-up fetch) with an httpx client over keep-alive; the bench prints p50 and max per page,
+the host's CPU per fetch (all its threads, psutil: the figure a busy machine does not blur), and
+whether the p50 meets the 200 ms target. A page that does not answer 200 is a problem (exit 1).
 
 Run: .venv/bin/python bench/console_pages.py [--runs 100000] [--decisions 300] [--ambiguous 100]
-     [--rounds 20] [--state DIR] [--rebuild]
+     [--rounds 20] [--state DIR] [--rebuild] [--profile DIR] [--only TEXT]
+`--profile DIR` records the host with py-spy (`--threads`) while it serves each page --rounds (at least
+50) more times, and prints the top of each profile (bench/profile_top.py); `--only TEXT` times only
+the pages whose label holds TEXT.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import time
 import urllib.parse
@@ -45,9 +51,11 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
+import psutil  # noqa: E402
 from common import WORKFLOW_SOURCE, closing_line, pct  # noqa: E402  (bench/ is the script's directory)
 from growth import COPIED, _columns, _mapped, multiply  # noqa: E402
-from throughput import HostProcess  # noqa: E402
+from profile_top import read_stacks, summarise  # noqa: E402
+from throughput import HostProcess, py_spy  # noqa: E402
 
 from piwf_actors.client import Client  # noqa: E402
 from piwf_actors.http.auth import new_token, token_digest  # noqa: E402
@@ -292,7 +300,7 @@ def pages(client: httpx.Client, db_path: Path) -> list[tuple[str, str]]:
         old_cursor = f"{middle[0]!r}/{middle[1]}"
     finally:
         conn.close()
-    prefix = oldest[:14]
+    prefix = oldest[:12]
     return [
         ("console: runs", "/console/runs"),
         ("console: runs ?workflow=chain", "/console/runs?workflow=chain"),
@@ -302,7 +310,8 @@ def pages(client: httpx.Client, db_path: Path) -> list[tuple[str, str]]:
         ("console: runs, an old page (cursor)", f"/console/runs?cursor={urllib.parse.quote(old_cursor)}"),
         ("console: runs ?status=parked", "/console/runs?status=parked"),
         ("console: runs ?parent=(200 children)", f"/console/runs?parent={parent}"),
-        (f"console: runs ?q={prefix} (id prefix)", f"/console/runs?q={prefix}"),
+        (f"console: runs ?q={prefix} (id prefix, many)", f"/console/runs?q={prefix}"),
+        ("console: runs ?q=(one id: redirects)", f"/console/runs?q={oldest[:20]}"),
         ("console: run (40 nodes)", f"/console/runs/{chain}"),
         ("console: run (200 children)", f"/console/runs/{parent}"),
         ("console: run (waiting on a decision)", f"/console/runs/{decided}"),
@@ -324,27 +333,59 @@ def pages(client: httpx.Client, db_path: Path) -> list[tuple[str, str]]:
     ]
 
 
-def measure(base: str, token: str, db_path: Path, rounds: int) -> list[str]:
+def profile(client: httpx.Client, pid: int, label: str, path: str, fetches: int, directory: Path) -> str:
+    """py-spy's record of the host (every thread, with native frames off) while it serves `path`
+    `fetches` times; the top of its summary."""
+    spy = py_spy()
+    if spy is None:
+        return "  (no py-spy: `make bench` installs it)"
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / (re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-") + ".txt")
+    recorder = subprocess.Popen([spy, "record", "--pid", str(pid), "--threads", "--rate", "500", "--format", "raw",
+                                 "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)  # py-spy attaches; a window, not a synchronisation
+        for _ in range(fetches):
+            client.get(path)
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(30)
+    if not out.exists():
+        return f"  (py-spy wrote no profile for {label})"
+    return "\n".join("  " + line for line in summarise(read_stacks(out), 10, by_thread=True).splitlines())
+
+
+def measure(base: str, token: str, db_path: Path, rounds: int, host_pid: int, profile_dir: Path | None = None,
+            only: str | None = None) -> list[str]:
+    """Each page's wall time (p50, max) and the host process's CPU per fetch (all its threads: what the
+    page costs the host, whatever else the machine is doing)."""
     problems = []
+    host_cpu = psutil.Process(host_pid)
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=120) as client:
-        listed = pages(client, db_path)
+        listed = [(label, path) for label, path in pages(client, db_path) if only is None or only in label]
         width = max(len(label) for label, _ in listed)
-        print(f"\n{'page':<{width}}  {'p50 ms':>8}  {'max ms':>8}  {'bytes':>9}  target {TARGET_MS:.0f} ms")
+        print(f"\n{'page':<{width}}  {'p50 ms':>8}  {'max ms':>8}  {'cpu ms':>7}  {'bytes':>9}  "
+              f"target {TARGET_MS:.0f} ms (p50)")
         for label, path in listed:
             first = client.get(path)
             if first.status_code not in (200, 303):
                 problems.append(f"{label}: {first.status_code} {first.text[:200]}")
                 continue
             samples = []
+            cpu_before = host_cpu.cpu_times()
             for _ in range(rounds):
                 t0 = time.perf_counter()
                 answer = client.get(path)
                 samples.append((time.perf_counter() - t0) * 1000)
                 if answer.status_code != first.status_code:
                     problems.append(f"{label}: {answer.status_code}")
+            cpu_after = host_cpu.cpu_times()
+            cpu_ms = ((cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)) * 1000 / rounds
             p50 = pct(samples, 0.5)
-            print(f"{label:<{width}}  {p50:8.1f}  {max(samples):8.1f}  {len(first.content):9,}  "
-                  f"{'met' if p50 < TARGET_MS else 'NOT met'}")
+            print(f"{label:<{width}}  {p50:8.1f}  {max(samples):8.1f}  {cpu_ms:7.1f}  {len(first.content):9,}  "
+                  f"{'met' if p50 < TARGET_MS else 'NOT met'}", flush=True)
+            if profile_dir is not None:
+                print(profile(client, host_pid, label, path, max(rounds, 50), profile_dir), flush=True)
     return problems
 
 
@@ -356,8 +397,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--state", type=Path, default=None)
     parser.add_argument("--rebuild", action="store_true")
-    parser.add_argument("--hold", type=float, default=0.0,
-                        help="keep the host up this many seconds after the figures (to profile it)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="record the host with py-spy while it serves each page again (raw profiles in DIR)")
+    parser.add_argument("--only", default=None, help="time only the pages whose label contains this text")
     args = parser.parse_args()
     began = time.monotonic()
     state_root = args.state or Path(f"/tmp/piwf-console-bench-{args.runs}")
@@ -378,10 +420,8 @@ def main() -> int:
             assert made.outcome == "accepted", made
             counts = client.status().get("runs") or {}
         print(f"host pid {host.pid} on {sum(counts.values()):,} runs ({', '.join(f'{k} {v:,}' for k, v in counts.items())})")
-        problems = measure(f"http://127.0.0.1:{port}", token, state / "state.db", args.rounds)
-        if args.hold:
-            print(f"holding the host (pid {host.pid}) for {args.hold:g} s", flush=True)
-            time.sleep(args.hold)  # a window for py-spy, not a synchronisation
+        problems = measure(f"http://127.0.0.1:{port}", token, state / "state.db", args.rounds, host.pid,
+                           args.profile, args.only)
     finally:
         host.stop()
     print(closing_line(began))
