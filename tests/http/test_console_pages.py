@@ -57,6 +57,11 @@ def test_the_effects_page_finds_an_ambiguous_effect_behind_newer_parked_runs(
     assert item["run"]["input"] == {"oracle": str(state_dir / "effect-marker")}
     assert item["node_id"] == "act" and item["attempt"]["attempt_no"] == 1
     assert door.viewer.get("/api/v1/effects?status=applied").status_code == 422
+    first = door.viewer.get("/api/v1/effects?limit=1").json()["receipt"]
+    assert [e["effect_id"] for e in first["effects"]] == [effect["effect_id"]] and first["next_cursor"]
+    after = door.viewer.get("/api/v1/effects", params={"cursor": first["next_cursor"]}).json()["receipt"]
+    assert after == {"effects": []}
+    assert door.viewer.get("/api/v1/effects?cursor=nope").status_code == 422
 
 
 def test_the_host_page_reads_the_state_without_counting_every_table(door: Door) -> None:

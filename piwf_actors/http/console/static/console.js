@@ -92,7 +92,8 @@ function follow() {
   const source = new EventSource(url, {withCredentials: true});
   for (const topic of ["runs", "run", "interactions", "host"]) source.addEventListener(topic, changed);
   source.addEventListener("node_output", addOutput);  // appended in place: no reload per line
-  source.addEventListener("overflow", () => { source.close(); setTimeout(follow, 1000); first = true; });
+  // Fallen behind: the stream starts again with the current view and the output so far (replayed whole).
+  source.addEventListener("overflow", () => { source.close(); output.length = 0; setTimeout(follow, 1000); first = true; });
   source.onerror = () => {
     // A finished run's stream ends: draw the last state once and stop.
     if (url.includes("/streams/runs/")) { source.close(); refresh(live).catch(() => {}); }
