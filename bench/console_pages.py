@@ -5,11 +5,12 @@ builds it again). First real runs go through a real host (`bin/piwf-host --proje
 the Unix socket and run by its workers) in a mix that gives every page something to show:
 
   finished   trivial 3-node runs; a 40-node chain ("many nodes": the run page's picture and table);
-             shell steps (their effects, applied, fill the effect table); fan-out parents (`map_workflow`, 4 children each) and one with 200 children
+             shell steps (their effects, applied, fill the effect table); fan-out parents
+             (`map_workflow`, 4 children each) and one with 200 children
   parked     human decisions with a deadline (the inbox), and non-idempotent shell steps whose
              worker the bench SIGKILLs while the step runs (ambiguous effects, the effects page)
-  schedules  three schedules in the project (the schedules page); no resources are declared, so
-             the resources page shows its empty table
+  schedules  three schedules in the project (the schedules page)
+  resources  100 resources of a manager in the project, each reconciled once (the resources page)
 
 Then the host is stopped and the runs are multiplied with SQL on the stopped host's file
 (`INSERT … SELECT`, as bench/growth.py does, whose `multiply` copies the finished families with
@@ -33,6 +34,7 @@ the pages whose label holds TEXT.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -148,6 +150,18 @@ def _wait(what: str, check, timeout: float = 120.0):  # type: ignore[no-untyped-
 # --- the real runs -----------------------------------------------------------------------------------
 
 
+MANAGER_SOURCE = '''\
+from piwf_actors.workflows import define_resource_manager
+
+
+def reconcile(ctx):
+    return {"result": "done", "status_patch": {"phase": "ready", "title": ctx.spec.get("title")}}
+
+
+sites = define_resource_manager("sites", reconcile=reconcile, timeout_s=30)
+'''
+
+
 def seed(root: Path, state: Path, project: Path) -> None:
     """The mix of real runs, through a real host (stopped at the end)."""
     flows = project / ".piwf" / "workflows" / "console_bench.py"
@@ -161,12 +175,22 @@ def seed(root: Path, state: Path, project: Path) -> None:
             def settled(run_ids: list[str], statuses: tuple[str, ...]) -> bool:
                 return all(client.request("run.get", {}, run_id=r).receipt["status"] in statuses for r in run_ids)
 
+            manager = project / ".piwf" / "resource-managers" / "sites.py"
+            digest = hashlib.sha256(manager.read_bytes()).hexdigest()
+            for i in range(100):
+                applied = client.request("resource.apply", {"manager": "sites", "key": f"site-{i:03d}",
+                                                            "spec": {"title": f"site {i}"},
+                                                            "project_path": str(project), "digest": digest})
+                assert applied.ok, applied
             finished = [start("trivial", {"i": i}) for i in range(200)]
             finished += [start("chain", {"i": i}) for i in range(20)]
             finished += [start("fanout", {"n": 4}) for _ in range(20)]
             finished += [start("report", {"i": i}) for i in range(40)]
             finished.append(start("fanout", {"n": 200}))
             _wait("the finished runs", lambda: settled(finished, ("done", "failed")), 600)
+            _wait("the resources' reconciles", lambda: all(
+                r.get("last_result") == "done"
+                for r in client.request("resource.list", {"limit": 200}).receipt["resources"]), 120)
             decisions = [start("approve", {"version": f"1.{i}"}) for i in range(20)]
             _wait("the decisions", lambda: settled(decisions, ("parked",)))
             for batch in range(2):
@@ -262,6 +286,8 @@ def build(state_root: Path, runs: int, decisions: int, ambiguous: int) -> None:
     project = state_root / "project"
     (project / ".piwf" / "workflows").mkdir(parents=True)
     (project / ".piwf" / "workflows" / "console_bench.py").write_text(FLOWS_SOURCE + "\n" + WORKFLOW_SOURCE)
+    (project / ".piwf" / "resource-managers").mkdir()
+    (project / ".piwf" / "resource-managers" / "sites.py").write_text(MANAGER_SOURCE)
     state = state_root / "state"
     began = time.perf_counter()
     seed(state_root, state, project)
