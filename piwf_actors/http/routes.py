@@ -164,7 +164,8 @@ _P = "/api/v1"
 #: Every route the door serves, in the order the router tries them.
 ROUTES: tuple[Route, ...] = (
     Route("GET", f"{_P}/host", "host.status", "The host: role, lease, workers, runs by status"),
-    Route("GET", f"{_P}/state", "state.status", "The state database: engine, size, schema, counts"),
+    Route("GET", f"{_P}/state", "state.status", "The state database: engine, size, schema, counts "
+          "(?counts=false: without the exact row counts, which read every table)", query={"counts": "bool"}),
     Route("GET", f"{_P}/runs", "run.list", "Runs, newest first; filters and a cursor for the next page",
           query=_RUN_LIST_QUERY),
     Route("POST", f"{_P}/runs", "run.start", "Start a run: {workflow, input, project_path?, priority?}",
@@ -188,6 +189,8 @@ ROUTES: tuple[Route, ...] = (
           body_schema=_ANSWER_SCHEMA),
     Route("POST", f"{_P}/interactions/{{request_id}}/submit", "interaction.submit",
           "Submit an agent step's output: {value, session_id?}", OPERATOR, body=True),
+    Route("GET", f"{_P}/effects", "effect.list", "Ambiguous effects, newest first, with their runs; a cursor pages on",
+          query={"status": "str", "limit": "int", "cursor": "str"}),
     Route("POST", f"{_P}/effects/{{effect_id}}/resolve", "effect.resolve",
           "Settle an ambiguous effect: {action: confirm|retry, output?}", OPERATOR, body=True),
     Route("GET", f"{_P}/schedules", "schedule.list", "Schedules and their next fires"),

@@ -29,7 +29,7 @@ from piwf_actors.store.snapshot import as_location, read_snapshot, row_counts
 # --- status -------------------------------------------------------------------
 
 
-def state_status(database: DatabaseLocation) -> dict[str, Any]:
+def state_status(database: DatabaseLocation, *, counts: bool = True) -> dict[str, Any]:
     """Sizes, page accounting, schema version and row counts of the state database.
 
     Returns {path, db_bytes, wal_bytes, page_size, page_count, freelist_count,
@@ -37,7 +37,8 @@ def state_status(database: DatabaseLocation) -> dict[str, Any]:
     blob_count, blob_bytes}. `runs` always has every known status (0 if none) and
     comes from the `run_count` counters. `tables` are exact row counts: each costs
     a walk of the table's smallest b-tree, which is what this maintenance command
-    is for (host.status never does it). `engine` names the engine; on PostgreSQL
+    is for (host.status never does it); `counts=False` leaves them out (`tables` is then
+    absent), which makes the call cheap. `engine` names the engine; on PostgreSQL
     `db_bytes` is the database's size on the server, and the page and WAL fields
     are None (PostgreSQL's own).
     """
@@ -49,7 +50,7 @@ def state_status(database: DatabaseLocation) -> dict[str, Any]:
             "engine": engine.name, "path": str(database),
             **engine.storage_status(conn, database),
             "schema_version": engine.schema_version(conn),
-            "tables": row_counts(conn),
+            **({"tables": row_counts(conn)} if counts else {}),
             # The counters the triggers keep (schema v5), as host.status reads them; `state verify`
             # compares them with a real count.
             "runs": _run_counters(conn),

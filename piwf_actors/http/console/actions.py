@@ -29,6 +29,7 @@ RUN_ACTIONS = {name: _api("POST", f"/runs/{{run_id}}/{name}") for name in ("canc
 SCHEDULE_ACTIONS = {name: _api("POST", f"/schedules/{{name}}/{name}") for name in ("pause", "resume", "trigger")}
 ANSWER, SUBMIT = _api("POST", "/interactions/{request_id}/answer"), _api("POST", "/interactions/{request_id}/submit")
 RESOLVE = _api("POST", "/effects/{effect_id}/resolve")
+RESOURCE_ACTIONS = {name: _api("POST", f"/resources/{{manager}}/{{key}}/{name}") for name in ("reconcile", "delete")}
 
 
 def _next(given: str | None) -> str:
@@ -125,3 +126,12 @@ async def schedule(console: Console, request: Request) -> Response:
     if route is None:
         return error(404, f"no such schedule action (actions: {', '.join(SCHEDULE_ACTIONS)})")
     return await console.act(request, route, {"name": request.path_params["name"]}, lambda _fields: {})
+
+
+async def resource(console: Console, request: Request) -> Response:
+    """Reconcile a resource now, or delete it (its manager's finalize runs first), as the API's routes do."""
+    route = RESOURCE_ACTIONS.get(request.path_params["action"])
+    if route is None:
+        return error(404, f"no such resource action (actions: {', '.join(RESOURCE_ACTIONS)})")
+    return await console.act(request, route, {"manager": request.path_params["manager"],
+                                              "key": request.path_params["key"]}, lambda _fields: {})

@@ -20,6 +20,7 @@ script and style, so no inline script runs.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import time
 import urllib.parse
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import jinja2
+import markupsafe
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -48,8 +50,8 @@ PAGE_RUNS = 50
 MAX_PAGE_RUNS = 200
 #: Events shown on a run's page at once (a link pages on).
 PAGE_EVENTS = 200
-#: Parked runs looked through for ambiguous effects, and how many of them are read in full.
-EFFECT_SCAN, EFFECT_RUNS = 500, 50
+#: Ambiguous effects per page of the effects page.
+PAGE_EFFECTS = 50
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
            "X-Content-Type-Options": "nosniff",
@@ -95,7 +97,10 @@ class Console:
         self.sessions = Sessions()
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         # Each rendered form gets its own idempotency key: submitting it twice is one request (`adopted`).
-        self.templates.globals["form_key"] = lambda: f"console-{secrets.token_hex(12)}"
+        # A random prefix per door and a counter, not os.urandom per form: an inbox of hundreds of
+        # forms spent a sixth of its rendering there (bench/console_pages.py --profile).
+        keys, key_prefix = itertools.count(), secrets.token_hex(12)
+        self.templates.globals["form_key"] = lambda: f"console-{key_prefix}-{next(keys)}"
         self.templates.globals["shapes"] = shapes  # imported macros see globals, not the render context
         self.static = {name: (HERE / "static" / name).read_bytes() for name in STATIC}
 
@@ -124,8 +129,13 @@ class Console:
         """`template` rendered for `me`; `here` (the page without its note) is where its forms come back to."""
         query = [(k, v) for k, v in request.query_params.multi_items() if k != "note"]
         here = request.url.path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        # The hidden fields every form of this page shares, made once: a page of hundreds of forms (the
+        # inbox) spent a third of its rendering calling a macro for them (bench/console_pages.py --profile).
+        shared = markupsafe.Markup('<input type="hidden" name="csrf" value="{}">\n'
+                                   '<input type="hidden" name="back" value="{}">').format(
+            me.csrf or "" if me is not None else "", here)
         html = self.templates.get_template(template).render(me=me, prefix=PREFIX, now=time.time(),
-                                                           here=here, **values)
+                                                           here=here, shared_fields=shared, **values)
         return HTMLResponse(html, status, headers=HEADERS)
 
     # --- asking the host ---------------------------------------------------------------------------------

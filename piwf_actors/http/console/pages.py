@@ -28,7 +28,7 @@ GET: tuple[tuple[str, Callable[[Console, Request], Awaitable[Response]]], ...] =
 POST: tuple[tuple[str, Callable[[Console, Request], Awaitable[Response]]], ...] = (
     ("/signin", actions.signin), ("/signout", actions.signout), ("/runs/{run_id}/{action}", actions.run),
     ("/inbox/{request_id}", actions.answer), ("/effects/{effect_id}", actions.effect),
-    ("/schedules/{name}/{action}", actions.schedule))
+    ("/schedules/{name}/{action}", actions.schedule), ("/resources/{manager}/{key}/{action}", actions.resource))
 
 
 def console_routes(door: ConsoleDoor) -> list[StarletteRoute]:

@@ -52,6 +52,19 @@ def took(start: Any, end: Any) -> str:
     return ""
 
 
+def resource_state(resource: Mapping[str, Any]) -> str:
+    """One word for where a resource stands (as `piwf resource list` says it)."""
+    if resource.get("deleting"):
+        return "deleting"
+    if resource.get("reconciling"):
+        return "reconciling"
+    if resource.get("last_result") == "error":
+        return f"error ×{resource.get('consecutive_errors')}"
+    if resource.get("queued"):
+        return "queued"
+    return str(resource.get("last_result") or "new")
+
+
 def picture(view: Mapping[str, Any], document: Any, now: float) -> tuple[TreeItem, str | None]:
     """The run's tree, and a note when it is drawn from run.get alone (no stored graph, or one unreadable)."""
     run = overlay(view, now)

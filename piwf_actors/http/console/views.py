@@ -18,9 +18,8 @@ from starlette.responses import RedirectResponse, Response
 from piwf_actors.http.answers import error
 from piwf_actors.http.console import shapes
 from piwf_actors.http.console.core import (
-    EFFECT_RUNS,
-    EFFECT_SCAN,
     MAX_PAGE_RUNS,
+    PAGE_EFFECTS,
     PAGE_EVENTS,
     PAGE_RUNS,
     PREFIX,
@@ -113,22 +112,17 @@ async def inbox(console: Console, request: Request) -> Response:
 
 
 async def effects(console: Console, request: Request) -> Response:
-    """Ambiguous effects: the runs parked on one (among the newest EFFECT_SCAN parked runs), read in full."""
+    """Ambiguous effects, newest first, a page at a time (`effect.list`: one indexed read, each with its run
+    and attempt); `?cursor=` pages on."""
     me = await console.me(request, VIEWER)
     if isinstance(me, Response):
         return me
-    listed, problem = await console.read(me, "run.list", {"status": "parked", "limit": EFFECT_SCAN})
-    parked = [r for r in (listed or {}).get("runs") or [] if r.get("park_reason") == "ambiguous_effect"]
-    views = await asyncio.gather(*(console.read(me, "run.get", run_id=r["run_id"]) for r in parked[:EFFECT_RUNS]))
-    found = []
-    for view, _ in views:
-        if view is None:
-            continue
-        nodes = {node["node_id"]: node for node in view.get("nodes") or []}
-        for effect in view.get("effects") or []:
-            if effect.get("status") == "ambiguous":
-                found.append((view, effect, nodes.get(effect.get("node_id")) or {}))
-    return console.page(request, "effects.html", me, effects=found, more=len(parked) > EFFECT_RUNS,
+    payload: dict[str, Any] = {"status": "ambiguous", "limit": PAGE_EFFECTS}
+    if request.query_params.get("cursor"):
+        payload["cursor"] = request.query_params["cursor"]
+    listed, problem = await console.read(me, "effect.list", payload)
+    return console.page(request, "effects.html", me, effects=(listed or {}).get("effects") or [],
+                        next_cursor=(listed or {}).get("next_cursor"), paged=bool(payload.get("cursor")),
                         problems=[problem] if problem else [], note=request.query_params.get("note"))
 
 
@@ -157,7 +151,7 @@ async def host(console: Console, request: Request) -> Response:
     if isinstance(me, Response):
         return me
     (status, p1), (state, p2), (channels, p3) = await asyncio.gather(
-        console.read(me, "host.status"), console.read(me, "state.status"), console.read(me, "channel.status"))
+        console.read(me, "host.status"), console.read(me, "state.status", {"counts": False}), console.read(me, "channel.status"))
     return console.page(request, "host.html", me, host=status or {}, state=state or {}, channels=channels or {},
                         problems=[p for p in (p1, p2, p3) if p], note=request.query_params.get("note"))
 
@@ -183,7 +177,9 @@ async def run_stream(console: Console, request: Request) -> Response:
     me = await console.me(request, VIEWER)
     if isinstance(me, Response):
         return me
-    return await _watch(console, me, {"topic": "run", "run_id": request.path_params["run_id"]})
+    # `output_so_far`: what the running node printed before the page subscribed comes first, then the
+    # rest as it is printed (`node_output` events, which console.js appends to the run page's log).
+    return await _watch(console, me, {"topic": "run", "run_id": request.path_params["run_id"], "output_so_far": True})
 
 
 async def static(console: Console, request: Request) -> Response:

@@ -1,5 +1,5 @@
 """Runs: run.start, run.list, run.get, run.source, run.graph, run.events, run.cancel|pause|resume,
-run.restart, effect.resolve.
+run.restart, effect.resolve, effect.list.
 
 The write commands of run.start and run.restart are built by
 `start_run_command` and `restart_run_command` (the schedule keeper builds its
@@ -33,7 +33,7 @@ from piwf_actors.protocol.catalog.registry import (
 )
 from piwf_actors.protocol.envelope import BadRequest, Request
 from piwf_actors.statuses import RUN_STATUSES
-from piwf_actors.store import queries
+from piwf_actors.store import effect_queries, queries
 from piwf_actors.store.command_records import recordable
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.requests import WriteCommand
@@ -325,6 +325,32 @@ def effect_resolve(_env: BuildEnv, request: Request, payload: dict[str, Any]) ->
     return WriteCommand("effect.resolve", {**client_args(request), "effect_id": payload["effect_id"],
                                            "action": payload["action"], "output": payload.get("output"),
                                            "peer": request.peer})  # who resolved it (not fingerprinted)
+
+
+@operation("effect.list", payload={"status": ("str", False), "limit": ("int", False), "cursor": ("str", False)},
+           read_only=True)
+def effect_list(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """The effects waiting for a person (`status`: ambiguous, the default), newest first, each with its
+    run and attempt, in one indexed read; a full page carries `next_cursor` (docs/protocol.md)."""
+    status = payload.get("status") or "ambiguous"
+    if status not in effect_queries.LISTED_STATUSES:
+        raise BadRequest(f"effect.list: status must be one of {', '.join(effect_queries.LISTED_STATUSES)}",
+                         ctx.request.request_id)
+    limit = max(1, min(payload.get("limit") or 100, 500))
+    before = None
+    if payload.get("cursor"):
+        reserved, _, effect_id = payload["cursor"].partition("/")
+        try:
+            before = (float(reserved), effect_id)
+        except ValueError:
+            before = None
+        if before is None or before[0] != before[0] or not effect_id:
+            raise BadRequest("effect.list: cursor is not one effect.list gave", ctx.request.request_id)
+    effects = effect_queries.listed_effects(ctx.reader, status, limit, before)
+    receipt: dict[str, Any] = {"effects": effects}
+    if len(effects) == limit:
+        receipt["next_cursor"] = f"{effects[-1]['reserved_at']!r}/{effects[-1]['effect_id']}"
+    ctx.reply("accepted", receipt=receipt)
 
 
 # --- run.restart ---------------------------------------------------------------------------------

@@ -22,10 +22,12 @@ from piwf_actors.store.command_records import lookup_recorded, recordable
 from piwf_actors.store.requests import WriteCommand
 
 
-@operation("state.status", read_only=True)
-def state_status(ctx: OperationContext, _payload: dict[str, Any]) -> None:
+@operation("state.status", payload={"counts": ("bool", False)}, read_only=True)
+def state_status(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """`counts: false` leaves out the exact row counts of every table (`tables`), the one part that
+    walks the whole database (the console's host page asks so)."""
     def status() -> None:
-        receipt = state_report.state_status(ctx.env.database)
+        receipt = state_report.state_status(ctx.env.database, counts=payload.get("counts", True) is not False)
         # Whether writes stand still for a full disk (the writer's own word, on the board).
         receipt["disk_full"] = (ctx.board.snapshot(Section.WRITER) or {}).get("disk_full")
         ctx.reply("accepted", receipt=receipt)

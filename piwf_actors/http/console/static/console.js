@@ -32,12 +32,43 @@ function busy(live) {
   return false;
 }
 
+// A running node's output (`node_output` events of the run's stream), kept across page refreshes.
+const output = [];
+const MAX_OUTPUT_CHARS = 200000;
+
+function drawOutput() {
+  const pre = document.getElementById("node-output");
+  if (!pre) return;
+  pre.textContent = "";
+  for (const chunk of output) {
+    const part = document.createElement("span");
+    part.className = chunk.stream;
+    part.textContent = chunk.data;
+    pre.appendChild(part);
+  }
+  pre.scrollTop = pre.scrollHeight;
+}
+
+function addOutput(event) {
+  let chunk;
+  try { chunk = JSON.parse(event.data); } catch (_) { return; }
+  const last = output[output.length - 1];
+  const head = `── ${chunk.node_id} (${chunk.attempt_id || ""})\n`;
+  if (!last || last.node !== chunk.node_id || last.attempt !== chunk.attempt_id) {
+    output.push({node: chunk.node_id, attempt: chunk.attempt_id, stream: "note", data: head});
+  }
+  output.push({node: chunk.node_id, attempt: chunk.attempt_id, stream: chunk.stream, data: String(chunk.data || "")});
+  let size = output.reduce((n, c) => n + c.data.length, 0);
+  while (size > MAX_OUTPUT_CHARS && output.length > 1) size -= output.shift().data.length;
+  drawOutput();
+}
+
 async function refresh(live) {
   const response = await fetch(location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}});
   if (!response.ok || response.redirected) return;
   const page = new DOMParser().parseFromString(await response.text(), "text/html");
   const fresh = page.getElementById("live");
-  if (fresh) { live.innerHTML = fresh.innerHTML; tick(); }
+  if (fresh) { live.innerHTML = fresh.innerHTML; tick(); drawOutput(); }
 }
 
 function follow() {
@@ -60,7 +91,9 @@ function follow() {
   };
   const source = new EventSource(url, {withCredentials: true});
   for (const topic of ["runs", "run", "interactions", "host"]) source.addEventListener(topic, changed);
-  source.addEventListener("overflow", () => { source.close(); setTimeout(follow, 1000); first = true; });
+  source.addEventListener("node_output", addOutput);  // appended in place: no reload per line
+  // Fallen behind: the stream starts again with the current view and the output so far (replayed whole).
+  source.addEventListener("overflow", () => { source.close(); output.length = 0; setTimeout(follow, 1000); first = true; });
   source.onerror = () => {
     // A finished run's stream ends: draw the last state once and stop.
     if (url.includes("/streams/runs/")) { source.close(); refresh(live).catch(() => {}); }
