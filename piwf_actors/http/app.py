@@ -74,6 +74,10 @@ class DoorPort(Protocol):
     def token(self, digest: str) -> dict[str, Any] | None:
         """{name, role} of the live token with this sha256, or None."""
 
+    def session(self, digest: str) -> dict[str, Any] | None:
+        """{name, role, token_sha256} of the unexpired console session with this sha256 whose token is
+        live, or None (read from the state database: every host on it knows every session)."""
+
 
 class _BadBody(Exception):
     def __init__(self, status: int, message: str) -> None:

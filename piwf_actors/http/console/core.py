@@ -35,7 +35,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from piwf_actors.http.answers import error
 from piwf_actors.http.auth import bearer, may, token_digest
 from piwf_actors.http.console import shapes
-from piwf_actors.http.console.session import SESSION_COOKIE, Sessions, same
+from piwf_actors.http.console.session import SESSION_COOKIE, csrf_of, same, session_digest, usable
 from piwf_actors.http.routes import OPERATOR, ROUTES, VIEWER, Parts, Route, RouteError
 from piwf_actors.protocol.doors import DoorPeer
 from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
@@ -92,7 +92,6 @@ def _api(method: str, path: str) -> Route:
 class Console:
     def __init__(self, door: ConsoleDoor) -> None:
         self.door = door
-        self.sessions = Sessions()
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         # Each rendered form gets its own idempotency key: submitting it twice is one request (`adopted`).
         self.templates.globals["form_key"] = lambda: f"console-{secrets.token_hex(12)}"
@@ -108,9 +107,9 @@ class Console:
                 return peer
             found = self.door.port.token(token_digest(bearer(request.headers["authorization"]) or ""))
             return Me(peer.token, found["role"] if found else VIEWER, peer, None)
-        session = self.sessions.get(request.cookies.get(SESSION_COOKIE), time.time())
-        found = self.door.port.token(session.token_digest) if session is not None else None
-        if session is None or found is None:
+        session_id = request.cookies.get(SESSION_COOKIE)
+        found = self.session(session_id)
+        if session_id is None or found is None:
             if request.method == "GET":
                 target = urllib.parse.quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
                 return RedirectResponse(f"{PREFIX}/signin?next={target}", 303)
@@ -118,7 +117,11 @@ class Console:
         if not may(found["role"], needed):
             return error(403, f"token {found['name']} is a {found['role']}: this needs an operator")
         address = request.client.host if request.client else "unknown"
-        return Me(found["name"], found["role"], DoorPeer("http", found["name"], address), session.csrf)
+        return Me(found["name"], found["role"], DoorPeer("http", found["name"], address), csrf_of(session_id))
+
+    def session(self, session_id: str | None) -> dict[str, Any] | None:
+        """{name, role, token_sha256} of the live session with this cookie (`session.py`), or None."""
+        return self.door.port.session(session_digest(session_id)) if session_id and usable(session_id) else None
 
     def page(self, request: Request, template: str, me: Me | None, status: int = 200, **values: Any) -> HTMLResponse:
         """`template` rendered for `me`; `here` (the page without its note) is where its forms come back to."""
