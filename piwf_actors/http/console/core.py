@@ -36,6 +36,7 @@ from piwf_actors.http.answers import error
 from piwf_actors.http.auth import bearer, may, token_digest
 from piwf_actors.http.console import shapes
 from piwf_actors.http.console.session import SESSION_COOKIE, csrf_of, same, session_digest, usable
+from piwf_actors.http.hooks import BodyCutOff, BodyTooLarge, read_raw
 from piwf_actors.http.routes import OPERATOR, ROUTES, VIEWER, Parts, Route, RouteError
 from piwf_actors.protocol.doors import DoorPeer
 from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
@@ -167,11 +168,12 @@ class Console:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/x-www-form-urlencoded":
             return error(415, "a console form is sent as application/x-www-form-urlencoded")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.door.limits.max_body_bytes:
-                return error(413, f"the form is over {self.door.limits.max_body_bytes} bytes")
+        try:
+            body = await read_raw(request, self.door.limits.max_body_bytes)
+        except BodyTooLarge:
+            return error(413, f"the form is over {self.door.limits.max_body_bytes} bytes")
+        except BodyCutOff as cut:
+            return error(400, str(cut))
         try:
             fields = dict(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=200))
         except (UnicodeDecodeError, ValueError) as exc:
