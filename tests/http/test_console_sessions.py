@@ -29,28 +29,36 @@ def guard(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ProcessGu
 
 
 class HostProcess:
-    """One `piwf-host --http 127.0.0.1:0` process of `state_dir` and the base URL its log names."""
+    """One `piwf-host --http 127.0.0.1:0` process of `state_dir` and the base URL its log names; `args` add
+    to (or replace the database of) the defaults. Returns once the host serves as `role`."""
 
-    def __init__(self, guard: ProcessGuard, state_dir: Path) -> None:
-        args = ["--state-dir", str(state_dir), "--http", "127.0.0.1:0", "--max-workers", "1"]
+    def __init__(self, guard: ProcessGuard, state_dir: Path, *args: str, role: str = "active") -> None:
+        base_args = ["--state-dir", str(state_dir), "--http", "127.0.0.1:0", "--max-workers", "1"]
         database = host_database(state_dir)
-        if database is not None:
-            args += ["--database", database]
-        self.script = guard.start_script(args, command=[BIN_PIWF_HOST])
+        if database is not None and "--database" not in args:
+            base_args += ["--database", database]
+        self.state_dir = state_dir
+        self.script = guard.start_script([*base_args, *args], command=[BIN_PIWF_HOST])
         found = wait_for(lambda: re.search(r"HTTP door listening on http://127\.0\.0\.1:(\d+)", self.script.log()),
                          60, lambda: f"the door's line in the log:\n{self.script.log()}")
         self.base = f"http://127.0.0.1:{found.group(1)}"
         # A host that takes over from a SIGKILLed one on PostgreSQL is a standby until the lease runs out.
-        wait_for(lambda: "host started" in self.script.log() and self._active(state_dir), 60,
-                 lambda: f"the host's start as the active host:\n{self.script.log()}")
+        self.wait_role(role)
 
-    @staticmethod
-    def _active(state_dir: Path) -> bool:
+    def wait_role(self, role: str) -> None:
+        def serving() -> bool:
+            if self.script.proc.poll() is not None:
+                pytest.fail(f"the host exited with {self.script.proc.returncode}:\n{self.script.log()}")
+            return self.role() == role
+
+        wait_for(serving, 60, lambda: f"the host to serve as {role}:\n{self.script.log()}")
+
+    def role(self) -> str | None:
         try:
-            with Client(state_dir) as client:
-                return bool(client.status()["role"] == "active")
+            with Client(self.state_dir, timeout=2, retries=0) as client:
+                return str(client.status()["role"])
         except Exception:  # noqa: BLE001 - not answering yet
-            return False
+            return None
 
     def browser(self, cookie: str) -> httpx.Client:
         """A client carrying the session cookie (as a browser would, to the same host on a new port)."""
@@ -122,4 +130,49 @@ def test_a_session_survives_restarts_and_ends_on_sign_out_or_revocation(guard: P
         assert away.status_code == 303 and away.headers["location"].startswith("/console/signin")
     assert {s["token"] for s in _sessions(state_dir)} == {"ops"}  # revoking removed the token's session
     third.stop()
+    assert "Traceback" not in "".join(s.log() for s in guard.scripts)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_database(request: pytest.FixtureRequest, other_state_dir: Path) -> str:
+    """A database two hosts share (each with a state directory of its own)."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("pg_database").url)
+    return f"sqlite://{other_state_dir}/state.db"
+
+
+@pytest.fixture
+def two_host_guard(shared_database: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ProcessGuard]:
+    """The guard, made after the shared database (a PostgreSQL cluster started under the guard's tag would
+    count as the test's leftover)."""
+    yield from guarded(monkeypatch, TAG_VAR, lambda tag: ProcessGuard(TAG_VAR, tag, tmp_path))
+
+
+def test_a_session_opens_pages_on_a_standby_and_survives_its_takeover(two_host_guard: ProcessGuard, state_dir: Path,
+                                                                       shared_database: str) -> None:
+    guard = two_host_guard
+    shared = ["--database", shared_database, "--lease-s", "2"]
+    active = HostProcess(guard, state_dir / "a", *shared, "--host-id", "host-a")
+    standby = HostProcess(guard, state_dir / "b", *shared, "--host-id", "host-b", role="standby")
+    with Client(state_dir / "a") as client:
+        ops = add_token(client, "ops", "operator")
+    cookie = _sign_in(active.base, ops)
+    with standby.browser(cookie) as browser:
+        assert browser.get("/console/inbox").status_code == 200  # the standby reads the session too
+    # A standby writes nothing: signing in there says so in one line and sets no cookie.
+    with httpx.Client(base_url=standby.base, timeout=30.0) as fresh:
+        page = fresh.get("/console/signin")
+        check = re.search(r'name="check" value="([^"]+)"', page.text)
+        assert check is not None, page.text
+        refused = fresh.post("/console/signin", data={"check": check.group(1), "token": ops})
+        assert refused.status_code == 503 and "the host did not open a session" in refused.text, refused.text
+        assert "piwf_session" not in fresh.cookies
+    active.script.sigkill()
+    standby.wait_role("active")
+    with standby.browser(cookie) as browser:
+        page = browser.get("/console/runs")
+        assert page.status_code == 200, page.headers.get("location")
+        out = browser.post("/console/signout", data={"csrf": csrf(page)})  # a form the new active host takes
+        assert out.status_code == 303 and out.headers["location"] == "/console/signin"
+        assert browser.get("/console/runs").status_code == 303
     assert "Traceback" not in "".join(s.log() for s in guard.scripts)
