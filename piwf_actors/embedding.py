@@ -30,6 +30,7 @@ from piwf_actors.actors.scheduler import GetSchedulerStatus
 from piwf_actors.actors.supervisor import HostParts
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.config import HostConfig
+from piwf_actors.embedding_controls import ScheduleResourceControls
 from piwf_actors.errors import HostError, NotFound, Rejected, RunnerHostRefusal, StandbyHost
 from piwf_actors.paths import StatePaths
 from piwf_actors.protocol.catalog import BuildEnv, write_command
@@ -76,7 +77,7 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
     return HostHandle(config, paths, parts, supervisor)
 
 
-class HostHandle:
+class HostHandle(ScheduleResourceControls):
     """What `start_host` returns: the embedding API, the host's actor refs and its controls.
 
     Results are typed (`piwf_actors.results`: frozen dataclasses) and also read

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +53,7 @@ class _Port:
         self.exchange = exchange
         self._gateway = gateway
         self._database = database
-        self._reader: StoreReader | None = None  # opened on the event-loop thread, which alone reads tokens
+        self._reader: StoreReader | None = None  # opened on the event-loop thread, which alone reads tokens and sessions
 
     def send(self, conn_id: int, frame: dict[str, Any], peer: DoorPeer) -> bool:
         return safe_tell(self._gateway, ClientRequest(conn_id, frame, peer))
@@ -61,9 +62,15 @@ class _Port:
         safe_tell(self._gateway, ConnectionClosed(conn_id))
 
     def token(self, digest: str) -> dict[str, Any] | None:
+        return http_queries.live_token(self._read(), digest)
+
+    def session(self, digest: str) -> dict[str, Any] | None:
+        return http_queries.live_session(self._read(), digest, time.time())
+
+    def _read(self) -> StoreReader:
         if self._reader is None:
             self._reader = StoreReader(self._database)
-        return http_queries.live_token(self._reader, digest)
+        return self._reader
 
     def close(self) -> None:
         if self._reader is not None:

@@ -37,7 +37,7 @@ from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
 from piwf_actors.http.console.pages import console_routes
 from piwf_actors.http.exchange import Exchange
 from piwf_actors.http.hook_config import Hook
-from piwf_actors.http.hooks import HOOK_PATH, BodyTooLarge, HookEndpoint, read_raw
+from piwf_actors.http.hooks import HOOK_PATH, BodyCutOff, BodyTooLarge, HookEndpoint, read_raw
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
 from piwf_actors.http.streams import event_stream
@@ -74,6 +74,10 @@ class DoorPort(Protocol):
     def token(self, digest: str) -> dict[str, Any] | None:
         """{name, role} of the live token with this sha256, or None."""
 
+    def session(self, digest: str) -> dict[str, Any] | None:
+        """{name, role, token_sha256} of the unexpired console session with this sha256 whose token is
+        live, or None (read from the state database: every host on it knows every session)."""
+
 
 class _BadBody(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -91,6 +95,8 @@ async def read_object(request: Request, limit: int) -> dict[str, Any]:
         raw = await read_raw(request, limit)
     except BodyTooLarge as big:
         raise _BadBody(413, str(big)) from None
+    except BodyCutOff as cut:
+        raise _BadBody(400, str(cut)) from None
     if not raw.strip():
         return {}
     try:

@@ -45,7 +45,7 @@ HOOKS_FILE = "hooks.toml"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 #: Signature conventions: header, value prefix (github) and where the delivery id is by default.
 SCHEMES = ("github", "stripe")
-_DEFAULTS: dict[str, dict[str, Any]] = {
+SCHEME_DEFAULTS: dict[str, dict[str, Any]] = {
     "github": {"signature_header": "X-Hub-Signature-256", "signature_prefix": "sha256=",
                "delivery_header": "X-GitHub-Delivery", "delivery_field": None},
     "stripe": {"signature_header": "Stripe-Signature", "signature_prefix": "",
@@ -140,7 +140,7 @@ def _hook(name: str, table: dict[str, Any], where: str, state_dir: Path, uid: in
         raise HookConfigError(f"{where}: {err}") from None
     if not secret:
         raise HookConfigError(f"{where}: secret file {secret_path} is empty")
-    settings = {**_DEFAULTS[signature], **{key: table[key] for key in _DEFAULTS[signature] if key in table}}
+    settings = {**SCHEME_DEFAULTS[signature], **{key: table[key] for key in SCHEME_DEFAULTS[signature] if key in table}}
     if "delivery_header" in table and "delivery_field" not in table:
         settings["delivery_field"] = None  # one place for the delivery id: the one named
     elif "delivery_field" in table and "delivery_header" not in table:

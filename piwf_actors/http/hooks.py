@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from piwf_actors.http.answers import Answer, error
@@ -49,18 +49,26 @@ class BodyTooLarge(Exception):
     """The request's body is over the door's bound: answered 413."""
 
 
+class BodyCutOff(Exception):
+    """The client went away (or the server gave up on its framing) before the body ended: answered 400,
+    a client's mistake, not a host bug (the answer is seldom read: the connection is closing)."""
+
+
 async def read_raw(request: Request, limit: int) -> bytes:
     """The request's body, at most `limit` bytes (BodyTooLarge past it: neither a Content-Length over the
-    bound nor a longer stream is read to its end)."""
+    bound nor a longer stream is read to its end; BodyCutOff when it never ends)."""
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > limit):
         raise BodyTooLarge(f"the body is over {limit} bytes" if length.isdigit() else "bad Content-Length")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"the body is over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"the body is over {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise BodyCutOff(f"the connection closed after {size} bytes of the body, before its end") from None
     return b"".join(chunks)
 
 
@@ -178,6 +186,8 @@ class HookEndpoint:
             raw = await read_raw(request, self._limit)
         except BodyTooLarge as big:
             return error(413, str(big))
+        except BodyCutOff as cut:
+            return error(400, str(cut))
         refusal = signature_refusal(hook, request.headers, raw, self._clock())
         if refusal is not None:
             log.warning("hook %s: refused a delivery from %s: %s", name, remote, refusal)

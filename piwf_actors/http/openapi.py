@@ -3,7 +3,10 @@
 Each route's body and query fields are read from the operation's entry in
 the catalog (`protocol.catalog.OPERATIONS`), the same entry that checks
 the payload: a field added to an operation appears here with no other
-change. Pure: a function of the table.
+change. Besides the table, the door serves this description and the signed
+webhooks (`http/hooks.py`, `HOOK_PATH`), both described here too, so every
+path the router serves but the console's pages is in it (tests/http/test_openapi.py).
+Pure: a function of the table.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors import __version__
+from piwf_actors.http.hook_config import SCHEME_DEFAULTS
+from piwf_actors.http.hooks import HOOK_PATH
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, STATUS_OF_OUTCOME, Route
 from piwf_actors.protocol.catalog import OPERATIONS
 
@@ -81,6 +86,41 @@ _DOOR_ERRORS = {400: "a body that is not a JSON object", 401: "no token, or an u
                 431: "headers over the limit"}
 
 
+def _hook() -> dict[str, Any]:
+    """`POST /hooks/{name}`: no bearer token; the signature headers of each convention (a hook may rename
+    them in hooks.toml); the body is any JSON; the answer is the run.start or message.send outcome."""
+    headers = sorted({settings[key] for settings in SCHEME_DEFAULTS.values()
+                      for key in ("signature_header", "delivery_header") if settings[key] is not None})
+    parameters: list[dict[str, Any]] = [{"name": "name", "in": "path", "required": True,
+                                         "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+                                         "description": "a hook declared in the state directory's hooks.toml"}]
+    parameters += [{"name": header, "in": "header", "required": False, "schema": {"type": "string"},
+                    "description": "the signature or delivery id, as the hook's convention names it"}
+                   for header in headers]
+    outcome = {"content": {"application/json": {"schema": _ANSWER}}}
+    responses: dict[str, Any] = {
+        "200": {"description": "adopted: a redelivery of a delivery id taken before", **outcome},
+        "201": {"description": "accepted: a run started (a message hook answers 200)", **outcome},
+        "409": {"description": "conflict: the delivery id came before with another body (a replay)", **outcome},
+        "422": {"description": "rejected (the body names no run to send the message to, a bad input)", **outcome},
+        "404": {"description": "no such hook, or the message's run is unknown",
+                "content": {"application/json": {"schema": {"oneOf": [_ANSWER, _ERROR]}}}},
+        "503": {"description": "unavailable (a standby answers every delivery so)", **outcome}}
+    responses.update({str(status): {"description": text, "content": {"application/json": {"schema": _ERROR}}}
+                      for status, text in _HOOK_ERRORS.items()})
+    return {"operationId": "post_hook", "summary": "A signed webhook: start a run with the body as its input, or "
+                                                   "send it as a message to the run a field names",
+            "description": "HMAC-SHA256 of the raw body under the hook's shared secret (docs/http.md, Webhooks); "
+                           "the delivery id is the idempotency key.",
+            "x-piwf-operation": ["run.start", "message.send"], "security": [], "parameters": parameters,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {}}}},
+            "responses": responses}
+
+
+_HOOK_ERRORS = {400: "the body is not JSON, or has no delivery id", 401: "a missing or wrong signature (logged "
+                "without the secret)", 413: "a body over the limit", 431: "headers over the limit"}
+
+
 def openapi_document() -> dict[str, Any]:
     """The whole description: every route of `ROUTES`, and the description's own path."""
     paths: dict[str, dict[str, Any]] = {}
@@ -90,6 +130,7 @@ def openapi_document() -> dict[str, Any]:
                                    "security": [{"bearer": []}],
                                    "responses": {"200": {"description": "OpenAPI 3.1",
                                                          "content": {"application/json": {}}}}}}
+    paths[HOOK_PATH] = {"post": _hook()}
     return {"openapi": "3.1.0",
             "info": {"title": "piwf_actors host", "version": __version__,
                      "description": "The client protocol over HTTP (docs/http.md)."},

@@ -28,7 +28,7 @@ from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table m
     ChannelStream,
 )
 from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
-from piwf_actors.store.schema_http import HttpToken
+from piwf_actors.store.schema_http import HttpSession, HttpToken
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
 from piwf_actors.store.schema_schedules import ScheduleFire, ScheduleRecord
 from piwf_actors.store.schema_waits import RunMessage, RunWait
@@ -386,8 +386,10 @@ ALL_MODELS: tuple[type[Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost, RunWait, RunMessage, HttpToken,
+    RunnerHost, RunWait, RunMessage, HttpToken, HttpSession,
 )
+#: The tables of schema v19 (the web console's sessions).
+V19_MODELS: tuple[type[Base], ...] = (HttpSession,)
 #: The tables of schema v18 (the HTTP door's tokens).
 V18_MODELS: tuple[type[Base], ...] = (HttpToken,)
 #: The tables of schema v14 (waits and mailboxes).

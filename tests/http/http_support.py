@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,3 +96,23 @@ def sse(client: httpx.Client, path: str) -> Iterator[Iterator[tuple[str, Any]]]:
                     name, data = None, []
 
         yield events()
+
+
+@contextlib.contextmanager
+def open_door(state_dir: Path, **config: Any) -> Iterator[Door]:
+    """An in-process host with its door (`config` over the test defaults), an operator's and a viewer's
+    token and a client for each; stopped on exit."""
+    host, base = start_door(state_dir, **config)
+    socket = Client(state_dir, client_id=f"http-tests-{uuid.uuid4().hex[:6]}")
+    made: list[httpx.Client] = []
+    try:
+        tokens = {"ops": add_token(socket, "ops", "operator"), "eye": add_token(socket, "eye", "viewer")}
+        d = Door(host, base, socket, httpx.Client(), httpx.Client(), tokens, made)
+        d.operator = d.client(tokens["ops"])
+        d.viewer = d.client(tokens["eye"])
+        yield d
+    finally:
+        for client in made:
+            client.close()
+        socket.close()
+        host.stop("test teardown")

@@ -23,7 +23,7 @@ def test_every_route_is_in_the_description_and_nothing_else() -> None:
     document = openapi_document()
     assert document["openapi"] == "3.1.0"
     described = {(method.upper(), path) for path, methods in document["paths"].items() for method in methods}
-    assert described == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json")}
+    assert described == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json"), ("POST", HOOK_PATH)}
     for route in ROUTES:
         entry = document["paths"][route.path][route.method.lower()]
         assert entry["x-piwf-operation"] == route.operation and route.operation in OPERATIONS
@@ -35,10 +35,23 @@ def test_every_route_is_in_the_description_and_nothing_else() -> None:
             assert set(properties) - {"expected_revision"} == set(spec) - set(route.path_params)
 
 
+def test_the_hooks_path_is_described_as_signed_not_bearer() -> None:
+    entry = openapi_document()["paths"][HOOK_PATH]["post"]
+    assert entry["security"] == []  # the signature is the authentication, not a token
+    assert [p["name"] for p in entry["parameters"] if p["in"] == "path"] == ["name"]
+    headers = {p["name"] for p in entry["parameters"] if p["in"] == "header"}
+    assert {"X-Hub-Signature-256", "Stripe-Signature"} <= headers
+    assert "application/json" in entry["requestBody"]["content"]
+    assert {"200", "201", "400", "401", "404", "409", "413", "422", "503"} <= set(entry["responses"])
+    assert entry["x-piwf-operation"] == ["run.start", "message.send"]
+
+
 def test_the_router_serves_exactly_the_table() -> None:
     app = build_app(port=None)  # type: ignore[arg-type]  # routing only: no request is made
     served = {(method, r.path) for r in app.app.routes for method in r.methods - {"HEAD"}}  # type: ignore[attr-defined]
     console = {(method, path) for method, path in served if path.startswith(CONSOLE_PREFIX)}
+    described = {(method.upper(), path) for path, methods in openapi_document()["paths"].items() for method in methods}
+    assert served - console == described  # every path the door serves but the console's is described
     assert served - console == {(r.method, r.path) for r in ROUTES} | {("GET", "/api/v1/openapi.json"),
                                                                        ("POST", HOOK_PATH)}
     # The console's pages are not API routes: the ones its table names, and no more.

@@ -1,17 +1,24 @@
 """The socket, the embedding handle and HTTP are three doors onto one catalog: each write operation made
 through all three with one client id and one idempotency key is one command — the first door's answer
-`accepted`, the other two `adopted` with the same receipt."""
+`accepted`, the other two `adopted` with the same receipt. Every write route of the HTTP door is made so:
+run start and control, messages, answers, agent submissions, effect resolutions, schedule control and
+resource operations."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
+import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from http_support import Door, flow
+from http_support import Door, flow, open_door
 from test_api import _pending
+from testsupport import wait_for
 
 from piwf_actors.client import Client
 
@@ -120,3 +127,138 @@ def test_restart_through_three_doors_is_one_new_run(door: Door) -> None:
         lambda key: _http(door, key, f"POST /api/v1/runs/{run_id}/restart", {"expected_revision": revision}))
     children = door.viewer.get("/api/v1/runs", params={"workflow": "quick"}).json()["receipt"]["runs"]
     assert sorted(r["run_id"] for r in children) == sorted([run_id, answers[0]["receipt"]["run_id"]])
+
+
+def test_an_agent_submission_through_three_doors_is_one_submission(door: Door) -> None:
+    sock, host = _socket(door), door.host
+    run_id, request = _waiting_run(door, "asks_agent")
+    rid, value = request["request_id"], {"summary": "one line"}
+    key = uuid.uuid4().hex
+    first = sock.request("interaction.submit", {"request_id": rid, "value": value}, idempotency_key=key)
+    assert first.outcome == "accepted", first
+    submission = first.receipt["submission_id"]
+    # The handle returns the submission's id: the same one, no second submission.
+    assert host.submit_agent(rid, value, client_id=CLIENT, idempotency_key=key) == submission
+    third = _http(door, key, f"POST /api/v1/interactions/{rid}/submit", {"value": value})
+    assert third["outcome"] == "adopted" and third["receipt"]["submission_id"] == submission, third
+    view = door.wait_status(run_id, ("done",))
+    assert view["output"] == value
+    node = next(n for n in view["nodes"] if n["node_id"] == "summarize")
+    assert node["answer"]["by"]["client_id"] == CLIENT, node  # the first door's submission is the one taken
+
+
+def _worker_pid(door: Door, run_id: str) -> int | None:
+    for active in door.host.status()["scheduler"]["active"]:
+        if active["run_id"] == run_id and active.get("pid"):
+            return int(active["pid"])
+    return None
+
+
+def test_an_effect_resolution_through_three_doors_is_one_resolution(door: Door, state_dir: Path) -> None:
+    sock, host = _socket(door), door.host
+    marker = state_dir / "effect-marker"
+    run_id = door.operator.post("/api/v1/runs", json={"workflow": flow("effectful"), "input": {"oracle": str(marker)}}
+                                ).json()["receipt"]["run_id"]
+    wait_for(marker.exists, 15, "the shell node to start")
+    os.kill(wait_for(lambda: _worker_pid(door, run_id), 10, "the run's worker"), signal.SIGKILL)
+    parked = door.wait_status(run_id, ("parked",))
+    assert parked["park_reason"] == "ambiguous_effect", parked
+    (effect,) = [e for e in parked["effects"] if e["status"] == "ambiguous"]
+    effect_id = effect["effect_id"]
+    _three(door,
+           lambda key: sock.request("effect.resolve", {"effect_id": effect_id, "action": "retry"}, idempotency_key=key),
+           lambda key: host.resolve_effect(effect_id, "retry", client_id=CLIENT, idempotency_key=key),
+           lambda key: _http(door, key, f"POST /api/v1/effects/{effect_id}/resolve", {"action": "retry"}))
+    view = door.wait_status(run_id, ("done",))
+    resolved = [e for e in door.viewer.get(f"/api/v1/runs/{run_id}/events").json()["receipt"]["events"]
+                if e["kind"] == "effect_resolved"]
+    assert len(resolved) == 1, resolved
+    assert view["nodes"][0]["output"]["stdout"].strip() == "again"  # retried once
+
+
+SCHEDULED = """
+from piwf_actors.workflows import compute, define_schedule, define_workflow
+
+ticked = define_workflow(name="ticked", start_at="a", nodes={"a": compute(run=lambda ctx: "tick")}, edges=[])
+nightly = define_schedule(name="nightly", workflow=ticked, every_s=86400)
+"""
+
+MANAGER = """
+from piwf_actors.workflows import define_resource_manager
+
+def reconcile(ctx):
+    return {"result": "done", "status_patch": {"generation": ctx.generation}}
+
+box = define_resource_manager("box", reconcile=reconcile, timeout_s=30)
+"""
+
+
+@pytest.fixture
+def project_door(state_dir: Path, tmp_path: Path) -> Iterator[tuple[Door, Path]]:
+    """A door whose host runs a project's schedule (`nightly`, once a day) and resource manager (`box`)."""
+    project = tmp_path / "project"
+    (project / ".piwf" / "workflows").mkdir(parents=True)
+    (project / ".piwf" / "resource-managers").mkdir(parents=True)
+    (project / ".piwf" / "workflows" / "scheduled.py").write_text(textwrap.dedent(SCHEDULED))
+    (project / ".piwf" / "resource-managers" / "box.py").write_text(textwrap.dedent(MANAGER))
+    with open_door(state_dir, projects=(str(project),)) as door:
+        yield door, project
+
+
+def _schedule(door: Door) -> dict[str, Any]:
+    def loaded() -> dict[str, Any] | None:
+        listed = door.viewer.get("/api/v1/schedules").json()["receipt"]["schedules"]
+        return next((s for s in listed if s["name"] == "nightly" and s["loaded"]), None)
+
+    return wait_for(loaded, 30, "the schedule nightly, loaded")
+
+
+def test_schedule_control_through_three_doors_is_one_command_each(project_door: tuple[Door, Path]) -> None:
+    door, _project = project_door
+    sock, host = _socket(door), door.host
+    _schedule(door)
+    _three(door,
+           lambda key: sock.request("schedule.pause", {"name": "nightly"}, idempotency_key=key),
+           lambda key: host.pause_schedule("nightly", client_id=CLIENT, idempotency_key=key),
+           lambda key: _http(door, key, "POST /api/v1/schedules/nightly/pause"))
+    assert _schedule(door)["paused"] is True
+    _three(door,
+           lambda key: sock.request("schedule.resume", {"name": "nightly"}, idempotency_key=key),
+           lambda key: host.resume_schedule("nightly", client_id=CLIENT, idempotency_key=key),
+           lambda key: _http(door, key, "POST /api/v1/schedules/nightly/resume"))
+    assert _schedule(door)["paused"] is False
+    answers = _three(door,
+                     lambda key: sock.request("schedule.trigger", {"name": "nightly"}, idempotency_key=key),
+                     lambda key: host.trigger_schedule("nightly", client_id=CLIENT, idempotency_key=key),
+                     lambda key: _http(door, key, "POST /api/v1/schedules/nightly/trigger"))
+    fired = answers[0]["receipt"]["run_id"]
+    door.wait_status(fired, ("done",))
+    runs = door.viewer.get("/api/v1/runs", params={"workflow": "ticked"}).json()["receipt"]["runs"]
+    assert [r["run_id"] for r in runs] == [fired]  # one fire, one run
+
+
+def test_resource_operations_through_three_doors_are_one_command_each(project_door: tuple[Door, Path]) -> None:
+    door, project = project_door
+    sock, host = _socket(door), door.host
+    digest = hashlib.sha256((project / ".piwf" / "resource-managers" / "box.py").read_bytes()).hexdigest()
+    applied = sock.request("resource.apply", {"manager": "box", "key": "one", "spec": {"size": 1},
+                                              "project_path": str(project), "digest": digest})
+    assert applied.outcome == "accepted", applied
+
+    def resource() -> dict[str, Any] | None:
+        answer = door.viewer.get("/api/v1/resources/box/one")
+        return answer.json()["receipt"] if answer.status_code == 200 else None
+
+    wait_for(lambda: (resource() or {}).get("status", {}).get("generation") is not None or None, 30,
+             "the first reconcile")
+    _three(door,
+           lambda key: sock.request("resource.reconcile", {"manager": "box", "key": "one"}, idempotency_key=key),
+           lambda key: host.reconcile_resource("box", "one", client_id=CLIENT, idempotency_key=key),
+           lambda key: _http(door, key, "POST /api/v1/resources/box/one/reconcile"))
+    _three(door,
+           lambda key: sock.request("resource.delete", {"manager": "box", "key": "one"}, idempotency_key=key),
+           lambda key: host.delete_resource("box", "one", client_id=CLIENT, idempotency_key=key),
+           lambda key: _http(door, key, "POST /api/v1/resources/box/one/delete"))
+    wait_for(lambda: resource() is None, 30, "the resource to be gone")
+    again = _http(door, uuid.uuid4().hex, "POST /api/v1/resources/box/one/delete")
+    assert again["outcome"] == "notFound", again

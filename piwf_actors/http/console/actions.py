@@ -19,9 +19,10 @@ from starlette.responses import RedirectResponse, Response
 from piwf_actors.http.answers import error
 from piwf_actors.http.auth import token_digest
 from piwf_actors.http.console import shapes
-from piwf_actors.http.console.core import HEADERS, PREFIX, Console, _api, _back
-from piwf_actors.http.console.session import SESSION_COOKIE, SIGNIN_COOKIE, same
+from piwf_actors.http.console.core import HEADERS, PREFIX, Console, Me, _api, _back
+from piwf_actors.http.console.session import SESSION_COOKIE, SIGNIN_COOKIE, new_session_id, same, session_digest
 from piwf_actors.http.routes import VIEWER
+from piwf_actors.protocol.doors import DoorPeer
 
 #: How long the sign-in form's double-submit value lives.
 SIGNIN_FORM_S = 600
@@ -43,7 +44,7 @@ def _cookie_args(request: Request) -> dict[str, Any]:
 async def signin_page(console: Console, request: Request, *, problem: str | None = None,
                       status: int = 200) -> Response:
     target = _next(request.query_params.get("next"))
-    if problem is None and console.sessions.get(request.cookies.get(SESSION_COOKIE), time.time()) is not None:
+    if problem is None and console.session(request.cookies.get(SESSION_COOKIE)) is not None:
         return RedirectResponse(target, 303)
     check = secrets.token_urlsafe(24)
     response = console.page(request, "signin.html", None, status, target=target, check=check, problem=problem)
@@ -67,9 +68,20 @@ async def signin(console: Console, request: Request) -> Response:
         request.scope["query_string"] = urllib.parse.urlencode({"next": fields.get("next", "")}).encode()
         return await signin_page(console, request, problem="unknown or revoked token", status=401)
     console.door.throttle.succeeded(address)
-    session = console.sessions.open(token_digest(token), time.time())
+    # The host's writer stores the session (hashed), so every host on the database knows it: a standby
+    # answers `unavailable` (it writes nothing) and the person signs in on the active host instead.
+    session_id = new_session_id()
+    me = Me(found["name"], found["role"], DoorPeer("http", found["name"], address), None)
+    opened = await console.call(me, "http_session.open", {"session_sha256": session_digest(session_id),
+                                                          "token_sha256": token_digest(token)})
+    if opened.get("outcome") != "accepted":
+        request.scope["query_string"] = urllib.parse.urlencode({"next": fields.get("next", "")}).encode()
+        status = 503 if opened.get("outcome") == "unavailable" else 401
+        return await signin_page(console, request, status=status,
+                                 problem=f"the host did not open a session: {opened.get('error') or opened.get('outcome')}")
+    lifetime = max(0, int(opened["receipt"]["expires_at"] - time.time()))
     response = RedirectResponse(_next(fields.get("next")), 303, headers={"Cache-Control": "no-store"})
-    response.set_cookie(SESSION_COOKIE, session.session_id, **_cookie_args(request))
+    response.set_cookie(SESSION_COOKIE, session_id, max_age=lifetime, **_cookie_args(request))
     response.delete_cookie(SIGNIN_COOKIE, path=PREFIX)
     return response
 
@@ -81,7 +93,10 @@ async def signout(console: Console, request: Request) -> Response:
     fields = await console.form(request, me)
     if isinstance(fields, Response):
         return fields
-    console.sessions.close(request.cookies.get(SESSION_COOKIE))
+    closed = await console.call(me, "http_session.close",
+                                {"session_sha256": session_digest(request.cookies.get(SESSION_COOKIE) or "")})
+    if closed.get("outcome") not in ("accepted", "adopted"):
+        return error(503, f"the host did not end the session: {closed.get('error') or closed.get('outcome')}")
     response = RedirectResponse(f"{PREFIX}/signin", 303, headers=HEADERS)
     response.delete_cookie(SESSION_COOKIE, path=PREFIX)
     return response

@@ -37,7 +37,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from piwf_actors.http.answers import error
 from piwf_actors.http.auth import bearer, may, token_digest
 from piwf_actors.http.console import shapes
-from piwf_actors.http.console.session import SESSION_COOKIE, Sessions, same
+from piwf_actors.http.console.session import SESSION_COOKIE, csrf_of, same, session_digest, usable
+from piwf_actors.http.hooks import BodyCutOff, BodyTooLarge, read_raw
 from piwf_actors.http.routes import OPERATOR, ROUTES, VIEWER, Parts, Route, RouteError
 from piwf_actors.protocol.doors import DoorPeer
 from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
@@ -94,7 +95,6 @@ def _api(method: str, path: str) -> Route:
 class Console:
     def __init__(self, door: ConsoleDoor) -> None:
         self.door = door
-        self.sessions = Sessions()
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         # Each rendered form gets its own idempotency key: submitting it twice is one request (`adopted`).
         # A random prefix per door and a counter, not os.urandom per form: an inbox of hundreds of
@@ -113,9 +113,9 @@ class Console:
                 return peer
             found = self.door.port.token(token_digest(bearer(request.headers["authorization"]) or ""))
             return Me(peer.token, found["role"] if found else VIEWER, peer, None)
-        session = self.sessions.get(request.cookies.get(SESSION_COOKIE), time.time())
-        found = self.door.port.token(session.token_digest) if session is not None else None
-        if session is None or found is None:
+        session_id = request.cookies.get(SESSION_COOKIE)
+        found = self.session(session_id)
+        if session_id is None or found is None:
             if request.method == "GET":
                 target = urllib.parse.quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
                 return RedirectResponse(f"{PREFIX}/signin?next={target}", 303)
@@ -123,7 +123,11 @@ class Console:
         if not may(found["role"], needed):
             return error(403, f"token {found['name']} is a {found['role']}: this needs an operator")
         address = request.client.host if request.client else "unknown"
-        return Me(found["name"], found["role"], DoorPeer("http", found["name"], address), session.csrf)
+        return Me(found["name"], found["role"], DoorPeer("http", found["name"], address), csrf_of(session_id))
+
+    def session(self, session_id: str | None) -> dict[str, Any] | None:
+        """{name, role, token_sha256} of the live session with this cookie (`session.py`), or None."""
+        return self.door.port.session(session_digest(session_id)) if session_id and usable(session_id) else None
 
     def page(self, request: Request, template: str, me: Me | None, status: int = 200, **values: Any) -> HTMLResponse:
         """`template` rendered for `me`; `here` (the page without its note) is where its forms come back to."""
@@ -174,11 +178,12 @@ class Console:
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/x-www-form-urlencoded":
             return error(415, "a console form is sent as application/x-www-form-urlencoded")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.door.limits.max_body_bytes:
-                return error(413, f"the form is over {self.door.limits.max_body_bytes} bytes")
+        try:
+            body = await read_raw(request, self.door.limits.max_body_bytes)
+        except BodyTooLarge:
+            return error(413, f"the form is over {self.door.limits.max_body_bytes} bytes")
+        except BodyCutOff as cut:
+            return error(400, str(cut))
         try:
             fields = dict(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=200))
         except (UnicodeDecodeError, ValueError) as exc:

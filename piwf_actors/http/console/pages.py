@@ -32,7 +32,7 @@ POST: tuple[tuple[str, Callable[[Console, Request], Awaitable[Response]]], ...] 
 
 
 def console_routes(door: ConsoleDoor) -> list[StarletteRoute]:
-    """The console's routes for the app of `door` (one `Console`: its sessions live as long as the app)."""
+    """The console's routes for the app of `door` (one `Console`; its sessions live in the state database)."""
     console = Console(door)
 
     def bind(handler: Callable[[Console, Request], Awaitable[Response]]) -> Handler:

@@ -1,73 +1,58 @@
-"""Console sign-in sessions and CSRF tokens (docs/http.md, "Console").
+"""Console sign-in sessions and CSRF tokens (docs/http.md, "Console"; docs/security.md).
 
-A browser signs in with a token once; the console keeps, in memory, a random
-session id → the token's sha256 and a CSRF token of that session, and sets
-the session id as an HttpOnly, SameSite=Strict cookie. Each request looks the
-token's row up again (`DoorPort.token`), so revoking a token closes its
-sessions at once. Sessions live in the door's process only: a host restart
-(or a standby taking over) asks the browser to sign in again, which costs a
-person one form and keeps no session secret in the database.
+A browser signs in with a token once; the console makes a session id (256
+random bits), sets it as an HttpOnly, SameSite=Strict cookie and has the host
+store its sha256 with the sha256 of the token (`http_session.open`, written
+by the host's writer: `store/commands/http_sessions.py`). Every request looks
+the session up again in the state database (`DoorPort.session`), joined
+with its token, so:
+
+- a session survives the host's restart and a standby's takeover (every
+  host on the database knows it), and a copy of the database opens none;
+- revoking the token ends its sessions at once (and deletes them);
+- sign-out deletes it (`http_session.close`);
+- it ends SESSION_LIFETIME_S after the sign-in (12 h), however it is used.
 
 Every form carries the session's CSRF token and every POST made with the
-cookie is checked against it (`same`). The sign-in form, which has no session
-yet, is checked by a double submit: a random value in a short-lived
-SameSite=Strict cookie and in the form.
+cookie is checked against it (`same`). The CSRF token is an HMAC of the
+session id, so every host derives the same one and the database holds
+none. The sign-in form, which has no session yet, is checked by a double
+submit: a random value in a short-lived SameSite=Strict cookie and in the
+form.
 
-Used from the door's event-loop thread only (no lock). Bounded: at most
-MAX_SESSIONS sessions (the oldest are forgotten first), each for TTL_S.
+Pure functions: no I/O, no state.
 """
 
 from __future__ import annotations
 
-import collections
+import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
 
 SESSION_COOKIE = "piwf_session"
 SIGNIN_COOKIE = "piwf_signin"
-MAX_SESSIONS = 4096
-TTL_S = 12 * 3600.0
+#: The longest session id a cookie may carry (a made one is 43 characters).
+MAX_SESSION_ID = 128
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    session_id: str
-    token_digest: str
-    csrf: str
-    expires_at: float
+def new_session_id() -> str:
+    """A fresh session id (256 random bits), the cookie's value."""
+    return secrets.token_urlsafe(32)
 
 
-class Sessions:
-    def __init__(self, max_sessions: int = MAX_SESSIONS, ttl_s: float = TTL_S) -> None:
-        self._max = max_sessions
-        self._ttl = ttl_s
-        self._open: collections.OrderedDict[str, Session] = collections.OrderedDict()
+def session_digest(session_id: str) -> str:
+    """What the database keeps of a session: the sha256 of its id, hex."""
+    return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
-    def __len__(self) -> int:
-        return len(self._open)
 
-    def open(self, token_digest: str, now: float) -> Session:
-        session = Session(secrets.token_urlsafe(32), token_digest, secrets.token_urlsafe(24), now + self._ttl)
-        self._open[session.session_id] = session
-        while len(self._open) > self._max:
-            self._open.popitem(last=False)
-        return session
+def csrf_of(session_id: str) -> str:
+    """The CSRF token of the session: derived from its id (which only the browser and the door see)."""
+    return hmac.new(session_id.encode("utf-8", "surrogatepass"), b"piwf console csrf", hashlib.sha256).hexdigest()
 
-    def get(self, session_id: str | None, now: float) -> Session | None:
-        if not session_id:
-            return None
-        session = self._open.get(session_id)
-        if session is None:
-            return None
-        if session.expires_at <= now:
-            del self._open[session_id]
-            return None
-        return session
 
-    def close(self, session_id: str | None) -> None:
-        if session_id:
-            self._open.pop(session_id, None)
+def usable(session_id: str | None) -> bool:
+    """Whether a cookie's value is worth looking up (present and not oversized)."""
+    return bool(session_id) and len(session_id or "") <= MAX_SESSION_ID
 
 
 def same(expected: str | None, given: str | None) -> bool:

@@ -1,8 +1,11 @@
-"""The HTTP door's tokens: http_token.add, http_token.revoke (recorded) and http_token.list (read-only).
+"""The HTTP door's tokens: http_token.add, http_token.revoke (recorded) and http_token.list (read-only);
+and the console's sessions: http_session.open, http_session.close (recorded).
 
-Socket-only: no route of the HTTP door names them (piwf_actors/http/routes.py), so a token cannot
-make or revoke tokens; the socket admits only the host's uid. `http_token.add` carries the token's
-sha256, never the token: `piwf http token add` makes the token and prints it once (docs/http.md).
+No route of the HTTP door names them (piwf_actors/http/routes.py), so a token cannot make or revoke
+tokens; the socket admits only the host's uid. `http_token.add` carries the token's sha256, never the
+token: `piwf http token add` makes the token and prints it once (docs/http.md). The console's
+sign-in and sign-out make the session operations themselves (`http/console/actions.py`), after
+checking the token, so a session is written by the host's writer like every other row.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from piwf_actors.store.requests import WriteCommand
 @write_operation("http_token.add", payload={"name": ("str", True), "role": ("str", True),
                                             "token_sha256": ("str", True)})
 @write_operation("http_token.revoke", payload={"name": ("str", True)})
+@write_operation("http_session.open", payload={"session_sha256": ("str", True), "token_sha256": ("str", True)})
+@write_operation("http_session.close", payload={"session_sha256": ("str", True)})
 def token_change(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:
     return WriteCommand(request.operation, {**client_args(request), **payload})
 

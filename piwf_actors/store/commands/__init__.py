@@ -7,6 +7,7 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     children,
     claims,
     function_history,
+    http_sessions,
     http_tokens,
     interactions,
     lease,

@@ -2,8 +2,8 @@
 
 The host never sees a token: `piwf http token add` makes it, prints it once and sends only its
 sha256 (docs/http.md), so neither the command record nor the table can give it back. A name names
-one live token at a time; revoking keeps the row (the name stays in what the token did) and frees
-the name for a new token.
+one live token at a time; revoking keeps the row (the name stays in what the token did), deletes
+the console sessions signed in with it (`http_session`) and frees the name for a new token.
 
 Portable SQL only (the store also runs on PostgreSQL).
 """
@@ -52,15 +52,18 @@ def add_token(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
 
 @command("http_token.revoke")
 def revoke_token(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
-    """Revoke the live token named `name`: from this commit on it signs in nowhere."""
+    """Revoke the live token named `name`: from this commit on it signs in nowhere, and its console
+    sessions are gone."""
 
     def apply() -> dict[str, Any]:
         name = args["name"]
-        row = ctx.conn.execute("SELECT revoked_at FROM http_token WHERE name = ?", (name,)).fetchone()
+        row = ctx.conn.execute("SELECT revoked_at, token_sha256 FROM http_token WHERE name = ?", (name,)).fetchone()
         if row is None or row[0] is not None:
             raise NotFound("token", name)
         ctx.conn.execute("UPDATE http_token SET revoked_at = ? WHERE name = ?", (ctx.now, name))
+        ctx.conn.execute("DELETE FROM http_session WHERE token_sha256 = ?", (row[1],))
         ctx.changes.touch("http_token")
+        ctx.changes.touch("http_session")
         return {"name": name, "revoked_at": ctx.now}
 
     return recorded(ctx, args, apply)
