@@ -219,7 +219,10 @@ def test_two_runner_hosts_and_the_active_host_share_200_runs_and_survive_a_runne
     for run_id, view in views.items():
         if view["status"] == "parked":
             assert run_id in held and view["park_reason"] == "ambiguous_effect", view
-            assert counts[run_id]["act"] == 1, (run_id, counts[run_id])
+            # Cut off after its reservation was committed: it may have acted or not (a kill between
+            # the reservation and the function's first line leaves no oracle line), never twice,
+            # and nothing after it ran.
+            assert counts[run_id]["act"] <= 1 and "c3" not in counts[run_id], (run_id, counts[run_id])
             continue
         assert view["status"] == "done", view
         assert set(counts[run_id]) == set(NODES), (run_id, counts[run_id])
