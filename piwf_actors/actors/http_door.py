@@ -93,7 +93,8 @@ class HttpDoor(CoreActor):
         """Runs in the door's actor thread: bind, attach to the gateway, start the server's thread."""
         import uvicorn
 
-        from piwf_actors.http.app import build_app
+        from piwf_actors.http.app import HttpLimits, build_app
+        from piwf_actors.http.server_protocol import bounded_httptools
 
         try:
             self._sock = _listen(self._address)
@@ -104,10 +105,13 @@ class HttpDoor(CoreActor):
         # Told before any request of this door: the gateway attaches the sink before it sees one.
         self._gateway.tell(AttachDoor(HTTP_FIRST_ID, exchange))
         self._port = _Port(exchange, self._gateway, self._database)
-        config = uvicorn.Config(build_app(self._port, hooks=self._hooks), log_config=None, access_log=False, http="h11", ws="none",
-                                lifespan="off", proxy_headers=False, server_header=False, date_header=True,
-                                timeout_keep_alive=5, timeout_graceful_shutdown=1,
-                                h11_max_incomplete_event_size=16 * 1024)
+        limits = HttpLimits()
+        # httptools (C) rather than h11 (pure Python): a third less of this thread's CPU per request; the
+        # subclass bounds a request's head, which httptools alone does not (http/server_protocol.py).
+        config = uvicorn.Config(build_app(self._port, limits, hooks=self._hooks), log_config=None, access_log=False,
+                                http=bounded_httptools(limits.max_head_bytes), ws="none", lifespan="off",
+                                proxy_headers=False, server_header=False, date_header=True,
+                                timeout_keep_alive=5, timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="piwf-http", daemon=True)
         self._thread.start()

@@ -54,6 +54,8 @@ class HttpLimits:
     max_body_bytes: int = 1024 * 1024
     max_header_bytes: int = 8 * 1024
     max_headers: int = 64
+    #: The raw request line and headers, counted as they arrive (http/server_protocol.py): past it, 431 and closed.
+    max_head_bytes: int = 16 * 1024
     answer_timeout_s: float = 60.0
     max_streams: int = 256
     stream_backlog: int = 256
