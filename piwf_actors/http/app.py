@@ -40,7 +40,7 @@ from piwf_actors.http.hook_config import Hook
 from piwf_actors.http.hooks import HOOK_PATH, BodyTooLarge, HookEndpoint, read_raw
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
-from piwf_actors.http.streams import event_stream
+from piwf_actors.http.streams import Heartbeat, event_stream
 from piwf_actors.protocol.doors import DoorPeer
 from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
 
@@ -112,6 +112,7 @@ class Door:
         self.limits = limits
         self.throttle = SignInThrottle()
         self.streams = 0
+        self.heartbeat = Heartbeat(limits.heartbeat_s)
 
     async def authenticate(self, request: Request, needed: str) -> DoorPeer | Response:
         address = request.client.host if request.client else "unknown"
