@@ -6,20 +6,24 @@ would stand in for the standard library's `http` package, which httpx imports.)
 One real host (`bin/piwf-host --http 127.0.0.1:PORT`, durable defaults; bench/throughput.py's
 HostProcess) and an operator token made through the socket.
 
-  run.start   --senders threads, each with its own connection (a socket `Client`, or an httpx
-              client with keep-alive), start --runs one-node runs between them, one request at a
-              time per thread (closed loop); the figure is acknowledged starts/s (the answer is the
-              commit). Rounds alternate socket, HTTP (--rounds of each); the medians compare:
-              HTTP / socket (target >= 0.6x).
+  run.start   --senders threads, each with its own connection (a socket `Client`, or an HTTP
+              client with keep-alive: --clients, each in rounds of its own), start --runs one-node
+              runs between them, one request at a time per thread (closed loop); the figure is
+              acknowledged starts/s (the answer is the commit). Rounds alternate socket, then each
+              HTTP client (--rounds of each); the medians compare: HTTP / socket (target >= 0.6x).
+              Two HTTP clients: the standard library's http.client (light, as curl or a service in
+              another language would be) and httpx (~1 ms of CPU per request in this process, on
+              the same cores as the host: on 2 cores that weighs on the figure as much as the host).
   idle CPU    once every run is done: the host process's CPU over --idle-s with no stream open,
               then with --streams Server-Sent Events streams of the runs list open (each read by
               a thread of this script), streams / none (target <= 1.1x).
 
-Also printed: the host's CPU per start through each door (all rounds, by thread group). --profile DIR
-records the host with py-spy during one more HTTP round and prints where its samples are.
+Also printed: the host's CPU per start through each door (all rounds, by thread group) and this
+script's (the senders'). --profile DIR records the host with py-spy during one more HTTP round (the
+first of --clients) and prints where its samples are.
 
-Run: .venv/bin/python bench/http_api.py [--runs 300] [--senders 4] [--rounds 3] [--streams 50] [--idle-s 30]
-                                        [--profile DIR]
+Run: .venv/bin/python bench/http_api.py [--runs 300] [--senders 4] [--rounds 3] [--clients stdlib httpx]
+                                        [--streams 50] [--idle-s 30] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -95,6 +99,19 @@ class _Cpu:
     def top_threads(self, door: str, count: int = 4) -> str:
         ranked = sorted(self.by_thread[door].items(), key=lambda item: -item[1])[:count]
         return ", ".join(f"{group} {seconds / self.starts[door] * 1000:.2f}" for group, seconds in ranked)
+
+
+def _wait_listening(port: int, timeout: float = 60.0) -> None:
+    """Until the door accepts a connection: the host answers on its socket before its HTTP door has started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _socket_round(host: HostProcess, spec: str, runs: int, senders: int) -> float:
@@ -211,6 +228,7 @@ def main() -> int:
                                                      "token_sha256": token_digest(token)})
             assert made.outcome == "accepted", made
         base = f"http://127.0.0.1:{port}"
+        _wait_listening(port)
         _socket_round(host, spec, 20, 1)  # warm: the workflow's resolution is cached from here on
         for client in args.clients:
             _http_round(base, token, spec, 20, 1, client)
