@@ -135,10 +135,12 @@ class HttpDoor(CoreActor):
         self._port = _Port(exchange, self._gateway, self._database)
         limits = HttpLimits()
         # httptools (C) rather than h11 (pure Python): a third less of this thread's CPU per request; the
-        # subclass bounds a request's head, which httptools alone does not (http/server_protocol.py).
+        # subclass bounds a request's head, which httptools alone does not (http/server_protocol.py). The
+        # loop is named: uvicorn's "auto" takes uvloop whenever it happens to be installed, and uvloop
+        # made no difference to the door's CPU per request (bench/http_api.py, paired runs).
         config = uvicorn.Config(build_app(self._port, limits, hooks=self._hooks), log_config=None, access_log=False,
-                                http=bounded_httptools(limits.max_head_bytes), ws="none", lifespan="off",
-                                proxy_headers=False, server_header=False, date_header=True,
+                                http=bounded_httptools(limits.max_head_bytes), loop="asyncio", ws="none",
+                                lifespan="off", proxy_headers=False, server_header=False, date_header=True,
                                 timeout_keep_alive=5, timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="piwf-http", daemon=True)
