@@ -210,7 +210,7 @@ class ClientGateway(CoreActor):
             port=self._requests, gateway=ref, reader=self._reader, board=self._board, views=self._views, env=env,
             cached_env=runs.cached_env(env), connections=self._loop.connection_count, shutdown=self._shutdown,
             channels=self._channels, schedules=self._schedules, timer_now=self._timer_now,
-            uploads=ClientUploads(self._limits.max_upload_bytes))
+            uploads=ClientUploads(self._limits.max_upload_bytes), tokens_changed=self._posts.tokens_changed)
         # A standby or runner host polls the database for every view; an active host only while runner
         # hosts are live (see _standby_poll).
         self._standby_ticker = Ticker(ref, StandbyPoll(), self._standby_poll_s, "gateway-poll").start()

@@ -45,8 +45,9 @@ def parse_http_address(text: str) -> HttpAddress:
 
 
 def require_http_extra() -> None:
-    """Raise ImportError naming the extra when Starlette or uvicorn is missing."""
+    """Raise ImportError naming the extra when Starlette, uvicorn or httptools (its parser) is missing."""
     try:
+        import httptools  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import secrets
@@ -40,7 +41,7 @@ from piwf_actors.http.hook_config import Hook
 from piwf_actors.http.hooks import HOOK_PATH, BodyCutOff, BodyTooLarge, HookEndpoint, read_raw
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
-from piwf_actors.http.streams import event_stream
+from piwf_actors.http.streams import Heartbeat, event_stream
 from piwf_actors.protocol.doors import DoorPeer
 from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
 
@@ -54,6 +55,8 @@ class HttpLimits:
     max_body_bytes: int = 1024 * 1024
     max_header_bytes: int = 8 * 1024
     max_headers: int = 64
+    #: The raw request line and headers, counted as they arrive (http/server_protocol.py): past it, 431 and closed.
+    max_head_bytes: int = 16 * 1024
     answer_timeout_s: float = 60.0
     max_streams: int = 256
     stream_backlog: int = 256
@@ -116,6 +119,13 @@ class Door:
         self.limits = limits
         self.throttle = SignInThrottle()
         self.streams = 0
+        self.heartbeat = Heartbeat(limits.heartbeat_s)
+        # A request without an Idempotency-Key gets one of its own: unique, as it stands for a new request.
+        # A random prefix per door (96 bits: no other life of the door makes it again) and a counter, not
+        # random bytes per request: os.urandom lets go of the GIL, and taking it back on a busy host costs
+        # the event loop up to the switch interval (5 ms) per request.
+        self._key_prefix = f"http-{secrets.token_hex(12)}-"
+        self._key_numbers = itertools.count(1)
 
     async def authenticate(self, request: Request, needed: str) -> DoorPeer | Response:
         address = request.client.host if request.client else "unknown"
@@ -194,7 +204,7 @@ class Door:
 
     def _frame(self, request: Request, peer: DoorPeer, operation: str, payload: dict[str, Any],
                run_id: str | None, expected_revision: int | None) -> dict[str, Any] | Response:
-        key = request.headers.get("idempotency-key") or f"http-{secrets.token_hex(12)}"
+        key = request.headers.get("idempotency-key") or f"{self._key_prefix}{next(self._key_numbers)}"
         client_id = request.headers.get("piwf-client-id") or f"http-{peer.token}"
         for name, value in (("Idempotency-Key", key), ("Piwf-Client-Id", client_id)):
             if len(value) > MAX_ID_LEN:

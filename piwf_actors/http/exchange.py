@@ -25,6 +25,13 @@ class Exchange:
         self._ids = itertools.count(HTTP_FIRST_ID)
         self._lock = threading.Lock()
         self._open: dict[int, tuple[OnAnswer, OnEvent | None]] = {}
+        #: Counts the committed token additions and revocations (`tokens_changed`, on the gateway's thread,
+        #: before the answer): the door's token cache holds an entry only while this is unchanged.
+        self.token_generation = 0
+
+    def tokens_changed(self) -> None:
+        with self._lock:
+            self.token_generation += 1
 
     def __len__(self) -> int:
         return len(self._open)

@@ -10,9 +10,12 @@ stream unpacks it here, on the door's event-loop thread. A stream that
 falls `stream_backlog` events behind is closed (like the socket's overflow:
 the client reconnects and gets the current view first). A comment line
 every `heartbeat_s` keeps proxies from closing a quiet stream and tells
-the door when a client went away. A run's stream ends after the event that
-shows the run finished. When the stream ends, the gateway drops the watch
-(`DoorPort.drop`).
+the door when a client went away: one timer of the door's (`Heartbeat`)
+wakes every open stream at once, so that an idle stream costs the host no
+wake-up of its own (a timer per stream, 50 streams: 50 wake-ups of the
+event loop per interval, each with a task of `wait_for`'s). A run's stream
+ends after the event that shows the run finished. When the stream ends,
+the gateway drops the watch (`DoorPort.drop`).
 """
 
 from __future__ import annotations
@@ -33,11 +36,65 @@ from piwf_actors.wire import unpack
 
 
 class StreamDoor(Protocol):
-    """What a stream uses of the app's `Door`: its port, its limits and its count of open streams."""
+    """What a stream uses of the app's `Door`: its port, its limits, its count of open streams, its heartbeat."""
 
     port: Any
     limits: Any
     streams: int
+    heartbeat: Heartbeat
+
+
+class Beating(Protocol):
+    def beat(self) -> None:
+        """Wake up to send a keep-alive comment (on the event-loop thread)."""
+
+
+class Heartbeat:
+    """One timer for every open stream of a door: every `interval_s` it calls each stream's `beat` (which
+    wakes the stream to send a comment line). The timer runs only while a stream is open. Event-loop
+    thread only (the loop is the one running when the first stream joins)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._streams: set[Beating] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    @property
+    def ticking(self) -> bool:
+        return self._timer is not None
+
+    def join(self, stream: Beating) -> None:
+        self._streams.add(stream)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._beat)
+
+    def leave(self, stream: Beating) -> None:
+        self._streams.discard(stream)
+        if not self._streams and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _beat(self) -> None:
+        for stream in list(self._streams):
+            stream.beat()
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._beat) if self._streams else None
+
+
+class _Wake:
+    """A stream's wake-up: set by the gateway's callbacks (through the loop) and by the heartbeat."""
+
+    __slots__ = ("ready", "beat_due")
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self.beat_due = False
+
+    def beat(self) -> None:
+        self.beat_due = True
+        self.ready.set()
 
 
 def _sse(topic: str, revision: int, data: Any) -> bytes:
@@ -53,7 +110,8 @@ async def event_stream(door: StreamDoor, frame: dict[str, Any], peer: DoorPeer) 
     loop = asyncio.get_running_loop()
     #: (topic or "answer", the view, revision, whether the view is still packed), in arrival order.
     items: collections.deque[tuple[str, Any, int, bool]] = collections.deque()
-    ready = asyncio.Event()
+    wake_up = _Wake()
+    ready = wake_up.ready
     overflowed = False
 
     def wake() -> None:
@@ -101,17 +159,19 @@ async def event_stream(door: StreamDoor, frame: dict[str, Any], peer: DoorPeer) 
             door.port.drop(conn_id)
 
     async def events() -> AsyncIterator[bytes]:
+        door.heartbeat.join(wake_up)
         try:
             yield b": subscribed\n\n"
             while True:
-                if not items:
+                if not items and not wake_up.beat_due:
                     ready.clear()
                     if not items:
-                        try:
-                            await asyncio.wait_for(ready.wait(), limits.heartbeat_s)
-                        except TimeoutError:
-                            yield b": keep-alive\n\n"
-                            continue
+                        await ready.wait()  # the gateway's callbacks or the door's heartbeat set it
+                if wake_up.beat_due:
+                    wake_up.beat_due = False
+                    if not items:
+                        yield b": keep-alive\n\n"
+                        continue
                 while items:
                     topic, payload, revision, packed = items.popleft()
                     if topic == "answer":
@@ -124,6 +184,7 @@ async def event_stream(door: StreamDoor, frame: dict[str, Any], peer: DoorPeer) 
                     yield b"event: overflow\ndata: {}\n\n"
                     return
         finally:
+            door.heartbeat.leave(wake_up)
             door.streams -= 1
             door.port.exchange.close(conn_id)
             door.port.drop(conn_id)

@@ -35,6 +35,9 @@ class DoorSink(Protocol):
     def event(self, conn_id: int, topic: str, revision: int, payload: bytes) -> None:
         """A watch event of the stream opened as `conn_id`: the view, packed (msgpack)."""
 
+    def tokens_changed(self) -> None:
+        """A token was added or revoked (committed): called before that request is answered."""
+
 
 @dataclass(frozen=True, slots=True)
 class DoorPeer:
@@ -82,6 +85,11 @@ class DoorPosts:
             sink.event(conn_id, topic, revision, payload)
         elif conn_id < HTTP_FIRST_ID:
             self._socket.post_event(conn_id, head, revision, payload, subscription_id=subscription_id, topic=topic)
+
+    def tokens_changed(self) -> None:
+        """Tell every door that the HTTP tokens changed (a door that caches them reads them again)."""
+        for _first_id, sink in self._doors:
+            sink.tokens_changed()
 
     def alarm_at(self, deadline: float) -> None:
         """The gateway's one timed wake-up stays with the socket loop's thread."""

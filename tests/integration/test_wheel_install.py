@@ -47,7 +47,8 @@ OPTIONAL = {"piwf_actors.tracing.otel": "No module named 'opentelemetry",
             # The HTTP door and its console (the `http` extra: Starlette, Jinja2).
             **{f"piwf_actors.http.{name}": "No module named 'starlette'"
                for name in ("answers", "app", "hooks", "streams", "console.actions", "console.pages", "console.views")},
-            "piwf_actors.http.console.core": "No module named 'jinja2'"}
+            "piwf_actors.http.console.core": "No module named 'jinja2'",
+            "piwf_actors.http.server_protocol": "No module named 'uvicorn'"}
 
 IMPORT_ALL = textwrap.dedent("""
     import importlib, json, sys, sysconfig, traceback

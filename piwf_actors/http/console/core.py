@@ -66,6 +66,7 @@ class ConsoleDoor(Protocol):
     port: Any
     limits: Any
     streams: int
+    heartbeat: Any  # the streams' one keep-alive timer (http/streams.py)
     throttle: Any
 
     async def authenticate(self, request: Request, needed: str) -> DoorPeer | Response: ...

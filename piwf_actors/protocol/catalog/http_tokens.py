@@ -18,9 +18,20 @@ from piwf_actors.store import http_queries
 from piwf_actors.store.requests import WriteCommand
 
 
+def _send_and_tell_the_doors(ctx: OperationContext, payload: dict[str, Any]) -> None:
+    """Write, and once committed tell the doors before answering: the HTTP door caches live tokens
+    (actors/http_door.py), so a revoked token is refused from the first request after the answer on."""
+
+    def committed(_value: dict[str, Any]) -> bool:  # in the gateway's thread, before the answer goes out
+        ctx.services.tokens_changed()
+        return False  # and answer as usual
+
+    ctx.write(ctx.build(payload), committed)
+
+
 @write_operation("http_token.add", payload={"name": ("str", True), "role": ("str", True),
-                                            "token_sha256": ("str", True)})
-@write_operation("http_token.revoke", payload={"name": ("str", True)})
+                                            "token_sha256": ("str", True)}, handler=_send_and_tell_the_doors)
+@write_operation("http_token.revoke", payload={"name": ("str", True)}, handler=_send_and_tell_the_doors)
 @write_operation("http_session.open", payload={"session_sha256": ("str", True), "token_sha256": ("str", True)})
 @write_operation("http_session.close", payload={"session_sha256": ("str", True)})
 def token_change(_env: BuildEnv, request: Request, payload: dict[str, Any]) -> WriteCommand:

@@ -229,6 +229,8 @@ class GatewayServices:
     reloads: dict[str, OperationContext] = field(default_factory=dict)
     #: Values sent ahead of the requests that refer to them (content.upload), per connection.
     uploads: ClientUploads = field(default_factory=ClientUploads)
+    #: Tell the other doors that an HTTP token was added or revoked (`DoorPosts.tokens_changed`).
+    tokens_changed: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True, slots=True)
