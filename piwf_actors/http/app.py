@@ -37,8 +37,8 @@ from piwf_actors.http.answers import CHALLENGE, Answer, error
 from piwf_actors.http.auth import SignInThrottle, bearer, may, token_digest
 from piwf_actors.http.console.pages import console_routes
 from piwf_actors.http.exchange import Exchange
-from piwf_actors.http.hook_config import Hook
-from piwf_actors.http.hooks import HOOK_PATH, BodyCutOff, BodyTooLarge, HookEndpoint, read_raw
+from piwf_actors.http.hook_config import HOOK_PATH, Hook
+from piwf_actors.http.hooks import BodyCutOff, BodyTooLarge, HookEndpoint, read_raw
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, VIEWER, Parts, Route, RouteError, status_for
 from piwf_actors.http.streams import Heartbeat, event_stream

@@ -40,6 +40,10 @@ from piwf_actors.channels.config import Secret
 from piwf_actors.channels.private_files import Refused, check_directory, read_private
 from piwf_actors.protocol.envelope import MAX_ID_LEN
 
+#: Where the door serves the hooks of this file (kept here, beside their configuration, so that the
+#: OpenAPI description names it without importing Starlette).
+HOOK_PATH = "/hooks/{name}"
+
 HOOKS_FILE = "hooks.toml"
 #: A hook's name is a path segment of `/hooks/NAME`, and part of the client id its requests carry.
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")

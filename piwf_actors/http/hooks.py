@@ -41,7 +41,6 @@ from piwf_actors.protocol.envelope import MAX_ID_LEN, SCHEMA, one_line
 
 log = logging.getLogger("piwf_actors.actors.http_door")
 
-HOOK_PATH = "/hooks/{name}"
 Ask = Callable[[dict[str, Any], DoorPeer], Awaitable[dict[str, Any]]]
 
 

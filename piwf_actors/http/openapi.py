@@ -4,7 +4,7 @@ Each route's body and query fields are read from the operation's entry in
 the catalog (`protocol.catalog.OPERATIONS`), the same entry that checks
 the payload: a field added to an operation appears here with no other
 change. Besides the table, the door serves this description and the signed
-webhooks (`http/hooks.py`, `HOOK_PATH`), both described here too, so every
+webhooks (`http/hooks.py`, `hook_config.HOOK_PATH`), both described here too, so every
 path the router serves but the console's pages is in it (tests/http/test_openapi.py).
 Pure: a function of the table.
 """
@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors import __version__
-from piwf_actors.http.hook_config import SCHEME_DEFAULTS
-from piwf_actors.http.hooks import HOOK_PATH
+from piwf_actors.http.hook_config import HOOK_PATH, SCHEME_DEFAULTS
 from piwf_actors.http.routes import OPENAPI_PATH, ROUTES, STATUS_OF_OUTCOME, Route
 from piwf_actors.protocol.catalog import OPERATIONS
 

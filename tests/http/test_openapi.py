@@ -12,7 +12,7 @@ from piwf_actors.http.auth import SignInThrottle
 from piwf_actors.http.console.core import PREFIX as CONSOLE_PREFIX
 from piwf_actors.http.console.pages import GET as CONSOLE_GET
 from piwf_actors.http.console.pages import POST as CONSOLE_POST
-from piwf_actors.http.hooks import HOOK_PATH
+from piwf_actors.http.hook_config import HOOK_PATH
 from piwf_actors.http.openapi import openapi_document
 from piwf_actors.http.routes import ROUTES, STATUS_OF_OUTCOME
 from piwf_actors.protocol.catalog import OPERATIONS
