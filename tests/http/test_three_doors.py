@@ -208,9 +208,12 @@ def project_door(state_dir: Path, tmp_path: Path) -> Iterator[tuple[Door, Path]]
 def _schedule(door: Door) -> dict[str, Any]:
     def loaded() -> dict[str, Any] | None:
         listed = door.viewer.get("/api/v1/schedules").json()["receipt"]["schedules"]
-        return next((s for s in listed if s["name"] == "nightly" and s["loaded"]), None)
+        # Loaded, and its row recorded: paused, or its next fire known (the keeper publishes what it
+        # loaded before it records the next fire; a pause before that record finds no schedule row).
+        return next((s for s in listed if s["name"] == "nightly" and s["loaded"]
+                     and (s["paused"] or s["next_fire_at"])), None)
 
-    return wait_for(loaded, 30, "the schedule nightly, loaded")
+    return wait_for(loaded, 30, lambda: f"the schedule nightly, loaded and recorded: {door.viewer.get('/api/v1/schedules').json()}")
 
 
 def test_schedule_control_through_three_doors_is_one_command_each(project_door: tuple[Door, Path]) -> None:
