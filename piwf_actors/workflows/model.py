@@ -234,3 +234,7 @@ class Workflow:
     # top on every launch; its steps are the run's nodes (`nodes`, `routes` empty, `start_at` ""). None
     # for a graph workflow. Its code is part of the digest.
     function: Callback | None = None
+    # Flow control by rate (workflows/rate_limits.py; part of the digest): a `RateLimit` on the run's
+    # starts, a `Debounce` collapsing starts with one key. None when not declared.
+    rate: Any = None
+    debounce: Any = None
