@@ -73,12 +73,13 @@ def counts_start(run: dict[str, Any]) -> bool:
 
 
 def held_by_limiter(conn: Connection) -> dict[str, int]:
-    """Runs held by a rate limit, per limiter name (the `piwf_runs_rate_held` gauge): one pass over the
-    `run_held_by` index's rate part."""
+    """Runs held by a rate limit, per limiter name (the `piwf_runs_rate_held` gauge): fresh runs held
+    back from the claim and runs parked before a limited node; two ranges of the `run_held_by` index."""
     counts: dict[str, int] = {}
     for held_by, n in conn.execute(
-            "SELECT held_by, count(*) FROM run WHERE held_by >= 'rate_key:' AND held_by < 'rate_key;' "
-            "AND status = 'queued' GROUP BY held_by"):
-        name = limiter_name(str(held_by)[len("rate_key:"):])
+            "SELECT held_by, count(*) FROM run WHERE ((held_by >= 'rate_key:' AND held_by < 'rate_key;') "
+            "OR (held_by >= 'rate_node:' AND held_by < 'rate_node;')) AND status IN ('queued', 'parked') "
+            "GROUP BY held_by"):
+        name = limiter_name(str(held_by).split(":", 1)[1])
         counts[name] = counts.get(name, 0) + int(n)
     return counts

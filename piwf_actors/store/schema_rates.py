@@ -27,19 +27,22 @@ class RateStart(Base):
 
 class FlowTimer(Base):
     """The time runs held by a rate limit or a debounce are let go, one row per what holds them
-    (`held_by`: `rate_key:<key>` or `debounce:<key>`, the value of `run.held_by`).
+    (`held_by`: `rate_key:<key>`, `rate_node:<key>` or `debounce:<key>`, the value of `run.held_by`).
 
     `waits.wake` lets them go once `wake_at` has passed, as it wakes sleepers: the housekeeper reads
     only the nearest `wake_at`. A debounce's row also names the run the starts collapse into
     (`run_id`), its first start (`first_at`, for `max_wait_s`) and how many starts it joined."""
 
     held_by = pw.TextField(primary_key=True)
-    kind = pw.TextField()  # rate | debounce
+    kind = pw.TextField()  # rate (held fresh runs) | rate_node (runs parked before a node) | debounce
     name = pw.TextField()  # the limiter's (rate) or workflow's (debounce) name: the metrics label
     wake_at = pw.FloatField(null=True)
     run_id = pw.TextField(null=True)
     first_at = pw.FloatField(null=True)
     joined = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    # A rate timer's budget (the limiter's, as the hold that set it last read it).
+    rate_max = pw.IntegerField(null=True)
+    rate_per_s = pw.FloatField(null=True)
 
     class Meta:
         table_name = "flow_timer"

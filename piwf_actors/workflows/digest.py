@@ -198,8 +198,9 @@ def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
 
 #: (field, node kind or "*": every kind) of the optional fields added after digests were stored, left out
 #: while None: a node's `output=` shape, a checkpoint's audience (without one it goes to "*" profiles only),
-#: a notification's audience (without one it stays in the session outbox).
-_ADDED_LATER = frozenset({("output_shape", "*"), ("audience", "checkpoint"), ("audience", "notify")})
+#: a notification's audience (without one it stays in the session outbox), a node's rate limiter.
+_ADDED_LATER = frozenset({("output_shape", "*"), ("audience", "checkpoint"), ("audience", "notify"),
+                          ("rate", "*")})
 
 
 def _route_doc(route: Edge | Switch) -> Any:

@@ -99,6 +99,9 @@ class NodeSpec:
     # The shape the node's output must have (frozen, `schema.py`); compute and action nodes take it
     # (`output=`), and the worker checks it after the node returns (worker/output_check.py).
     output_shape: Mapping[str, Any] | None = None
+    # A named rate limiter (workflows/rate_limits.py) the node takes a start of before it runs: over
+    # its budget the run parks until a start frees, holding no worker. None: no limit.
+    rate: Any = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from piwf_actors.errors import Rejected, WorkflowDefinitionError
-from piwf_actors.workflows.kinds.checks import positive_int
 from piwf_actors.workflows.limit_keys import EXPECTED, KeyValueError, key_text
 from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.user_code import KEY, phase
@@ -85,13 +84,17 @@ def debounce(seconds: float, *, key: Callable[[Any], Any] | None = None, max_wai
     return Debounce(seconds=seconds, key=key, max_wait_s=max_wait_s, inputs=inputs)
 
 
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
 def _seconds(value: Any) -> bool:
     return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
             and 0 < value <= MAX_PERIOD_S)
 
 
 def _check_rate(where: str, value: RateLimit) -> None:
-    if not positive_int(value.max):
+    if not _positive_int(value.max):
         raise WorkflowDefinitionError(f"{where}: rate_limit needs a positive integer, got {value.max!r}")
     if not _seconds(value.per_s):
         raise WorkflowDefinitionError(f"{where}: per_s must be a number of seconds above 0 (at most a year), "
@@ -109,6 +112,29 @@ def checked_rate(name: str, value: Any) -> RateLimit | None:
                                       "or rate_limiter(…)")
     _check_rate(f"workflow {name!r}", value)
     return value
+
+
+def node_rate_problem(value: Any) -> str | None:
+    """What is wrong with a node's or step's `rate=` (a named limiter), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, RateLimit) or value.name is None:
+        return "rate must be a named limiter, rate_limiter(name, n, per_s=…)"
+    return None
+
+
+def node_rate_key(value: RateLimit, node_input: Any) -> str:
+    """The rate key a node of limiter `value` takes its start from: the limiter's name, or
+    `name[key]` for `limiter.per(fn)`, `fn` called with (a copy of) the node's input."""
+    assert value.name is not None
+    if value.key is None:
+        return value.name
+    with phase(KEY, f"rate limiter {value.name!r}: its key"):
+        raw = value.key(copy.deepcopy(node_input))
+        try:
+            return f"{value.name}[{key_text(raw)}]"
+        except KeyValueError as exc:
+            raise Rejected(f"rate limiter {value.name!r}: its key must be JSON-like ({EXPECTED}), got {exc}") from None
 
 
 def checked_debounce(name: str, value: Any) -> Debounce | None:
@@ -146,16 +172,11 @@ def _key(workflow: Workflow, what: str, fn: Callable[[Any], Any], run_input: Any
 
 def flow_spec(workflow: Workflow, run_input: Any) -> dict[str, Any]:
     """The run columns a start of `workflow` with `run_input` records for its rate limit
-    (`rate_key`, `rate_max`, `rate_per_s`, `rate_name`) and the `debounce` of its start, or {}.
+    (`rate_key`, `rate_max`, `rate_per_s`) and the `debounce` of its start, or {}.
 
     A rate key is `NAME` or `NAME[key]`, NAME the limiter's name or else the workflow's: runs of
     two workflows naming one limiter share its budget. A debounce key is `workflow[key]`."""
-    spec: dict[str, Any] = {}
-    rate = workflow.rate
-    if rate is not None:
-        name = rate.name or workflow.name
-        key = name if rate.key is None else f"{name}[{_key(workflow, 'rate', rate.key, run_input)}]"
-        spec.update(rate_key=key, rate_max=int(rate.max), rate_per_s=float(rate.per_s), rate_name=name)
+    spec = rate_spec(workflow, run_input)
     bounce = workflow.debounce
     if bounce is not None:
         key = workflow.name if bounce.key is None else (
@@ -166,11 +187,22 @@ def flow_spec(workflow: Workflow, run_input: Any) -> dict[str, Any]:
     return spec
 
 
+def rate_spec(workflow: Workflow, run_input: Any) -> dict[str, Any]:
+    """The rate columns alone (`flow_spec` without the debounce): what a child run of `workflow` records
+    (a child is started by its parent's node, never debounced)."""
+    rate = workflow.rate
+    if rate is None:
+        return {}
+    name = rate.name or workflow.name
+    key = name if rate.key is None else f"{name}[{_key(workflow, 'rate', rate.key, run_input)}]"
+    return {"rate_key": key, "rate_max": int(rate.max), "rate_per_s": float(rate.per_s)}
+
+
 def runs_flow_code(workflow: Workflow) -> bool:
     """Whether `flow_spec` calls the workflow's own code (a key function)."""
     return ((workflow.rate is not None and workflow.rate.key is not None)
             or (workflow.debounce is not None and workflow.debounce.key is not None))
 
 
-__all__ = ["Debounce", "RateLimit", "checked_debounce", "checked_rate", "debounce", "flow_spec", "rate_limit",
-           "rate_limiter", "runs_flow_code"]
+__all__ = ["Debounce", "RateLimit", "checked_debounce", "checked_rate", "debounce", "flow_spec", "node_rate_key",
+           "node_rate_problem", "rate_limit", "rate_limiter", "rate_spec", "runs_flow_code"]

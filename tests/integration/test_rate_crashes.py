@@ -7,7 +7,10 @@ real `bin/piwf-host` processes and an oracle file outside the database that the 
    ever saw more than 2 of their starts; under $PIWF_TEST_DATABASE=postgresql on PostgreSQL;
 2. the same on PostgreSQL with an active host and a runner host sharing the budget, the active host
    SIGKILLed once while the runner goes on claiming;
-3. a debounced key started three times, the host SIGKILLed inside the quiet window and started again
+3. an `action` node and an `effect=True` step sharing the named limiter `smtp` (2 calls per 3 s), 12
+   runs on a host of 2 workers SIGKILLed once: every run done, no 3 s window saw more than 2 calls,
+   and more runs waited for a start than there are workers (a waiting run holds no worker);
+4. a debounced key started three times, the host SIGKILLed inside the quiet window and started again
    after it: the key's run starts once, with the last input; every start's receipt named that run;
    a start after it makes a new run.
 
@@ -30,7 +33,7 @@ from testsupport import database_rows, dead_host_settled
 from wf import harness
 from wf.harness import WF, rows, wait_for
 from wf.piwf_hosts import oracle_lines, piwf_host, sigkill
-from wf.rate_flows import PACE_MAX, PACE_PER_S, QUIET_S
+from wf.rate_flows import PACE_MAX, PACE_PER_S, QUIET_S, SMTP_MAX, SMTP_PER_S
 
 from piwf_actors.client import Client
 
@@ -173,6 +176,46 @@ def test_a_rate_limit_is_shared_by_an_active_and_a_runner_host(guard, state_dir,
         url, "SELECT a.executed_by FROM node_attempt a JOIN run r ON r.run_id = a.run_id "
              "WHERE a.status = 'succeeded' AND r.workflow <> 'blocker'")}
     assert executors == {"host-a", "runner-1"}, executors
+
+
+#: How much later than its start a limited node may record its call: the grant's answer, the effect's
+#: reservation and the node's start (milliseconds; allowing for a loaded machine). No file is loaded in
+#: between: the start is taken inside the launch, right before the node runs.
+NODE_SLACK_S = 1.0
+
+
+def test_a_limited_node_never_calls_more_often_than_its_limiter_and_waits_without_a_worker(
+        guard, state_dir) -> None:
+    oracle = state_dir / "oracle"
+    script = piwf_host(guard, state_dir, workers=2)
+    with Client(state_dir) as client:
+        run_ids = [client.start(rflow(attr), {"oracle": str(oracle), "n": n})["run_id"]
+                   for n in range(6) for attr in ("notify_graph", "notify_function")]
+
+    def waiting() -> int:
+        return rows(state_dir, "SELECT count(*) AS n FROM run WHERE held_by = 'rate_node:smtp' "
+                               "AND status = 'parked'")[0]["n"]
+
+    wait_for(lambda: waiting() > 2, 60, lambda: f"more runs than workers to wait for smtp (have {waiting()})",
+             poll=0.01)
+    wait_for(lambda: len(oracle_lines(oracle)) >= 5, 60, lambda: "5 calls", poll=0.01)
+    sigkill(guard, script)
+    dead_host_settled(state_dir)
+    piwf_host(guard, state_dir, workers=2)
+
+    def finished() -> int:
+        return rows(state_dir, "SELECT count(*) AS n FROM run WHERE status = 'done'")[0]["n"]
+
+    wait_for(lambda: finished() == len(run_ids), 120, lambda: f"every run to finish ({finished()} of 12)", poll=0.1)
+    calls = sorted(float(at) for word, _run, at, _pid in oracle_lines(oracle) if word == "sent")
+    assert {run for word, run, _at, _pid in oracle_lines(oracle)} == set(run_ids)
+    # Every call counts, a call made again after the kill too (it took a start of its own).
+    for i in range(len(calls) - SMTP_MAX):
+        span = calls[i + SMTP_MAX] - calls[i]
+        assert span >= SMTP_PER_S - NODE_SLACK_S, (
+            f"{SMTP_MAX + 1} calls within {span:.3f} s (limit {SMTP_MAX} per {SMTP_PER_S:g} s): "
+            f"{calls[i:i + SMTP_MAX + 1]}")
+    assert calls[-1] - calls[0] >= (len(calls) // SMTP_MAX - 1) * SMTP_PER_S - NODE_SLACK_S
 
 
 def _start_edit(state_dir: Path, oracle: Path, edit: int, doc: str = "guide") -> dict[str, Any]:

@@ -212,3 +212,43 @@ def test_max_wait_starts_the_run_even_while_starts_keep_coming_and_all_inputs_ar
     assert run_input(store, run_id) == [1, 2, 3, 4]
     assert [kind for (kind,) in q(store, "SELECT kind FROM run_event WHERE run_id = ? ORDER BY seq", (run_id,))
             ].count("run_debounced") == 3
+
+
+# --- a node under a named limiter -----------------------------------------------------------------
+
+
+def take(store: WriterStore, run_id: str, token: str, maximum: int = 1, per_s: float = 30.0) -> dict[str, Any]:
+    return store.worker(run_id, "rate_take", {"node_id": "send", "token_id": token, "rate_key": "mail-api",
+                                              "rate_max": maximum, "rate_per_s": per_s})
+
+
+def test_a_node_over_its_limiters_budget_parks_without_its_worker_and_wakes_when_a_start_frees(
+        writer_store: WriterStore) -> None:
+    store = writer_store
+    start = store.time
+    for run_id in ("a", "b"):
+        store.writer.call("run.create", {"workflow": "w", "run_id": run_id, "input": {},
+                                         "concurrency_key": "w", "concurrency_max": 5})
+    assert sorted(claim(store)) == ["a", "b"]
+    for run_id in ("a", "b"):
+        store.worker(run_id, "ready", {"want_state": False})
+    assert take(store, "a", "att-a1") == {"granted": True}
+    assert take(store, "a", "att-a1") == {"granted": True}  # a resent request of the same attempt
+    parked = take(store, "b", "att-b1")
+    assert (parked["granted"], parked["directive"]) == (False, "stop")
+    b = row(store, "b")
+    assert (b["status"], b["park_reason"], b["held_by"]) == ("parked", "waiting", "rate_node:mail-api")
+    assert b["park_detail"] == "rate limit mail-api: 1 per 30 s, next in 30 s"
+    assert q(store, "SELECT count(*) FROM run_claim WHERE run_id = 'b'") == [(0,)]  # no worker held
+    assert rates.held_by_limiter(store.reader.conn) == {"mail-api": 1}
+    assert queries.next_wake(store.reader) == pytest.approx(start + 30, abs=1e-3)
+
+    store.time += 31
+    assert store.writer.call("waits.wake", {})["timers"] == {"rate_node:mail-api": 1}
+    b = row(store, "b")
+    assert (b["status"], b["held_by"]) == ("queued", None)
+    assert claim(store) == ["b"]
+    store.worker("b", "ready", {"want_state": False})
+    assert take(store, "b", "att-b2") == {"granted": True}
+    assert q(store, "SELECT run_id FROM rate_start ORDER BY started_at") == [("att-b2",)]  # a1 left the window
+    assert q(store, "SELECT count(*) FROM flow_timer") == [(0,)]

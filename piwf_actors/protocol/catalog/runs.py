@@ -444,8 +444,8 @@ def _restart_limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, datab
     to the run's input (a limit removed is gone; one added applies). The input must also have the new
     code's input shape: a restart that would fail on it is refused."""
     workflow = resolved.workflow
-    if workflow.concurrency is None and workflow.input_shape is None:
-        return {"concurrency_key": None, "concurrency_max": None}
+    if workflow.concurrency is None and workflow.input_shape is None and workflow.rate is None:
+        return {"concurrency_key": None, "concurrency_max": None, **_NO_RATE}
     reader = StoreReader(database)
     try:
         run_input = queries.run_input(reader, run_id)
@@ -455,8 +455,17 @@ def _restart_limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, datab
     if refusal is not None:
         raise Rejected(f"the input of run {run_id} does not fit the current code of {workflow.name!r}: {refusal}; "
                        "restart it with the stored code (same_code)")
+    rate = {**_NO_RATE, **_rate(resolver, resolved, run_input)}  # the new code's rate limit
     if workflow.concurrency is None:
-        return {"concurrency_key": None, "concurrency_max": None}
+        return {"concurrency_key": None, "concurrency_max": None, **rate}
     limited = _limit(resolver, resolved, run_input)
     assert limited is not None
-    return {"concurrency_key": limited[0], "concurrency_max": limited[1]}
+    return {"concurrency_key": limited[0], "concurrency_max": limited[1], **rate}
+
+
+_NO_RATE = {"rate_key": None, "rate_max": None, "rate_per_s": None}
+
+
+def _rate(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any) -> dict[str, Any]:
+    """The rate columns of `_flow` alone: a restart is a start, never debounced."""
+    return {key: value for key, value in _flow(resolver, resolved, run_input).items() if key in _NO_RATE}

@@ -85,7 +85,7 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
             if block is not None:
                 held = hold_blocked(ctx, block) > 0 or held
                 if block.wake_at is not None:
-                    arm_rate_timer(ctx, block)  # held runs of a rate key wake when a start is allowed
+                    arm_rate_timer(ctx, block, run["rate_max"], run["rate_per_s"])  # held runs of a rate key wake when a start is allowed
                 continue
             if rates.counts_start(run):
                 rates.count_start(ctx.conn, run, ctx.timer_now)

@@ -25,7 +25,7 @@ from typing import Any
 from piwf_actors.store import rates
 from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.events import append_event
-from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, bump_revision
+from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, bump_revision, wake_waiting
 from piwf_actors.store.slots import Block, waiting_fresh
 from piwf_actors.store.values import get_value, put_value
 
@@ -33,13 +33,20 @@ from piwf_actors.store.values import get_value, put_value
 TIMER_BATCH = 200
 
 
-def arm_rate_timer(ctx: WriteContext, block: Block) -> None:
+def arm_rate_timer(ctx: WriteContext, block: Block, maximum: int, per_s: float) -> None:
     """Wake the runs `block` (a rate limit's, with its `wake_at`) just held when their next start is allowed."""
     assert block.wake_at is not None
+    arm_timer(ctx, f"rate_key:{block.key}", "rate", rates.limiter_name(block.key), block.wake_at, maximum, per_s)
+
+
+def arm_timer(ctx: WriteContext, held_by: str, kind: str, name: str, wake_at: float, maximum: int,
+              per_s: float) -> None:
+    """Set (or move) the rate timer of the runs `held_by` holds."""
     ctx.conn.execute(
-        """INSERT INTO flow_timer (held_by, kind, name, wake_at) VALUES (?, 'rate', ?, ?)
-           ON CONFLICT (held_by) DO UPDATE SET wake_at = excluded.wake_at""",
-        (f"rate_key:{block.key}", rates.limiter_name(block.key), block.wake_at))
+        """INSERT INTO flow_timer (held_by, kind, name, wake_at, rate_max, rate_per_s) VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT (held_by) DO UPDATE SET wake_at = excluded.wake_at, rate_max = excluded.rate_max,
+               rate_per_s = excluded.rate_per_s""",
+        (held_by, kind, name, wake_at, int(maximum), float(per_s)))
     ctx.changes.touch("flow_timer")
 
 
@@ -48,41 +55,44 @@ def wake_flow_timers(ctx: WriteContext) -> dict[str, Any]:
     now = ctx.timer_now
     woken: dict[str, int] = {}
     rows = ctx.conn.execute(
-        "SELECT held_by, kind, run_id FROM flow_timer WHERE wake_at IS NOT NULL AND wake_at <= ? "
-        "ORDER BY wake_at LIMIT ?", (now, TIMER_BATCH)).fetchall()
-    for held_by, kind, run_id in rows:
+        "SELECT held_by, kind, run_id, rate_max, rate_per_s FROM flow_timer WHERE wake_at IS NOT NULL "
+        "AND wake_at <= ? ORDER BY wake_at LIMIT ?", (now, TIMER_BATCH)).fetchall()
+    for held_by, kind, run_id, maximum, per_s in rows:
         if kind == "debounce":
             woken[held_by] = _fire_debounce(ctx, held_by, run_id)
         else:
-            woken[held_by] = _let_go_rate(ctx, held_by, now)
+            woken[held_by] = _let_go_rate(ctx, held_by, kind, int(maximum), float(per_s), now)
     if woken:
         ctx.changes.touch("run")
         ctx.changes.touch("flow_timer")
     return {"timers": woken, "more": len(rows) == TIMER_BATCH}
 
 
-def _let_go_rate(ctx: WriteContext, held_by: str, now: float) -> int:
-    rate_key = held_by[len("rate_key:"):]
-    first = ctx.conn.execute(
-        f"SELECT rate_max, rate_per_s FROM run WHERE held_by = ? AND status = 'queued' AND queue_class = {QUEUE_HELD} "
-        "ORDER BY priority DESC, queued_at LIMIT 1", (held_by,)).fetchone()
-    if first is None:  # nothing held any more (cancelled, or let go otherwise)
-        ctx.conn.execute("DELETE FROM flow_timer WHERE held_by = ?", (held_by,))
-        return 0
-    maximum, per_s = int(first[0]), float(first[1])
+#: The runs a rate timer holds: fresh runs held back from the claim, or runs parked before a node.
+_HELD = {"rate": f"status = 'queued' AND queue_class = {QUEUE_HELD}", "rate_node": "status = 'parked' AND park_reason = 'waiting'"}
+
+
+def _let_go_rate(ctx: WriteContext, held_by: str, kind: str, maximum: int, per_s: float, now: float) -> int:
+    rate_key = held_by.split(":", 1)[1]
+    held = _HELD[kind]
     starts = [float(row[0]) for row in ctx.conn.execute(
         "SELECT started_at FROM rate_start WHERE rate_key = ? AND started_at > ?", (rate_key, now - per_s))]
     used, _next = rates.window_state(starts, maximum, per_s, now)
-    free = maximum - used - waiting_fresh(ctx.conn, "rate_key", rate_key)
+    free = maximum - used - (waiting_fresh(ctx.conn, "rate_key", rate_key) if kind == "rate" else 0)
     released = 0
     if free > 0:
-        released = ctx.conn.execute(
-            f"""UPDATE run SET queue_class = {QUEUE_FRESH}, held_by = NULL WHERE run_id IN (
-                    SELECT run_id FROM run WHERE held_by = ? AND status = 'queued' AND queue_class = {QUEUE_HELD}
-                    ORDER BY priority DESC, queued_at LIMIT ?)""", (held_by, free)).rowcount
-    remaining = ctx.conn.execute(
-        f"SELECT 1 FROM run WHERE held_by = ? AND status = 'queued' AND queue_class = {QUEUE_HELD} LIMIT 1",
-        (held_by,)).fetchone()
+        chosen = [row[0] for row in ctx.conn.execute(
+            f"SELECT run_id FROM run WHERE held_by = ? AND {held} ORDER BY priority DESC, queued_at LIMIT ?",
+            (held_by, free))]
+        for run_id in chosen:
+            if kind == "rate":
+                ctx.conn.execute(f"UPDATE run SET queue_class = {QUEUE_FRESH}, held_by = NULL WHERE run_id = ?",
+                                 (run_id,))
+            else:  # back to the queue (or cancelled, or parked paused) as any woken wait
+                ctx.conn.execute("UPDATE run SET held_by = NULL WHERE run_id = ?", (run_id,))
+                wake_waiting(ctx, run_id, "rate")
+        released = len(chosen)
+    remaining = ctx.conn.execute(f"SELECT 1 FROM run WHERE held_by = ? AND {held} LIMIT 1", (held_by,)).fetchone()
     if remaining is None:
         ctx.conn.execute("DELETE FROM flow_timer WHERE held_by = ?", (held_by,))
         return released

@@ -255,7 +255,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
                            "(effect.resolve confirm|retry), then restart")
         spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
                                           "project_path", "session_id", "priority", "concurrency_key",
-                                          "concurrency_max")}
+                                          "concurrency_max", "rate_key", "rate_max", "rate_per_s")}
         source_sha = run["source_sha256"]
         # The same code draws as the run did; a run stored before graphs were gets the one the host
         # built from its snapshot (args.graph, when it had to load it anyway).
@@ -268,6 +268,8 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
                                                            "definition_digest")})
             if "concurrency_key" in fresh:  # the new code's limit (built by protocol/catalog/runs.py)
                 spec.update(concurrency_key=fresh["concurrency_key"], concurrency_max=fresh["concurrency_max"])
+            if "rate_key" in fresh:  # likewise its rate limit (a restart is a start: it spends one)
+                spec.update(rate_key=fresh["rate_key"], rate_max=fresh["rate_max"], rate_per_s=fresh["rate_per_s"])
             source_sha = graph_sha = None
             spec["source"] = fresh.get("source")
             spec["graph"] = fresh.get("graph")

@@ -4,6 +4,9 @@ its own start in an oracle file: one `O_APPEND` write of `"start <run_id> <time.
 
 - `paced_graph` (a graph) and `paced_function` (a function workflow) share the named limiter
   `mail_api`: together at most `PACE_MAX` starts in any `PACE_PER_S` seconds;
+- `notify_graph` (an `action` node) and `notify_function` (an `effect=True` step) take a start of the
+  named limiter `smtp` before each call: together at most `SMTP_MAX` calls in any `SMTP_PER_S`
+  seconds, each recording `sent <run_id> <time.time()> <pid>` as it runs;
 - `reindex` is debounced per `input["doc"]`: starts within `QUIET_S` of each other make one run,
   which records the input it got (`indexed <run_id> <doc> <edit>`).
 """
@@ -14,11 +17,13 @@ import os
 import time
 
 from piwf_actors.durable import step, workflow
-from piwf_actors.workflows import compute, debounce, define_workflow, rate_limiter
+from piwf_actors.workflows import action, compute, debounce, define_workflow, rate_limiter
 
 PACE_MAX = 2
 PACE_PER_S = 4.0
 QUIET_S = 4.0
+SMTP_MAX = 2
+SMTP_PER_S = 3.0
 
 
 def append(path: str, *fields: object) -> None:
@@ -53,6 +58,32 @@ def paced_function(oracle: str, n: int) -> dict:
 
     send_mail(oracle, current_run().run_id)
     return {"sent": n}
+
+
+smtp = rate_limiter("smtp", SMTP_MAX, per_s=SMTP_PER_S)
+
+
+def _mail(ctx):
+    append(ctx.input["oracle"], "sent", ctx.run_id, repr(time.time()), os.getpid())
+    return {"mailed": ctx.input["n"]}
+
+
+notify_graph = define_workflow(name="notify-graph", start_at="mail",
+                               nodes={"mail": action(run=_mail, idempotent=True, rate=smtp)}, edges=[])
+
+
+@step(effect=True, idempotent=True, rate=smtp)
+def mail(oracle: str, run_id: str) -> bool:
+    append(oracle, "sent", run_id, repr(time.time()), os.getpid())
+    return True
+
+
+@workflow(name="notify-function")
+def notify_function(oracle: str, n: int) -> dict:
+    from piwf_actors.durable import current_run
+
+    mail(oracle, current_run().run_id)
+    return {"mailed": n}
 
 
 def _reindex(ctx):
