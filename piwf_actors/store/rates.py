@@ -63,8 +63,9 @@ def count_start(conn: Connection, run: dict[str, Any], now: float) -> None:
     transaction, and forget the starts of that key that left the window."""
     conn.execute("DELETE FROM rate_start WHERE rate_key = ? AND started_at <= ?",
                  (run["rate_key"], now - float(run["rate_per_s"])))
-    conn.execute("INSERT INTO rate_start (rate_key, run_id, started_at) VALUES (?, ?, ?) "
-                 "ON CONFLICT (rate_key, run_id) DO NOTHING", (run["rate_key"], run["run_id"], now))
+    conn.execute("INSERT INTO rate_start (rate_key, run_id, started_at, left_at) VALUES (?, ?, ?, ?) "
+                 "ON CONFLICT (rate_key, run_id) DO NOTHING",
+                 (run["rate_key"], run["run_id"], now, now + float(run["rate_per_s"])))
 
 
 def counts_start(run: dict[str, Any]) -> bool:

@@ -10,19 +10,21 @@ from piwf_actors.store.schema_base import Base
 
 
 class RateStart(Base):
-    """One start counted against a rate key (`run.rate_key`): written by the claim that starts the run,
-    in its transaction. The claim counts the rows of the last `per_s` seconds and deletes the older
-    ones of the key it reads, so a key keeps at most `max` rows (plus those of keys never seen again,
-    which `state.prune` removes with their runs' age)."""
+    """One start counted against a rate key: written in the transaction that spends it (the claim that
+    starts a fresh run, `run_id` the run's; a node's `rate_take`, `run_id` the attempt's). A check
+    counts the rows of the last `per_s` seconds and deletes the older ones of the key it reads, so a
+    key keeps at most `max` rows; `left_at` (`started_at + per_s`) is when the row leaves its window,
+    after which `state.prune` removes the rows of keys never read again."""
 
     rate_key = pw.TextField()
     run_id = pw.TextField()
     started_at = pw.FloatField()
+    left_at = pw.FloatField()
 
     class Meta:
         table_name = "rate_start"
         primary_key = pw.CompositeKey("rate_key", "run_id")
-        indexes = ((("rate_key", "started_at"), False),)
+        indexes = ((("rate_key", "started_at"), False), (("left_at",), False))
 
 
 class FlowTimer(Base):

@@ -252,3 +252,13 @@ def test_a_node_over_its_limiters_budget_parks_without_its_worker_and_wakes_when
     assert take(store, "b", "att-b2") == {"granted": True}
     assert q(store, "SELECT run_id FROM rate_start ORDER BY started_at") == [("att-b2",)]  # a1 left the window
     assert q(store, "SELECT count(*) FROM flow_timer") == [(0,)]
+
+
+def test_prune_removes_the_starts_that_left_their_window(writer_store: WriterStore) -> None:
+    store = writer_store
+    store.writer.call("run.create", limited("m0", "old-key", 1, per_s=10.0))
+    store.writer.call("run.create", limited("m1", "new-key", 1, per_s=1000.0))
+    assert sorted(claim(store)) == ["m0", "m1"]
+    store.time += 11
+    store.writer.call("state.prune", {"before": store.time - 86400, "apply": True})
+    assert q(store, "SELECT rate_key FROM rate_start") == [("new-key",)]
