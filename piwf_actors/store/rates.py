@@ -51,11 +51,28 @@ def reason(rate_key: str, maximum: int, per_s: float, next_at: float, now: float
     return f"rate limit {rate_key}: {maximum} per {per_s:g} s, next in {wait_s} s"
 
 
+def window(conn: Connection, rate_key: str, maximum: int, per_s: float, now: float,
+           starting_now: int = 0) -> tuple[int, float | None]:
+    """`window_state` of the recorded starts of `rate_key`, read with two index range reads whatever
+    the budget (a count, then the one start whose leaving frees the next: OFFSET `used - maximum`).
+    `starting_now` adds that many starts at `now` (runs just let go, which the claim will count)."""
+    since = now - float(per_s)
+    used = int(conn.execute("SELECT count(*) FROM rate_start WHERE rate_key = ? AND started_at > ?",
+                            (rate_key, since)).fetchone()[0])
+    total = used + starting_now
+    if total < maximum:
+        return total, None
+    nth = total - maximum  # the start that must leave the window first (0: the oldest)
+    if nth >= used:
+        return total, now + float(per_s)  # one of those starting now
+    row = conn.execute("SELECT started_at FROM rate_start WHERE rate_key = ? AND started_at > ? "
+                       "ORDER BY started_at LIMIT 1 OFFSET ?", (rate_key, since, nth)).fetchone()
+    return total, float(row[0]) + float(per_s)
+
+
 def next_start(conn: Connection, rate_key: str, maximum: int, per_s: float, now: float) -> float | None:
     """When the next run of `rate_key` may start (None: now), from the recorded starts."""
-    starts = [float(row[0]) for row in conn.execute(
-        "SELECT started_at FROM rate_start WHERE rate_key = ? AND started_at > ?", (rate_key, now - per_s))]
-    return window_state(starts, int(maximum), float(per_s), now)[1]
+    return window(conn, rate_key, int(maximum), float(per_s), now)[1]
 
 
 def count_start(conn: Connection, run: dict[str, Any], now: float) -> None:

@@ -262,3 +262,19 @@ def test_prune_removes_the_starts_that_left_their_window(writer_store: WriterSto
     store.time += 11
     store.writer.call("state.prune", {"before": store.time - 86400, "apply": True})
     assert q(store, "SELECT rate_key FROM rate_start") == [("new-key",)]
+
+
+@pytest.mark.parametrize("starting_now", [0, 1, 3])
+def test_the_windows_two_index_reads_agree_with_the_arithmetic(writer_store: WriterStore, starting_now: int) -> None:
+    """`rates.window` (a count and one OFFSET read) against `window_state` on the same starts."""
+    store = writer_store
+    base = store.time
+    for n, at in enumerate((1.0, 3.0, 3.5, 7.0, 9.0, 12.0)):
+        store.time = base + at
+        store.writer.call("run.create", limited(f"m{n}", maximum=100, per_s=10.0))
+        assert claim(store) == [f"m{n}"]
+    now = base + 13.0
+    starts = [at for (at,) in q(store, "SELECT started_at FROM rate_start")]
+    for maximum in (1, 2, 3, 4, 6):
+        expected = rates.window_state(starts + [now] * starting_now, maximum, 10.0, now)
+        assert rates.window(store.reader.conn, "mail-api", maximum, 10.0, now, starting_now) == expected, maximum

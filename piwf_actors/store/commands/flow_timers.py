@@ -75,9 +75,7 @@ _HELD = {"rate": f"status = 'queued' AND queue_class = {QUEUE_HELD}", "rate_node
 def _let_go_rate(ctx: WriteContext, held_by: str, kind: str, maximum: int, per_s: float, now: float) -> int:
     rate_key = held_by.split(":", 1)[1]
     held = _HELD[kind]
-    starts = [float(row[0]) for row in ctx.conn.execute(
-        "SELECT started_at FROM rate_start WHERE rate_key = ? AND started_at > ?", (rate_key, now - per_s))]
-    used, _next = rates.window_state(starts, maximum, per_s, now)
+    used, _next = rates.window(ctx.conn, rate_key, maximum, per_s, now)
     free = maximum - used - (waiting_fresh(ctx.conn, "rate_key", rate_key) if kind == "rate" else 0)
     released = 0
     if free > 0:
@@ -97,7 +95,7 @@ def _let_go_rate(ctx: WriteContext, held_by: str, kind: str, maximum: int, per_s
         ctx.conn.execute("DELETE FROM flow_timer WHERE held_by = ?", (held_by,))
         return released
     # As if those let go started now: the earliest the next start can be allowed.
-    _used, next_at = rates.window_state(starts + [now] * max(released, 0), maximum, per_s, now)
+    _used, next_at = rates.window(ctx.conn, rate_key, maximum, per_s, now, starting_now=released)
     if next_at is None or next_at <= now:
         next_at = now + per_s  # waiting fresh runs fill the window: the claim that holds them sets it sooner
     ctx.conn.execute("UPDATE flow_timer SET wake_at = ? WHERE held_by = ?", (next_at, held_by))
