@@ -197,10 +197,10 @@ class CachedOnly(WorkflowResolver):
             raise NotCached(workflow.name)
         return super().concurrency_key(workflow, run_input)
 
-    def flow_spec(self, workflow: Workflow, run_input: Any) -> dict[str, Any]:
+    def flow_spec(self, workflow: Workflow, run_input: Any, *, rate_only: bool = False) -> dict[str, Any]:
         if runs_flow_code(workflow):
             raise NotCached(workflow.name)
-        return super().flow_spec(workflow, run_input)
+        return super().flow_spec(workflow, run_input, rate_only=rate_only)
 
     def load_snapshot(self, source: bytes, path: str, attr: str, expected_digest: str,
                       project_path: str | None) -> Workflow:
@@ -306,11 +306,12 @@ def _limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: An
                        f"{type(exc).__name__}: {exc}"[:1000]) from None
 
 
-def _flow(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any) -> dict[str, Any]:
+def _flow(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any,
+          rate_only: bool = False) -> dict[str, Any]:
     """The rate limit and debounce columns of a start (workflows/rate_limits.py), its key functions
     bounded like the concurrency key's: whatever they raise refuses the run with one line."""
     try:
-        return resolver.flow_spec(resolved.workflow, run_input)
+        return resolver.flow_spec(resolved.workflow, run_input, rate_only=rate_only)
     except (NotCached, PiwfError):
         raise
     except (Exception, SystemExit) as exc:
@@ -468,4 +469,4 @@ _NO_RATE = {"rate_key": None, "rate_max": None, "rate_per_s": None}
 
 def _rate(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any) -> dict[str, Any]:
     """The rate columns of `_flow` alone: a restart is a start, never debounced."""
-    return {key: value for key, value in _flow(resolver, resolved, run_input).items() if key in _NO_RATE}
+    return _flow(resolver, resolved, run_input, rate_only=True)
