@@ -54,6 +54,7 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/growth.py
 	$(PY) bench/fanout.py
 	$(PY) bench/sleepers.py --quick
+	$(PY) bench/rate_held.py
 	$(PY) bench/messages.py
 
 # Random SIGKILLs of hosts, workers and runner hosts on SQLite and PostgreSQL, checked against an

@@ -53,6 +53,7 @@ from piwf_actors.errors import HostError
 from piwf_actors.paths import DatabaseLocation
 from piwf_actors.statuses import RUN_STATUSES, TERMINAL_STATUSES
 from piwf_actors.store import metrics_queries as mq
+from piwf_actors.store import rates
 from piwf_actors.store.database import StoreOptions
 from piwf_actors.store.queries import run_counts
 from piwf_actors.store.reader import StoreReader
@@ -266,6 +267,7 @@ class StoreCollector(Collector):
                     effects = mq.ambiguous_effects(reader)
                     deliveries = mq.ambiguous_channel_deliveries(reader)
                     undelivered = mq.undelivered_channel_messages(reader)
+                    rate_held = rates.held_by_limiter(reader.conn)
             finally:
                 reader.close()
         except Exception:  # a scrape must never take the exporter down
@@ -281,8 +283,12 @@ class StoreCollector(Collector):
         by_status = GaugeMetricFamily("piwf_runs", "Runs in the database, by status", labels=["status"])
         for status in (*RUN_STATUSES, *sorted(set(runs) - set(RUN_STATUSES))):
             by_status.add_metric([status], runs.get(status, 0))
+        held = GaugeMetricFamily("piwf_runs_rate_held", "Runs held by a rate limit, by limiter", labels=["limiter"])
+        for limiter, count in sorted(rate_held.items()):
+            held.add_metric([limiter], count)
         return [
             by_status,
+            held,
             GaugeMetricFamily("piwf_decisions_pending", "Human decisions waiting for an answer", value=decisions),
             GaugeMetricFamily("piwf_effects_ambiguous", "Side effects with an unknown outcome (need a person)",
                               value=effects),

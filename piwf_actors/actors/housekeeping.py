@@ -177,7 +177,7 @@ class Housekeeper(PollingActor):
         self._replies = WriteReplies(self._writer, self.actor_ref)
         self._alarm = Alarm(self.actor_ref, HousekeepingTick(), "housekeeper", clock=self._timer_now).start()
         self._ticker = Ticker(self.actor_ref, HousekeepingTick(), self._tick_s, "housekeeper").start()
-        self._writer.ref.tell(Subscribe(self.actor_ref, frozenset({"run_wait"})))
+        self._writer.ref.tell(Subscribe(self.actor_ref, frozenset({"run_wait", "flow_timer"})))
         if self._timer_clock is not None:
             self._unsubscribe_timer = self._timer_clock.subscribe(self._timer_moved)
 
@@ -203,7 +203,7 @@ class Housekeeper(PollingActor):
 
     def _changed(self, notice: ChangeNotice) -> None:
         """Runs in the housekeeper's thread: a wait was made or settled; its time may be the nearest."""
-        if "run_wait" in notice.tables:
+        if "run_wait" in notice.tables or "flow_timer" in notice.tables:
             self._arm_next_wake()
 
     def _arm_next_wake(self) -> None:

@@ -111,6 +111,9 @@ def cmd_start(ctx: Ctx, parser: argparse.ArgumentParser) -> int:
     if not args.wait:
         if ctx.json:
             ctx.emit_json(receipt)
+        elif receipt.get("joined"):  # a debounced start collapsed into the run held for its key
+            ctx.out.print(Text.assemble("joined ", (run_id, "bold"),
+                                        f" (debounced: {receipt.get('debounce_starts')} starts so far)"))
         else:
             ctx.out.print(Text.assemble("started ", (run_id, "bold"), f" ({receipt.get('status')})"))
         return EXIT_OK

@@ -33,6 +33,7 @@ from piwf_actors.durable.waits import (
 )
 from piwf_actors.workflows.function_parts import function_parts
 from piwf_actors.workflows.kinds.human_decision import choice, text_input
+from piwf_actors.workflows.rate_limits import debounce, rate_limit, rate_limiter
 from piwf_actors.workflows.schedules import define_schedule
 from piwf_actors.workflows.waits import limit
 
@@ -41,4 +42,5 @@ __all__ = [
     "define_schedule",
     "function_parts", "limit", "map_children", "run_child", "send_message", "shell", "sleep", "sleep_until", "step",
     "text_input", "wait_message", "workflow",
+    "debounce", "rate_limit", "rate_limiter",
 ]

@@ -32,7 +32,7 @@ class Step:
     name unless given); `options` what it was declared with (part of the workflow's digest)."""
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None, effect: bool, idempotent: bool | None,
-                 retries: int, retry_backoff_s: float, timeout_s: float | None) -> None:
+                 retries: int, retry_backoff_s: float, timeout_s: float | None, rate: Any = None) -> None:
         if not callable(fn):
             raise WorkflowDefinitionError(f"@step needs a function, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)  # __name__, __doc__, __wrapped__ (the digest follows it)
@@ -43,9 +43,12 @@ class Step:
             raise WorkflowDefinitionError(f"step {self.name!r}: idempotent= applies to effect=True steps only")
         self.options = {"effect": bool(effect), "idempotent": bool(idempotent) if effect else True,
                         "retries": retries, "retry_backoff_s": retry_backoff_s, "timeout_s": timeout_s}
+        if rate is not None:  # absent otherwise: digests of steps without a limiter stay as they were
+            self.options["rate"] = rate
         template: Any = (ActionSpec(run=fn, idempotent=bool(idempotent), timeout_s=timeout_s, retries=retries,
-                                    retry_backoff_s=retry_backoff_s) if effect else
-                         ComputeSpec(run=fn, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s))
+                                    retry_backoff_s=retry_backoff_s, rate=rate) if effect else
+                         ComputeSpec(run=fn, timeout_s=timeout_s, retries=retries, retry_backoff_s=retry_backoff_s,
+                                     rate=rate))
         self._template = checked_node(self.name, template)  # a bad option is a definition error, now
         self._returns: Any = _UNREAD
         try:
@@ -85,14 +88,15 @@ _UNREAD = object()
 
 def step(fn: Callable[..., Any] | None = None, *, name: str | None = None, effect: bool = False,
          idempotent: bool | None = None, retries: int = 0, retry_backoff_s: float = 0.0,
-         timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Any:
+         timeout_s: float | None = DEFAULT_TIMEOUT_S, rate: Any = None) -> Any:
     """Make `fn` a durable step (`@step`, `@step()` or `@step(effect=True, retries=2, …)`).
 
     `effect=True`: a side effect under the effect ledger, as an `action` node (`idempotent=True` says
     running it again after a crash or a timeout is harmless). `retries`, `retry_backoff_s` and
-    `timeout_s` as on nodes. `name`: the step's id (default: the function's name)."""
+    `timeout_s` as on nodes. `name`: the step's id (default: the function's name). `rate`: a named
+    `rate_limiter` each call takes a start of before it runs (workflows/rate_limits.py)."""
     def make(function: Callable[..., Any]) -> Step:
         return Step(function, name=name, effect=effect, idempotent=idempotent, retries=retries,
-                    retry_backoff_s=retry_backoff_s, timeout_s=timeout_s)
+                    retry_backoff_s=retry_backoff_s, timeout_s=timeout_s, rate=rate)
 
     return make(fn) if fn is not None else make

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from piwf_actors.store.debounces import debounce_reason
 from piwf_actors.store.reader import StoreReader
 from piwf_actors.store.slots import SLOT_COLUMNS, blocked_by
 
@@ -29,7 +30,7 @@ def flow_view(reader: StoreReader, run: dict[str, Any], now: float | None = None
     view: dict[str, Any] = {
         "priority": run["priority"], "parent_node_id": run["parent_node_id"], "child_index": run["child_index"],
         "copied_from": run["copied_from"], "concurrency_key": run["concurrency_key"],
-        "queue_reason": queue_reason(reader, run), "waits": _waits(reader, run_id, now),
+        "queue_reason": queue_reason(reader, run, now), "waits": _waits(reader, run_id, now),
         "mailbox": {topic: int(n) for topic, n in reader.all(
             "SELECT topic, count(*) FROM run_message WHERE run_id = ? AND status = 'pending' GROUP BY topic "
             "ORDER BY topic", (run_id,))},
@@ -43,10 +44,14 @@ def flow_view(reader: StoreReader, run: dict[str, Any], now: float | None = None
     return view
 
 
-def queue_reason(reader: StoreReader, run: dict[str, Any]) -> str | None:
+def queue_reason(reader: StoreReader, run: dict[str, Any], now: float | None = None) -> str | None:
     if run["status"] != "queued":
         return None
-    block = blocked_by(reader.conn, {key: run[key] for key in SLOT_COLUMNS})
+    now = time.time() if now is None else now
+    debounced = debounce_reason(reader.conn, run, now)
+    if debounced is not None:
+        return debounced
+    block = blocked_by(reader.conn, {key: run[key] for key in SLOT_COLUMNS}, now)
     return None if block is None else block.reason
 
 

@@ -170,6 +170,16 @@ def _v19_http_sessions(db: Any) -> None:
         db.create_tables(schema.V19_MODELS, safe=True)
 
 
+def _v20_rate_limits(db: Any) -> None:
+    """Flow control by rate (workflows/rate_limits.py): run.rate_key, rate_max and rate_per_s; the
+    `rate_start` and `flow_timer` tables; the indexes the claim and the housekeeper read."""
+    _add_columns(db, (("run", "rate_key", "TEXT"), ("run", "rate_max", "INTEGER"), ("run", "rate_per_s", engine_of(db).real_type)))
+    with BIND_LOCK, db.bind_ctx(schema.V20_MODELS + (schema.Run,)):
+        db.create_tables(schema.V20_MODELS, safe=True)
+        for model, index in schema.V20_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+
+
 def _ids_as_text(text: str | None, keys: tuple[str, ...]) -> str | None:
     """A channel effect's JSON with the integers under `keys` as their decimal text (unchanged when none is)."""
     if not text:
@@ -209,7 +219,7 @@ BASELINE = 6
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
                                _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs,
-                               _v17_channel_ids, _v18_http_tokens, _v19_http_sessions]
+                               _v17_channel_ids, _v18_http_tokens, _v19_http_sessions, _v20_rate_limits]
 LATEST_VERSION = BASELINE + len(MIGRATIONS)
 
 

@@ -416,10 +416,14 @@ def next_deadline(reader: StoreReader) -> float | None:
 
 
 def next_wake(reader: StoreReader) -> float | None:
-    """The nearest wake-up time of a pending wait (a sleep, a message timeout): one probe of the
-    `run_wait_wake_at` index, however many runs sleep."""
+    """The nearest wake-up time of a pending wait (a sleep, a message timeout) or of held runs' timer:
+    one probe of the `run_wait_wake_at` and `flow_timer_wake_at` indexes, however many runs wait."""
     row = reader.one("SELECT min(wake_at) FROM run_wait WHERE status = 'pending' AND wake_at IS NOT NULL")
-    return None if row is None or row[0] is None else float(row[0])
+    wait = None if row is None or row[0] is None else float(row[0])
+    # ... and of the timers of runs held by a rate limit or a debounce (store/commands/flow_timers.py)
+    row = reader.one("SELECT min(wake_at) FROM flow_timer WHERE wake_at IS NOT NULL")
+    timer = None if row is None or row[0] is None else float(row[0])
+    return min((at for at in (wait, timer) if at is not None), default=None)
 
 
 def claimable_exists(reader: StoreReader, exclude: list[str]) -> bool:

@@ -29,6 +29,7 @@ from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table m
 )
 from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
 from piwf_actors.store.schema_http import HttpSession, HttpToken
+from piwf_actors.store.schema_rates import FLOW_MODELS, FlowTimer
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
 from piwf_actors.store.schema_schedules import ScheduleFire, ScheduleRecord
 from piwf_actors.store.schema_waits import RunMessage, RunWait
@@ -148,6 +149,11 @@ class Run(Base):
     # run starts, so drawing the run (`run.graph`, `piwf graph RUN`, piwf-top) runs none of its code.
     # Equal definitions share one blob. NULL: a run stored before v16 (drawn from the nodes it reached).
     graph_sha256 = pw.TextField(null=True)
+    # Schema v20 (workflows/rate_limits.py): a fresh run with a `rate_key` starts only while fewer than
+    # `rate_max` runs of that key started in the last `rate_per_s` seconds (store/rates.py).
+    rate_key = pw.TextField(null=True)
+    rate_max = pw.IntegerField(null=True)
+    rate_per_s = pw.FloatField(null=True)
 
     class Meta:
         table_name = "run"
@@ -386,10 +392,12 @@ ALL_MODELS: tuple[type[Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost, RunWait, RunMessage, HttpToken, HttpSession,
+    RunnerHost, RunWait, RunMessage, HttpToken, HttpSession, *FLOW_MODELS,
 )
 #: The tables of schema v19 (the web console's sessions).
 V19_MODELS: tuple[type[Base], ...] = (HttpSession,)
+#: The tables of schema v20 (rate limits and debounce).
+V20_MODELS: tuple[type[Base], ...] = FLOW_MODELS
 #: The tables of schema v18 (the HTTP door's tokens).
 V18_MODELS: tuple[type[Base], ...] = (HttpToken,)
 #: The tables of schema v14 (waits and mailboxes).
@@ -503,4 +511,14 @@ V16_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (Run, _blob_prefix_index(Run, Run.graph_sha256, "run_graph_sha256_prefix")),
 )
 for _model, _index in V16_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v20: the nearest timer of held runs (the housekeeper reads only the nearest), and
+#: the fresh runs of a rate key, which the claim holds together.
+V20_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (FlowTimer, FlowTimer.index(FlowTimer.wake_at, name="flow_timer_wake_at", where=FlowTimer.wake_at.is_null(False))),
+    (Run, Run.index(Run.rate_key, Run.status, Run.queue_class, name="run_rate_key",
+                    where=Run.rate_key.is_null(False))),
+)
+for _model, _index in V20_INDEXES:
     _model.add_index(_index)

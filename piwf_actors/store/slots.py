@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from piwf_actors.store import rates
 from piwf_actors.store.engines.base import Connection
 
 #: The columns of `run` the check reads.
 SLOT_COLUMNS = ("run_id", "generation", "concurrency_key", "concurrency_max", "parent_run_id", "parent_node_id",
-                "parent_wait_id", "fanout_max")
+                "parent_wait_id", "fanout_max", "rate_key", "rate_max", "rate_per_s")
 
-_COLUMNS = {"concurrency_key", "parent_wait_id"}
+_COLUMNS = {"concurrency_key", "parent_wait_id", "rate_key"}
 
 
 def holders(conn: Connection, column: str, key: str) -> int:
@@ -47,13 +48,15 @@ class Block:
     """What keeps a fresh run from starting: every fresh run of the same `column` = `key` is kept by it
     too (a full concurrency key or fan-out, a paused parent), so the claim holds them all at once."""
 
-    column: str  # concurrency_key | parent_wait_id | parent_run_id (a paused parent)
+    column: str  # concurrency_key | parent_wait_id | parent_run_id (a paused parent) | rate_key
     key: str
     reason: str
+    wake_at: float | None = None  # a rate limit's: when its next start is allowed (store/rates.py)
 
 
-def blocked_by(conn: Connection, run: dict[str, Any]) -> Block | None:
-    """What keeps the fresh run `run` (SLOT_COLUMNS at least) from starting now, or None."""
+def blocked_by(conn: Connection, run: dict[str, Any], now: float) -> Block | None:
+    """What keeps the fresh run `run` (SLOT_COLUMNS at least) from starting now, or None. A rate
+    limit is checked last: a run kept by a slot spends no start (`now`: timer time)."""
     if run["generation"]:
         return None  # it holds its slots already
     if run["parent_node_id"] is not None:
@@ -73,9 +76,15 @@ def blocked_by(conn: Connection, run: dict[str, Any]) -> Block | None:
             return Block("concurrency_key", run["concurrency_key"],
                          f"waiting for a concurrency slot of {run['concurrency_key']} "
                          f"({used} of {run['concurrency_max']} in use)")
+    if run["rate_key"] is not None and run["rate_max"]:
+        next_at = rates.next_start(conn, run["rate_key"], run["rate_max"], run["rate_per_s"], now)
+        if next_at is not None:
+            return Block("rate_key", run["rate_key"],
+                         rates.reason(run["rate_key"], run["rate_max"], run["rate_per_s"], next_at, now), next_at)
     return None
 
 
 def needs_check(run: dict[str, Any]) -> bool:
     """Whether `blocked_by` can say anything about this run (cheap: no query)."""
-    return not run["generation"] and (run["parent_node_id"] is not None or run["concurrency_key"] is not None)
+    return not run["generation"] and (run["parent_node_id"] is not None or run["concurrency_key"] is not None
+                                      or run["rate_key"] is not None)

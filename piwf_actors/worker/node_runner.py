@@ -34,6 +34,7 @@ from piwf_actors.worker.output_check import (
 from piwf_actors.worker.supervisor_link import SupervisorLink
 from piwf_actors.worker.termination import machine_identity
 from piwf_actors.workflows import NodeContext, Workflow, node_context
+from piwf_actors.workflows.rate_limits import node_rate_key
 
 log = logging.getLogger("piwf_actors.worker.engine")
 
@@ -108,6 +109,10 @@ class NodeRunner:
             return self._interact(node_id, spec, executor, run_input, outputs, attempt_id, answered_by)
         if isinstance(executor, Wait):
             return self._wait(node_id, spec, executor, run_input, outputs, attempt_id)
+        if spec.rate is not None:
+            taken = self._take_rate(node_id, spec, run_input, outputs, attempt_id)
+            if taken is not True:
+                return taken  # parked until the limiter has room (None), or the key function failed
         if spec.has_side_effect:
             reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id, "attempt_no": attempt_no})
@@ -142,6 +147,23 @@ class NodeRunner:
             log.info("node %s failed:\n%s", node_id, frames)
             report.update(outcome="failed", error=one_line(exc), error_code="node_error", traceback=frames)
         return report
+
+    # --- rate limits -----------------------------------------------------------------
+
+    def _take_rate(self, node_id: str, spec: Any, run_input: Any, outputs: dict[str, Any],
+                   attempt_id: str) -> bool | dict[str, Any] | None:
+        """Take a start of the node's named limiter (store/commands/rate_tokens.py) under this attempt's
+        id: True when taken; None when the run parked until a start frees (the launch ends, the next
+        one runs this node again); a failed report when the limiter's key function failed."""
+        limiter = spec.rate
+        try:
+            key = node_rate_key(limiter, self.context(node_id, spec, run_input, outputs, attempt_id).input)
+        except Exception as exc:  # the key function's own failure: the node fails, routed as any
+            return {"node_id": node_id, "attempt_id": attempt_id, "new_attempt": True, "outcome": "failed",
+                    "error": one_line(exc), "error_code": "bad_request"}
+        answer = self.link.accepted("rate_take", {"node_id": node_id, "token_id": attempt_id, "rate_key": key,
+                                                  "rate_max": int(limiter.max), "rate_per_s": float(limiter.per_s)})
+        return True if answer.get("granted") else None
 
     # --- waiting nodes ---------------------------------------------------------------
 

@@ -98,6 +98,7 @@ from piwf_actors.workflows.model import (
     freeze,
     thaw,
 )
+from piwf_actors.workflows.rate_limits import Debounce, RateLimit, debounce, rate_limit, rate_limiter
 from piwf_actors.workflows.resource_manager import ResourceManager, define_resource_manager
 from piwf_actors.workflows.routing import RouteDecision, route
 from piwf_actors.workflows.schedules import Schedule, define_schedule
@@ -121,4 +122,6 @@ __all__ = [
     # waiting, children and flow control (waits.py)
     "ConcurrencyLimit", "MapWorkflowSpec", "ParallelSpec", "RunWorkflowSpec", "SleepSpec", "WaitMessageSpec",
     "limit", "map_workflow", "parallel", "run_workflow", "sleep", "wait_message",
+    # flow control by rate (rate_limits.py)
+    "Debounce", "RateLimit", "debounce", "rate_limit", "rate_limiter",
 ]

@@ -34,6 +34,7 @@ from piwf_actors.workflows.model import (
     Switch,
     Workflow,
 )
+from piwf_actors.workflows.rate_limits import checked_debounce, checked_rate
 from piwf_actors.workflows.routing import OUTCOMES, RESULT_OUTCOME, is_valid_on
 from piwf_actors.workflows.shapes import ShapeError, checked_shape
 from piwf_actors.workflows.validation import check_node_id, check_workflow_name, checked_node, fail
@@ -264,14 +265,18 @@ def define_workflow(
     description: str = "",
     concurrency: Any = None,
     input: Any = None,
+    rate: Any = None,
+    debounce: Any = None,
 ) -> Workflow:
     """A validated, flattened `Workflow`; every problem is a WorkflowDefinitionError
     that names the offending workflow, node or edge. `concurrency=limit(n, key=fn(input))` allows
     at most `n` active runs of it per key (workflows/waits.py). `input` is the shape a run's input
     must have: a shape of `schema.py` or a Python type such as a dataclass (`shapes.py`); `run.start`
-    refuses an input without it."""
+    refuses an input without it. `rate=rate_limit(n, per_s=s, key=fn)` and `debounce=debounce(s, key=fn,
+    max_wait_s=m)` control how often runs start (workflows/rate_limits.py)."""
     check_workflow_name(name)
     limit = checked_limit(name, concurrency)
+    flow = {"rate": checked_rate(name, rate), "debounce": checked_debounce(name, debounce)}
     try:
         input_shape = checked_shape(input, "input")
     except ShapeError as exc:
@@ -305,9 +310,10 @@ def define_workflow(
     digest = workflow_digest(
         name=name, description=description, start_at=start, max_steps=max_steps,
         nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
+        **flow,
     )
     return Workflow(
         name=name, start_at=start, nodes=flat_nodes, routes=flat_routes, max_steps=max_steps,
         digest=digest, source_path=_caller_file(), attr=None, description=description,
-        mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
+        mounts=flat_mounts, concurrency=limit, input_shape=input_shape, **flow,
     )

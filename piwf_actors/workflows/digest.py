@@ -198,8 +198,9 @@ def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
 
 #: (field, node kind or "*": every kind) of the optional fields added after digests were stored, left out
 #: while None: a node's `output=` shape, a checkpoint's audience (without one it goes to "*" profiles only),
-#: a notification's audience (without one it stays in the session outbox).
-_ADDED_LATER = frozenset({("output_shape", "*"), ("audience", "checkpoint"), ("audience", "notify")})
+#: a notification's audience (without one it stays in the session outbox), a node's rate limiter.
+_ADDED_LATER = frozenset({("output_shape", "*"), ("audience", "checkpoint"), ("audience", "notify"),
+                          ("rate", "*")})
 
 
 def _route_doc(route: Edge | Switch) -> Any:
@@ -220,6 +221,8 @@ def workflow_digest(
     concurrency: Any = None,
     input_shape: Any = None,
     function: Any = None,
+    rate: Any = None,
+    debounce: Any = None,
 ) -> str:
     """The hex sha256 of the canonical description of a flattened workflow."""
     printer = _Fingerprinter()
@@ -243,6 +246,10 @@ def workflow_digest(
         document["concurrency"] = printer.value(concurrency)
     if input_shape is not None:  # likewise: the input shape travels with the snapshot's digest
         document["input"] = printer.value(input_shape)
+    if rate is not None:  # likewise for flow control by rate (workflows/rate_limits.py)
+        document["rate"] = printer.value(rate)
+    if debounce is not None:
+        document["debounce"] = printer.value(debounce)
     if function is not None:  # a durable function workflow: its code (and its same-module steps')
         document["function"] = printer.value(function)
     return hashlib.sha256(canonical_json(document).encode()).hexdigest()

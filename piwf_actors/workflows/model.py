@@ -99,6 +99,9 @@ class NodeSpec:
     # The shape the node's output must have (frozen, `schema.py`); compute and action nodes take it
     # (`output=`), and the worker checks it after the node returns (worker/output_check.py).
     output_shape: Mapping[str, Any] | None = None
+    # A named rate limiter (workflows/rate_limits.py) the node takes a start of before it runs: over
+    # its budget the run parks until a start frees, holding no worker. None: no limit.
+    rate: Any = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -234,3 +237,7 @@ class Workflow:
     # top on every launch; its steps are the run's nodes (`nodes`, `routes` empty, `start_at` ""). None
     # for a graph workflow. Its code is part of the digest.
     function: Callback | None = None
+    # Flow control by rate (workflows/rate_limits.py; part of the digest): a `RateLimit` on the run's
+    # starts, a `Debounce` collapsing starts with one key. None when not declared.
+    rate: Any = None
+    debounce: Any = None

@@ -16,6 +16,7 @@ from typing import Any
 from piwf_actors.workflows import discovery
 from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.model import Workflow
+from piwf_actors.workflows.rate_limits import flow_spec, rate_spec, runs_flow_code
 from piwf_actors.workflows.user_code import UserCode
 from piwf_actors.workflows.waits import concurrency_key, runs_user_code
 
@@ -89,6 +90,14 @@ class WorkflowResolver:
         if not runs_user_code(workflow):
             return concurrency_key(workflow, run_input)
         return self.user_code.call(lambda: concurrency_key(workflow, run_input))
+
+    def flow_spec(self, workflow: Workflow, run_input: Any, *, rate_only: bool = False) -> dict[str, Any]:
+        """`rate_limits.flow_spec` (`rate_spec` with `rate_only`: a restart is never debounced), its key
+        functions (if any) run on a user-code thread, bounded by the key limit."""
+        compute = rate_spec if rate_only else flow_spec
+        if not runs_flow_code(workflow):
+            return compute(workflow, run_input)
+        return self.user_code.call(lambda: compute(workflow, run_input))
 
     def load_snapshot(self, source: bytes, path: str, attr: str, expected_digest: str,
                       project_path: str | None) -> Workflow:

@@ -127,7 +127,8 @@ def test_a_version_1_database_is_migrated_to_queue_order_columns(state_dir):
     open_store(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     try:  # turn the fresh file back into what schema v1 created
-        for index in ("run_queue_order", "run_concurrency_key", "run_parent_wait", "run_held_by"):  # v14's
+        for index in ("run_queue_order", "run_concurrency_key", "run_parent_wait", "run_held_by",  # v14's
+                      "run_rate_key"):  # v20's
             conn.execute(f"DROP INDEX {index}")
         conn.execute("DROP INDEX host_command_created_at")
         for column in ("queue_class", "queued_at", "start_failures"):

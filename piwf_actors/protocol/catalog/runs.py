@@ -41,6 +41,7 @@ from piwf_actors.workflows import json_problem
 from piwf_actors.workflows.discovery import ResolvedWorkflow
 from piwf_actors.workflows.graph_data import GraphDataError, document_from_bytes, graph_blob
 from piwf_actors.workflows.model import Workflow
+from piwf_actors.workflows.rate_limits import runs_flow_code
 from piwf_actors.workflows.resolver import WorkflowResolver
 from piwf_actors.workflows.shapes import input_refusal
 from piwf_actors.workflows.waits import runs_user_code, wait_topics
@@ -196,6 +197,11 @@ class CachedOnly(WorkflowResolver):
             raise NotCached(workflow.name)
         return super().concurrency_key(workflow, run_input)
 
+    def flow_spec(self, workflow: Workflow, run_input: Any, *, rate_only: bool = False) -> dict[str, Any]:
+        if runs_flow_code(workflow):
+            raise NotCached(workflow.name)
+        return super().flow_spec(workflow, run_input, rate_only=rate_only)
+
     def load_snapshot(self, source: bytes, path: str, attr: str, expected_digest: str,
                       project_path: str | None) -> Workflow:
         raise NotCached(path)
@@ -262,6 +268,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         # Here, where the host holds the definition: a run that would fail on its input is never queued.
         _check_input(resolved, input)
         limited = _limit(resolver, resolved, input)
+        flow = _flow(resolver, resolved, input)
     except Rejected as err:
         return _refused("run.start", args, err)
     args["spec"] = {
@@ -272,6 +279,7 @@ def start_run_command(resolver: WorkflowResolver, *, workflow: str, input: Any =
         "concurrency_max": None if limited is None else limited[1],
         "graph": resolved.graph(),  # drawing the run loads nothing (workflows/graph_data.py)
         "wait_topics": wait_topics(resolved.workflow),  # for message.send to tell a topic nobody waits on
+        **flow,  # rate limit and debounce (workflows/rate_limits.py)
     }
     return WriteCommand("run.start", args)
 
@@ -295,6 +303,19 @@ def _limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: An
         raise
     except (Exception, SystemExit) as exc:
         raise Rejected(f"workflow {resolved.workflow.name!r}: its concurrency key raised "
+                       f"{type(exc).__name__}: {exc}"[:1000]) from None
+
+
+def _flow(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any,
+          rate_only: bool = False) -> dict[str, Any]:
+    """The rate limit and debounce columns of a start (workflows/rate_limits.py), its key functions
+    bounded like the concurrency key's: whatever they raise refuses the run with one line."""
+    try:
+        return resolver.flow_spec(resolved.workflow, run_input, rate_only=rate_only)
+    except (NotCached, PiwfError):
+        raise
+    except (Exception, SystemExit) as exc:
+        raise Rejected(f"workflow {resolved.workflow.name!r}: its rate or debounce key raised "
                        f"{type(exc).__name__}: {exc}"[:1000]) from None
 
 
@@ -450,8 +471,8 @@ def _restart_limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, datab
     to the run's input (a limit removed is gone; one added applies). The input must also have the new
     code's input shape: a restart that would fail on it is refused."""
     workflow = resolved.workflow
-    if workflow.concurrency is None and workflow.input_shape is None:
-        return {"concurrency_key": None, "concurrency_max": None}
+    if workflow.concurrency is None and workflow.input_shape is None and workflow.rate is None:
+        return {"concurrency_key": None, "concurrency_max": None, **_NO_RATE}
     reader = StoreReader(database)
     try:
         run_input = queries.run_input(reader, run_id)
@@ -461,8 +482,17 @@ def _restart_limit(resolver: WorkflowResolver, resolved: ResolvedWorkflow, datab
     if refusal is not None:
         raise Rejected(f"the input of run {run_id} does not fit the current code of {workflow.name!r}: {refusal}; "
                        "restart it with the stored code (same_code)")
+    rate = {**_NO_RATE, **_rate(resolver, resolved, run_input)}  # the new code's rate limit
     if workflow.concurrency is None:
-        return {"concurrency_key": None, "concurrency_max": None}
+        return {"concurrency_key": None, "concurrency_max": None, **rate}
     limited = _limit(resolver, resolved, run_input)
     assert limited is not None
-    return {"concurrency_key": limited[0], "concurrency_max": limited[1]}
+    return {"concurrency_key": limited[0], "concurrency_max": limited[1], **rate}
+
+
+_NO_RATE = {"rate_key": None, "rate_max": None, "rate_per_s": None}
+
+
+def _rate(resolver: WorkflowResolver, resolved: ResolvedWorkflow, run_input: Any) -> dict[str, Any]:
+    """The rate columns of `_flow` alone: a restart is a start, never debounced."""
+    return _flow(resolver, resolved, run_input, rate_only=True)

@@ -12,6 +12,7 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     interactions,
     lease,
     mailbox,
+    rate_tokens,
     reconciles,
     resources,
     runner_lease,

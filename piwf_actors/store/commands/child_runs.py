@@ -63,7 +63,8 @@ def start_children(ctx: WriteContext, run: dict[str, Any], wait: dict[str, Any],
                 "parent_run_id": run["run_id"], "parent_node_id": wait["node_id"], "parent_wait_id": wait["wait_id"],
                 "child_index": index, "fanout_max": max_parallel, "priority": run["priority"],
                 "concurrency_key": child.get("concurrency_key"), "concurrency_max": child.get("concurrency_max"),
-                "wait_topics": child.get("wait_topics")}
+                "rate_key": child.get("rate_key"), "rate_max": child.get("rate_max"),
+                "rate_per_s": child.get("rate_per_s"), "wait_topics": child.get("wait_topics")}
         stored = put_value(ctx.conn, child.get("input"), ctx.now)
         graph_sha = graphs.of(child["definition_digest"])
         earlier = reusable.get(index)

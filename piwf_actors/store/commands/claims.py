@@ -15,7 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from piwf_actors.errors import Rejected
+from piwf_actors.store import rates
 from piwf_actors.store.blobs import put_json_blob
+from piwf_actors.store.commands.flow_timers import arm_rate_timer
 from piwf_actors.store.commands.holds import hold_blocked
 from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command, peer_provenance
@@ -66,8 +68,10 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
 
     A fresh run over its concurrency limit or its fan-out's `max_parallel` (or whose parent is
     paused) is not claimed: it is held, with every fresh run of the same key (store/commands/holds.py),
-    until a run of that key ends. The check is made run by run in this transaction, after the
-    claims before it, so a limit holds across hosts.
+    until a run of that key ends. A fresh run over its rate limit is held the same way until the
+    time its next start is allowed (a timer, store/commands/flow_timers.py); a fresh run claimed
+    under a rate limit records its start (store/rates.py). The check is made run by run in this
+    transaction, after the claims before it, so a limit holds across hosts.
     """
     single = "slots" not in args
     slots = [args] if single else list(args["slots"])
@@ -77,10 +81,14 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
         held = False
         for run in _candidates(ctx, exclude, len(slots) - len(claimed)):
             exclude.append(run["run_id"])
-            block = blocked_by(ctx.conn, run) if needs_check(run) else None
+            block = blocked_by(ctx.conn, run, ctx.timer_now) if needs_check(run) else None
             if block is not None:
                 held = hold_blocked(ctx, block) > 0 or held
+                if block.wake_at is not None:
+                    arm_rate_timer(ctx, block, run["rate_max"], run["rate_per_s"])  # held runs of a rate key wake when a start is allowed
                 continue
+            if rates.counts_start(run):
+                rates.count_start(ctx.conn, run, ctx.timer_now)
             claimed.append(_claim(ctx, run["run_id"], slots[len(claimed)], float(args["claim_lease_s"])))
         if not held or len(claimed) == len(slots):
             break

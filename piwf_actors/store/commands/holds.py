@@ -18,7 +18,7 @@ from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD
 from piwf_actors.store.slots import Block, holders, waiting_fresh
 
 _GROUP = {"concurrency_key": "concurrency_key = ?", "parent_wait_id": "parent_wait_id = ?",
-          "parent_run_id": "parent_run_id = ? AND parent_node_id IS NOT NULL"}
+          "parent_run_id": "parent_run_id = ? AND parent_node_id IS NOT NULL", "rate_key": "rate_key = ?"}
 
 
 def held_by(column: str, key: str) -> str:

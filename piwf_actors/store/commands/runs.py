@@ -15,6 +15,7 @@ from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import derived_id, new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.commands.flow_timers import debounce_start
 from piwf_actors.store.commands.holds import let_go
 from piwf_actors.store.commands.idempotency import Adopted, Recorded, recorded, refusal_in
 from piwf_actors.store.commands.mailbox import deliver_resumed, wait_topics_of
@@ -33,7 +34,7 @@ from piwf_actors.store.values import put_value
 
 #: Run columns a spec may set beyond the basics (schema v14): priority, limits, a child's place.
 _PLACEMENT = ("priority", "concurrency_key", "concurrency_max", "parent_node_id", "parent_wait_id", "child_index",
-              "fanout_max", "held_by")
+              "fanout_max", "held_by", "rate_key", "rate_max", "rate_per_s")
 
 
 def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[str | None, str | None] | None = None,
@@ -61,8 +62,9 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
                source_sha256, graph_sha256, input_sha256, input_json, project_path, session_id, parent_run_id,
                status, revision, progress, steps, pause_requested, cancel_requested, created_at, updated_at,
                queue_class, queued_at, priority, concurrency_key, concurrency_max, parent_node_id, parent_wait_id,
-               child_index, fanout_max, held_by)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               child_index, fanout_max, held_by, rate_key, rate_max, rate_per_s)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 1, 0, 0, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                   ?, ?, ?)""",
         (run_id, spec["workflow"], spec.get("workflow_path"), spec.get("workflow_attr"),
          spec.get("definition_digest"), source_sha, graph_sha, input_sha, input_json, spec.get("project_path"),
          spec.get("session_id"), spec.get("parent_run_id"), ctx.now, ctx.now, queue_class, ctx.now,
@@ -87,6 +89,9 @@ def start_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
 
     def apply() -> dict[str, Any]:
         refusal_in(args)
+        if args["spec"].get("debounce"):  # collapse into the run held for its key (flow_timers.py)
+            return debounce_start(ctx, args["spec"], lambda spec, queue_class: insert_run(
+                ctx, spec, queue_class=queue_class))
         return insert_run(ctx, args["spec"])
 
     return recorded(ctx, args, apply)
@@ -250,7 +255,7 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
                            "(effect.resolve confirm|retry), then restart")
         spec = {key: run[key] for key in ("workflow", "workflow_path", "workflow_attr", "definition_digest",
                                           "project_path", "session_id", "priority", "concurrency_key",
-                                          "concurrency_max")}
+                                          "concurrency_max", "rate_key", "rate_max", "rate_per_s")}
         source_sha = run["source_sha256"]
         # The same code draws as the run did; a run stored before graphs were gets the one the host
         # built from its snapshot (args.graph, when it had to load it anyway).
@@ -263,6 +268,8 @@ def restart_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
                                                            "definition_digest")})
             if "concurrency_key" in fresh:  # the new code's limit (built by protocol/catalog/runs.py)
                 spec.update(concurrency_key=fresh["concurrency_key"], concurrency_max=fresh["concurrency_max"])
+            if "rate_key" in fresh:  # likewise its rate limit (a restart is a start: it spends one)
+                spec.update(rate_key=fresh["rate_key"], rate_max=fresh["rate_max"], rate_per_s=fresh["rate_per_s"])
             source_sha = graph_sha = None
             spec["source"] = fresh.get("source")
             spec["graph"] = fresh.get("graph")

@@ -97,6 +97,8 @@ def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: 
     # would otherwise pile up, one per worker process ever started.
     ctx.conn.execute("DELETE FROM child_process WHERE run_id IS NULL AND released_at IS NOT NULL "
                      "AND released_at < ?", (before,))
+    # Starts that left their rate window (keys the claim did not read again since): timer time.
+    ctx.conn.execute("DELETE FROM rate_start WHERE left_at <= ?", (ctx.timer_now,))
     commands = 0
     if idempotency_before is not None:
         commands = ctx.conn.execute("DELETE FROM host_command WHERE created_at < ?", (idempotency_before,)).rowcount

@@ -22,6 +22,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json, loads
 from piwf_actors.errors import Rejected
+from piwf_actors.store.commands.flow_timers import wake_flow_timers
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.events import append_event
 from piwf_actors.store.runstate import wake_waiting
@@ -136,4 +137,5 @@ def wake_waits(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
                       "error": f"no message on topic {wait['topic']!r} within {detail.get('timeout_s'):g} s"}
             woken[wait["wait_id"]] = "timed_out"
         settle(ctx, wait, result, reason="timeout", queued_at=queued_at)
-    return {"woken": woken, "more": len(rows) == WAKE_BATCH}
+    timers = wake_flow_timers(ctx)  # runs held by a rate limit or a debounce (flow_timers.py)
+    return {"woken": woken, "timers": timers["timers"], "more": len(rows) == WAKE_BATCH or timers["more"]}

@@ -15,6 +15,7 @@ from typing import Any
 from piwf_actors.worker.executors.base import Wait, WaitRequestError
 from piwf_actors.workflows.context import NodeContext
 from piwf_actors.workflows.model import Workflow
+from piwf_actors.workflows.rate_limits import rate_spec
 from piwf_actors.workflows.shapes import input_refusal
 from piwf_actors.workflows.waits import MAX_CHILDREN, concurrency_key, wait_topics
 
@@ -33,6 +34,7 @@ def _child(parent: Workflow, child: Workflow, run_input: Any, which: str = "") -
     limited = concurrency_key(child, run_input)
     if limited is not None:
         start.update(concurrency_key=limited[0], concurrency_max=limited[1])
+    start.update(rate_spec(child, run_input))  # its rate limit holds for a child's start too
     return start
 
 

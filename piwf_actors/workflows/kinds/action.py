@@ -32,13 +32,15 @@ def action(
     retries: int = 0,
     retry_backoff_s: float = 0.0,
     output: Any = None,
+    rate: Any = None,
 ) -> ActionSpec:
     """A side effect `run(ctx) -> JSON-able output`; `idempotent` allows re-running after a crash.
     `output` is checked like compute's, but a mismatch is not retried: `run` returned, so the effect
-    happened (it is recorded `applied`)."""
+    happened (it is recorded `applied`). `rate`: a named `rate_limiter` the action takes a start of
+    before it runs (workflows/rate_limits.py)."""
     return ActionSpec(
         run=run, idempotent=idempotent, timeout_s=timeout_s, retries=retries,
-        retry_backoff_s=retry_backoff_s, output_shape=output,
+        retry_backoff_s=retry_backoff_s, output_shape=output, rate=rate,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.json_values import MAX_VALUE_DEPTH
 from piwf_actors.workflows.model import NodeSpec, duration_problem, is_number
+from piwf_actors.workflows.rate_limits import node_rate_problem
 from piwf_actors.workflows.shapes import ShapeError, checked_shape
 
 # `/` and `.` are reserved: `/` qualifies included nodes, `.` names include exits.
@@ -85,6 +86,9 @@ def common(node_id: str, spec: NodeSpec, computed_timeout: bool = False) -> dict
         raise fail(node_id, f"retry_backoff_s must be {backoff_problem}")
     if not isinstance(spec.idempotent, bool):
         raise fail(node_id, f"idempotent must be true or false, got {spec.idempotent!r}")
+    rate_problem = node_rate_problem(spec.rate)
+    if rate_problem is not None:
+        raise fail(node_id, rate_problem)
     computed = computed_timeout and callable(spec.timeout_s)
     return {
         "timeout_s": spec.timeout_s if computed else timeout(node_id, spec.timeout_s, True),

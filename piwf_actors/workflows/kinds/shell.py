@@ -46,17 +46,19 @@ def shell(
     idempotent: bool = False,
     retries: int = 0,
     retry_backoff_s: float = 0.0,
+    rate: Any = None,
 ) -> ShellSpec:
     """A command (list or string, or a callable of ctx returning one).
 
     Output `{stdout, stderr, exit_code, duration_ms}`; a nonzero exit fails the
     node unless `allow_nonzero_exit`. `env` is merged onto the worker's
-    environment (a value of None removes the variable).
+    environment (a value of None removes the variable). `rate`: a named `rate_limiter` the command
+    takes a start of before it runs (workflows/rate_limits.py).
     """
     return ShellSpec(
         command=command, shell=shell, cwd=cwd, env=env, timeout_s=timeout_s,
         allow_nonzero_exit=allow_nonzero_exit, idempotent=idempotent, retries=retries,
-        retry_backoff_s=retry_backoff_s,
+        retry_backoff_s=retry_backoff_s, rate=rate,
     )
 
 
