@@ -13,6 +13,7 @@ typed refusal (NotFound, Rejected, Conflict, StandbyHost). Called from the appli
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -42,16 +43,12 @@ class _Answer(pykka.ThreadingActor):
 
 
 class ScheduleResourceControls:
-    """Mixed into `HostHandle`, which provides `_write`, `_require_active` and `actor`."""
+    """Mixed into `HostHandle`, which provides `_write`, `_require_active` and `actor` (declared here
+    for the type checker only: the mixin has no behaviour of its own for them)."""
 
-    def _write(self, operation: str, payload: dict[str, Any], **envelope: Any) -> Any:
-        raise NotImplementedError
-
-    def _require_active(self) -> None:
-        raise NotImplementedError
-
-    def actor(self, name: str) -> pykka.ActorRef[Any] | None:
-        raise NotImplementedError
+    _write: Callable[..., Any]
+    _require_active: Callable[[], None]
+    actor: Callable[[str], pykka.ActorRef[Any] | None]
 
     def pause_schedule(self, name: str, *, client_id: str | None = None,
                        idempotency_key: str | None = None) -> dict[str, Any]:

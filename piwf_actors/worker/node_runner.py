@@ -112,7 +112,8 @@ class NodeRunner:
         if spec.rate is not None:
             taken = self._take_rate(node_id, spec, run_input, outputs, attempt_id)
             if taken is not True:
-                return taken  # parked until the limiter has room (None), or the key function failed
+                # parked until the limiter has room (None), or the key function failed (its report)
+                return taken if isinstance(taken, dict) else None
         if spec.has_side_effect:
             reserved = self.link.accepted("effect_reserve", {"node_id": node_id, "idempotent": spec.idempotent,
                                                                 "attempt_id": attempt_id, "attempt_no": attempt_no})
