@@ -28,6 +28,7 @@ from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table m
     ChannelStream,
 )
 from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
+from piwf_actors.store.schema_events import EVENT_MODELS
 from piwf_actors.store.schema_http import HttpToken
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
 from piwf_actors.store.schema_schedules import ScheduleFire, ScheduleRecord
@@ -386,8 +387,10 @@ ALL_MODELS: tuple[type[Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost, RunWait, RunMessage, HttpToken,
+    RunnerHost, RunWait, RunMessage, HttpToken, *EVENT_MODELS,
 )
+#: The tables of schema v19 (events, their deliveries, subscriptions and batches).
+V19_MODELS: tuple[type[Base], ...] = EVENT_MODELS
 #: The tables of schema v18 (the HTTP door's tokens).
 V18_MODELS: tuple[type[Base], ...] = (HttpToken,)
 #: The tables of schema v14 (waits and mailboxes).
@@ -501,4 +504,12 @@ V16_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
     (Run, _blob_prefix_index(Run, Run.graph_sha256, "run_graph_sha256_prefix")),
 )
 for _model, _index in V16_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v19: the pending event waits on one event name (what `event.emit` settles).
+V19_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (RunWait, RunWait.index(RunWait.topic, RunWait.created_at, name="run_wait_event_pending",
+                            where=(RunWait.kind == "event") & (RunWait.status == "pending"))),
+)
+for _model, _index in V19_INDEXES:
     _model.add_index(_index)

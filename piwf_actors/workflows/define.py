@@ -22,6 +22,7 @@ from typing import Any
 
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import workflow_digest
+from piwf_actors.workflows.events import checked_triggers
 from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import (
     END,
@@ -264,14 +265,19 @@ def define_workflow(
     description: str = "",
     concurrency: Any = None,
     input: Any = None,
+    on_event: Any = None,
+    batch: Any = None,
 ) -> Workflow:
     """A validated, flattened `Workflow`; every problem is a WorkflowDefinitionError
     that names the offending workflow, node or edge. `concurrency=limit(n, key=fn(input))` allows
     at most `n` active runs of it per key (workflows/waits.py). `input` is the shape a run's input
     must have: a shape of `schema.py` or a Python type such as a dataclass (`shapes.py`); `run.start`
-    refuses an input without it."""
+    refuses an input without it. `on_event=on_event(NAME, filter=fn, input=fn)` starts a run per
+    matching event, `batch=batch(max_items=N, max_wait_s=T, key=fn)` one per batch of them
+    (workflows/events.py)."""
     check_workflow_name(name)
     limit = checked_limit(name, concurrency)
+    trigger, batching = checked_triggers(name, on_event, batch)
     try:
         input_shape = checked_shape(input, "input")
     except ShapeError as exc:
@@ -309,5 +315,5 @@ def define_workflow(
     return Workflow(
         name=name, start_at=start, nodes=flat_nodes, routes=flat_routes, max_steps=max_steps,
         digest=digest, source_path=_caller_file(), attr=None, description=description,
-        mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
+        mounts=flat_mounts, concurrency=limit, input_shape=input_shape, on_event=trigger, batch=batching,
     )

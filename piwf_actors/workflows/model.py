@@ -234,3 +234,7 @@ class Workflow:
     # top on every launch; its steps are the run's nodes (`nodes`, `routes` empty, `start_at` ""). None
     # for a graph workflow. Its code is part of the digest.
     function: Callback | None = None
+    # Started by events (`events.on_event`, `events.batch`; not part of the digest: they say when runs
+    # start, not what a run does): the host's event keeper finds workflows that have one.
+    on_event: Any = None
+    batch: Any = None
