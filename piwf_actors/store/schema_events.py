@@ -45,7 +45,7 @@ class EventDelivery(Base):
     class Meta:
         table_name = "event_delivery"
         primary_key = pw.CompositeKey("event_id", "subscription")
-        indexes = ((("batch_id",), False),)
+        indexes = ((("batch_id",), False), (("run_id",), False))
 
 
 class EventTake(Base):

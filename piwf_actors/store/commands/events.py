@@ -16,6 +16,7 @@ subscribers of an event (`on_event`) is the event keeper's work (store/commands/
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from piwf_actors.canonical import canonical_json, loads
@@ -146,9 +147,16 @@ def deliver_resumed(ctx: WriteContext, run_id: str) -> None:
 
 def wait_detail(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """The `detail` of a new event wait: its match, the earliest emit time it takes (`since`: the
-    look-back before now, or the run's creation when none is given) and what its timeout does."""
+    look-back before now; when none is given, the run's creation or, for a run an event started, that
+    event's emit time if earlier: a payment emitted right after its order, before the keeper started
+    the order's run, still counts) and what its timeout does."""
     lookback = payload.get("lookback_s")
-    since = float(run["created_at"]) if lookback is None else ctx.now - float(lookback)
+    if lookback is None:
+        started_by = ctx.conn.execute("SELECT min(e.emitted_at) FROM event_delivery d JOIN event e ON "
+                                      "e.event_id = d.event_id WHERE d.run_id = ?", (run["run_id"],)).fetchone()
+        since = min(float(run["created_at"]), float(started_by[0]) if started_by and started_by[0] else math.inf)
+    else:
+        since = ctx.now - float(lookback)
     match = payload.get("match") or {}
     if not isinstance(match, dict):
         raise Rejected("an event wait's match is a map of data paths to values")
