@@ -48,7 +48,7 @@ from piwf_actors.results import (
 )
 from piwf_actors.run_wait import timeout_message
 from piwf_actors.store import queries
-from piwf_actors.store.event_queries import get_event, list_events
+from piwf_actors.store.event_queries import get_event, list_events, subscriptions
 from piwf_actors.store.reader import StoreReader
 
 
@@ -294,6 +294,11 @@ class HostHandle:
     def get_event(self, event_id: str) -> dict[str, Any] | None:
         """One event with what it started (per subscriber) and the waits it settled; None if no such event."""
         return self._read(lambda r: get_event(r, event_id))
+
+    def list_event_subscriptions(self) -> list[dict[str, Any]]:
+        """The workflows the host's event keeper starts on events, as it recorded them ({name, event_name,
+        cursor_seq, summary})."""
+        return self._read(subscriptions)
 
     def list_children(self, run_id: str, limit: int = 1000) -> list[RunSummary]:
         """The child runs `run_id` started (`run_workflow`, `map_workflow`, `parallel`), newest first."""

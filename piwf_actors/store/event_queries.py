@@ -23,6 +23,15 @@ def subscription_cursors(reader: StoreReader) -> dict[str, dict[str, Any]]:
             reader.all("SELECT name, event_name, cursor_seq FROM event_subscription")}
 
 
+def subscriptions(reader: StoreReader) -> list[dict[str, Any]]:
+    """Every recorded subscription: {name, event_name, cursor_seq, summary} (where the workflow comes from,
+    its filter and batch options), by name."""
+    return [{"name": name, "event_name": event_name, "cursor_seq": int(cursor),
+             "summary": json.loads(summary) if summary else {}}
+            for name, event_name, cursor, summary in reader.all(
+                "SELECT name, event_name, cursor_seq, summary FROM event_subscription ORDER BY name")]
+
+
 def events_after(reader: StoreReader, name: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
     """Events `name` after `after_seq`, in emit order (at most `limit`)."""
     return [_event(row) for row in reader.all(

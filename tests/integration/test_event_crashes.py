@@ -204,8 +204,8 @@ def test_one_emit_starts_each_subscriber_once_across_kills_and_resends(guard: An
 
     thread, errors = _in_thread(emit_all)
     for kill_after in (8, 30):  # SIGKILL twice while events are being emitted and runs started
-        wait_for(lambda: len(oracle_lines(oracle)) >= kill_after or not thread.is_alive(), 60,
-                 lambda: f"{kill_after} oracle lines (have {len(oracle_lines(oracle))})")
+        wait_for(lambda n=kill_after: len(oracle_lines(oracle)) >= n or not thread.is_alive(), 60,
+                 lambda n=kill_after: f"{n} oracle lines (have {len(oracle_lines(oracle))})")
         sigkill(guard, host)
         dead_host_settled(state_dir)
         host = _host(guard, state_dir, project)
