@@ -26,6 +26,7 @@ from piwf_actors.store.commands.idempotency import Recorded, recorded
 from piwf_actors.store.commands.registry import WriteContext, command, peer_provenance
 from piwf_actors.store.commands.waits import WAIT_COLUMNS, settle, wait_row
 from piwf_actors.workflows.events import check_event_name
+from piwf_actors.workflows.limit_keys import key_text
 
 #: An event's data is at most this many bytes of JSON: events are notifications (a large value goes
 #: by reference, e.g. a content digest or a path), and the `event` row keeps it inline.
@@ -52,7 +53,7 @@ def matches(match: dict[str, Any] | None, data: Any) -> bool:
             if not isinstance(value, dict) or part not in value:
                 return False
             value = value[part]
-        if canonical_json(value) != canonical_json(expected):
+        if key_text(value) != key_text(expected):  # one JSON value's text: 7 and 7.0 are one number
             return False
     return True
 
