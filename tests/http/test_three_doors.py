@@ -120,3 +120,23 @@ def test_restart_through_three_doors_is_one_new_run(door: Door) -> None:
         lambda key: _http(door, key, f"POST /api/v1/runs/{run_id}/restart", {"expected_revision": revision}))
     children = door.viewer.get("/api/v1/runs", params={"workflow": "quick"}).json()["receipt"]["runs"]
     assert sorted(r["run_id"] for r in children) == sorted([run_id, answers[0]["receipt"]["run_id"]])
+
+
+def test_event_emit_through_three_doors_is_one_event(door: Door) -> None:
+    sock, host = _socket(door), door.host
+    payload = {"name": "order.created", "data": {"order_id": "o-1"}}
+
+    def embedded(key: str) -> dict[str, Any]:
+        receipt = host.emit_event("order.created", {"order_id": "o-1"}, client_id=CLIENT, idempotency_key=key)
+        adopted = receipt.pop("adopted")
+        return {"outcome": "adopted" if adopted else "accepted", "receipt": receipt}
+
+    answers = _three(door, lambda key: sock.request("event.emit", payload, idempotency_key=key), embedded,
+                     lambda key: _http(door, key, "POST /api/v1/events", payload))
+    listed = door.viewer.get("/api/v1/events", params={"name": "order.created"}).json()["receipt"]["events"]
+    assert [item["event_id"] for item in listed] == [answers[0]["receipt"]["event_id"]]
+    shown = door.viewer.get(f"/api/v1/events/{listed[0]['event_id']}").json()["receipt"]
+    assert shown["data"] == {"order_id": "o-1"} and shown["deliveries"] == [] and shown["woke"] == []
+    assert door.viewer.post("/api/v1/events", json=payload).status_code == 403  # a viewer reads, never emits
+    refused = door.operator.post("/api/v1/events", json={"name": " spaced "})
+    assert refused.status_code == 422 and "no spaces at the ends" in refused.json()["error"]
