@@ -309,9 +309,13 @@ def test_batches_cover_every_event_exactly_once(guard: Any, state_dir: Path, tmp
     key_of = {row["event_id"]: row["data"].split('"k":"')[1][0] for row in rows(
         state_dir, "SELECT event_id, data FROM event WHERE name = 'item'")}
     assert len(key_of) == total
-    wait_for(lambda: not rows(state_dir, "SELECT batch_id FROM event_batch WHERE status = 'open'") and
+    # Every event in a batch of each subscriber, every batch started, every run ended.
+    wait_for(lambda: rows(state_dir, "SELECT count(*) AS n FROM event_delivery WHERE outcome = 'batched'")[0]["n"]
+             == 2 * total and not rows(state_dir, "SELECT batch_id FROM event_batch WHERE status = 'open'") and
              not rows(state_dir, "SELECT run_id FROM run WHERE status NOT IN ('done', 'failed', 'cancelled')"),
              60, lambda: f"every batch started and done: {rows(state_dir, 'SELECT status, count(*) FROM run GROUP BY status')}")
+    ended = rows(state_dir, "SELECT workflow, status, error_code, error_message FROM run WHERE status != 'done'")
+    assert not ended, f"batch runs that did not end done: {ended}"
     for subscriber in ("collect", "fn_collect"):
         batches = rows(state_dir, "SELECT run_id FROM run WHERE workflow = ? AND status = 'done'", (subscriber,))
         in_runs: dict[str, set[str]] = defaultdict(set)
