@@ -216,7 +216,9 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
         _require_started("schedules", keeper)
         # Runs that events start (actors/event_keeper.py): the same directories, the same switch.
         events = EventKeeper.start(parts.writer, paths.database, projects=config.projects, supervisor=supervisor,
-                                   resolver=parts.resolver)
+                                   resolver=parts.resolver,
+                                   # batches fall due on timer time (piwf_actors/clock.py)
+                                   clock=config.timer_clock.now if config.timer_clock else time.time)
         parts.actors.append(("events", events))
         _require_started("events", events)
     parts.board.publish(Section.ROLE, {"role": "active", "host_id": claim.host_id})

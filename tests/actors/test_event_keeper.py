@@ -81,3 +81,31 @@ def test_subscriber_code_that_fails_fails_that_delivery_only(hosts: Any, state_d
     assert "late" not in {d["subscription"] for d in host.get_event(calm["event_id"])["deliveries"]}
     started = [run for run in host.list_runs() if run.workflow == "late"]
     assert len(started) == 1
+
+
+BATCHED = '''
+from piwf_actors.workflows import batch, compute, define_workflow, on_event
+
+tally = define_workflow(name="tally", start_at="a", edges=[],
+                        nodes={"a": compute(run=lambda ctx: sorted(e["data"]["n"] for e in ctx.input["events"]))},
+                        on_event=on_event("vote"), batch=batch(max_items=10, max_wait_s=3600))
+'''
+
+
+def test_a_batch_falls_due_on_timer_time(tmp_path: Path) -> None:
+    """The test kit's skip moves a batch's max_wait_s as it moves a sleep: three votes, an hour skipped,
+    one run with the three."""
+    from piwf_actors.testing import Piwf
+
+    folder = tmp_path / "project" / ".piwf" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "votes.py").write_text(BATCHED)
+    with Piwf(project=tmp_path / "project") as piwf:
+        _until("the subscription", lambda: piwf.host.list_event_subscriptions())
+        for n in range(3):
+            piwf.emit("vote", {"n": n})
+        _until("the batch to open", lambda: piwf.host.list_events("vote")[0]["started"] == 1)
+        assert piwf.host.list_runs() == []  # 3 of 10, and the hour has not passed
+        piwf.skip(3600)
+        [run] = _until("the batch's run", lambda: piwf.host.list_runs())
+        assert piwf.wait(run.run_id).output == [0, 1, 2]
