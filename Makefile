@@ -56,6 +56,7 @@ bench: $(BENCH_STAMP)  # dbos and py-spy (the `bench` extra) come in on first us
 	$(PY) bench/sleepers.py --quick
 	$(PY) bench/rate_held.py
 	$(PY) bench/messages.py
+	$(PY) bench/events.py
 
 # Random SIGKILLs of hosts, workers and runner hosts on SQLite and PostgreSQL, checked against an
 # oracle file (bench/README.md: what it checks and how long it takes); exit 1 on any loss or repeat.

@@ -39,6 +39,7 @@ import pykka
 
 from piwf_actors.actors.base import ActorFailed, Ping, safe_tell
 from piwf_actors.actors.channel_manager import ChannelManager
+from piwf_actors.actors.event_keeper import EventKeeper
 from piwf_actors.actors.gateway import BecomeActive, ClientGateway
 from piwf_actors.actors.hostlock import HostLock
 from piwf_actors.actors.housekeeping import Housekeeper
@@ -213,6 +214,13 @@ def _activate(parts: HostParts, config: HostConfig, paths: StatePaths, claim: Le
                                       clock=config.timer_clock.now if config.timer_clock else time.time)
         parts.actors.append(("schedules", keeper))
         _require_started("schedules", keeper)
+        # Runs that events start (actors/event_keeper.py): the same directories, the same switch.
+        events = EventKeeper.start(parts.writer, paths.database, projects=config.projects, supervisor=supervisor,
+                                   resolver=parts.resolver,
+                                   # batches fall due on timer time (piwf_actors/clock.py)
+                                   clock=config.timer_clock.now if config.timer_clock else time.time)
+        parts.actors.append(("events", events))
+        _require_started("events", events)
     parts.board.publish(Section.ROLE, {"role": "active", "host_id": claim.host_id})
     parts.active.set()
     return channels, keeper

@@ -26,6 +26,7 @@ from rich.text import Text
 from piwf_actors import __version__
 from piwf_actors.cli import (
     channels,
+    events,
     graph,
     http_tokens,
     inbox,
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_command(add, sub)
     runs.add_commands(add, sub)
     messages.add_commands(add, sub)
+    events.add_commands(add, sub)
     logs.add_command(add, sub)
     effect = add(sub, "effect", "settle side effects", None).add_subparsers(dest="effect_command", required=True,
                                                                            metavar="ACTION")

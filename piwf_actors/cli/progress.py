@@ -131,6 +131,8 @@ def _wait_hint(run_id: str, run: str, wait: dict[str, Any], command: Callable[..
         return f"{where}; it goes on by itself then"
     if kind == "message":
         return f"{where}; send one with: {command('send', run, str(wait.get('topic')), '--value', 'JSON')}"
+    if kind == "event":
+        return f"{where}; emit one with: {command('emit', str(wait.get('topic')), '--value', 'JSON')}"
     if kind == "children":
         return f"{where}; see them with: {command('list', '--parent', run)}"
     return where

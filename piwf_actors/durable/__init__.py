@@ -29,8 +29,10 @@ from piwf_actors.durable.waits import (
     send_message,
     sleep,
     sleep_until,
+    wait_event,
     wait_message,
 )
+from piwf_actors.workflows.events import batch, on_event
 from piwf_actors.workflows.function_parts import function_parts
 from piwf_actors.workflows.kinds.human_decision import choice, text_input
 from piwf_actors.workflows.rate_limits import debounce, rate_limit, rate_limiter
@@ -43,4 +45,5 @@ __all__ = [
     "function_parts", "limit", "map_children", "run_child", "send_message", "shell", "sleep", "sleep_until", "step",
     "text_input", "wait_message", "workflow",
     "debounce", "rate_limit", "rate_limiter",
+    "batch", "on_event", "wait_event",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import workflow_digest
+from piwf_actors.workflows.events import checked_triggers
 from piwf_actors.workflows.model import Workflow
 from piwf_actors.workflows.rate_limits import checked_debounce, checked_rate
 from piwf_actors.workflows.shapes import ShapeError, checked_shape
@@ -34,21 +35,24 @@ _FROM_PARAMETERS: Any = object()
 
 def workflow(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
              max_steps: int = DEFAULT_MAX_STEPS, concurrency: Any = None, input: Any = _FROM_PARAMETERS,
-             rate: Any = None, debounce: Any = None) -> Any:
+             rate: Any = None, debounce: Any = None, on_event: Any = None, batch: Any = None) -> Any:
     """Make `fn` a durable workflow (`@workflow` or `@workflow(name=…, …)`); returns its `Workflow`.
 
     `name` (default: the function's name), `description` (default: the docstring's first line),
     `max_steps`, `concurrency=limit(n, key=fn(input))` and `input=` (a shape or type overriding the
-    one read from the parameters), `rate=rate_limit(…)` and `debounce=debounce(…)` as for `define_workflow`."""
+    one read from the parameters), `rate=rate_limit(…)`, `debounce=debounce(…)`, `on_event=` and `batch=`
+    (workflows/rate_limits.py, workflows/events.py) as for `define_workflow`."""
     def make(function: Callable[..., Any]) -> Workflow:
         return _define(function, name=name, description=description, max_steps=max_steps,
-                       concurrency=concurrency, input=input, rate=rate, debounce=debounce)
+                       concurrency=concurrency, input=input, rate=rate, debounce=debounce,
+                       on_event=on_event, batch=batch)
 
     return make(fn) if fn is not None else make
 
 
 def _define(fn: Callable[..., Any], *, name: str | None, description: str | None, max_steps: int,
-            concurrency: Any, input: Any, rate: Any = None, debounce: Any = None) -> Workflow:
+            concurrency: Any, input: Any, rate: Any = None, debounce: Any = None, on_event: Any = None,
+            batch: Any = None) -> Workflow:
     if not isinstance(fn, types.FunctionType):
         raise WorkflowDefinitionError(f"@workflow needs a function, got {type(fn).__name__}")
     if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn):
@@ -62,7 +66,8 @@ def _define(fn: Callable[..., Any], *, name: str | None, description: str | None
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
         raise WorkflowDefinitionError(f"workflow {name!r}: max_steps must be a positive integer, got {max_steps!r}")
     limit = checked_limit(name, concurrency)
-    flow = {"rate": checked_rate(name, rate), "debounce": checked_debounce(name, debounce)}
+    rate_limit_, debounce_ = checked_rate(name, rate), checked_debounce(name, debounce)
+    trigger, batching = checked_triggers(name, on_event, batch)
     try:
         shape = parameters_shape(fn) if input is _FROM_PARAMETERS else input
         input_shape = checked_shape(shape, "input")
@@ -71,8 +76,9 @@ def _define(fn: Callable[..., Any], *, name: str | None, description: str | None
     empty: Any = MappingProxyType({})
     digest = workflow_digest(name=name, description=description, start_at="", max_steps=max_steps, nodes=empty,
                              routes=empty, mounts=empty, concurrency=limit, input_shape=input_shape, function=fn,
-                             **flow)
+                             rate=rate_limit_, debounce=debounce_)
     filename = fn.__code__.co_filename
     return Workflow(name=name, start_at="", nodes=empty, routes=empty, max_steps=max_steps, digest=digest,
                     source_path=os.path.abspath(filename) if os.path.isfile(filename) else None,
-                    description=description, concurrency=limit, input_shape=input_shape, function=fn, **flow)
+                    description=description, concurrency=limit, input_shape=input_shape, function=fn,
+                    rate=rate_limit_, debounce=debounce_, on_event=trigger, batch=batching)

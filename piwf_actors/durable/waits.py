@@ -22,6 +22,7 @@ from piwf_actors.workflows.kinds.human_decision import HumanDecisionSpec, choice
 from piwf_actors.workflows.kinds.map_workflow import MapWorkflowSpec
 from piwf_actors.workflows.kinds.run_workflow import RunWorkflowSpec
 from piwf_actors.workflows.kinds.sleep import SleepSpec
+from piwf_actors.workflows.kinds.wait_event import WaitEventSpec
 from piwf_actors.workflows.kinds.wait_message import WaitMessageSpec
 from piwf_actors.workflows.model import Choice, Workflow
 from piwf_actors.workflows.typed_values import to_json
@@ -57,6 +58,20 @@ def wait_message(topic: str, timeout_s: float | None = None, default: Any = _NO_
     if default is not _NO_DEFAULT and on_timeout is None:
         raise ValueError("wait_message(default=None) cannot be told from no default: give a value")
     return _call("wait_message", name, WaitMessageSpec(topic=topic, timeout_s=timeout_s, on_timeout=on_timeout))
+
+
+def wait_event(event: str, match: Any = None, timeout_s: float | None = None, default: Any = _NO_DEFAULT, *,
+               lookback_s: float | None = None, name: str = "wait_event") -> dict[str, Any]:
+    """The first event `event` whose data matches `match` (a map of data paths to values, such as
+    `{"order_id": order_id}`; None: any), emitted after this run was created or at most `lookback_s`
+    before the wait, taken once: `{event_id, name, key, data, emitted_at}`. After `timeout_s` without
+    one: `default` when given, else StepFailed with code `event_timeout` (workflows/kinds/wait_event.py)."""
+    on_timeout = None if default is _NO_DEFAULT else to_json(default)
+    if default is not _NO_DEFAULT and on_timeout is None:
+        raise ValueError("wait_event(default=None) cannot be told from no default: give a value")
+    spec = WaitEventSpec(name=event, match=to_json(match) if not callable(match) else match, timeout_s=timeout_s,
+                         on_timeout=on_timeout, lookback_s=lookback_s)
+    return _call("wait_event", name, spec)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ def _waits(reader: StoreReader, run_id: str, now: float | None = None) -> list[d
         wait: dict[str, Any] = {"wait_id": wait_id, "node_id": node_id, "kind": kind}
         if kind == "sleep":
             wait.update(wake_at=wake_at, remaining_s=None if wake_at is None else max(0.0, wake_at - now))
-        elif kind == "message":
+        elif kind in ("message", "event"):  # an event wait's topic is its event name
             clock = "paused" if paused_left is not None else "none" if wake_at is None else "running"
             wait.update(topic=topic, deadline_at=wake_at, clock=clock,
                         remaining_s=paused_left if paused_left is not None

@@ -180,6 +180,15 @@ def _v20_rate_limits(db: Any) -> None:
             db.execute(model._schema._create_index(index, safe=True))
 
 
+def _v21_events(db: Any) -> None:
+    """Events (docs/durability.md "Events and batches"): `event`, `event_delivery`, `event_take`,
+    `event_subscription` and `event_batch` from the models, and the index of pending event waits."""
+    with BIND_LOCK, db.bind_ctx((*schema.V21_MODELS, schema.RunWait)):
+        db.create_tables(schema.V21_MODELS, safe=True)
+        for model, index in schema.V21_INDEXES:
+            db.execute(model._schema._create_index(index, safe=True))
+
+
 def _ids_as_text(text: str | None, keys: tuple[str, ...]) -> str | None:
     """A channel effect's JSON with the integers under `keys` as their decimal text (unchanged when none is)."""
     if not text:
@@ -219,7 +228,8 @@ BASELINE = 6
 MIGRATIONS: list[Migration] = [_v7_schedules, _v8_child_machine, _v9_resource_managers, _v10_runner_hosts,
                                _v11_request_clocks, _v12_channel_streams, _v13_launch_ids,
                                _v14_waits_children_limits, _v15_addressed_notifications, _v16_run_graphs,
-                               _v17_channel_ids, _v18_http_tokens, _v19_http_sessions, _v20_rate_limits]
+                               _v17_channel_ids, _v18_http_tokens, _v19_http_sessions, _v20_rate_limits,
+                               _v21_events]
 LATEST_VERSION = BASELINE + len(MIGRATIONS)
 
 

@@ -28,6 +28,7 @@ from piwf_actors.store.schema_channels import (  # ChannelCursor: the v3 table m
     ChannelStream,
 )
 from piwf_actors.store.schema_counts import RUN_COUNT_TRIGGERS, RunCount  # noqa: F401  (RUN_COUNT_TRIGGERS: read as schema.*)
+from piwf_actors.store.schema_events import EVENT_MODELS
 from piwf_actors.store.schema_http import HttpSession, HttpToken
 from piwf_actors.store.schema_rates import FLOW_MODELS, FlowTimer
 from piwf_actors.store.schema_resources import RESOURCE_MODELS
@@ -392,12 +393,14 @@ ALL_MODELS: tuple[type[Base], ...] = (
     RunEvent, RunWorker, ChildProcess, WorkerMessage, Effect,
     InteractiveRequest, InteractiveSubmission, SessionMessage, ChannelEffect,
     ChannelStream, ChannelChatMove, ChannelAdapterEpoch, ScheduleRecord, ScheduleFire, *RESOURCE_MODELS,
-    RunnerHost, RunWait, RunMessage, HttpToken, HttpSession, *FLOW_MODELS,
+    RunnerHost, RunWait, RunMessage, HttpToken, HttpSession, *FLOW_MODELS, *EVENT_MODELS,
 )
 #: The tables of schema v19 (the web console's sessions).
 V19_MODELS: tuple[type[Base], ...] = (HttpSession,)
 #: The tables of schema v20 (rate limits and debounce).
 V20_MODELS: tuple[type[Base], ...] = FLOW_MODELS
+#: The tables of schema v21 (events, their deliveries, subscriptions and batches).
+V21_MODELS: tuple[type[Base], ...] = EVENT_MODELS
 #: The tables of schema v18 (the HTTP door's tokens).
 V18_MODELS: tuple[type[Base], ...] = (HttpToken,)
 #: The tables of schema v14 (waits and mailboxes).
@@ -521,4 +524,12 @@ V20_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
                     where=Run.rate_key.is_null(False))),
 )
 for _model, _index in V20_INDEXES:
+    _model.add_index(_index)
+
+#: Indexes of schema v21: the pending event waits on one event name (what `event.emit` settles).
+V21_INDEXES: tuple[tuple[type[Base], pw.ModelIndex], ...] = (
+    (RunWait, RunWait.index(RunWait.topic, RunWait.created_at, name="run_wait_event_pending",
+                            where=(RunWait.kind == "event") & (RunWait.status == "pending"))),
+)
+for _model, _index in V21_INDEXES:
     _model.add_index(_index)

@@ -243,6 +243,12 @@ class Piwf:
         return self.host.send_message(run_id, topic, payload, client_id="piwf-test" if key else None,
                                       idempotency_key=key)
 
+    def emit(self, name: str, data: Any = None, *, key: str | None = None) -> dict[str, Any]:
+        """Emit event `name` (`on_event(name)` workflows of the project start on it, matching
+        `wait_event(name)` waits take it); with `key` it is recorded once per (name, key). Returns the
+        receipt {event_id, name, key, seq, emitted_at, woke, adopted}."""
+        return self.host.emit_event(name, data, key=key)
+
     def resolve(self, run_id: str, action: str, output: Any = None, *, effect_id: str | None = None) -> EffectReceipt:
         """Settle the run's ambiguous effect (or `effect_id`): `confirm` (with the node's `output`) or
         `retry`."""

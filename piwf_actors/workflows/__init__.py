@@ -68,6 +68,7 @@ from piwf_actors.workflows.discovery import (
     load_snapshot,
     resolve,
 )
+from piwf_actors.workflows.events import Batch, OnEvent, batch, on_event
 from piwf_actors.workflows.helpers import decision_switch, edge, include_workflow, switch
 from piwf_actors.workflows.kinds import NODE_KINDS
 from piwf_actors.workflows.kinds.action import ActionSpec, action
@@ -81,6 +82,7 @@ from piwf_actors.workflows.kinds.parallel import ParallelSpec, parallel
 from piwf_actors.workflows.kinds.run_workflow import RunWorkflowSpec, run_workflow
 from piwf_actors.workflows.kinds.shell import ShellSpec, shell
 from piwf_actors.workflows.kinds.sleep import SleepSpec, sleep
+from piwf_actors.workflows.kinds.wait_event import WaitEventSpec, wait_event
 from piwf_actors.workflows.kinds.wait_message import WaitMessageSpec, wait_message
 from piwf_actors.workflows.model import (
     END,
@@ -124,4 +126,6 @@ __all__ = [
     "limit", "map_workflow", "parallel", "run_workflow", "sleep", "wait_message",
     # flow control by rate (rate_limits.py)
     "Debounce", "RateLimit", "debounce", "rate_limit", "rate_limiter",
+    # events and batches (events.py, kinds/wait_event.py)
+    "Batch", "OnEvent", "WaitEventSpec", "batch", "on_event", "wait_event",
 ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from piwf_actors.errors import WorkflowDefinitionError
 from piwf_actors.workflows.digest import workflow_digest
+from piwf_actors.workflows.events import checked_triggers
 from piwf_actors.workflows.kinds import KINDS
 from piwf_actors.workflows.model import (
     END,
@@ -267,16 +268,21 @@ def define_workflow(
     input: Any = None,
     rate: Any = None,
     debounce: Any = None,
+    on_event: Any = None,
+    batch: Any = None,
 ) -> Workflow:
     """A validated, flattened `Workflow`; every problem is a WorkflowDefinitionError
     that names the offending workflow, node or edge. `concurrency=limit(n, key=fn(input))` allows
     at most `n` active runs of it per key (workflows/waits.py). `input` is the shape a run's input
     must have: a shape of `schema.py` or a Python type such as a dataclass (`shapes.py`); `run.start`
     refuses an input without it. `rate=rate_limit(n, per_s=s, key=fn)` and `debounce=debounce(s, key=fn,
-    max_wait_s=m)` control how often runs start (workflows/rate_limits.py)."""
+    max_wait_s=m)` control how often runs start (workflows/rate_limits.py); `on_event=on_event(NAME,
+    filter=fn, input=fn)` starts a run per matching event, `batch=batch(max_items=N, max_wait_s=T, key=fn)`
+    one per batch of them (workflows/events.py)."""
     check_workflow_name(name)
     limit = checked_limit(name, concurrency)
-    flow = {"rate": checked_rate(name, rate), "debounce": checked_debounce(name, debounce)}
+    rate_limit_, debounce_ = checked_rate(name, rate), checked_debounce(name, debounce)
+    trigger, batching = checked_triggers(name, on_event, batch)
     try:
         input_shape = checked_shape(input, "input")
     except ShapeError as exc:
@@ -310,10 +316,11 @@ def define_workflow(
     digest = workflow_digest(
         name=name, description=description, start_at=start, max_steps=max_steps,
         nodes=flat_nodes, routes=flat_routes, mounts=flat_mounts, concurrency=limit, input_shape=input_shape,
-        **flow,
+        rate=rate_limit_, debounce=debounce_,
     )
     return Workflow(
         name=name, start_at=start, nodes=flat_nodes, routes=flat_routes, max_steps=max_steps,
         digest=digest, source_path=_caller_file(), attr=None, description=description,
-        mounts=flat_mounts, concurrency=limit, input_shape=input_shape, **flow,
+        mounts=flat_mounts, concurrency=limit, input_shape=input_shape, rate=rate_limit_, debounce=debounce_,
+        on_event=trigger, batch=batching,
     )

@@ -176,7 +176,7 @@ RETURN_NODE = "return"
 #: The node kind a function's wait or question ran as, by the kind of its wait or request (run.get's
 #: `wait_kind`); a child run's wait says `children` whether one child or a map started it.
 WAIT_KINDS = {"decision": "human_decision", "checkpoint": "checkpoint", "agent": "agent", "sleep": "sleep",
-              "message": "wait_message", "children": "children"}
+              "message": "wait_message", "children": "children", "event": "wait_event"}
 
 
 def function_run_graph(graph: Graph, view: Mapping[str, Any]) -> Graph:

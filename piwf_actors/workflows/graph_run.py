@@ -119,6 +119,10 @@ def wait_words(wait: Mapping[str, Any], now: float, *, zoned: bool = False) -> s
         timeout = _deadline(wait.get("clock"), wait.get("deadline_at"), wait.get("remaining_s"), now, "timeout",
                             zoned)
         return f"waiting for a message on {str(wait.get('topic'))!r} ({timeout})"
+    if kind == "event":  # (its topic is the event name)
+        timeout = _deadline(wait.get("clock"), wait.get("deadline_at"), wait.get("remaining_s"), now, "timeout",
+                            zoned)
+        return f"waiting for event {str(wait.get('topic'))!r} ({timeout})"
     if kind == "children":
         return f"waiting for children: {wait.get('children_open')} of {wait.get('children_total')} open"
     return f"waiting ({kind})"

@@ -241,3 +241,7 @@ class Workflow:
     # starts, a `Debounce` collapsing starts with one key. None when not declared.
     rate: Any = None
     debounce: Any = None
+    # Started by events (`events.on_event`, `events.batch`; not part of the digest: they say when runs
+    # start, not what a run does): the host's event keeper finds workflows that have one.
+    on_event: Any = None
+    batch: Any = None

@@ -181,6 +181,13 @@ def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path,
         run("piwf send RUN TOPIC [--value JSON] [--key KEY] [--strict]", "send", listening[:20], "go", "--value",
             '{"ok": 1}', "--key", "k1", "--strict")
         wait_status(state_dir, listening, ("done",))
+        emit = "piwf emit NAME [--value JSON] [--key K]"
+        emitted = json.loads(run(emit, "emit", "order.created", "--value", '{"n": 1}', "--key", "o1", "--json").stdout)
+        assert "already recorded" in run(emit, "emit", "order.created", "--value", '{"n": 1}', "--key", "o1").stdout
+        listed_events = json.loads(run("piwf event list [--name NAME] [--limit N]", "event", "list", "--name",
+                                       "order.created", "--limit", "5", "--json").stdout)
+        assert [item["event_id"] for item in listed_events] == [emitted["event_id"]]
+        assert "started and woke nothing" in run("piwf event show EVENT", "event", "show", emitted["event_id"]).stdout
         run("piwf restart RUN [--from NODE] [--same-code]", "restart", run_id, "--from", "report", "--same-code")
         effect = done["effects"][0]["effect_id"]
         refused = run("piwf effect resolve EFFECT confirm|retry [--output JSON]",

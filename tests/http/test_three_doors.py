@@ -265,3 +265,23 @@ def test_resource_operations_through_three_doors_are_one_command_each(project_do
     wait_for(lambda: resource() is None, 30, "the resource to be gone")
     again = _http(door, uuid.uuid4().hex, "POST /api/v1/resources/box/one/delete")
     assert again["outcome"] == "notFound", again
+
+
+def test_event_emit_through_three_doors_is_one_event(door: Door) -> None:
+    sock, host = _socket(door), door.host
+    payload = {"name": "order.created", "data": {"order_id": "o-1"}}
+
+    def embedded(key: str) -> dict[str, Any]:
+        receipt = host.emit_event("order.created", {"order_id": "o-1"}, client_id=CLIENT, idempotency_key=key)
+        adopted = receipt.pop("adopted")
+        return {"outcome": "adopted" if adopted else "accepted", "receipt": receipt}
+
+    answers = _three(door, lambda key: sock.request("event.emit", payload, idempotency_key=key), embedded,
+                     lambda key: _http(door, key, "POST /api/v1/events", payload))
+    listed = door.viewer.get("/api/v1/events", params={"name": "order.created"}).json()["receipt"]["events"]
+    assert [item["event_id"] for item in listed] == [answers[0]["receipt"]["event_id"]]
+    shown = door.viewer.get(f"/api/v1/events/{listed[0]['event_id']}").json()["receipt"]
+    assert shown["data"] == {"order_id": "o-1"} and shown["deliveries"] == [] and shown["woke"] == []
+    assert door.viewer.post("/api/v1/events", json=payload).status_code == 403  # a viewer reads, never emits
+    refused = door.operator.post("/api/v1/events", json={"name": " spaced "})
+    assert refused.status_code == 422 and "no spaces at the ends" in refused.json()["error"]

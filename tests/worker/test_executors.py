@@ -44,7 +44,7 @@ def test_every_registered_kind_has_one_executor_of_a_known_shape() -> None:
         assert isinstance(EXECUTORS[kind.spec], (Run, Ask, Wait)), kind.name
     shapes = {kind.name: type(EXECUTORS[kind.spec]).__name__ for kind in KINDS}
     assert shapes == {"compute": "Run", "action": "Run", "shell": "Run", "notify": "Run", "checkpoint": "Ask",
-                      "agent": "Ask", "human_decision": "Ask", "sleep": "Wait", "wait_message": "Wait",
+                      "agent": "Ask", "human_decision": "Ask", "sleep": "Wait", "wait_message": "Wait", "wait_event": "Wait",
                       "run_workflow": "Wait", "map_workflow": "Wait", "parallel": "Wait"}
     # What the engine pipelines: the pure nodes' results only.
     assert sorted(k.name for k in KINDS if getattr(EXECUTORS[k.spec], "pipelined", False)) == ["compute", "notify"]

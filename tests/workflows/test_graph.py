@@ -292,6 +292,8 @@ def test_waits_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
         "waiting for a message on 'go' (clock paused, 1m01s left)"
     assert wait_words({"kind": "message", "topic": "go", "clock": "none"}, NOW) == \
         "waiting for a message on 'go' (no timeout)"
+    assert wait_words({"kind": "event", "topic": "payment", "clock": "running", "deadline_at": NOW + 30}, NOW) == \
+        "waiting for event 'payment' (timeout in 30s)"
     assert wait_words({"kind": "children", "children_total": 10, "children_open": 3}, NOW) == \
         "waiting for children: 3 of 10 open"
     paused = overlay(parked_view(waiting=[{"node_id": "approve", "kind": "decision", "clock": "paused",

@@ -43,7 +43,7 @@ def _ping(**overrides: Any) -> NodeKind:
 def test_the_registry_lists_every_kind_once_with_all_its_parts() -> None:
     assert KINDS.names == NODE_KINDS == (
         "compute", "action", "shell", "checkpoint", "notify", "agent", "human_decision",
-        "sleep", "wait_message", "run_workflow", "map_workflow", "parallel")
+        "sleep", "wait_message", "wait_event", "run_workflow", "map_workflow", "parallel")
     for kind in KINDS:
         assert issubclass(kind.spec, NodeSpec) and kind.spec.kind == kind.name
         assert callable(kind.check) and callable(kind.describe) and callable(kind.children)

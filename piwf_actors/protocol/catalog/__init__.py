@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from piwf_actors.protocol.catalog import (
     channels,
     content,
+    events,
     host,
     http_tokens,
     interactions,
@@ -32,7 +33,8 @@ from piwf_actors.protocol.payloads import check_payload
 from piwf_actors.store.requests import WriteCommand
 
 #: The topic modules, in the order they fill the table.
-TOPICS = (host, runs, interactions, messages, state, schedules, resources, channels, content, watches, http_tokens)
+TOPICS = (host, runs, interactions, messages, state, schedules, resources, channels, content, watches, http_tokens,
+          events)
 
 #: Every client operation by name (read-only).
 OPERATIONS: Mapping[str, Operation] = TABLE

@@ -6,6 +6,8 @@ from piwf_actors.store.commands import (  # noqa: F401  (registration)
     child_runs,
     children,
     claims,
+    event_starts,
+    events,
     function_history,
     http_sessions,
     http_tokens,

@@ -37,7 +37,7 @@ def stop_request_clocks(ctx: WriteContext, run_id: str) -> int:
     if ctx.conn.execute(
             """UPDATE run_wait SET paused_remaining_s = CASE WHEN wake_at > ? THEN wake_at - ? ELSE 0 END,
                    wake_at = NULL
-               WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND wake_at IS NOT NULL""",
+               WHERE run_id = ? AND kind IN ('message', 'event') AND status = 'pending' AND wake_at IS NOT NULL""",
             (ctx.timer_now, ctx.timer_now, run_id)).rowcount:
         ctx.changes.touch("run_wait", run_id)
     return int(changed)
@@ -54,7 +54,7 @@ def restart_request_clocks(ctx: WriteContext, run_id: str) -> int:
         ctx.changes.touch("interactive_request", run_id)
     if ctx.conn.execute(
             """UPDATE run_wait SET wake_at = ? + paused_remaining_s, paused_remaining_s = NULL
-               WHERE run_id = ? AND kind = 'message' AND status = 'pending' AND paused_remaining_s IS NOT NULL""",
+               WHERE run_id = ? AND kind IN ('message', 'event') AND status = 'pending' AND paused_remaining_s IS NOT NULL""",
             (ctx.timer_now, run_id)).rowcount:
         ctx.changes.touch("run_wait", run_id)
     return int(changed)

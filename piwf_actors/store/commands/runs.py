@@ -15,6 +15,7 @@ from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import derived_id, new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
 from piwf_actors.store.blobs import put_blob
+from piwf_actors.store.commands.events import deliver_resumed as deliver_resumed_events
 from piwf_actors.store.commands.flow_timers import debounce_start
 from piwf_actors.store.commands.holds import let_go
 from piwf_actors.store.commands.idempotency import Adopted, Recorded, recorded, refusal_in
@@ -177,6 +178,7 @@ def resume_run(ctx: WriteContext, args: dict[str, Any]) -> Recorded:
             let_go(ctx, "parent_run_id", run_id)  # its children held while it was paused
             append_event(ctx.conn, run_id, "pause_cancelled", ctx.now)
             deliver_resumed(ctx, run_id)  # messages that came meanwhile (may queue a run parked on one)
+            deliver_resumed_events(ctx, run_id)  # … and events
             revision = bump_revision(ctx, run_id)
             return {"run_id": run_id, "status": run["status"], "revision": revision}
         if run["status"] == "parked" and run["park_reason"] in ("paused", "no_progress"):

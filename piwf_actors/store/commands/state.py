@@ -22,6 +22,7 @@ from typing import Any
 
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.statuses import TERMINAL_STATUSES
+from piwf_actors.store.commands.events import prune_events
 from piwf_actors.store.commands.idempotency import Recorded, recorded, refusal_in
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.engines.base import engine_of
@@ -99,12 +100,15 @@ def _apply(ctx: WriteContext, before: float, max_runs: int, idempotency_before: 
                      "AND released_at < ?", (before,))
     # Starts that left their rate window (keys the claim did not read again since): timer time.
     ctx.conn.execute("DELETE FROM rate_start WHERE left_at <= ?", (ctx.timer_now,))
+    # Emitted events go by the same cutoff (the runs they started stay until their own prune).
+    emitted = prune_events(ctx, before)
     commands = 0
     if idempotency_before is not None:
         commands = ctx.conn.execute("DELETE FROM host_command WHERE created_at < ?", (idempotency_before,)).rowcount
     vacuumed = engine.reclaim_pages(ctx.conn)
     pages_after, page_size = engine.page_bytes(ctx.conn)
-    return {**_receipt(plan, applied=True, idempotency_records=commands), "vacuumed_pages": vacuumed,
+    return {**_receipt(plan, applied=True, idempotency_records=commands), "emitted_events": emitted,
+            "vacuumed_pages": vacuumed,
             "bytes_returned": max(0, pages_before - pages_after) * page_size}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Rejected
-from piwf_actors.store.commands import child_runs, mailbox
+from piwf_actors.store.commands import child_runs, events, mailbox
 from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.commands.waits import answer_result, settle, wait_id_for, wait_row
 from piwf_actors.store.commands.worker_ops import operation, start_attempt
@@ -35,7 +35,7 @@ def _wait_request(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any
         return {"status": "absent"}  # the worker computes the request (a fan-out's, once) and asks again
     if wait is None:
         kind = payload.get("kind")
-        if kind not in ("sleep", "message", "children"):
+        if kind not in ("sleep", "message", "children", "event"):
             raise Rejected(f"unknown wait kind {kind!r}")
         attempt_id, _ = start_attempt(ctx, run, node_id, payload.get("attempt_id"))
         wait = _create(ctx, run, node_id, attempt_id, payload)
@@ -52,6 +52,8 @@ def _wait_request(ctx: WriteContext, run: dict[str, Any], payload: dict[str, Any
             settle(ctx, wait, {"outcome": "ok", "output": {"slept_until": wait["wake_at"]}}, reason="sleep")
         elif wait["kind"] == "message":
             mailbox.deliver_waiting(ctx, wait)
+        elif wait["kind"] == "event":  # an event emitted before the wait, within its look-back
+            events.deliver_waiting(ctx, wait)
         elif wait["kind"] == "children":
             child_runs.settle_if_done(ctx, wait)
         wait = wait_row(ctx, "wait_id = ?", (wait["wait_id"],)) or wait
@@ -73,11 +75,13 @@ def _create(ctx: WriteContext, run: dict[str, Any], node_id: str, attempt_id: st
     if kind == "sleep":
         until = payload.get("until")
         wake_at = float(until) if until is not None else ctx.timer_now + float(payload.get("seconds") or 0.0)
-    elif kind == "message":
+    elif kind in ("message", "event"):
         topic = str(payload["topic"])
         timeout_s = payload.get("timeout_s")
         detail = {"timeout_s": timeout_s, "has_default": "on_timeout" in payload,
                   "on_timeout": payload.get("on_timeout")}
+        if kind == "event":
+            detail = events.wait_detail(ctx, run, payload)
         if timeout_s is not None:
             # A message wait's clock stands still while the run is paused (store/commands/request_clocks.py).
             if run["pause_requested"]:

@@ -132,6 +132,10 @@ def wake_waits(ctx: WriteContext, _args: dict[str, Any]) -> dict[str, Any]:
         if detail.get("has_default"):
             result = {"outcome": "ok", "output": detail.get("on_timeout")}
             woken[wait["wait_id"]] = "default_applied"
+        elif wait["kind"] == "event":
+            result = {"outcome": "failed", "error_code": "event_timeout",
+                      "error": f"no matching event {wait['topic']!r} within {detail.get('timeout_s'):g} s"}
+            woken[wait["wait_id"]] = "timed_out"
         else:
             result = {"outcome": "failed", "error_code": "message_timeout",
                       "error": f"no message on topic {wait['topic']!r} within {detail.get('timeout_s'):g} s"}

@@ -19,6 +19,7 @@ from piwf_actors.worker.executors import (
     notify,
     shell,
     sleep,
+    wait_event,
     wait_message,
 )
 from piwf_actors.worker.executors.base import Executor, Wait, WaitRequestError, executor_table
@@ -35,6 +36,7 @@ from piwf_actors.workflows.kinds.parallel import ParallelSpec
 from piwf_actors.workflows.kinds.run_workflow import RunWorkflowSpec
 from piwf_actors.workflows.kinds.shell import ShellSpec
 from piwf_actors.workflows.kinds.sleep import SleepSpec
+from piwf_actors.workflows.kinds.wait_event import WaitEventSpec
 from piwf_actors.workflows.kinds.wait_message import WaitMessageSpec
 from piwf_actors.workflows.model import Workflow
 
@@ -48,6 +50,7 @@ EXECUTORS = executor_table([
     (HumanDecisionSpec, human_decision.HUMAN_DECISION),
     (SleepSpec, sleep.SLEEP),
     (WaitMessageSpec, wait_message.WAIT_MESSAGE),
+    (WaitEventSpec, wait_event.WAIT_EVENT),
     (RunWorkflowSpec, children.RUN_WORKFLOW),
     (MapWorkflowSpec, children.MAP_WORKFLOW),
     (ParallelSpec, children.PARALLEL),

@@ -28,6 +28,7 @@ from piwf_actors.workflows.kinds import (
     run_workflow,
     shell,
     sleep,
+    wait_event,
     wait_message,
 )
 from piwf_actors.workflows.kinds.base import PLAIN, Drawing, KindRegistry, NodeKind
@@ -44,6 +45,7 @@ KINDS = KindRegistry([
     # The waiting kinds: a durable sleep, a message, child runs (docs/architecture.md, "Waits, children and limits").
     sleep.KIND,
     wait_message.KIND,
+    wait_event.KIND,
     run_workflow.KIND,
     map_workflow.KIND,
     parallel.KIND,
