@@ -21,6 +21,7 @@ writes the line, so the line can be later than the start it stands for by the la
 counted at the kill (its start was earlier still).
 
 Times in the oracle are `time.time()` of this machine: hosts, runner and workers all run here.
+Tests 1 and 2 wait out about 30 s of real rate windows each: they run in `make test-slow`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from testsupport import database_rows, dead_host_settled
 from wf import harness
 from wf.harness import WF, rows, wait_for
@@ -110,6 +112,7 @@ def start_paced(state_dir: Path, oracle: Path) -> list[str]:
                 for n in range(RUNS_EACH) for attr in ("paced_graph", "paced_function")]
 
 
+@pytest.mark.slow  # about 30 s of real rate windows: make test-slow (kept out of make test's budget)
 def test_a_shared_rate_limit_is_never_exceeded_across_host_sigkills(guard, state_dir) -> None:
     oracle = state_dir / "oracle"
     script = piwf_host(guard, state_dir, workers=4)
@@ -138,6 +141,7 @@ def test_a_shared_rate_limit_is_never_exceeded_across_host_sigkills(guard, state
     assert counted <= PACE_MAX  # the claim forgets the starts that left the window
 
 
+@pytest.mark.slow  # about 30 s of real rate windows: make test-slow (kept out of make test's budget)
 def test_a_rate_limit_is_shared_by_an_active_and_a_runner_host(guard, state_dir, pg_database) -> None:
     url = pg_database.url
     oracle, gate = state_dir / "oracle", state_dir / "gate"
