@@ -33,7 +33,10 @@ test-pg: $(STAMP)
 
 # Tests marked slow, run alone: the three-host lease contention on PostgreSQL (3 s leases that a loaded
 # machine, with the rest of the suite beside them, could expire), the three-host limit stress and the
-# fan-out of 1,500 children (about a minute each, kept out of make test's 10 minutes). CI runs them
+# fan-out of 1,500 children (about a minute each), and tests of 7-30 s each that make test's 10 minutes
+# on 2 cores cannot hold (more SIGKILLs of a function, rate limits across kills and hosts, Telegram
+# outages and retries, a paused runner, the paused-deadline checkpoint and agent cases, every command
+# form of the README's table). CI runs them
 # after test-pg.
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow || [ $$? -eq 5 ]

@@ -52,6 +52,7 @@ def release_run(host, setup, version: str) -> str:
 
 # --- 1. a send that surely failed is tried again until it is delivered ---------------------------------
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_a_decision_sent_while_telegram_is_unreachable_is_delivered_once_it_is_back(guard, state_dir, setup, fake,
                                                                                    quick_retries) -> None:
     """On main: after three refused connections the delivery was failed for good, listed nowhere,
@@ -76,6 +77,7 @@ def test_a_decision_sent_while_telegram_is_unreachable_is_delivered_once_it_is_b
         back.stop()
 
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_429s_and_chat_not_found_only_delay_a_delivery(guard, state_dir, setup, fake, quick_retries) -> None:
     for _ in range(3):
         fake.fail_next("sendMessage", "retry_after", seconds=1)
@@ -473,6 +475,7 @@ def test_a_retried_delivery_replaces_the_first_copy_instead_of_adding_a_second_w
 
 # --- 7. one bot serves one host ---------------------------------------------------------------------
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_a_bot_token_used_by_two_hosts_is_refused_with_a_clear_error(guard, tmp_path, setup, fake) -> None:
     """On main two hosts with one bot took each other's taps (409s, "no longer open")."""
     first, second = tmp_path / "first", tmp_path / "second"
@@ -572,6 +575,7 @@ def test_a_prompt_that_failed_is_asked_again_when_the_person_taps_again(guard, s
 
 # --- issue 22: a restart's 409 Conflict is expected, not alarming -----------------------------------------
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_a_previous_poll_still_open_after_a_restart_is_waited_out_quietly(guard, state_dir, setup, fake,
                                                                           caplog) -> None:
     """A new host's first polls meet the previous host's long poll, still open at Telegram: 409

@@ -169,6 +169,7 @@ def test_a_notification_whose_send_was_cut_off_is_sent_again_at_a_persons_word(g
     assert [(e["status"], e["attempt"]) for e in _effects(state_dir)] == [("applied", 2)]
 
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_a_notification_sent_while_telegram_is_unreachable_is_delivered_once_it_is_back(
         guard, state_dir, setup, fake, notices, quick_retries) -> None:
     host = start(guard, state_dir, setup, fake)

@@ -125,6 +125,7 @@ FORMS_FLOWS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_every_command_form_of_the_table_runs(host: HostHandle, state_dir: Path, tmp_path: Path) -> None:
     forms = table_forms()
     assert len(forms) >= 18

@@ -203,7 +203,8 @@ def test_fan_out_of_200_children_with_max_parallel_4_survives_three_host_sigkill
 # --- 2. a durable sleep whose wake-up passes while no host runs -------------------------------------
 
 
-@pytest.mark.parametrize("how", ["sigkill", "stop", "sigkill-back-early"])
+@pytest.mark.parametrize("how", ["sigkill", "stop",
+                                 pytest.param("sigkill-back-early", marks=pytest.mark.slow)])  # make test-slow
 def test_durable_sleep_wakes_once_after_a_host_gap(guard, state_dir, how) -> None:
     """`sigkill` / `stop`: the host dies (or stops cleanly) while the run sleeps and no host runs
     until its wake-up has passed; `sigkill-back-early`: the next host is back before it."""

@@ -265,6 +265,7 @@ def _pause_outside_a_transaction(pid: int, database: str) -> None:
     pytest.fail("could not pause the runner outside a transaction")
 
 
+@pytest.mark.slow  # kept out of make test's 10-minute budget: make test-slow (CI runs it too)
 def test_a_runner_paused_past_its_lease_writes_nothing_and_exits(
         guard, state_dir: Path, other_state_dir: Path, pg_url: str) -> None:
     # The active host with one worker, kept busy by a run of its own; then the runner takes the next.

@@ -35,7 +35,9 @@ def _still_parked_until(client, run_id: str, request_id: str, until: float) -> N
     wait_for(checked, until - time.time() + 20, "the old deadline to be well past")
 
 
-@pytest.mark.parametrize("kind", sorted(CASES))
+# The decision case in make test; the checkpoint and agent cases (the same path, ~7 s each) in make test-slow.
+@pytest.mark.parametrize("kind", [pytest.param(kind, marks=[] if kind == "decision" else [pytest.mark.slow])
+                                  for kind in sorted(CASES)])
 def test_a_paused_run_keeps_its_request_open_past_the_deadline_and_resume_goes_on_from_what_was_left(
         ix: Harness, kind: str) -> None:
     attr, run_input, (status, code, output) = CASES[kind]
