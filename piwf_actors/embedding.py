@@ -31,6 +31,7 @@ from piwf_actors.actors.supervisor import HostParts
 from piwf_actors.actors.writer import WriterHandle
 from piwf_actors.config import HostConfig
 from piwf_actors.embedding_controls import ScheduleResourceControls
+from piwf_actors.embedding_events import EventControls, embedded_peer
 from piwf_actors.errors import HostError, NotFound, Rejected, RunnerHostRefusal, StandbyHost
 from piwf_actors.paths import StatePaths
 from piwf_actors.protocol.catalog import BuildEnv, write_command
@@ -49,13 +50,7 @@ from piwf_actors.results import (
 )
 from piwf_actors.run_wait import timeout_message
 from piwf_actors.store import queries
-from piwf_actors.store.event_queries import get_event, list_events, subscriptions
 from piwf_actors.store.reader import StoreReader
-
-
-def _embedded_peer() -> dict[str, Any]:
-    """Who answers through the embedding API: this process (recorded with the answer)."""
-    return {"via": "embedded", "pid": os.getpid(), "uid": os.getuid()}
 
 
 def _given(**fields: Any) -> dict[str, Any]:
@@ -78,7 +73,7 @@ def start_host(config: HostConfig | None = None) -> HostHandle:
     return HostHandle(config, paths, parts, supervisor)
 
 
-class HostHandle(ScheduleResourceControls):
+class HostHandle(ScheduleResourceControls, EventControls):
     """What `start_host` returns: the embedding API, the host's actor refs and its controls.
 
     Results are typed (`piwf_actors.results`: frozen dataclasses) and also read
@@ -274,32 +269,7 @@ class HostHandle(ScheduleResourceControls):
         them. Raises NotFound, Rejected (the run has ended, a bad topic, `strict`)."""
         request = {"run_id": run_id, "topic": topic, "payload": payload, **({"strict": True} if strict else {})}
         return MessageReceipt.from_wire(self._write("message.send", request, client_id=client_id,
-                                                    idempotency_key=idempotency_key, peer=_embedded_peer()))
-
-    def emit_event(self, name: str, data: Any = None, *, key: str | None = None, client_id: str | None = None,
-                   idempotency_key: str | None = None) -> dict[str, Any]:
-        """Emit event `name` with `data` (`event.emit`): recorded once per `key` when given (an emit again
-        is the same event: `adopted_event`); with `client_id` and `idempotency_key` a resend is adopted.
-        Workflows with `on_event(name)` start on it (the host's event keeper); waits that match it
-        settle in the same transaction. Returns the receipt {event_id, name, key, seq, emitted_at,
-        woke, adopted (a resend under the same idempotency key)}. Raises Rejected (a bad name, key, or data over 64 KiB of JSON)."""
-        payload = {"name": name, "data": data, **_given(key=key)}
-        answer = self._write("event.emit", payload, client_id=client_id, idempotency_key=idempotency_key,
-                             peer=_embedded_peer())
-        return {**answer["receipt"], "adopted": answer["outcome"] == "adopted"}
-
-    def list_events(self, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        """The newest `limit` events (of `name`), newest first, with how many runs each started and woke."""
-        return self._read(lambda r: list_events(r, name, limit))
-
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
-        """One event with what it started (per subscriber) and the waits it settled; None if no such event."""
-        return self._read(lambda r: get_event(r, event_id))
-
-    def list_event_subscriptions(self) -> list[dict[str, Any]]:
-        """The workflows the host's event keeper starts on events, as it recorded them ({name, event_name,
-        cursor_seq, summary})."""
-        return self._read(subscriptions)
+                                                    idempotency_key=idempotency_key, peer=embedded_peer()))
 
     def list_children(self, run_id: str, limit: int = 1000) -> list[RunSummary]:
         """The child runs `run_id` started (`run_workflow`, `map_workflow`, `parallel`), newest first."""
@@ -407,7 +377,7 @@ class HostHandle(ScheduleResourceControls):
         return AnswerReceipt.from_wire(self._write(
             "decision.answer", _given(request_id=request_id, response=response, session_id=session_id),
             expected_revision=expected_revision, client_id=client_id, idempotency_key=idempotency_key,
-            peer=_embedded_peer()))
+            peer=embedded_peer()))
 
     def answer_checkpoint(self, request_id: str, value: Any, *, session_id: str | None = None,
                           client_id: str | None = None, idempotency_key: str | None = None) -> AnswerReceipt:
@@ -416,7 +386,7 @@ class HostHandle(ScheduleResourceControls):
         # `input` even when None, as the CLI sends it (a checkpoint's value may be JSON null).
         payload = {"request_id": request_id, "input": value, **_given(session_id=session_id)}
         return AnswerReceipt.from_wire(self._write("checkpoint.answer", payload, client_id=client_id,
-                                                   idempotency_key=idempotency_key, peer=_embedded_peer()))
+                                                   idempotency_key=idempotency_key, peer=embedded_peer()))
 
     def submit_agent(self, request_id: str, value: Any, *, session_id: str | None = None,
                      client_id: str | None = None, idempotency_key: str | None = None) -> str:
@@ -429,7 +399,7 @@ class HostHandle(ScheduleResourceControls):
         """
         value = self._write("interaction.submit", {"request_id": request_id, "value": value,
                                                    **_given(session_id=session_id)},
-                            client_id=client_id, idempotency_key=idempotency_key, peer=_embedded_peer())
+                            client_id=client_id, idempotency_key=idempotency_key, peer=embedded_peer())
         return str(value["receipt"]["submission_id"])
 
     # --- following runs ---
