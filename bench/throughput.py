@@ -29,9 +29,11 @@ The figures of issue 21, each measured here in the same run:
                           connection `Client.wait` opens. It is the cheapest
                           correct way through the socket measured here, and
                           it is not free: ~6 events per run, each a fresh
-                          run view, cost the host ~1.5-3 ms of CPU per run
-                          today (in the ClientGateway and piwf-gateway-io
-                          threads; compare with `db`).
+                          run view (two statements for a run without waits,
+                          effects or children, store/run_parts.py), packed
+                          and handed to the socket thread, in the
+                          ClientGateway and piwf-gateway-io threads (compare
+                          with `db`).
                    runs   one `runs` watch shared by the thread clients: cheaper
                           than `watch` with 8 clients, dearer with 1 (every
                           event re-reads the 50 newest runs); threads only.

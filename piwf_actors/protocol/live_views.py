@@ -115,8 +115,20 @@ class LiveViews:
     def refresh(self, watches: list[Watch], now: float, *, fresh: bool = False) -> None:
         """Send each of `watches` its view if it changed. `fresh` (a watch's first event): show every
         write answered so far, even one whose notice is still on its way."""
-        if not watches:
-            return
+        if watches:
+            WatchSet.refresh(watches, self._renderer(fresh), self._send, now)
+
+    def first_view(self, watch: Watch) -> bytes:
+        """`watch`'s view as its first event shows it, packed (`pack(None)` for a run that does not exist):
+        the `watch` operation reads it before it answers, and sends it with `send_first` after."""
+        return self._renderer(True).payload(watch)
+
+    def send_first(self, watch: Watch, payload: bytes, now: float) -> None:
+        """Send `payload` (from `first_view`) as `watch`'s first event."""
+        if watch.changed_to(payload, now):
+            self._send(watch, payload)
+
+    def _renderer(self, fresh: bool) -> Renderer:
         window: RunWindow | None = None
 
         def synced_window() -> RunWindow:
@@ -126,12 +138,11 @@ class LiveViews:
                 window.sync(self._reader)
             return window
 
-        loop = self._loop
-        WatchSet.refresh(watches, Renderer(self._reader, self._board, synced_window, self._timer_now),
-                         lambda watch, payload: loop.post_event(watch.conn_id, watch.head, watch.revision, payload,
-                                                                subscription_id=watch.subscription_id,
-                                                                topic=watch.topic),
-                         now)
+        return Renderer(self._reader, self._board, synced_window, self._timer_now)
+
+    def _send(self, watch: Watch, payload: bytes) -> None:
+        self._loop.post_event(watch.conn_id, watch.head, watch.revision, payload,
+                              subscription_id=watch.subscription_id, topic=watch.topic)
 
     def node_output(self, payload: dict[str, Any]) -> None:
         """Live output of a shell node, to the `run` watches of its run (they share the revision counter),

@@ -15,6 +15,7 @@ from typing import Any
 
 from piwf_actors.store.debounces import debounce_reason
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.run_parts import ALL_PARTS, RunParts
 from piwf_actors.store.slots import SLOT_COLUMNS, blocked_by
 
 #: Children `run.get` lists by name (the counts cover all of them).
@@ -23,21 +24,23 @@ CHILD_COLUMNS = ("run_id", "workflow", "status", "parent_node_id", "child_index"
                  "finished_at", "error_code")
 
 
-def flow_view(reader: StoreReader, run: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+def flow_view(reader: StoreReader, run: dict[str, Any], now: float | None = None,
+              parts: RunParts = ALL_PARTS) -> dict[str, Any]:
     """The keys `run.get` adds for `run` (a full row of `run`), read in the caller's snapshot; the waits'
-    `remaining_s` count to `now` (timer time, piwf_actors/clock.py; default: the system clock)."""
+    `remaining_s` count to `now` (timer time, piwf_actors/clock.py; default: the system clock). `parts`:
+    which of the run's waits, mailbox and children have rows, read in the same snapshot (run_parts.py)."""
     run_id = run["run_id"]
     view: dict[str, Any] = {
         "priority": run["priority"], "parent_node_id": run["parent_node_id"], "child_index": run["child_index"],
         "copied_from": run["copied_from"], "concurrency_key": run["concurrency_key"],
-        "queue_reason": queue_reason(reader, run, now), "waits": _waits(reader, run_id, now),
+        "queue_reason": queue_reason(reader, run, now), "waits": _waits(reader, run_id, now) if parts.waits else [],
         "mailbox": {topic: int(n) for topic, n in reader.all(
             "SELECT topic, count(*) FROM run_message WHERE run_id = ? AND status = 'pending' GROUP BY topic "
-            "ORDER BY topic", (run_id,))},
+            "ORDER BY topic", (run_id,))} if parts.mailbox else {},
     }
     counts = {status: int(n) for status, n in reader.all(
         "SELECT status, count(*) FROM run WHERE parent_run_id = ? AND parent_node_id IS NOT NULL GROUP BY status",
-        (run_id,))}
+        (run_id,))} if parts.children else {}
     if counts:
         view["children"] = {"total": sum(counts.values()), "by_status": counts,
                             "runs": children(reader, run_id, CHILDREN_SHOWN)}

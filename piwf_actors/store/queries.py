@@ -9,6 +9,7 @@ from typing import Any
 from piwf_actors.statuses import LIVE_SQL, RUN_STATUSES
 from piwf_actors.store.flow_queries import flow_view
 from piwf_actors.store.reader import StoreReader
+from piwf_actors.store.run_parts import run_row_and_parts
 from piwf_actors.store.schedule_queries import run_schedule
 from piwf_actors.wire.content import CHUNK_BYTES
 
@@ -263,11 +264,11 @@ def run_view(reader: StoreReader, run_id: str, now: float | None = None) -> dict
 
 
 def _run_view(reader: StoreReader, run_id: str, now: float) -> dict[str, Any] | None:
-    cursor = reader.conn.execute("SELECT * FROM run WHERE run_id = ?", (run_id,))
-    row = cursor.fetchone()
-    if row is None:
+    found = run_row_and_parts(reader, run_id)
+    if found is None:
         return None
-    run = dict(zip([d[0] for d in cursor.description], row, strict=True))
+    # The parts without rows (most runs have no waits, effects, requests...) are not read (run_parts.py).
+    run, parts = found
     nodes: dict[str, dict[str, Any]] = {}
     last_traceback: str | None = None
     for (node_id, status, attempt_no, output_sha, output_json, error_code, error_message, attempt_id, trace,
@@ -294,12 +295,14 @@ def _run_view(reader: StoreReader, run_id: str, now: float) -> dict[str, Any] | 
         if status == "failed" and trace:
             last_traceback = trace
     # What each node waited on, if it did (a function run's picture has no graph that would say so).
-    for node_id, kind in reader.all("SELECT DISTINCT node_id, kind FROM run_wait WHERE run_id = ?", (run_id,)):
+    for node_id, kind in reader.all("SELECT DISTINCT node_id, kind FROM run_wait WHERE run_id = ?",
+                                    (run_id,)) if parts.waits else ():
         if node_id in nodes:
             nodes[node_id]["wait_kind"] = kind
     effects = [dict(zip(("effect_id", "node_id", "status", "resolution"), r, strict=True)) for r in reader.all(
-        "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at", (run_id,))]
-    waiting = _requests_of(reader, run_id, nodes, now)
+        "SELECT effect_id, node_id, status, resolution FROM effect WHERE run_id = ? ORDER BY reserved_at",
+        (run_id,))] if parts.effects else []
+    waiting = _requests_of(reader, run_id, nodes, now) if parts.requests else []
     return {
         "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"],
         "park_reason": run["park_reason"], "park_detail": run["park_detail"], "revision": run["revision"],
@@ -316,9 +319,10 @@ def _run_view(reader: StoreReader, run_id: str, now: float) -> dict[str, Any] | 
         "created_at": run["created_at"], "updated_at": run["updated_at"], "finished_at": run["finished_at"],
         "nodes": list(nodes.values()), "effects": effects,
         "waiting": waiting,
-        "schedule": run_schedule(reader, run_id),  # {name, fire_time, kind} when a schedule started it
+        # {name, fire_time, kind} when a schedule started it
+        "schedule": run_schedule(reader, run_id) if parts.schedule else None,
         # priority, waits, mailbox, children, queue_reason (store/flow_queries.py)
-        **flow_view(reader, run, now),
+        **flow_view(reader, run, now, parts),
     }
 
 

@@ -7,7 +7,10 @@ from typing import Any
 
 from piwf_actors.protocol.catalog.registry import OperationContext, operation
 from piwf_actors.protocol.watches import WatchRefused
-from piwf_actors.store import queries
+from piwf_actors.wire import pack
+
+#: A `run` view of a run that does not exist, packed.
+NO_VIEW = pack(None)
 
 
 @operation("watch", payload={"subscription_id": ("str", True), "topic": ("str", True), "run_id": ("str", False),
@@ -23,14 +26,19 @@ def watch(ctx: OperationContext, payload: dict[str, Any]) -> None:
     except WatchRefused as refused:
         ctx.reply("rejected", error=str(refused))
         return
-    if added.topic == "run" and queries.run_status(ctx.reader, run_id or "") is None:
+    if added.topic != "run":
+        ctx.reply("accepted", receipt={"subscription_id": added.subscription_id, "topic": added.topic})
+        ctx.views.refresh([added], time.monotonic(), fresh=True)
+        return
+    first = ctx.views.first_view(added)  # one read: the view, and whether the run exists
+    if first == NO_VIEW:
         ctx.views.watches.remove(ctx.conn_id, added.subscription_id)
         ctx.reply("notFound", error=f"run {run_id} not found")
         return
     ctx.reply("accepted", receipt={"subscription_id": added.subscription_id, "topic": added.topic})
-    if added.topic == "run" and payload.get("output_so_far"):
+    if payload.get("output_so_far"):
         ctx.views.replay_output(added)
-    ctx.views.refresh([added], time.monotonic(), fresh=True)
+    ctx.views.send_first(added, first, time.monotonic())
 
 
 @operation("unwatch", payload={"subscription_id": ("str", True)}, read_only=True)
