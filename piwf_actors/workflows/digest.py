@@ -137,20 +137,48 @@ class _Fingerprinter:
         return described
 
     def code(self, code: types.CodeType, module_globals: dict[str, Any] | None, depth: int) -> Any:
-        consts = [self.value(const, depth + 1) for const in code.co_consts]
+        described, names = _code_parts(self, code, depth)
         helpers: dict[str, Any] = {}
         if module_globals is not None:
-            for name in sorted(_global_names(code)):
+            for name in names:
                 target = module_globals.get(name)
                 # Only same-module functions: their code is part of this source file.
                 if isinstance(target, types.FunctionType) and target.__globals__ is module_globals:
                     helpers[name] = self.function(target, depth + 1)
                 elif (wrapped := _durable_step(target)) is not None and wrapped.__globals__ is module_globals:
                     helpers[name] = self.callable(target, depth + 1)  # a same-module `@step`
-        return [
-            "code", code.co_code.hex(), consts, list(code.co_names),
-            code.co_argcount, code.co_kwonlyargcount, code.co_flags, helpers,
-        ]
+        return [*described, helpers]
+
+    def code_description(self, code: types.CodeType, depth: int) -> list[Any]:
+        """What describes `code` by itself (no globals): a pure function of the code object and `depth`."""
+        consts = [self.value(const, depth + 1) for const in code.co_consts]
+        return ["code", code.co_code.hex(), consts, list(code.co_names),
+                code.co_argcount, code.co_kwonlyargcount, code.co_flags]
+
+
+#: (id of a code object, depth) -> (the code object, its description without helpers, the global names
+#: its code and nested code use, sorted). A warm worker executes a snapshot's one compiled code object
+#: for every launch (workflows/loader.py), so each launch's functions share their code objects with the
+#: last launch's and only the part that depends on the module (same-module helpers, defaults, closures)
+#: is described again. Code objects are immutable and their constants are literals (no function, no
+#: module state), so what is kept is the same whichever module runs the code. The entry holds the code
+#: object, so its id is not reused while the entry lives. Bounded: a host loads ever new files (each
+#: edit compiles new code objects) and this would keep them all; 4,096 entries is the code of a few
+#: hundred workflow files, a few MB at most, and filling it only starts it over (a dict's insert and
+#: clear hold the GIL: user-code threads may share it without a lock).
+_CODE_PARTS: dict[tuple[int, int], tuple[types.CodeType, list[Any], tuple[str, ...]]] = {}
+_CODE_PARTS_MAX = 4096
+
+
+def _code_parts(printer: _Fingerprinter, code: types.CodeType, depth: int) -> tuple[list[Any], tuple[str, ...]]:
+    key = (id(code), depth)
+    kept = _CODE_PARTS.get(key)
+    if kept is None or kept[0] is not code:
+        kept = (code, printer.code_description(code, depth), tuple(sorted(_global_names(code))))
+        if len(_CODE_PARTS) >= _CODE_PARTS_MAX:
+            _CODE_PARTS.clear()
+        _CODE_PARTS[key] = kept
+    return kept[1], kept[2]
 
 
 def _durable_step(value: Any) -> types.FunctionType | None:
@@ -188,12 +216,27 @@ def fingerprint(value: Any) -> str:
 
 def _node_doc(spec: NodeSpec, printer: _Fingerprinter) -> dict[str, Any]:
     doc: dict[str, Any] = {"kind": spec.kind}
-    for field in dataclasses.fields(spec):
-        value = getattr(spec, field.name)
-        if value is None and ((field.name, spec.kind) in _ADDED_LATER or (field.name, "*") in _ADDED_LATER):
+    for name, added_later in _node_fields(type(spec)):
+        value = getattr(spec, name)
+        if value is None and added_later:
             continue  # absent unless declared: digests of nodes written before the field stay as they were
-        doc[field.name] = printer.value(value)
+        doc[name] = printer.value(value)
     return doc
+
+
+#: A node class's fields in order, each with whether it is left out while None (`_ADDED_LATER`): the same
+#: for every node of the class, and `dataclasses.fields` is what a snapshot's load spent most on here.
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _node_fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        kind = getattr(cls, "kind", "")
+        fields = _FIELDS[cls] = tuple(
+            (field.name, (field.name, kind) in _ADDED_LATER or (field.name, "*") in _ADDED_LATER)
+            for field in dataclasses.fields(cls))
+    return fields
 
 
 #: (field, node kind or "*": every kind) of the optional fields added after digests were stored, left out

@@ -27,7 +27,7 @@ import types
 import uuid
 
 from piwf_actors.workflows.import_scope import ImportScope, in_scope, loading
-from piwf_actors.workflows.user_code import LOAD, shared
+from piwf_actors.workflows.user_code import LOAD, on_user_code_thread, shared
 
 _sequence = itertools.count()
 
@@ -61,7 +61,8 @@ def exec_fresh(source: bytes, path: str, project_path: str | None) -> types.Modu
     thread, bounded (`UserCodeTimeout`) and shared with a concurrent load of the same bytes; a load
     inside another (a workflow file that loads workflows) runs within that one's time and is not shared."""
     path = os.path.abspath(path)
-    if loading():
+    if loading() or not on_user_code_thread():
+        # Nothing to share or bound (a worker's launch, a CLI): no key to hash the source for.
         return _exec(source, path, project_path)
     key = ("exec", path, project_path, hashlib.sha256(source).digest())
     return shared(key, LOAD, f"cannot load {path}: its import", lambda: _exec(source, path, project_path))

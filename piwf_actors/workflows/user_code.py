@@ -390,6 +390,12 @@ def shared(key: Hashable, kind: str, subject: str, fn: Callable[[], T]) -> T:
     return call.runner._shared(call, key, kind, subject, fn)
 
 
+def on_user_code_thread() -> bool:
+    """Whether this thread is running a call of a `UserCode` (where `shared` shares and bounds); a
+    worker's launch thread is not."""
+    return _local.call is not None
+
+
 def remaining() -> float | None:
     """Seconds left in the current phase on a user-code thread; None when nothing is timed."""
     call = _local.call

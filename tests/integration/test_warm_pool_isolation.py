@@ -2,7 +2,10 @@
 
 Each launch executes the workflow snapshot as a fresh module (module state
 starts over), and the worker puts back the environment, working directory
-and sys.path a run changed.
+and sys.path a run changed. A warm worker keeps a snapshot's compiled code
+(and the fingerprints of its code objects, for the digest) from one launch
+to the next: what it keeps is immutable, so runs of the same snapshot still
+start from fresh module state, and an edited file is a new snapshot.
 """
 
 from __future__ import annotations
@@ -45,3 +48,38 @@ def test_runs_on_one_warm_worker_share_no_state(state_dir, tmp_path):
         assert out["leak"] is None
         assert out["path_has_marker"] is False
     assert len({out["cwd"] for out in outputs}) == 1 and outputs[0]["cwd"] != "/"
+
+
+def edited(version: int, padding: str) -> str:
+    """A workflow file whose node reports its `version` and whether the module's state was fresh."""
+    return textwrap.dedent(f'''
+        import os
+        from piwf_actors.workflows import compute, define_workflow
+
+        SEEN = {{"count": 0}}  # module state, bumped by every call{padding}
+
+        def report(ctx):
+            SEEN["count"] += 1
+            return {{"version": {version}, "count": SEEN["count"], "pid": os.getpid()}}
+
+        flow = define_workflow(name="edited", start_at="report", nodes={{"report": compute(run=report)}}, edges=[])
+    ''')
+
+
+def test_an_edited_file_is_a_new_snapshot_for_a_warm_worker(state_dir, tmp_path):
+    path = tmp_path / "edited.py"
+    seen = []
+    with start_host(HostConfig(state_dir=state_dir, max_workers=1, warm_workers=1)) as host:
+        # Twice the first version (the second run reuses what the worker kept of the first), then an
+        # edit (a longer file, so the host's resolver sees a new stamp too), then the edit twice.
+        for version, padding in ((1, ""), (1, ""), (2, " (edited)"), (2, " (edited)")):
+            path.write_text(edited(version, padding))
+            run_id = host.start_run(f"{path}:flow")["receipt"]["run_id"]
+            view = host.wait_for_run(run_id, timeout=30)
+            assert view["status"] == "done", view["error"]
+            seen.append((view["definition_digest"], view["output"]))
+    assert len({out["pid"] for _, out in seen}) == 1, "the runs were not served by one warm worker"
+    assert [out["version"] for _, out in seen] == [1, 1, 2, 2]
+    assert [out["count"] for _, out in seen] == [1, 1, 1, 1]  # fresh module state in every run
+    digests = [digest for digest, _ in seen]
+    assert digests[0] == digests[1] and digests[2] == digests[3] and digests[0] != digests[2]

@@ -133,3 +133,45 @@ def test_mappings_with_plain_string_keys_sort_as_their_pairs_canonical_json_does
         printer = _Fingerprinter()
         pairs = [[printer.value(k), printer.value(v)] for k, v in mapping.items()]
         assert _Fingerprinter().value(mapping) == ["map", sorted(pairs, key=canonical_json)], mapping
+
+
+SHARED_CODE = '''
+from piwf_actors.workflows import compute, define_workflow
+
+flow = define_workflow(name="shared", start_at="a",
+                       nodes={"a": compute(run=lambda ctx: helper(ctx.input) + (1, 2.5, frozenset({"x", "y"}))[0])},
+                       edges=[])
+'''
+
+
+def test_code_executed_again_is_described_again_with_each_modules_helpers(monkeypatch) -> None:
+    # A warm worker executes one compiled code object for every launch of a snapshot, and the digest keeps
+    # what describes a code object by itself (workflows/digest.py): the helpers a module gives that code
+    # must still count, module by module, and the kept parts must give the digest a fresh description gives.
+    from piwf_actors.workflows import digest as digest_module
+
+    code = compile(SHARED_CODE, "shared.py", "exec", dont_inherit=True)
+
+    def digest_with(factor: int) -> str:
+        module: dict[str, Any] = {"__name__": f"shared_{factor}"}
+        exec(f"def helper(x):\n    return x * {factor}\n", module)  # a same-module helper
+        exec(code, module)
+        return str(module["flow"].digest)
+
+    first, second, again = digest_with(2), digest_with(3), digest_with(2)
+    assert first != second and first == again
+    monkeypatch.setattr(digest_module, "_CODE_PARTS", {})  # nothing kept: every part described afresh
+    assert digest_with(2) == first and digest_with(3) == second
+
+
+def test_kept_code_descriptions_are_bounded(monkeypatch) -> None:
+    from piwf_actors.workflows import digest as digest_module
+
+    monkeypatch.setattr(digest_module, "_CODE_PARTS", {})
+    monkeypatch.setattr(digest_module, "_CODE_PARTS_MAX", 8)
+    seen = set()
+    for n in range(40):  # 40 distinct code objects (the constant differs)
+        function = eval(compile(f"lambda x: x + {n}", f"f{n}.py", "eval"))  # noqa: S307
+        seen.add(fingerprint(function))
+        assert len(digest_module._CODE_PARTS) <= 8
+    assert len(seen) == 40
