@@ -17,7 +17,11 @@ outside can see them before COMMIT, so a batch holds them back and inserts each 
   the sequence numbers are read again.
 
 A run's next `seq` is read once per batch (max + 1, and whether the run exists: an event
-for a run that does not exist is `NotFound`, as before), then counted here. The events
+for a run that does not exist is `NotFound`, as before), then counted here; a command that
+knows it already tells it instead (`prime_seq`: a run it just inserted has none, a worker
+message's context read carries the run's last seq, `execute_reading_seq`). The blobs a batch
+stored are remembered (`blob_stored`), so storing the same content again in the batch (every
+start of one workflow stores its snapshot and graph) costs no statement. The events
 held back count in `total_changes`, so a command that refuses after appending one is
 undone like one that wrote a row (store/batch.py). Everything else passes through to the
 store connection unchanged.
@@ -39,7 +43,7 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_blobs", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -47,6 +51,7 @@ class BatchConnection:
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
+        self._blobs: set[str] = set()  # sha256 of the blobs this batch stored (undone by a rollback)
 
     # --- events ------------------------------------------------------------------------------
 
@@ -62,6 +67,27 @@ class BatchConnection:
         self._next_seq[run_id] = seq + 1
         self._rows.append((run_id, seq, kind, node_id, attempt_id, payload, now))
         return seq
+
+    def prime_seq(self, run_id: str, last_seq: int) -> None:
+        """`run_id` exists and its last stored event is `last_seq` (0: none), as the caller just read
+        or wrote it in this transaction; ignored when the batch already counts the run's events."""
+        self._next_seq.setdefault(run_id, last_seq + 1)
+
+    def execute_reading_seq(self, sql: str, params: Any = ()) -> Any:
+        """Execute `sql`, whose only read of `run_event` is the last seq of a run whose seq this batch
+        does not count yet (the caller passes it to `prime_seq`): the events held back are of runs the
+        batch counts, so they need not go in first."""
+        if self._held and any(table in sql for table in self._held):
+            self.flush_events()
+        return self._conn.execute(sql, params)
+
+    def blob_stored(self, sha256: str) -> bool:
+        """Whether this batch stored (or found) blob `sha256` already."""
+        return sha256 in self._blobs
+
+    def note_blob(self, sha256: str) -> None:
+        """Blob `sha256` is in the database now (the caller's statement storing it succeeded)."""
+        self._blobs.add(sha256)
 
     def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
@@ -98,8 +124,12 @@ class BatchConnection:
         cursor = self._conn.execute(sql, params)
         if sql.lstrip()[:8].upper().startswith("ROLLBACK"):
             self._next_seq.clear()  # rolled back (to a savepoint): the numbers are read again
-        elif "run_event" in sql and "DELETE" in sql.upper():
-            self._next_seq.clear()  # events deleted (prune): read again
+            self._blobs.clear()  # … and the blobs stored since may be gone
+        elif "DELETE" in sql.upper():
+            if "run_event" in sql:
+                self._next_seq.clear()  # events deleted (prune): read again
+            if "blob" in sql:
+                self._blobs.clear()  # blobs deleted (prune): store them again
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:

@@ -99,8 +99,11 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
 
 
 def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: float) -> dict[str, Any]:
-    cursor = ctx.conn.execute("UPDATE run SET generation = generation + 1 WHERE run_id = ? RETURNING *", (run_id,))
-    run = dict(zip([d[0] for d in cursor.description], cursor.fetchone(), strict=True))
+    # The new generation, the status and the run row the launch needs: one update (set_status's).
+    run: dict[str, Any] = {}
+    revision = set_status(ctx, run_id, "starting", "run_claimed", also="generation = generation + 1", whole_row=run,
+                          payload=lambda row: {"generation": row["generation"], "launch_id": slot["launch_id"],
+                                               "by": ctx.executed_by})
     generation = int(run["generation"])
     run["claim_generation"] = generation
     ctx.conn.execute(
@@ -117,9 +120,6 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
         (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
          slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id),
     )
-    revision = set_status(ctx, run_id, "starting", "run_claimed",
-                          payload={"generation": generation, "launch_id": slot["launch_id"],
-                                   "by": ctx.executed_by})
     return {
         "run_id": run_id, "generation": generation, "launch_id": slot["launch_id"], "revision": run["progress"],
         "run_revision": revision, "token_hash": slot["token_hash"],

@@ -42,15 +42,17 @@ from piwf_actors.store.runstate import release_claim, set_status
 from piwf_actors.store.values import put_value
 from piwf_actors.wire.content import INLINE_BYTES
 
-#: The recorded answer, the claim and the run row, read in one statement.
+#: The recorded answer, the claim, the run's last event seq (so the events the message appends
+#: cost no read of their own: BatchConnection.prime_seq) and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
     SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.launch_id, c.host_epoch,
-           c.expires_at, c.runner_id, c.runner_lease_epoch, r.*
+           c.expires_at, c.runner_id, c.runner_lease_epoch,
+           (SELECT coalesce(max(e.seq), 0) FROM run_event e WHERE e.run_id = r.run_id), r.*
     FROM run r
     LEFT JOIN run_claim c ON c.run_id = r.run_id
     LEFT JOIN worker_message m ON m.launch_id = ? AND m.message_id = ?
     WHERE r.run_id = ?"""
-_CONTEXT_COLUMNS = 9
+_CONTEXT_COLUMNS = 10
 
 
 def message_fingerprint(args: dict[str, Any]) -> str:
@@ -71,12 +73,18 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     op_name = args["op"]
     payload = args.get("payload") or {}
     print_ = message_fingerprint(args)
-    cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    if batch is not None:
+        cursor = batch.execute_reading_seq(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
+    else:
+        cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
     row = cursor.fetchone()
     if row is None:
         raise ClaimLost(run_id, "the run is not claimed")
     (seen_print, seen_response, token_hash, generation, claim_epoch, claim_host_epoch, expires_at,
-     claim_runner_id, claim_runner_lease_epoch) = row[:_CONTEXT_COLUMNS]
+     claim_runner_id, claim_runner_lease_epoch, last_seq) = row[:_CONTEXT_COLUMNS]
+    if batch is not None:
+        batch.prime_seq(run_id, int(last_seq))
     if seen_print is not None:
         if seen_print != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
