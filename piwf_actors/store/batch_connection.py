@@ -19,7 +19,7 @@ outside can see them before COMMIT, so a batch holds them back and inserts each 
 A run's next `seq` is read once per batch (max + 1, and whether the run exists: an event
 for a run that does not exist is `NotFound`, as before), then counted here; a command that
 knows it already tells it instead (`prime_seq`: a run it just inserted has none, a worker
-message's context read carries the run's last seq, `execute_reading_seq`). The blobs a batch
+message's context read carries the run's last seq, `execute_beside`). The blobs a batch
 stored are remembered (`blob_stored`), so storing the same content again in the batch (every
 start of one workflow stores its snapshot and graph) costs no statement. The events
 held back count in `total_changes`, so a command that refuses after appending one is
@@ -29,6 +29,7 @@ store connection unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.errors import NotFound
@@ -43,7 +44,7 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_blobs", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_blobs", "_dropped", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -52,6 +53,7 @@ class BatchConnection:
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
         self._blobs: set[str] = set()  # sha256 of the blobs this batch stored (undone by a rollback)
+        self._dropped = 0  # held rows dropped before they went in (drop_held): still counted as changes
 
     # --- events ------------------------------------------------------------------------------
 
@@ -73,13 +75,33 @@ class BatchConnection:
         or wrote it in this transaction; ignored when the batch already counts the run's events."""
         self._next_seq.setdefault(run_id, last_seq + 1)
 
-    def execute_reading_seq(self, sql: str, params: Any = ()) -> Any:
-        """Execute `sql`, whose only read of `run_event` is the last seq of a run whose seq this batch
-        does not count yet (the caller passes it to `prime_seq`): the events held back are of runs the
-        batch counts, so they need not go in first."""
-        if self._held and any(table in sql for table in self._held):
+    def execute_beside(self, sql: str, params: Any = (), *, tables: tuple[str, ...]) -> Any:
+        """Execute `sql` without inserting first what is held back for `tables` ("run_event" for the
+        events, else a table of `hold_insert`): the caller reads or changes those tables only where
+        the held rows cannot matter or completes the answer from memory (a run's last seq for
+        `prime_seq`, a row found by `held_row`, rows it dropped with `drop_held`). What is held for
+        other tables it names goes in first, as always."""
+        if ((self._rows and "run_event" not in tables and "run_event" in sql)
+                or any(table in sql for table in self._held if table not in tables)):
             self.flush_events()
         return self._conn.execute(sql, params)
+
+    def held_row(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> tuple[Any, ...] | None:
+        """The row held back for `table` that `match`es, if any."""
+        held = self._held.get(table)
+        return None if held is None else next((row for row in held[1] if match(row)), None)
+
+    def drop_held(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> None:
+        """Forget the rows held back for `table` that `match`: the caller deletes them in this
+        transaction, before they were ever inserted. They still count in `total_changes` (a
+        command that refuses after this has written)."""
+        held = self._held.get(table)
+        if held is not None:
+            kept = [row for row in held[1] if not match(row)]
+            self._dropped += len(held[1]) - len(kept)
+            held[1][:] = kept
+            if not kept:
+                del self._held[table]
 
     def blob_stored(self, sha256: str) -> bool:
         """Whether this batch stored (or found) blob `sha256` already."""
@@ -140,7 +162,8 @@ class BatchConnection:
     def total_changes(self) -> int:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
-        return self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
+        return (self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
+                + self._dropped)
 
     @property
     def in_transaction(self) -> bool:

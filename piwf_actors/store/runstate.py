@@ -14,6 +14,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.events import append_event
 from piwf_actors.store.resource_state import enqueue_owner_of_run
@@ -230,7 +231,15 @@ def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> 
     """
     claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING launch_id", (run_id,)).fetchone()
     if claim is not None:
-        ctx.conn.execute("DELETE FROM worker_message WHERE launch_id = ?", (claim[0],))
+        launch_id = claim[0]
+        if isinstance(ctx.conn, BatchConnection):
+            # This launch's records the batch still holds are never inserted; those of other launches
+            # stay held (the delete below does not touch them).
+            ctx.conn.drop_held("worker_message", lambda record: record[0] == launch_id)
+            ctx.conn.execute_beside("DELETE FROM worker_message WHERE launch_id = ?", (launch_id,),
+                                    tables=("worker_message",))
+        else:
+            ctx.conn.execute("DELETE FROM worker_message WHERE launch_id = ?", (launch_id,))
         if by_worker:
             ctx.conn.execute("DELETE FROM run_worker WHERE worker_id = ?", (claim[0],))
         else:

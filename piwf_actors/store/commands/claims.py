@@ -16,6 +16,7 @@ from typing import Any
 
 from piwf_actors.errors import Rejected
 from piwf_actors.store import rates
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.flow_timers import arm_rate_timer
 from piwf_actors.store.commands.holds import hold_blocked
@@ -98,6 +99,19 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     return claimed
 
 
+_CLAIM_ROW = """INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch, claimed_at,
+                   expires_at, progress_at_claim, runner_id, runner_lease_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_WORKER_ROW = """INSERT INTO run_worker (worker_id, run_id, generation, launch_id, host_epoch, pid, process_create_time,
+                    status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
+def _insert(ctx: WriteContext, table: str, sql: str, row: tuple[Any, ...]) -> None:
+    if isinstance(ctx.conn, BatchConnection):
+        ctx.conn.hold_insert(table, sql, row)
+    else:
+        ctx.conn.execute(sql, row)
+
+
 def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: float) -> dict[str, Any]:
     # The new generation, the status and the run row the launch needs: one update (set_status's).
     run: dict[str, Any] = {}
@@ -106,20 +120,14 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
                                                "by": ctx.executed_by})
     generation = int(run["generation"])
     run["claim_generation"] = generation
-    ctx.conn.execute(
-        """INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch,
-               claimed_at, expires_at, progress_at_claim, runner_id, runner_lease_epoch)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (run_id, slot["token_hash"], generation, slot["launch_id"], ctx.host_epoch, ctx.now,
-         ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch),
-    )
     pid = slot.get("pid")
-    ctx.conn.execute(
-        """INSERT INTO run_worker (worker_id, run_id, generation, launch_id, host_epoch, pid, process_create_time,
-               status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
-         slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id),
-    )
+    # Held back in a write batch and inserted with the batch's other claims (BatchConnection.hold_insert).
+    _insert(ctx, "run_claim", _CLAIM_ROW,
+            (run_id, slot["token_hash"], generation, slot["launch_id"], ctx.host_epoch, ctx.now,
+             ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch))
+    _insert(ctx, "run_worker", _WORKER_ROW,
+            (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
+             slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id))
     return {
         "run_id": run_id, "generation": generation, "launch_id": slot["launch_id"], "revision": run["progress"],
         "run_revision": revision, "token_hash": slot["token_hash"],

@@ -53,6 +53,8 @@ _MESSAGE_CONTEXT = """
     LEFT JOIN worker_message m ON m.launch_id = ? AND m.message_id = ?
     WHERE r.run_id = ?"""
 _CONTEXT_COLUMNS = 10
+_RECORD = """INSERT INTO worker_message (launch_id, message_id, run_id, generation, kind, fingerprint, response,
+                 created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def message_fingerprint(args: dict[str, Any]) -> str:
@@ -75,7 +77,9 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     print_ = message_fingerprint(args)
     batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
     if batch is not None:
-        cursor = batch.execute_reading_seq(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
+        # The run's last seq is primed below and the records this batch holds are looked up in memory.
+        cursor = batch.execute_beside(_MESSAGE_CONTEXT, (launch_id, message_id, run_id),
+                                      tables=("run_event", "worker_message"))
     else:
         cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
     row = cursor.fetchone()
@@ -85,6 +89,10 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
      claim_runner_id, claim_runner_lease_epoch, last_seq) = row[:_CONTEXT_COLUMNS]
     if batch is not None:
         batch.prime_seq(run_id, int(last_seq))
+        if seen_print is None:
+            held = batch.held_row("worker_message", lambda record: record[:2] == (launch_id, message_id))
+            if held is not None:
+                seen_print, seen_response = held[5], held[6]
     if seen_print is not None:
         if seen_print != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
@@ -113,13 +121,16 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         # The launch ended with this message, and its records went with its claim: a resend
         # now finds the claim gone (claimLost), which is the truth for a launch that is over.
         return response
-    ctx.conn.execute(
-        """INSERT INTO worker_message (launch_id, message_id, run_id, generation, kind, fingerprint,
-               response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        # The answer as msgpack (a blob): it only ever goes back to the worker, and packing it
-        # costs a fraction of canonical JSON on this hot path.
-        (launch_id, message_id, run_id, args["generation"], op_name, print_,
-         msgpack.packb(response, use_bin_type=True), ctx.now))
+    # The answer as msgpack (a blob): it only ever goes back to the worker, and packing it
+    # costs a fraction of canonical JSON on this hot path.
+    record = (launch_id, message_id, run_id, args["generation"], op_name, print_,
+              msgpack.packb(response, use_bin_type=True), ctx.now)
+    if batch is not None:
+        # Held back and inserted with the batch's other records (or never, when the launch ends in this
+        # batch: release_claim drops them); a resend in this batch finds it through held_row above.
+        batch.hold_insert("worker_message", _RECORD, record)
+    else:
+        ctx.conn.execute(_RECORD, record)
     return response
 
 
