@@ -79,17 +79,17 @@ class BatchConnection:
         """Execute `sql` without inserting first what is held back for `tables` ("run_event" for the
         events, else a table of `hold_insert`): the caller reads or changes those tables only where
         the held rows cannot matter or completes the answer from memory (a run's last seq for
-        `prime_seq`, a row found by `held_row`, rows it dropped with `drop_held`). What is held for
+        `prime_seq`, rows found by `held_rows`, rows it dropped with `drop_held`). What is held for
         other tables it names goes in first, as always."""
         if ((self._rows and "run_event" not in tables and "run_event" in sql)
                 or any(table in sql for table in self._held if table not in tables)):
             self.flush_events()
         return self._conn.execute(sql, params)
 
-    def held_row(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> tuple[Any, ...] | None:
-        """The row held back for `table` that `match`es, if any."""
+    def held_rows(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
+        """The rows held back for `table` that `match`, in the order they were held."""
         held = self._held.get(table)
-        return None if held is None else next((row for row in held[1] if match(row)), None)
+        return [] if held is None else [row for row in held[1] if match(row)]
 
     def drop_held(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> None:
         """Forget the rows held back for `table` that `match`: the caller deletes them in this

@@ -90,8 +90,7 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     if batch is not None:
         batch.prime_seq(run_id, int(last_seq))
         if seen_print is None:
-            held = batch.held_row("worker_message", lambda record: record[:2] == (launch_id, message_id))
-            if held is not None:
+            for held in batch.held_rows("worker_message", lambda record: record[:2] == (launch_id, message_id)):
                 seen_print, seen_response = held[5], held[6]
     if seen_print is not None:
         if seen_print != print_:
@@ -127,7 +126,7 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
               msgpack.packb(response, use_bin_type=True), ctx.now)
     if batch is not None:
         # Held back and inserted with the batch's other records (or never, when the launch ends in this
-        # batch: release_claim drops them); a resend in this batch finds it through held_row above.
+        # batch: release_claim drops them); a resend in this batch finds it through held_rows above.
         batch.hold_insert("worker_message", _RECORD, record)
     else:
         ctx.conn.execute(_RECORD, record)
