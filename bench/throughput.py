@@ -60,7 +60,10 @@ The figures of issue 21, each measured here in the same run:
            phase, e.g. per-run threads, are summed as "ended threads"), the
            worker processes (the host's children, psutil, plus the children
            it reaped during the phase), host + workers, and the bench's own
-           clients.
+           clients; and a `writer:` line: SQL statements per run (the growth of
+           `writer.statements` in host.status over the phase, read once the
+           writer's figures settled, as for the retries below: ±1 run's worth)
+           and the writer thread's CPU per run.
 
   PostgreSQL  with `--database pg-temp` (a temporary cluster started here) or
            `--database postgresql://…` (a fresh database per host there), each m

@@ -44,7 +44,7 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_blobs", "_dropped", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_deletes", "_blobs", "_dropped", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -52,6 +52,8 @@ class BatchConnection:
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
+        # table → (DELETE, parameter rows) held back: run after the inserts (hold_delete)
+        self._deletes: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}
         self._blobs: set[str] = set()  # sha256 of the blobs this batch stored (undone by a rollback)
         self._dropped = 0  # held rows dropped before they went in (drop_held): still counted as changes
 
@@ -82,7 +84,7 @@ class BatchConnection:
         `prime_seq`, rows found by `held_rows`, rows it dropped with `drop_held`). What is held for
         other tables it names goes in first, as always."""
         if ((self._rows and "run_event" not in tables and "run_event" in sql)
-                or any(table in sql for table in self._held if table not in tables)):
+                or any(table in sql for table in (*self._held, *self._deletes) if table not in tables)):
             self.flush_events()
         return self._conn.execute(sql, params)
 
@@ -102,6 +104,21 @@ class BatchConnection:
             held[1][:] = kept
             if not kept:
                 del self._held[table]
+
+    def hold_delete(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
+        """Hold back one run of `sql` (a DELETE from `table` with `row` as its parameters; one
+        statement per table): run with the others after the held inserts, before anything names
+        `table`. It counts as one change in `total_changes` until then."""
+        held = self._deletes.get(table)
+        if held is None:
+            self._deletes[table] = (sql, [row])
+        else:
+            held[1].append(row)
+
+    def deleting(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> bool:
+        """Whether a delete held back for `table` has parameters that `match`."""
+        held = self._deletes.get(table)
+        return held is not None and any(match(row) for row in held[1])
 
     def blob_stored(self, sha256: str) -> bool:
         """Whether this batch stored (or found) blob `sha256` already."""
@@ -129,18 +146,26 @@ class BatchConnection:
             held, self._held = self._held, {}
             for sql, rows in held.values():
                 self._conn.executemany(sql, rows)
+        if self._deletes:
+            deletes, self._deletes = self._deletes, {}
+            for sql, rows in deletes.values():
+                before = self._conn.total_changes
+                self._conn.executemany(sql, rows)
+                # Counted one change each while held: keep `total_changes` from going back.
+                self._dropped += max(0, len(rows) - (self._conn.total_changes - before))
 
     def _names_held(self, sql: str) -> bool:
-        return ("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
+        return (("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
+                or any(table in sql for table in self._deletes))
 
     # --- the connection ------------------------------------------------------------------------
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        if self._rows or self._held:
+        if self._rows or self._held or self._deletes:
             head = sql.lstrip()[:9].upper()
             if head.startswith("ROLLBACK"):
                 # Undone with the transaction or the savepoint they were appended in.
-                self._rows, self._held = [], {}
+                self._rows, self._held, self._deletes = [], {}, {}
             elif head.startswith(_BOUNDARIES) or self._names_held(sql):
                 self.flush_events()
         cursor = self._conn.execute(sql, params)
@@ -163,7 +188,7 @@ class BatchConnection:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
         return (self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
-                + self._dropped)
+                + sum(len(rows) for _, rows in self._deletes.values()) + self._dropped)
 
     @property
     def in_transaction(self) -> bool:

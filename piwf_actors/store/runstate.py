@@ -220,6 +220,11 @@ def claim_row(conn: Connection, run_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))
 
 
+#: A launch's worker message records, deleted when its claim ends.
+DELETE_RECORDS = "DELETE FROM worker_message WHERE launch_id = ?"
+_DELETE_WORKER = "DELETE FROM run_worker WHERE worker_id = ?"
+
+
 def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> None:
     """End the run's current claim; the launch that held it is over.
 
@@ -232,16 +237,19 @@ def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> 
     claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING launch_id", (run_id,)).fetchone()
     if claim is not None:
         launch_id = claim[0]
-        if isinstance(ctx.conn, BatchConnection):
-            # This launch's records the batch still holds are never inserted; those of other launches
-            # stay held (the delete below does not touch them).
-            ctx.conn.drop_held("worker_message", lambda record: record[0] == launch_id)
-            ctx.conn.execute_beside("DELETE FROM worker_message WHERE launch_id = ?", (launch_id,),
-                                    tables=("worker_message",))
+        batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+        if batch is not None:
+            # This launch's records the batch still holds are never inserted; those already stored
+            # are deleted with the batch's other ended launches' (a message of this launch resent
+            # meanwhile finds its claim gone: worker.py looks past records about to go).
+            batch.drop_held("worker_message", lambda record: record[0] == launch_id)
+            batch.hold_delete("worker_message", DELETE_RECORDS, (launch_id,))
         else:
-            ctx.conn.execute("DELETE FROM worker_message WHERE launch_id = ?", (launch_id,))
-        if by_worker:
-            ctx.conn.execute("DELETE FROM run_worker WHERE worker_id = ?", (claim[0],))
+            ctx.conn.execute(DELETE_RECORDS, (launch_id,))
+        if by_worker and batch is not None:
+            batch.hold_delete("run_worker", _DELETE_WORKER, (launch_id,))
+        elif by_worker:
+            ctx.conn.execute(_DELETE_WORKER, (launch_id,))
         else:
             ctx.conn.execute("UPDATE run_worker SET status = 'exited', outcome = coalesce(outcome, 'exited'), "
                              "ended_at = coalesce(ended_at, ?) WHERE worker_id = ? AND status IN ('starting', 'live')",

@@ -104,13 +104,21 @@ def test_a_launch_that_ends_in_the_batch_inserts_no_records_and_a_resend_after_i
 
 def test_records_of_an_earlier_batch_go_with_the_claim(store: Batches) -> None:
     _started(store)
-    store.batch([("worker.message", store.message("r1", "m1", "ready", {"start_at": "a"}))])
+    ready = store.message("r1", "m1", "ready", {"start_at": "a"})
+    store.batch([("worker.message", ready)])
     assert store.count("SELECT count(*) FROM worker_message") == 1
     _started(store, "r2")  # a second launch whose record stays held while r1's launch ends
-    store.batch([("worker.message", store.message("r2", "m1", "ready", {"start_at": "a"})),
-                 ("worker.message", store.message("r1", "m2", "node_finished", {
-                     "node_id": "a", "attempt_id": "att1", "new_attempt": True, "attempt_no": 1, "outcome": "ok", "output": {}, "next": {"finish": True}}))])
+    end = store.message("r1", "m2", "node_finished", {"node_id": "a", "attempt_id": "att1", "new_attempt": True,
+                                                      "attempt_no": 1, "outcome": "ok", "output": {},
+                                                      "next": {"finish": True}})
+    results = store.batch([("worker.message", store.message("r2", "m1", "ready", {"start_at": "a"})),
+                           ("worker.message", end),
+                           ("worker.message", ready)])  # resent after its launch ended, in the same batch
+    assert [r.ok for r in results[:2]] == [True, True]
+    assert results[2].error_code == "claim_lost"  # not its stored answer: the launch is over
     assert [tuple(r) for r in store.db.execute_sql("SELECT run_id FROM worker_message").fetchall()] == [("r2",)]
+    assert [tuple(r) for r in store.db.execute_sql("SELECT run_id FROM run_worker").fetchall()] == [("r2",)]
+    assert [tuple(r) for r in store.db.execute_sql("SELECT run_id FROM run_claim").fetchall()] == [("r2",)]
 
 
 def test_a_client_command_resent_in_its_batch_is_adopted_and_a_reused_key_is_a_conflict(store: Batches) -> None:

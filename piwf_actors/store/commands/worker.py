@@ -89,6 +89,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
      claim_runner_id, claim_runner_lease_epoch, last_seq) = row[:_CONTEXT_COLUMNS]
     if batch is not None:
         batch.prime_seq(run_id, int(last_seq))
+        if seen_print is not None and batch.deleting("worker_message", lambda params: params[0] == launch_id):
+            seen_print = seen_response = None  # the launch ended in this batch: its records are going
         if seen_print is None:
             for held in batch.held_rows("worker_message", lambda record: record[:2] == (launch_id, message_id)):
                 seen_print, seen_response = held[5], held[6]
