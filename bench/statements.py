@@ -9,7 +9,11 @@ the host's own ticks) are listed apart. The statement count printed last is the 
 bench/throughput.py reports per run (writer.statements in host.status), for one run alone: a
 burst shares each batch's BEGIN/COMMIT among many runs.
 
-Run: .venv/bin/python bench/statements.py [--runs-per-batch] [--database URL] [--nodes N]
+With `--burst N`, N runs are started at once from 4 threads instead (max_workers 8), and each
+statement is shown with its count per run: batches then share their BEGIN, lease read and COMMIT,
+and the held-back rows of many commands go in with one statement, as in bench/throughput.py's burst.
+
+Run: .venv/bin/python bench/statements.py [--database URL] [--nodes N] [--burst N]
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", default=None, help="a PostgreSQL URL (default: SQLite in a temp dir)")
     parser.add_argument("--nodes", type=int, default=1, help="compute nodes of the trivial workflow (default 1)")
+    parser.add_argument("--burst", type=int, default=0, help="start this many runs at once (default: one run alone)")
     args = parser.parse_args()
     tracer = Tracer()
     install(tracer)
@@ -96,32 +101,52 @@ def main() -> None:
         state = Path(tmp)
         flow = state / "trivial.py"
         flow.write_text(workflow_source(args.nodes))
-        host = start_host(HostConfig(state_dir=state, database=args.database, max_workers=1, schedules=False))
+        host = start_host(HostConfig(state_dir=state, database=args.database, max_workers=8 if args.burst else 1,
+                                     schedules=False))
         try:
             host.wait_active(30)
             for i in range(3):
                 host.wait_for_run(host.start_run(f"{flow}:trivial", {"i": i}).run_id, timeout=60)
             tracer.on = True
-            # With an idempotency key, as bench/throughput.py's clients start their runs.
-            run_id = host.start_run(f"{flow}:trivial", {"i": 99}, client_id="bench", idempotency_key="run-99").run_id
-            host.wait_for_run(run_id, timeout=60)
-            # The run's end is committed; the writer may still be answering: a lease write after it is apart.
+            if args.burst:
+                started: list[str] = []
+
+                def submit(part: int) -> None:
+                    for i in range(part, args.burst, 4):
+                        started.append(host.start_run(f"{flow}:trivial", {"i": i}, client_id="bench",
+                                                      idempotency_key=f"run-{i}").run_id)
+
+                threads = [threading.Thread(target=submit, args=(part,)) for part in range(4)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                for run_id in started:
+                    host.wait_for_run(run_id, timeout=120)
+            else:
+                # With an idempotency key, as bench/throughput.py's clients start their runs.
+                run_id = host.start_run(f"{flow}:trivial", {"i": 99}, client_id="bench",
+                                        idempotency_key="run-99").run_id
+                host.wait_for_run(run_id, timeout=60)
+            # The runs' ends are committed; the writer may still be answering: a lease write after it is apart.
             threading.Event().wait(0.3)
             tracer.on = False
         finally:
             host.stop("bench done")
-    by_command: dict[str, list[str]] = collections.defaultdict(list)
+    runs = max(args.burst, 1)
+    by_command: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for command, sql in tracer.lines:
-        by_command[command].append(sql)
+        by_command[command][shorten(sql)] += 1
     apart = {name for name in by_command
              if name.startswith(("lease.", "runner_lease.", "host.", "scheduler.renew", "scheduler.settle"))}
-    total = sum(len(v) for k, v in by_command.items() if k not in apart)
+    total = sum(sum(v.values()) for k, v in by_command.items() if k not in apart)
     for name, statements in by_command.items():
-        mark = " (not the run's)" if name in apart else ""
-        print(f"{name}{mark}: {len(statements)}")
-        for sql in statements:
-            print(f"    {shorten(sql)}")
-    print(f"statements for one trivial run of {args.nodes} node(s), alone: {total}")
+        mark = " (not the runs')" if name in apart else ""
+        print(f"{name}{mark}: {sum(statements.values()) / runs:.2f} per run")
+        for sql, count in statements.most_common():
+            print(f"    {count / runs:5.2f}  {sql}")
+    what = f"each of {args.burst} runs started at once" if args.burst else "one trivial run alone"
+    print(f"statements per run ({what}, {args.nodes} node(s)): {total / runs:.1f}")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ class BatchConnection:
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
         # table → (DELETE, parameter rows) held back: run after the inserts (hold_delete)
         self._deletes: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}
-        self._blobs: set[str] = set()  # sha256 of the blobs this batch stored (undone by a rollback)
+        # sha256 of the blobs this batch stored or read (undone by a rollback) → what a read found
+        self._blobs: dict[str, Any] = {}
         self._dropped = 0  # held rows dropped before they went in (drop_held): still counted as changes
 
     # --- events ------------------------------------------------------------------------------
@@ -124,9 +125,15 @@ class BatchConnection:
         """Whether this batch stored (or found) blob `sha256` already."""
         return sha256 in self._blobs
 
-    def note_blob(self, sha256: str) -> None:
-        """Blob `sha256` is in the database now (the caller's statement storing it succeeded)."""
-        self._blobs.add(sha256)
+    def note_blob(self, sha256: str, read: Any = None) -> None:
+        """Blob `sha256` is in the database now (the caller's statement storing it succeeded); `read`:
+        what the caller read of it, for `blob_read` (content-addressed: it cannot change)."""
+        if read is not None or sha256 not in self._blobs:
+            self._blobs[sha256] = read
+
+    def blob_read(self, sha256: str) -> Any:
+        """What a caller read of blob `sha256` in this batch (`note_blob`), or None."""
+        return self._blobs.get(sha256)
 
     def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and

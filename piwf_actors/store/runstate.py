@@ -58,6 +58,8 @@ _RETURNED = ("revision", "progress", "session_id", "workflow", "error_code", "er
 _RETURNING = "RETURNING " + ", ".join(_RETURNED)
 #: What a run that ends may still hold, read by the update that ends it (no read of its own each, and
 #: none at all for what it does not hold): open requests, pending waits, a resource that owns it.
+#: The run's last event seq, returned by a status change inside a write batch (BatchConnection.prime_seq).
+_LAST_SEQ = ", (SELECT coalesce(max(e.seq), 0) FROM run_event e WHERE e.run_id = run.run_id)"
 _HOLDINGS = """,
     EXISTS (SELECT 1 FROM interactive_request q WHERE q.run_id = run.run_id AND q.status IN ('pending', 'presenting')),
     EXISTS (SELECT 1 FROM run_wait w WHERE w.run_id = run.run_id AND w.status = 'pending'),
@@ -114,20 +116,29 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
         returning = "RETURNING *"
     else:
         returning = _RETURNING if finished is None else _RETURNING + _HOLDINGS
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    if batch is not None:
+        returning += _LAST_SEQ  # the event appended below needs no read of its own
     if status == "queued":
-        cursor = ctx.conn.execute(
-            f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ?, held_by = NULL "
-            f"WHERE run_id = ? {returning}",
-            (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id))
+        sql = (f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ?, held_by = NULL "
+               f"WHERE run_id = ? {returning}")
+        statement_params = (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id)
     else:
         # Not touching queued_at/queue_class spares their index on every other transition.
-        cursor = ctx.conn.execute(f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra} WHERE run_id = ? {returning}",
-                                  (*params, *also_params, run_id))
+        sql = f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra} WHERE run_id = ? {returning}"
+        statement_params = (*params, *also_params, run_id)
+    if batch is not None:
+        cursor = batch.execute_beside(sql, statement_params, tables=("run_event",))
+    else:
+        cursor = ctx.conn.execute(sql, statement_params)
     row = cursor.fetchone()
     if row is None:
         raise NotFound("run", run_id)
+    if batch is not None:
+        batch.prime_seq(run_id, int(row[-1]))
+        row = row[:-1]
     if whole_row is not None:
-        whole_row.update(zip([d[0] for d in cursor.description], row, strict=True))
+        whole_row.update(zip([d[0] for d in cursor.description], row, strict=False))
         row = tuple(whole_row[name] for name in _RETURNED)
         if callable(payload):
             payload = payload(whole_row)

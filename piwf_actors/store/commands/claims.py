@@ -143,8 +143,14 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
 def _source(ctx: WriteContext, sha256: str | None) -> dict[str, Any]:
     """The workflow snapshot for the launch: inline when small, else its size (the worker reads it
     in chunks); size -1 when there is none."""
-    row = None if sha256 is None else ctx.conn.execute(
-        "SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?", (INLINE_BYTES, sha256)).fetchone()
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    # Runs of one workflow share their snapshot: a batch that claims several reads it once.
+    row = None if sha256 is None or batch is None else batch.blob_read(sha256)
+    if row is None and sha256 is not None:
+        row = ctx.conn.execute("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?",
+                               (INLINE_BYTES, sha256)).fetchone()
+        if row is not None and batch is not None:
+            batch.note_blob(sha256, tuple(row))
     if row is None:
         return {"source": None, "source_size": -1}
     return {"source": None if row[1] is None else bytes(row[1]), "source_size": int(row[0])}
