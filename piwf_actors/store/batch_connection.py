@@ -44,7 +44,7 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_deletes", "_blobs", "_dropped", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_deletes", "_blobs", "_counted", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -56,7 +56,9 @@ class BatchConnection:
         self._deletes: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}
         # sha256 of the blobs this batch stored or read (undone by a rollback) → what a read found
         self._blobs: dict[str, Any] = {}
-        self._dropped = 0  # held rows dropped before they went in (drop_held): still counted as changes
+        # What `total_changes` adds to the connection's count: the rows held back, those dropped before they
+        # went in (drop_held) and what held deletes found nothing to delete; it never goes back but for a rollback.
+        self._counted = 0
 
     # --- events ------------------------------------------------------------------------------
 
@@ -71,6 +73,7 @@ class BatchConnection:
             seq = int(row[0]) + 1
         self._next_seq[run_id] = seq + 1
         self._rows.append((run_id, seq, kind, node_id, attempt_id, payload, now))
+        self._counted += 1
         return seq
 
     def prime_seq(self, run_id: str, last_seq: int) -> None:
@@ -100,16 +103,15 @@ class BatchConnection:
         command that refuses after this has written)."""
         held = self._held.get(table)
         if held is not None:
-            kept = [row for row in held[1] if not match(row)]
-            self._dropped += len(held[1]) - len(kept)
-            held[1][:] = kept
-            if not kept:
+            held[1][:] = [row for row in held[1] if not match(row)]  # (still counted in _counted)
+            if not held[1]:
                 del self._held[table]
 
     def hold_delete(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
         """Hold back one run of `sql` (a DELETE from `table` with `row` as its parameters; one
         statement per table): run with the others after the held inserts, before anything names
         `table`. It counts as one change in `total_changes` until then."""
+        self._counted += 1
         held = self._deletes.get(table)
         if held is None:
             self._deletes[table] = (sql, [row])
@@ -138,6 +140,7 @@ class BatchConnection:
     def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
         returns nothing; one statement per table)."""
+        self._counted += 1
         held = self._held.get(table)
         if held is None:
             self._held[table] = (sql, [row])
@@ -149,17 +152,19 @@ class BatchConnection:
         if self._rows:
             rows, self._rows = self._rows, []
             self._conn.executemany(_INSERT, rows)
+            self._counted -= len(rows)  # in the connection's own count now
         if self._held:
             held, self._held = self._held, {}
             for sql, rows in held.values():
                 self._conn.executemany(sql, rows)
+                self._counted -= len(rows)
         if self._deletes:
             deletes, self._deletes = self._deletes, {}
             for sql, rows in deletes.values():
                 before = self._conn.total_changes
                 self._conn.executemany(sql, rows)
                 # Counted one change each while held: keep `total_changes` from going back.
-                self._dropped += max(0, len(rows) - (self._conn.total_changes - before))
+                self._counted -= min(len(rows), self._conn.total_changes - before)
 
     def _names_held(self, sql: str) -> bool:
         return (("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
@@ -172,6 +177,8 @@ class BatchConnection:
             head = sql.lstrip()[:9].upper()
             if head.startswith("ROLLBACK"):
                 # Undone with the transaction or the savepoint they were appended in.
+                self._counted -= len(self._rows) + sum(len(rows) for _, rows in (*self._held.values(),
+                                                                                 *self._deletes.values()))
                 self._rows, self._held, self._deletes = [], {}, {}
             elif head.startswith(_BOUNDARIES) or self._names_held(sql):
                 self.flush_events()
@@ -194,8 +201,7 @@ class BatchConnection:
     def total_changes(self) -> int:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
-        return (self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
-                + sum(len(rows) for _, rows in self._deletes.values()) + self._dropped)
+        return self._conn.total_changes + self._counted
 
     @property
     def in_transaction(self) -> bool:
