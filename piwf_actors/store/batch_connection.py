@@ -29,7 +29,6 @@ store connection unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from piwf_actors.errors import NotFound
@@ -44,7 +43,8 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_deletes", "_blobs", "_counted", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_keyed", "_deletes", "_deleting", "_deleted", "_blobs",
+                 "_counted", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -52,12 +52,16 @@ class BatchConnection:
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
-        # table → (DELETE, parameter rows) held back: run after the inserts (hold_delete)
+        self._keyed: dict[tuple[str, Any], tuple[Any, ...]] = {}  # (table, key) → a held row (held_row)
+        # table → (DELETE, parameter rows) held back: run after the inserts (hold_delete); the column of
+        # the held rows each table's deletes match, and the (table, value) pairs they delete
         self._deletes: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}
+        self._deleting: dict[str, int] = {}
+        self._deleted: set[tuple[str, Any]] = set()
         # sha256 of the blobs this batch stored or read (undone by a rollback) → what a read found
         self._blobs: dict[str, Any] = {}
-        # What `total_changes` adds to the connection's count: the rows held back, those dropped before they
-        # went in (drop_held) and what held deletes found nothing to delete; it never goes back but for a rollback.
+        # What `total_changes` adds to the connection's count: the rows held back, those a held delete kept
+        # from going in and what held deletes found nothing to delete; it never goes back but for a rollback.
         self._counted = 0
 
     # --- events ------------------------------------------------------------------------------
@@ -85,43 +89,34 @@ class BatchConnection:
         """Execute `sql` without inserting first what is held back for `tables` ("run_event" for the
         events, else a table of `hold_insert`): the caller reads or changes those tables only where
         the held rows cannot matter or completes the answer from memory (a run's last seq for
-        `prime_seq`, rows found by `held_rows`, rows it dropped with `drop_held`). What is held for
+        `prime_seq`, a row found by `held_row`, rows a `hold_delete` removes). What is held for
         other tables it names goes in first, as always."""
         if ((self._rows and "run_event" not in tables and "run_event" in sql)
                 or any(table in sql for table in (*self._held, *self._deletes) if table not in tables)):
             self.flush_events()
         return self._conn.execute(sql, params)
 
-    def held_rows(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> list[tuple[Any, ...]]:
-        """The rows held back for `table` that `match`, in the order they were held."""
-        held = self._held.get(table)
-        return [] if held is None else [row for row in held[1] if match(row)]
+    def held_row(self, table: str, key: Any) -> tuple[Any, ...] | None:
+        """The row held back for `table` under `key` (one of the `keys` it was held with), if any."""
+        return self._keyed.get((table, key))
 
-    def drop_held(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> None:
-        """Forget the rows held back for `table` that `match`: the caller deletes them in this
-        transaction, before they were ever inserted. They still count in `total_changes` (a
-        command that refuses after this has written)."""
-        held = self._held.get(table)
-        if held is not None:
-            held[1][:] = [row for row in held[1] if not match(row)]  # (still counted in _counted)
-            if not held[1]:
-                del self._held[table]
-
-    def hold_delete(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
-        """Hold back one run of `sql` (a DELETE from `table` with `row` as its parameters; one
-        statement per table): run with the others after the held inserts, before anything names
-        `table`. It counts as one change in `total_changes` until then."""
+    def hold_delete(self, table: str, sql: str, value: Any, *, column: int) -> None:
+        """Hold back one run of `sql`, a DELETE from `table` of the rows whose column number `column`
+        (as `hold_insert`'s rows have it) is `value`, its one parameter (one statement per table):
+        run with the others after the held inserts, before anything names `table`; the held rows it
+        would delete are never inserted. It counts as one change in `total_changes` until then."""
         self._counted += 1
+        self._deleting[table] = column
+        self._deleted.add((table, value))
         held = self._deletes.get(table)
         if held is None:
-            self._deletes[table] = (sql, [row])
+            self._deletes[table] = (sql, [(value,)])
         else:
-            held[1].append(row)
+            held[1].append((value,))
 
-    def deleting(self, table: str, match: Callable[[tuple[Any, ...]], bool]) -> bool:
-        """Whether a delete held back for `table` has parameters that `match`."""
-        held = self._deletes.get(table)
-        return held is not None and any(match(row) for row in held[1])
+    def deleting(self, table: str, value: Any) -> bool:
+        """Whether a delete held back for `table` removes the rows of `value` (`hold_delete`)."""
+        return (table, value) in self._deleted
 
     def blob_stored(self, sha256: str) -> bool:
         """Whether this batch stored (or found) blob `sha256` already."""
@@ -137,10 +132,12 @@ class BatchConnection:
         """What a caller read of blob `sha256` in this batch (`note_blob`), or None."""
         return self._blobs.get(sha256)
 
-    def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
+    def hold_insert(self, table: str, sql: str, row: tuple[Any, ...], keys: tuple[Any, ...] = ()) -> None:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
-        returns nothing; one statement per table)."""
+        returns nothing; one statement per table), found by `held_row` under each of `keys`."""
         self._counted += 1
+        for key in keys:
+            self._keyed[(table, key)] = row
         held = self._held.get(table)
         if held is None:
             self._held[table] = (sql, [row])
@@ -155,11 +152,17 @@ class BatchConnection:
             self._counted -= len(rows)  # in the connection's own count now
         if self._held:
             held, self._held = self._held, {}
-            for sql, rows in held.values():
-                self._conn.executemany(sql, rows)
-                self._counted -= len(rows)
+            self._keyed = {}
+            for table, (sql, rows) in held.items():
+                column = self._deleting.get(table)
+                if column is not None:  # rows a held delete removes never go in (still counted)
+                    rows = [row for row in rows if (table, row[column]) not in self._deleted]
+                if rows:
+                    self._conn.executemany(sql, rows)
+                    self._counted -= len(rows)
         if self._deletes:
             deletes, self._deletes = self._deletes, {}
+            self._deleting, self._deleted = {}, set()
             for sql, rows in deletes.values():
                 before = self._conn.total_changes
                 self._conn.executemany(sql, rows)
@@ -180,6 +183,7 @@ class BatchConnection:
                 self._counted -= len(self._rows) + sum(len(rows) for _, rows in (*self._held.values(),
                                                                                  *self._deletes.values()))
                 self._rows, self._held, self._deletes = [], {}, {}
+                self._keyed, self._deleting, self._deleted = {}, {}, set()
             elif head.startswith(_BOUNDARIES) or self._names_held(sql):
                 self.flush_events()
         cursor = self._conn.execute(sql, params)

@@ -67,9 +67,10 @@ def find_recorded(conn: Connection, client_id: str, key: str, request_id: str,
     params = (client_id, key, request_id)
     if isinstance(conn, BatchConnection):
         # The records this batch holds back (idempotency.py) are looked up in memory, the rest read.
+        held = {conn.held_row("host_command", ("key", client_id, key)),
+                 conn.held_row("host_command", ("request", client_id, request_id))} - {None}
         rows = [*conn.execute_beside(_FIND, params, tables=("host_command",)).fetchall(),
-                *((r[1], r[5], r[8], r[7], r[6]) for r in conn.held_rows(
-                    "host_command", lambda r: r[0] == client_id and (r[1] == key or r[2] == request_id)))]
+                *((r[1], r[5], r[8], r[7], r[6]) for r in held if r is not None)]
     else:
         rows = conn.execute(_FIND, params).fetchall()
     for idempotency_key, *row in rows:

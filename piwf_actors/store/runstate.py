@@ -253,12 +253,11 @@ def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> 
             # This launch's records the batch still holds are never inserted; those already stored
             # are deleted with the batch's other ended launches' (a message of this launch resent
             # meanwhile finds its claim gone: worker.py looks past records about to go).
-            batch.drop_held("worker_message", lambda record: record[0] == launch_id)
-            batch.hold_delete("worker_message", DELETE_RECORDS, (launch_id,))
+            batch.hold_delete("worker_message", DELETE_RECORDS, launch_id, column=0)
         else:
             ctx.conn.execute(DELETE_RECORDS, (launch_id,))
         if by_worker and batch is not None:
-            batch.hold_delete("run_worker", _DELETE_WORKER, (launch_id,))
+            batch.hold_delete("run_worker", _DELETE_WORKER, launch_id, column=0)
         elif by_worker:
             ctx.conn.execute(_DELETE_WORKER, (launch_id,))
         else:

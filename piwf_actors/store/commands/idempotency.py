@@ -120,6 +120,7 @@ def _record(ctx: WriteContext, args: dict[str, Any], operation: str, client_id: 
     row = (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_, outcome,
            revision, canonical_json(receipt), ctx.host_epoch, ctx.now)
     if isinstance(ctx.conn, BatchConnection):
-        ctx.conn.hold_insert("host_command", RECORD, row)  # inserted with the batch's other records
+        # Inserted with the batch's other records; a resend in the batch finds it (find_recorded).
+        ctx.conn.hold_insert("host_command", RECORD, row, keys=(("key", client_id, key), ("request", client_id, request_id)))
     else:
         ctx.conn.execute(RECORD, row)

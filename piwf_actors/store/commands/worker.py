@@ -89,10 +89,11 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
      claim_runner_id, claim_runner_lease_epoch, last_seq) = row[:_CONTEXT_COLUMNS]
     if batch is not None:
         batch.prime_seq(run_id, int(last_seq))
-        if seen_print is not None and batch.deleting("worker_message", lambda params: params[0] == launch_id):
+        if batch.deleting("worker_message", launch_id):
             seen_print = seen_response = None  # the launch ended in this batch: its records are going
-        if seen_print is None:
-            for held in batch.held_rows("worker_message", lambda record: record[:2] == (launch_id, message_id)):
+        elif seen_print is None:
+            held = batch.held_row("worker_message", (launch_id, message_id))
+            if held is not None:
                 seen_print, seen_response = held[5], held[6]
     if seen_print is not None:
         if seen_print != print_:
@@ -128,8 +129,8 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
               msgpack.packb(response, use_bin_type=True), ctx.now)
     if batch is not None:
         # Held back and inserted with the batch's other records (or never, when the launch ends in this
-        # batch: release_claim drops them); a resend in this batch finds it through held_rows above.
-        batch.hold_insert("worker_message", _RECORD, record)
+        # batch: release_claim drops them); a resend in this batch finds it through held_row above.
+        batch.hold_insert("worker_message", _RECORD, record, keys=((launch_id, message_id),))
     else:
         ctx.conn.execute(_RECORD, record)
     return response
