@@ -23,11 +23,12 @@ from piwf_actors.workflows import compute, define_workflow
 trivial = define_workflow(name="trivial1", start_at="a", nodes={"a": compute(run=lambda ctx: {"n": 1})}, edges=[])
 '''
 
-#: Statements of one trivial run alone, per engine: what the commands send (the run's start, its
-#: claim, the worker's ready, node and end messages), the lease read of each transaction, BEGIN and
-#: COMMIT; on PostgreSQL also the server clock read twice in each transaction (store/batch.py).
-BUDGET = {"sqlite": 24, "postgresql": 34}
-RUNS = 4
+#: Statements of one trivial run alone, per engine (they were 31 and 37): what the commands send (the
+#: run's start, its claim, the worker's ready, node and end messages), the lease read of each
+#: transaction, the held-back rows' inserts, BEGIN and COMMIT; on PostgreSQL also the server clock
+#: read twice in each transaction (store/batch.py).
+BUDGET = {"sqlite": 24, "postgresql": 30}
+RUNS = 5
 
 
 @both_engines
@@ -49,7 +50,6 @@ def test_a_trivial_run_costs_at_most_its_budget_of_statements(hosts, state_dir: 
         wait_for(lambda: host.writer.stats().queue_depth == 0, 10, "the writer's queue to empty")
         counts.append(host.writer.stats().statements - before)
     engine = "postgresql" if hosts_on_postgres() else "sqlite"
-    print("statements per run:", counts)
     assert min(counts) > 0, counts
     assert min(counts) <= BUDGET[engine], (
         f"a trivial run alone cost {min(counts)} SQL statements on {engine} (runs: {counts}), over its budget of "
