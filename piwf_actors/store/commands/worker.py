@@ -13,8 +13,10 @@ as its effect.
 
 This is the writer's hot path (a trivial node costs one of these), so it is
 kept to a handful of statements: one read for the recorded answer, the
-claim and the run row together; the operation's own writes, with the move
-of the run's progress folded into its update of the run row; the record.
+claim, the run's last event seq and the run row together; the operation's
+own writes, with the move of the run's progress folded into its update of
+the run row; the record, held back and inserted with the batch's others
+(store/batch_connection.py; a resend in the same batch finds it there).
 A refusal that comes after the operation wrote something needs its writes
 undone: the first pass runs without a savepoint and, in that rare case,
 asks the batch to run again with savepoints (`NeedsSavepoints`).
