@@ -62,7 +62,10 @@ The figures of issue 21, each measured here in the same run:
            phase, e.g. per-run threads, are summed as "ended threads"), the
            worker processes (the host's children, psutil, plus the children
            it reaped during the phase), host + workers, and the bench's own
-           clients.
+           clients; and a `writer:` line: SQL statements per run (the growth of
+           `writer.statements` in host.status over the phase, read once the
+           writer's figures settled, as for the retries below: ±1 run's worth)
+           and the writer thread's CPU per run.
 
   PostgreSQL  with `--database pg-temp` (a temporary cluster started here) or
            `--database postgresql://…` (a fresh database per host there), each m
@@ -699,6 +702,37 @@ def nudge_run(spec: str) -> Callable[[Client], None]:
     return nudge
 
 
+# --- SQL statements per run (host.status → writer.statements) -----------------------------------------
+
+
+def settled_statements(socket_path: str, nudge: Callable[[Client], None]) -> int | None:
+    """The writer's cumulative `statements` (store/statement_count.py) once a phase has settled: the same
+    wait as settled_counters (quiet, then one nudge run so the board is republished with the last commits).
+    The nudge run's own statements fall on one side or the other of the reading: ±1 run's worth in a phase.
+    None when the host does not report them."""
+    with Client(socket_path=socket_path, timeout=WAIT_S) as client:
+        if (client.status().get("writer") or {}).get("statements") is None:
+            return None
+    settled_counters(socket_path, nudge)
+    with Client(socket_path=socket_path, timeout=WAIT_S) as client:
+        value = (client.status().get("writer") or {}).get("statements")
+    return None if value is None else int(value)
+
+
+def writer_cpu_s(phase: Phase) -> float:
+    """CPU of the host's writer thread(s) in the phase (the DatabaseWriter actor's thread group)."""
+    return sum(s for name, s in phase.cpu.by_thread.items() if "writer" in name.lower())
+
+
+def statements_note(phase: Phase, before: int | None, after: int | None) -> str:
+    """One line: SQL statements per run and the writer's CPU per run in the phase."""
+    writer_ms = phase.cpu_ms(writer_cpu_s(phase))
+    if before is None or after is None:
+        return f"writer: statements per run not reported by this host; writer CPU {writer_ms:.3f} ms/run"
+    return (f"writer: {(after - before) / phase.runs:.1f} SQL statements per run (writer.statements, ±1 run's "
+            f"worth per phase), writer CPU {writer_ms:.3f} ms/run")
+
+
 def print_phase(phase: Phase) -> None:
     lat = [s * 1000 for s in phase.latencies_s]
     db = [s * 1000 for s in phase.db_latencies_s]
@@ -801,12 +835,15 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
         # Each phase of the graph, then the same phase of the function on the same host (when measured):
         # the two figures of a kind come from one minute of the same machine's load.
         last = counters()
+        statements = settled_statements(host.socket_path, nudge_run(spec))
         for key, measure in (("closed", lambda workflow: loop(workflow, args.runs)),
                              ("burst", lambda workflow: burst(host, workflow, args.runs))):
             for suffix, workflow in (("", spec), ("_function", function_spec)):
                 if workflow is None:
                     continue
                 phase = measure(workflow)
+                statements_before, statements = statements, settled_statements(host.socket_path, nudge_run(spec))
+                phase.notes.append(statements_note(phase, statements_before, statements))
                 if suffix:
                     phase.label = f"function workflow, {phase.label}"
                 if on_pg:

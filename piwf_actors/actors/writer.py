@@ -141,6 +141,7 @@ class DatabaseWriter(CoreActor):
         self._last_batch = 0
         self._conflict_retries = 0
         self._conflicts_given_up = 0
+        self._statements = 0
         self._recent: deque[tuple[float, int]] = deque(maxlen=4096)
         self._board = board
         self._published_at = 0.0
@@ -325,6 +326,7 @@ class DatabaseWriter(CoreActor):
                                   conflicts_before=retried,
                                   yield_to=None if renewal else self._queue.renewal_waiting)
             self._conflict_retries += outcome.conflict_retries - retried
+            self._statements += outcome.statements
             if not outcome.yielded:
                 return outcome
             retried = outcome.conflict_retries
@@ -362,7 +364,7 @@ class DatabaseWriter(CoreActor):
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
                 "conflict_retries": stats.conflict_retries, "conflicts_given_up": stats.conflicts_given_up,
-                "disk_full": self._room.state(),
+                "statements": stats.statements, "disk_full": self._room.state(),
                 "at": now}
 
     def _stats(self, _message: GetWriterStats) -> WriterStats:
@@ -376,6 +378,7 @@ class DatabaseWriter(CoreActor):
             queue_depth=self._queue.depth(), commits_per_s=len(window) / span,
             commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
             conflict_retries=self._conflict_retries, conflicts_given_up=self._conflicts_given_up,
+            statements=self._statements,
         )
 
 

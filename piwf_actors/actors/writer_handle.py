@@ -59,6 +59,8 @@ class WriterStats:
     #: again (SERIALIZABLE; always 0 on SQLite), and how many of those batches were given up.
     conflict_retries: int = 0
     conflicts_given_up: int = 0
+    #: SQL statements the writer's batches sent, committed or not (store/statement_count.py).
+    statements: int = 0
 
 
 def deliver(reply_to: ReplyTo, result: WriteResult) -> None:

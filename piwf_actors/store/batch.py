@@ -67,6 +67,7 @@ from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
 from piwf_actors.store.engines.base import Engine, engine_of
 from piwf_actors.store.requests import ChangeSet, WriteCommand, WriteResult
+from piwf_actors.store.statement_count import CountingConnection
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class BatchOutcome:
     conflict_given_up: bool = False
     #: Not applied: it conflicted and `yield_to` asked for the way (no results; apply it again).
     yielded: bool = False
+    #: SQL statements sent for this batch, every attempt and pass counted (store/statement_count.py).
+    statements: int = 0
 
 
 #: How many times a batch PostgreSQL refused for a conflict with another host's transaction is run again.
@@ -239,17 +242,23 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
     """
     engine = engine_of(db)
     attempt = conflicts_before
+    counted: CountingConnection | None = None
+    statements = 0
     while True:
         conn = None
         try:
             conn = db.connection()  # (re)connects when the last batch found the connection broken
+            counted = CountingConnection(conn)
             try:
-                outcome = _run(conn, engine, commands, now, commit_seq, savepoints, clock, timer_offset)
+                outcome = _run(counted, engine, commands, now, commit_seq, savepoints, clock, timer_offset)
             except NeedsSavepoints:
-                outcome = _run(conn, engine, commands, now, commit_seq, True, clock, timer_offset)
+                outcome = _run(counted, engine, commands, now, commit_seq, True, clock, timer_offset)
             outcome.conflict_retries = attempt
+            outcome.statements = statements + counted.statements
             return outcome
         except engine.driver_errors + (_StorageAbort,) as exc:
+            statements += counted.statements if counted is not None else 0
+            counted = None
             cause = exc.error if isinstance(exc, _StorageAbort) else storage_error(exc, engine)
             err = cause or errors.StoreError(" ".join(str(exc).split())[:500])
             if conn is None or getattr(conn, "broken", False):
@@ -257,7 +266,7 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
             if isinstance(err, errors.TransactionConflict) and attempt < CONFLICT_RETRIES:
                 attempt += 1
                 if yield_to is not None and yield_to():
-                    return BatchOutcome([], ChangeSet(), False, attempt, yielded=True)
+                    return BatchOutcome([], ChangeSet(), False, attempt, yielded=True, statements=statements)
                 log.debug("write batch of %d conflicted with another host's transaction; retry %d",
                           len(commands), attempt)
                 # Hosts that conflicted once tend to meet again if they retry in step (the active host and
@@ -267,7 +276,7 @@ def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
                 continue
             log.warning("write batch of %d aborted: %s", len(commands), err.one_line())
             return BatchOutcome([_fail(c, err) for c in commands], ChangeSet(), False, attempt,
-                                isinstance(err, errors.TransactionConflict))
+                                isinstance(err, errors.TransactionConflict), statements=statements)
 
 
 def _close_quietly(db: Any) -> None:

@@ -17,7 +17,11 @@ outside can see them before COMMIT, so a batch holds them back and inserts each 
   the sequence numbers are read again.
 
 A run's next `seq` is read once per batch (max + 1, and whether the run exists: an event
-for a run that does not exist is `NotFound`, as before), then counted here. The events
+for a run that does not exist is `NotFound`, as before), then counted here; a command that
+knows it already tells it instead (`prime_seq`: a run it just inserted has none, a worker
+message's context read carries the run's last seq, `execute_beside`). The blobs a batch
+stored are remembered (`blob_stored`), so storing the same content again in the batch (every
+start of one workflow stores its snapshot and graph) costs no statement. The events
 held back count in `total_changes`, so a command that refuses after appending one is
 undone like one that wrote a row (store/batch.py). Everything else passes through to the
 store connection unchanged.
@@ -39,7 +43,8 @@ _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
-    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "engine")
+    __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_keyed", "_deletes", "_deleting", "_deleted", "_blobs",
+                 "_counted", "engine")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -47,6 +52,17 @@ class BatchConnection:
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
+        self._keyed: dict[tuple[str, Any], tuple[Any, ...]] = {}  # (table, key) → a held row (held_row)
+        # table → (DELETE, parameter rows) held back: run after the inserts (hold_delete); the column of
+        # the held rows each table's deletes match, and the (table, value) pairs they delete
+        self._deletes: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}
+        self._deleting: dict[str, int] = {}
+        self._deleted: set[tuple[str, Any]] = set()
+        # sha256 of the blobs this batch stored or read (undone by a rollback) → what a read found
+        self._blobs: dict[str, Any] = {}
+        # What `total_changes` adds to the connection's count: the rows held back, those a held delete kept
+        # from going in and what held deletes found nothing to delete; it never goes back but for a rollback.
+        self._counted = 0
 
     # --- events ------------------------------------------------------------------------------
 
@@ -61,11 +77,67 @@ class BatchConnection:
             seq = int(row[0]) + 1
         self._next_seq[run_id] = seq + 1
         self._rows.append((run_id, seq, kind, node_id, attempt_id, payload, now))
+        self._counted += 1
         return seq
 
-    def hold_insert(self, table: str, sql: str, row: tuple[Any, ...]) -> None:
+    def prime_seq(self, run_id: str, last_seq: int) -> None:
+        """`run_id` exists and its last stored event is `last_seq` (0: none), as the caller just read
+        or wrote it in this transaction; ignored when the batch already counts the run's events."""
+        self._next_seq.setdefault(run_id, last_seq + 1)
+
+    def execute_beside(self, sql: str, params: Any = (), *, tables: tuple[str, ...]) -> Any:
+        """Execute `sql` without inserting first what is held back for `tables` ("run_event" for the
+        events, else a table of `hold_insert`): the caller reads or changes those tables only where
+        the held rows cannot matter or completes the answer from memory (a run's last seq for
+        `prime_seq`, a row found by `held_row`, rows a `hold_delete` removes). What is held for
+        other tables it names goes in first, as always."""
+        if ((self._rows and "run_event" not in tables and "run_event" in sql)
+                or any(table in sql for table in (*self._held, *self._deletes) if table not in tables)):
+            self.flush_events()
+        return self._conn.execute(sql, params)
+
+    def held_row(self, table: str, key: Any) -> tuple[Any, ...] | None:
+        """The row held back for `table` under `key` (one of the `keys` it was held with), if any."""
+        return self._keyed.get((table, key))
+
+    def hold_delete(self, table: str, sql: str, value: Any, *, column: int) -> None:
+        """Hold back one run of `sql`, a DELETE from `table` of the rows whose column number `column`
+        (as `hold_insert`'s rows have it) is `value`, its one parameter (one statement per table):
+        run with the others after the held inserts, before anything names `table`; the held rows it
+        would delete are never inserted. It counts as one change in `total_changes` until then."""
+        self._counted += 1
+        self._deleting[table] = column
+        self._deleted.add((table, value))
+        held = self._deletes.get(table)
+        if held is None:
+            self._deletes[table] = (sql, [(value,)])
+        else:
+            held[1].append((value,))
+
+    def deleting(self, table: str, value: Any) -> bool:
+        """Whether a delete held back for `table` removes the rows of `value` (`hold_delete`)."""
+        return (table, value) in self._deleted
+
+    def blob_stored(self, sha256: str) -> bool:
+        """Whether this batch stored (or found) blob `sha256` already."""
+        return sha256 in self._blobs
+
+    def note_blob(self, sha256: str, read: Any = None) -> None:
+        """Blob `sha256` is in the database now (the caller's statement storing it succeeded); `read`:
+        what the caller read of it, for `blob_read` (content-addressed: it cannot change)."""
+        if read is not None or sha256 not in self._blobs:
+            self._blobs[sha256] = read
+
+    def blob_read(self, sha256: str) -> Any:
+        """What a caller read of blob `sha256` in this batch (`note_blob`), or None."""
+        return self._blobs.get(sha256)
+
+    def hold_insert(self, table: str, sql: str, row: tuple[Any, ...], keys: tuple[Any, ...] = ()) -> None:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
-        returns nothing; one statement per table)."""
+        returns nothing; one statement per table), found by `held_row` under each of `keys`."""
+        self._counted += 1
+        for key in keys:
+            self._keyed[(table, key)] = row
         held = self._held.get(table)
         if held is None:
             self._held[table] = (sql, [row])
@@ -77,29 +149,52 @@ class BatchConnection:
         if self._rows:
             rows, self._rows = self._rows, []
             self._conn.executemany(_INSERT, rows)
+            self._counted -= len(rows)  # in the connection's own count now
         if self._held:
             held, self._held = self._held, {}
-            for sql, rows in held.values():
+            self._keyed = {}
+            for table, (sql, rows) in held.items():
+                column = self._deleting.get(table)
+                if column is not None:  # rows a held delete removes never go in (still counted)
+                    rows = [row for row in rows if (table, row[column]) not in self._deleted]
+                if rows:
+                    self._conn.executemany(sql, rows)
+                    self._counted -= len(rows)
+        if self._deletes:
+            deletes, self._deletes = self._deletes, {}
+            self._deleting, self._deleted = {}, set()
+            for sql, rows in deletes.values():
+                before = self._conn.total_changes
                 self._conn.executemany(sql, rows)
+                # Counted one change each while held: keep `total_changes` from going back.
+                self._counted -= min(len(rows), self._conn.total_changes - before)
 
     def _names_held(self, sql: str) -> bool:
-        return ("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
+        return (("run_event" in sql and bool(self._rows)) or any(table in sql for table in self._held)
+                or any(table in sql for table in self._deletes))
 
     # --- the connection ------------------------------------------------------------------------
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        if self._rows or self._held:
+        if self._rows or self._held or self._deletes:
             head = sql.lstrip()[:9].upper()
             if head.startswith("ROLLBACK"):
                 # Undone with the transaction or the savepoint they were appended in.
-                self._rows, self._held = [], {}
+                self._counted -= len(self._rows) + sum(len(rows) for _, rows in (*self._held.values(),
+                                                                                 *self._deletes.values()))
+                self._rows, self._held, self._deletes = [], {}, {}
+                self._keyed, self._deleting, self._deleted = {}, {}, set()
             elif head.startswith(_BOUNDARIES) or self._names_held(sql):
                 self.flush_events()
         cursor = self._conn.execute(sql, params)
         if sql.lstrip()[:8].upper().startswith("ROLLBACK"):
             self._next_seq.clear()  # rolled back (to a savepoint): the numbers are read again
-        elif "run_event" in sql and "DELETE" in sql.upper():
-            self._next_seq.clear()  # events deleted (prune): read again
+            self._blobs.clear()  # … and the blobs stored since may be gone
+        elif "DELETE" in sql.upper():
+            if "run_event" in sql:
+                self._next_seq.clear()  # events deleted (prune): read again
+            if "blob" in sql:
+                self._blobs.clear()  # blobs deleted (prune): store them again
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
@@ -110,7 +205,7 @@ class BatchConnection:
     def total_changes(self) -> int:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
-        return self._conn.total_changes + len(self._rows) + sum(len(rows) for _, rows in self._held.values())
+        return self._conn.total_changes + self._counted
 
     @property
     def in_transaction(self) -> bool:

@@ -6,16 +6,23 @@ import hashlib
 from typing import Any
 
 from piwf_actors.canonical import canonical_json
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.engines.base import Connection
 
 
 def put_blob(conn: Connection, data: bytes, now: float) -> str:
-    """Store `data` (once) and return its sha256 hex key."""
+    """Store `data` (once) and return its sha256 hex key. Inside a write batch, content the batch
+    stored already costs no statement (`BatchConnection.blob_stored`)."""
     key = hashlib.sha256(data).hexdigest()
+    batch = conn if isinstance(conn, BatchConnection) else None
+    if batch is not None and batch.blob_stored(key):
+        return key
     conn.execute(
         "INSERT INTO blob (sha256, size, data, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (sha256) DO NOTHING",
         (key, len(data), data, now),
     )
+    if batch is not None:
+        batch.note_blob(key)
     return key
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from piwf_actors.canonical import fingerprint, loads
 from piwf_actors.errors import Conflict, outcome_for
 from piwf_actors.paths import DatabaseLocation
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.reader import StoreReader
 
@@ -50,15 +51,29 @@ def request_fingerprint(operation: str, run_id: str | None, expected_revision: i
                         "payload": payload})
 
 
+_FIND = ("SELECT idempotency_key, fingerprint, receipt, revision, outcome FROM host_command "
+         "WHERE client_id = ? AND (idempotency_key = ? OR request_id = ?)")
+#: The record of a client command (idempotency.py holds it back in a write batch: one insert for the batch's).
+RECORD = """INSERT INTO host_command (client_id, idempotency_key, request_id, operation, run_id, fingerprint,
+               outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
 def find_recorded(conn: Connection, client_id: str, key: str, request_id: str,
                   print_: str) -> dict[str, Any] | RecordedRefusal | None:
     """The recorded answer to this request: {outcome: adopted, receipt, revision}, the recorded
     refusal, or None if it was never seen. Raises Conflict when the key — or the request id under
     another key — was used for another request. One read for both ways a request can have been seen."""
     by_key = clash = None
-    for idempotency_key, *row in conn.execute(
-            "SELECT idempotency_key, fingerprint, receipt, revision, outcome FROM host_command "
-            "WHERE client_id = ? AND (idempotency_key = ? OR request_id = ?)", (client_id, key, request_id)):
+    params = (client_id, key, request_id)
+    if isinstance(conn, BatchConnection):
+        # The records this batch holds back (idempotency.py) are looked up in memory, the rest read.
+        held = {conn.held_row("host_command", ("key", client_id, key)),
+                 conn.held_row("host_command", ("request", client_id, request_id))} - {None}
+        rows = [*conn.execute_beside(_FIND, params, tables=("host_command",)).fetchall(),
+                *((r[1], r[5], r[8], r[7], r[6]) for r in held if r is not None)]
+    else:
+        rows = conn.execute(_FIND, params).fetchall()
+    for idempotency_key, *row in rows:
         if idempotency_key == key:
             by_key = row
         else:

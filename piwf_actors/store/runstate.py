@@ -8,12 +8,13 @@ matching trace event and records the change for watchers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import NotFound
 from piwf_actors.ids import new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.engines.base import Connection
 from piwf_actors.store.events import append_event
 from piwf_actors.store.resource_state import enqueue_owner_of_run
@@ -52,15 +53,35 @@ def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
 _SET_STATUS_COLUMNS = """status = ?, park_reason = ?, park_detail = ?,
     error_code = coalesce(?, error_code), error_message = coalesce(?, error_message),
     finished_at = coalesce(?, finished_at), revision = revision + 1, updated_at = ?"""
-_RETURNING = ("RETURNING revision, progress, session_id, workflow, error_code, error_message, parent_wait_id, "
-              "fanout_max, concurrency_key, concurrency_max")
+_RETURNED = ("revision", "progress", "session_id", "workflow", "error_code", "error_message", "parent_wait_id",
+             "fanout_max", "concurrency_key", "concurrency_max")
+_RETURNING = "RETURNING " + ", ".join(_RETURNED)
+#: What a run that ends may still hold, read by the update that ends it (no read of its own each, and
+#: none at all for what it does not hold): open requests, pending waits, a resource that owns it.
+#: The run's last event seq, returned by a status change inside a write batch (BatchConnection.prime_seq).
+_LAST_SEQ = ", (SELECT coalesce(max(e.seq), 0) FROM run_event e WHERE e.run_id = run.run_id)"
+_HOLDINGS = """,
+    EXISTS (SELECT 1 FROM interactive_request q WHERE q.run_id = run.run_id AND q.status IN ('pending', 'presenting')),
+    EXISTS (SELECT 1 FROM run_wait w WHERE w.run_id = run.run_id AND w.status = 'pending'),
+    EXISTS (SELECT 1 FROM resource_run o WHERE o.run_id = run.run_id)"""
 
 #: What else must happen, in the same transaction, when a run ends: `hook(ctx, run_id, status,
 #: limits)`, `limits` = (parent_wait_id, fanout_max, concurrency_key, concurrency_max). Registered
 #: by the module that owns it (child runs and limits: store/commands/child_runs.py), which imports
 #: this module, not the other way round.
-FinishHook = Callable[["WriteContext", str, str, "tuple[Any, ...]"], None]
+FinishHook = Callable[["WriteContext", str, str, "RunEnd"], None]
 _FINISH_HOOKS: list[FinishHook] = []
+
+
+class RunEnd(NamedTuple):
+    """What the finish hooks learn of a run that ends, from the update that ended it."""
+
+    parent_wait_id: str | None
+    fanout_max: int | None
+    concurrency_key: str | None
+    concurrency_max: int | None
+    #: It has pending waits (run_wait) to cancel.
+    open_waits: bool
 
 
 def on_run_finished(hook: FinishHook) -> FinishHook:
@@ -71,46 +92,74 @@ def on_run_finished(hook: FinishHook) -> FinishHook:
 def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_reason: str | None = None,
                park_detail: str | None = None, error_code: str | None = None, error_message: str | None = None,
                payload: Any = None, node_id: str | None = None, also: str = "", also_params: tuple[Any, ...] = (),
-               run: dict[str, Any] | None = None) -> int:
+               run: dict[str, Any] | None = None, whole_row: dict[str, Any] | None = None) -> int:
     """Move a run to `status` and append `event`; returns the new revision.
 
     `also` is more `column = expression` assignments for the same update of
     the run row (with `also_params`), so a transition that changes other
-    columns too costs one statement; the new progress is left in `run`.
+    columns too costs one statement; the new progress is left in `run`, and
+    the whole updated row in `whole_row` when given (a transition that does
+    not end the run: the claim's), and `payload` may then be a function of
+    that row.
 
     A run that goes back to the queue is stamped with the time and its claim
     class: before fresh runs, and first of all when a submission waits for
-    its verdict.
+    its verdict. A run that ends learns from the same update what it still
+    holds (`_HOLDINGS`), and only that is closed with it.
     """
     finished = ctx.now if status in TERMINAL_STATUSES else None
     params: tuple[Any, ...] = (status, park_reason, park_detail, error_code, error_message, finished, ctx.now)
     extra = f", {also}" if also else ""
+    if whole_row is not None:
+        if finished is not None:
+            raise ValueError("whole_row is for a transition that does not end the run")
+        returning = "RETURNING *"
+    else:
+        returning = _RETURNING if finished is None else _RETURNING + _HOLDINGS
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    if batch is not None:
+        returning += _LAST_SEQ  # the event appended below needs no read of its own
     if status == "queued":
-        row = ctx.conn.execute(
-            f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ?, held_by = NULL "
-            f"WHERE run_id = ? {_RETURNING}",
-            (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id)).fetchone()
+        sql = (f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra}, queued_at = ?, queue_class = ?, held_by = NULL "
+               f"WHERE run_id = ? {returning}")
+        statement_params = (*params, *also_params, ctx.now, _queue_class(ctx, run_id), run_id)
     else:
         # Not touching queued_at/queue_class spares their index on every other transition.
-        row = ctx.conn.execute(f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra} WHERE run_id = ? {_RETURNING}",
-                               (*params, *also_params, run_id)).fetchone()
+        sql = f"UPDATE run SET {_SET_STATUS_COLUMNS}{extra} WHERE run_id = ? {returning}"
+        statement_params = (*params, *also_params, run_id)
+    if batch is not None:
+        cursor = batch.execute_beside(sql, statement_params, tables=("run_event",))
+    else:
+        cursor = ctx.conn.execute(sql, statement_params)
+    row = cursor.fetchone()
     if row is None:
         raise NotFound("run", run_id)
+    if batch is not None:
+        batch.prime_seq(run_id, int(row[-1]))
+        row = row[:-1]
+    if whole_row is not None:
+        whole_row.update(zip([d[0] for d in cursor.description], row, strict=False))
+        row = tuple(whole_row[name] for name in _RETURNED)
+        if callable(payload):
+            payload = payload(whole_row)
     revision, progress, session_id, workflow, code, message = row[:6]
-    limits = tuple(row[6:])
     if run is not None:
         run["progress"] = progress
     append_event(ctx.conn, run_id, event, ctx.now, node_id=node_id, payload=payload)
     ctx.changes.touch("run", run_id)
     if finished is not None:
+        open_requests, open_waits, owned = (bool(flag) for flag in row[10:13])
         # A run that ended waits for nothing: its open requests are closed with it.
-        cancel_open_requests(ctx, run_id)
+        if open_requests:
+            cancel_open_requests(ctx, run_id)
+        limits = RunEnd(*row[6:10], open_waits=open_waits)
         for hook in _FINISH_HOOKS:
             hook(ctx, run_id, status, limits)
-        if limits[0] is None:  # a child's end is its parent's news, not its session's
+        if limits.parent_wait_id is None:  # a child's end is its parent's news, not its session's
             _summary_message(ctx, run_id, session_id, workflow, status, error_code, error_message)
         ctx.changes.finished.append((run_id, workflow, status, code, message))
-        enqueue_owner_of_run(ctx, run_id)  # a run a resource owns ended: reconcile that resource
+        if owned:
+            enqueue_owner_of_run(ctx, run_id)  # a run a resource owns ended: reconcile that resource
     return int(revision)
 
 
@@ -182,6 +231,11 @@ def claim_row(conn: Connection, run_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=True))
 
 
+#: A launch's worker message records, deleted when its claim ends.
+DELETE_RECORDS = "DELETE FROM worker_message WHERE launch_id = ?"
+_DELETE_WORKER = "DELETE FROM run_worker WHERE worker_id = ?"
+
+
 def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> None:
     """End the run's current claim; the launch that held it is over.
 
@@ -193,9 +247,19 @@ def release_claim(ctx: WriteContext, run_id: str, *, by_worker: bool = True) -> 
     """
     claim = ctx.conn.execute("DELETE FROM run_claim WHERE run_id = ? RETURNING launch_id", (run_id,)).fetchone()
     if claim is not None:
-        ctx.conn.execute("DELETE FROM worker_message WHERE launch_id = ?", (claim[0],))
-        if by_worker:
-            ctx.conn.execute("DELETE FROM run_worker WHERE worker_id = ?", (claim[0],))
+        launch_id = claim[0]
+        batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+        if batch is not None:
+            # This launch's records the batch still holds are never inserted; those already stored
+            # are deleted with the batch's other ended launches' (a message of this launch resent
+            # meanwhile finds its claim gone: worker.py looks past records about to go).
+            batch.hold_delete("worker_message", DELETE_RECORDS, launch_id, column=0)
+        else:
+            ctx.conn.execute(DELETE_RECORDS, (launch_id,))
+        if by_worker and batch is not None:
+            batch.hold_delete("run_worker", _DELETE_WORKER, launch_id, column=0)
+        elif by_worker:
+            ctx.conn.execute(_DELETE_WORKER, (launch_id,))
         else:
             ctx.conn.execute("UPDATE run_worker SET status = 'exited', outcome = coalesce(outcome, 'exited'), "
                              "ended_at = coalesce(ended_at, ?) WHERE worker_id = ? AND status IN ('starting', 'live')",

@@ -29,7 +29,7 @@ from piwf_actors.store.commands.registry import WriteContext
 from piwf_actors.store.commands.runs import insert_run
 from piwf_actors.store.commands.waits import cancel_open_waits, settle, wait_row
 from piwf_actors.store.events import append_event
-from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, claim_row, on_run_finished, set_status
+from piwf_actors.store.runstate import QUEUE_FRESH, QUEUE_HELD, RunEnd, claim_row, on_run_finished, set_status
 from piwf_actors.store.values import get_value, put_value
 from piwf_actors.workflows.graph_data import GraphDataError, child_document, document_bytes, document_from_bytes
 from piwf_actors.workflows.waits import MAX_CHILDREN
@@ -232,9 +232,9 @@ def cancel_children(ctx: WriteContext, wait_id: str) -> None:
 
 
 @on_run_finished
-def _on_run_finished(ctx: WriteContext, run_id: str, status: str, limits: tuple[Any, ...]) -> None:
-    parent_wait_id, fanout_max, concurrency_key, concurrency_max = limits
-    for wait in cancel_open_waits(ctx, run_id):
+def _on_run_finished(ctx: WriteContext, run_id: str, status: str, limits: RunEnd) -> None:
+    parent_wait_id, fanout_max, concurrency_key, concurrency_max, open_waits = limits
+    for wait in cancel_open_waits(ctx, run_id) if open_waits else ():
         if wait["kind"] == "children":
             cancel_children(ctx, wait["wait_id"])
     if parent_wait_id is not None:

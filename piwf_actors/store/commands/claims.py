@@ -16,6 +16,7 @@ from typing import Any
 
 from piwf_actors.errors import Rejected
 from piwf_actors.store import rates
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_json_blob
 from piwf_actors.store.commands.flow_timers import arm_rate_timer
 from piwf_actors.store.commands.holds import hold_blocked
@@ -98,28 +99,35 @@ def claim_next(ctx: WriteContext, args: dict[str, Any]) -> Any:
     return claimed
 
 
+_CLAIM_ROW = """INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch, claimed_at,
+                   expires_at, progress_at_claim, runner_id, runner_lease_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_WORKER_ROW = """INSERT INTO run_worker (worker_id, run_id, generation, launch_id, host_epoch, pid, process_create_time,
+                    status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
+def _insert(ctx: WriteContext, table: str, sql: str, row: tuple[Any, ...]) -> None:
+    if isinstance(ctx.conn, BatchConnection):
+        ctx.conn.hold_insert(table, sql, row)
+    else:
+        ctx.conn.execute(sql, row)
+
+
 def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: float) -> dict[str, Any]:
-    cursor = ctx.conn.execute("UPDATE run SET generation = generation + 1 WHERE run_id = ? RETURNING *", (run_id,))
-    run = dict(zip([d[0] for d in cursor.description], cursor.fetchone(), strict=True))
+    # The new generation, the status and the run row the launch needs: one update (set_status's).
+    run: dict[str, Any] = {}
+    revision = set_status(ctx, run_id, "starting", "run_claimed", also="generation = generation + 1", whole_row=run,
+                          payload=lambda row: {"generation": row["generation"], "launch_id": slot["launch_id"],
+                                               "by": ctx.executed_by})
     generation = int(run["generation"])
     run["claim_generation"] = generation
-    ctx.conn.execute(
-        """INSERT INTO run_claim (run_id, claim_token_hash, generation, launch_id, host_epoch,
-               claimed_at, expires_at, progress_at_claim, runner_id, runner_lease_epoch)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (run_id, slot["token_hash"], generation, slot["launch_id"], ctx.host_epoch, ctx.now,
-         ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch),
-    )
     pid = slot.get("pid")
-    ctx.conn.execute(
-        """INSERT INTO run_worker (worker_id, run_id, generation, launch_id, host_epoch, pid, process_create_time,
-               status, started_at, runner_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
-         slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id),
-    )
-    revision = set_status(ctx, run_id, "starting", "run_claimed",
-                          payload={"generation": generation, "launch_id": slot["launch_id"],
-                                   "by": ctx.executed_by})
+    # Held back in a write batch and inserted with the batch's other claims (BatchConnection.hold_insert).
+    _insert(ctx, "run_claim", _CLAIM_ROW,
+            (run_id, slot["token_hash"], generation, slot["launch_id"], ctx.host_epoch, ctx.now,
+             ctx.now + claim_lease_s, run["steps"], ctx.runner_id, ctx.runner_lease_epoch))
+    _insert(ctx, "run_worker", _WORKER_ROW,
+            (slot["launch_id"], run_id, generation, slot["launch_id"], ctx.host_epoch, pid,
+             slot.get("create_time"), "starting" if pid is None else "live", ctx.now, ctx.runner_id))
     return {
         "run_id": run_id, "generation": generation, "launch_id": slot["launch_id"], "revision": run["progress"],
         "run_revision": revision, "token_hash": slot["token_hash"],
@@ -135,8 +143,14 @@ def _claim(ctx: WriteContext, run_id: str, slot: dict[str, Any], claim_lease_s: 
 def _source(ctx: WriteContext, sha256: str | None) -> dict[str, Any]:
     """The workflow snapshot for the launch: inline when small, else its size (the worker reads it
     in chunks); size -1 when there is none."""
-    row = None if sha256 is None else ctx.conn.execute(
-        "SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?", (INLINE_BYTES, sha256)).fetchone()
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    # Runs of one workflow share their snapshot: a batch that claims several reads it once.
+    row = None if sha256 is None or batch is None else batch.blob_read(sha256)
+    if row is None and sha256 is not None:
+        row = ctx.conn.execute("SELECT size, CASE WHEN size <= ? THEN data END FROM blob WHERE sha256 = ?",
+                               (INLINE_BYTES, sha256)).fetchone()
+        if row is not None and batch is not None:
+            batch.note_blob(sha256, tuple(row))
     if row is None:
         return {"source": None, "source_size": -1}
     return {"source": None if row[1] is None else bytes(row[1]), "source_size": int(row[0])}

@@ -20,7 +20,9 @@ from typing import Any
 
 from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import PiwfError
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.command_records import (
+    RECORD,
     RecordedRefusal,
     args_fingerprint,
     find_recorded,
@@ -115,8 +117,10 @@ def _undone_on_refusal(ctx: WriteContext, apply: Callable[[], dict[str, Any] | A
 
 def _record(ctx: WriteContext, args: dict[str, Any], operation: str, client_id: str, key: str, request_id: str,
             print_: str, outcome: str, receipt: dict[str, Any], revision: Any) -> None:
-    ctx.conn.execute(
-        """INSERT INTO host_command (client_id, idempotency_key, request_id, operation, run_id, fingerprint,
-               outcome, revision, receipt, host_epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_, outcome,
-         revision, canonical_json(receipt), ctx.host_epoch, ctx.now))
+    row = (client_id, key, request_id, operation, receipt.get("run_id", args.get("run_id")), print_, outcome,
+           revision, canonical_json(receipt), ctx.host_epoch, ctx.now)
+    if isinstance(ctx.conn, BatchConnection):
+        # Inserted with the batch's other records; a resend in the batch finds it (find_recorded).
+        ctx.conn.hold_insert("host_command", RECORD, row, keys=(("key", client_id, key), ("request", client_id, request_id)))
+    else:
+        ctx.conn.execute(RECORD, row)

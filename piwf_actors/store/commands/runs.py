@@ -14,6 +14,7 @@ from piwf_actors.canonical import canonical_json
 from piwf_actors.errors import Conflict, Rejected
 from piwf_actors.ids import derived_id, new_id
 from piwf_actors.statuses import TERMINAL_STATUSES
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.events import deliver_resumed as deliver_resumed_events
 from piwf_actors.store.commands.flow_timers import debounce_start
@@ -77,6 +78,8 @@ def insert_run(ctx: WriteContext, spec: dict[str, Any], *, stored_input: tuple[s
     topics = spec.get("wait_topics")
     if isinstance(topics, list) and all(isinstance(topic, str) for topic in topics):
         created["wait_topics"] = topics  # what message.send checks a topic against (mailbox.wait_topics_of)
+    if isinstance(ctx.conn, BatchConnection):
+        ctx.conn.prime_seq(run_id, 0)  # inserted just now: it has no event yet (no read of its last seq)
     append_event(ctx.conn, run_id, "run_created", ctx.now, payload=created)
     ctx.changes.touch("run", run_id)
     return {"run_id": run_id, "status": "queued", "revision": 1}

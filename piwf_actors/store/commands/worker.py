@@ -13,8 +13,10 @@ as its effect.
 
 This is the writer's hot path (a trivial node costs one of these), so it is
 kept to a handful of statements: one read for the recorded answer, the
-claim and the run row together; the operation's own writes, with the move
-of the run's progress folded into its update of the run row; the record.
+claim, the run's last event seq and the run row together; the operation's
+own writes, with the move of the run's progress folded into its update of
+the run row; the record, held back and inserted with the batch's others
+(store/batch_connection.py; a resend in the same batch finds it there).
 A refusal that comes after the operation wrote something needs its writes
 undone: the first pass runs without a savepoint and, in that rare case,
 asks the batch to run again with savepoints (`NeedsSavepoints`).
@@ -42,15 +44,19 @@ from piwf_actors.store.runstate import release_claim, set_status
 from piwf_actors.store.values import put_value
 from piwf_actors.wire.content import INLINE_BYTES
 
-#: The recorded answer, the claim and the run row, read in one statement.
+#: The recorded answer, the claim, the run's last event seq (so the events the message appends
+#: cost no read of their own: BatchConnection.prime_seq) and the run row, read in one statement.
 _MESSAGE_CONTEXT = """
     SELECT m.fingerprint, m.response, c.claim_token_hash, c.generation, c.launch_id, c.host_epoch,
-           c.expires_at, c.runner_id, c.runner_lease_epoch, r.*
+           c.expires_at, c.runner_id, c.runner_lease_epoch,
+           (SELECT coalesce(max(e.seq), 0) FROM run_event e WHERE e.run_id = r.run_id), r.*
     FROM run r
     LEFT JOIN run_claim c ON c.run_id = r.run_id
     LEFT JOIN worker_message m ON m.launch_id = ? AND m.message_id = ?
     WHERE r.run_id = ?"""
-_CONTEXT_COLUMNS = 9
+_CONTEXT_COLUMNS = 10
+_RECORD = """INSERT INTO worker_message (launch_id, message_id, run_id, generation, kind, fingerprint, response,
+                 created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
 
 
 def message_fingerprint(args: dict[str, Any]) -> str:
@@ -71,12 +77,26 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
     op_name = args["op"]
     payload = args.get("payload") or {}
     print_ = message_fingerprint(args)
-    cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
+    batch = ctx.conn if isinstance(ctx.conn, BatchConnection) else None
+    if batch is not None:
+        # The run's last seq is primed below and the records this batch holds are looked up in memory.
+        cursor = batch.execute_beside(_MESSAGE_CONTEXT, (launch_id, message_id, run_id),
+                                      tables=("run_event", "worker_message"))
+    else:
+        cursor = ctx.conn.execute(_MESSAGE_CONTEXT, (launch_id, message_id, run_id))
     row = cursor.fetchone()
     if row is None:
         raise ClaimLost(run_id, "the run is not claimed")
     (seen_print, seen_response, token_hash, generation, claim_epoch, claim_host_epoch, expires_at,
-     claim_runner_id, claim_runner_lease_epoch) = row[:_CONTEXT_COLUMNS]
+     claim_runner_id, claim_runner_lease_epoch, last_seq) = row[:_CONTEXT_COLUMNS]
+    if batch is not None:
+        batch.prime_seq(run_id, int(last_seq))
+        if batch.deleting("worker_message", launch_id):
+            seen_print = seen_response = None  # the launch ended in this batch: its records are going
+        elif seen_print is None:
+            held = batch.held_row("worker_message", (launch_id, message_id))
+            if held is not None:
+                seen_print, seen_response = held[5], held[6]
     if seen_print is not None:
         if seen_print != print_:
             raise Rejected(f"message id {message_id} was already used with another payload")
@@ -105,13 +125,16 @@ def worker_message(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
         # The launch ended with this message, and its records went with its claim: a resend
         # now finds the claim gone (claimLost), which is the truth for a launch that is over.
         return response
-    ctx.conn.execute(
-        """INSERT INTO worker_message (launch_id, message_id, run_id, generation, kind, fingerprint,
-               response, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
-        # The answer as msgpack (a blob): it only ever goes back to the worker, and packing it
-        # costs a fraction of canonical JSON on this hot path.
-        (launch_id, message_id, run_id, args["generation"], op_name, print_,
-         msgpack.packb(response, use_bin_type=True), ctx.now))
+    # The answer as msgpack (a blob): it only ever goes back to the worker, and packing it
+    # costs a fraction of canonical JSON on this hot path.
+    record = (launch_id, message_id, run_id, args["generation"], op_name, print_,
+              msgpack.packb(response, use_bin_type=True), ctx.now)
+    if batch is not None:
+        # Held back and inserted with the batch's other records (or never, when the launch ends in this
+        # batch: release_claim drops them); a resend in this batch finds it through held_row above.
+        batch.hold_insert("worker_message", _RECORD, record, keys=((launch_id, message_id),))
+    else:
+        ctx.conn.execute(_RECORD, record)
     return response
 
 
