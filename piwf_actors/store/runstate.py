@@ -152,7 +152,8 @@ def set_status(ctx: WriteContext, run_id: str, status: str, event: str, *, park_
         # A run that ended waits for nothing: its open requests are closed with it.
         if open_requests:
             cancel_open_requests(ctx, run_id)
-        limits = RunEnd(*row[6:10], open_waits=open_waits)
+        parent_wait_id, fanout_max, concurrency_key, concurrency_max = row[6:10]
+        limits = RunEnd(parent_wait_id, fanout_max, concurrency_key, concurrency_max, open_waits)
         for hook in _FINISH_HOOKS:
             hook(ctx, run_id, status, limits)
         if limits.parent_wait_id is None:  # a child's end is its parent's news, not its session's
