@@ -444,6 +444,7 @@ class Phase:
     machine_busy: float
     notes: list[str] = field(default_factory=list)
     conflicts: Conflicts | None = None  # on PostgreSQL: the SERIALIZABLE retries during the phase
+    round_trips: float | None = None  # on PostgreSQL: the writer's round trips per run during the phase
 
     @property
     def rate(self) -> float:
@@ -614,6 +615,7 @@ class WriterCounters:
     retries: int  # writer.conflict_retries: batches PostgreSQL refused for a serialization conflict, run again
     given_up: int  # writer.conflicts_given_up: batches given up after the last try
     fresh: bool = True  # False: not republished after the phase's last commits (its last ≤ 0.2 s may be missing)
+    round_trips: int | None = None  # writer.round_trips: its connection's waits for the server (None: not reported)
 
 
 @dataclass
@@ -654,8 +656,9 @@ def _writer_counters(client: Client) -> WriterCounters | None:
     writer = client.status().get("writer") or {}
     if writer.get("conflict_retries") is None or writer.get("commits") is None:
         return None  # a host that does not report them
+    trips = writer.get("round_trips")
     return WriterCounters(int(writer["commits"]), int(writer["conflict_retries"]),
-                          int(writer.get("conflicts_given_up") or 0))
+                          int(writer.get("conflicts_given_up") or 0), round_trips=None if trips is None else int(trips))
 
 
 def settled_counters(socket_path: str, nudge: Callable[[Client], None] | None = None) -> WriterCounters | None:
@@ -690,6 +693,25 @@ def settled_counters(socket_path: str, nudge: Callable[[Client], None] | None = 
         return replace(last, fresh=False)
 
 
+# --- PostgreSQL's round trips (host.status → writer.round_trips) ----------------------------------------
+
+
+def round_trips_per_run(before: WriterCounters | None, after: WriterCounters | None, runs: float) -> float | None:
+    """The writer's round trips to the database server per run between two settled counters: each
+    statement the writer sent alone, each pipeline sync (docs/postgresql.md). They include what
+    accompanies the runs: lease renewals, and the one nudge run settled_counters starts."""
+    if before is None or after is None or before.round_trips is None or after.round_trips is None or not runs:
+        return None
+    return (after.round_trips - before.round_trips) / runs
+
+
+def round_trips_line(phase: Phase) -> str | None:
+    """The phase's output line for its round trips (None when not measured: SQLite, an older host)."""
+    if phase.round_trips is None:
+        return None
+    return f"    PostgreSQL round trips: {phase.round_trips:.1f} per run (the writer's connection)"
+
+
 def nudge_run(spec: str) -> Callable[[Client], None]:
     """One trivial run, started and waited for: it makes the host's writer commit (see settled_counters)."""
     def nudge(client: Client) -> None:
@@ -716,6 +738,9 @@ def print_phase(phase: Phase) -> None:
     print(f"    host by thread, ms/run: {threads}")
     if phase.conflicts is not None:
         print(f"    PostgreSQL during the phase: {phase.conflicts.describe()}")
+    trips = round_trips_line(phase)
+    if trips is not None:
+        print(trips)
     for note in phase.notes:
         print(f"    {note}")
 
@@ -810,6 +835,7 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
                 if on_pg:
                     before, last = last, counters()
                     phase.conflicts = Conflicts.between(before, last, phase.runs)
+                    phase.round_trips = round_trips_per_run(before, last, phase.runs)
                     if phase.conflicts is None:
                         phase.notes.append("the host's host.status has no writer.conflict_retries: retries not "
                                            "measured")
@@ -1222,8 +1248,9 @@ def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure]
                 phase, base = phases[key], piwf[workers][key]
                 ratio = phase.rate / base.rate
                 retries = f"; {phase.conflicts.describe()}" if phase.conflicts is not None else ""
+                trips = f"; {phase.round_trips:.1f} round trips per run" if phase.round_trips is not None else ""
                 print(f"    max_workers {workers}, {name}: {phase.rate:.0f} / {base.rate:.0f} = {ratio:.2f}× "
-                      f"({verdict(ratio >= 0.6)}){retries}")
+                      f"({verdict(ratio >= 0.6)}){retries}{trips}")
     hosts = [("", piwf)] + ([(" (PostgreSQL)", pg)] if pg is not None else [])
     measured = [(tag, m, phases) for tag, by_m in hosts for m, phases in by_m.items() if "closed_function" in phases]
     if not measured:

@@ -56,6 +56,7 @@ from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.batch_plan import RENEWALS, transactions
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
+from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
 # The way in (writer_handle.py) and the subscriptions to change notices (change_notices.py) are re-exported
@@ -362,6 +363,7 @@ class DatabaseWriter(CoreActor):
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
                 "conflict_retries": stats.conflict_retries, "conflicts_given_up": stats.conflicts_given_up,
+                "round_trips": stats.round_trips,
                 "disk_full": self._room.state(),
                 "at": now}
 
@@ -376,6 +378,7 @@ class DatabaseWriter(CoreActor):
             queue_depth=self._queue.depth(), commits_per_s=len(window) / span,
             commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
             conflict_retries=self._conflict_retries, conflicts_given_up=self._conflicts_given_up,
+            round_trips=None if self._db is None else engine_of(self._db).round_trips(self._db),
         )
 
 

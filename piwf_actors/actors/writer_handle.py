@@ -59,6 +59,10 @@ class WriterStats:
     #: again (SERIALIZABLE; always 0 on SQLite), and how many of those batches were given up.
     conflict_retries: int = 0
     conflicts_given_up: int = 0
+    #: How many times the writer's connection waited for the database server's answer, since the
+    #: host started (PostgreSQL: a statement sent alone or a pipeline sync, docs/postgresql.md);
+    #: None on SQLite, which answers in the host's process.
+    round_trips: int | None = None
 
 
 def deliver(reply_to: ReplyTo, result: WriteResult) -> None:
