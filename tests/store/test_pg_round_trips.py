@@ -164,3 +164,23 @@ def test_a_lease_that_runs_out_before_commit_is_checked_by_the_server_with_the_c
                                                   store.epoch)], NOW, clock=time.time)
     assert outcome.committed and outcome.results[0].ok, outcome
     assert store.db.execute_sql("SELECT steps FROM run WHERE run_id = 'r1'").fetchone() == (1,)
+
+
+def test_a_command_failing_in_a_deferred_queue_is_undone_alone_batch_after_batch(store: Store) -> None:
+    """A statement that fails inside a queue sent together makes the server skip the rest of the queue
+    and abort the transaction: the batch's pass with savepoints refuses that command alone, and the
+    batches after it, reusing the same statements (which psycopg prepares from their sixth use), still
+    work — the prepared-statement cache was left consistent by the aborted queues and the rollbacks."""
+    store.db.execute_sql("""CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+                            BEGIN IF NEW.workflow = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$""")
+    store.db.execute_sql("CREATE TRIGGER boom BEFORE INSERT ON run FOR EACH ROW EXECUTE FUNCTION boom()")
+    for i in range(12):
+        outcome = _apply(store, [("run.create", {"workflow": "a", "run_id": f"a{i}", "input": {}}),
+                                 ("run.create", {"workflow": "boom", "run_id": f"boom{i}", "input": {}}),
+                                 ("run.create", {"workflow": "b", "run_id": f"b{i}", "input": {}})])
+        assert outcome.committed, (i, outcome)
+        assert [r.ok for r in outcome.results] == [True, False, True], (i, outcome.results)
+        assert outcome.results[1].error_code == "command_failed", (i, outcome.results[1])
+        outcome = _apply(store, [("run.create", {"workflow": "c", "run_id": f"c{i}", "input": {}})])
+        assert outcome.committed and outcome.results[0].ok, (i, outcome.results)
+    assert store.db.execute_sql("SELECT count(*) FROM run").fetchone()[0] == 36

@@ -113,6 +113,28 @@ class RoundTrips:
         self.statements = 0
 
 
+def _prepared_cache_busy(raw: psycopg.Connection[Any]) -> bool:
+    """psycopg holds prepared-statement maintenance to send with the next statement (a DEALLOCATE
+    ALL after a ROLLBACK). In a pipeline a failed statement before it would make the server skip it
+    while psycopg counts it done, so such a queue is sent one statement at a time. (Reads psycopg's
+    private cache; where it has none, a pipeline is never used.)"""
+    prepared = getattr(raw, "_prepared", None)
+    return prepared is None or bool(getattr(prepared, "_to_flush", True))
+
+
+class _Rows:
+    """The cursors of an `executemany` sent as one statement per row: their changed rows summed."""
+
+    __slots__ = ("_cursors",)
+
+    def __init__(self, cursors: list[Any]) -> None:
+        self._cursors = cursors
+
+    @property
+    def rowcount(self) -> int:
+        return sum(max(cursor.rowcount, 0) for cursor in self._cursors)
+
+
 class DeferredCursor:
     """A statement of a deferring block (`PgConnection.pipelined`), sent when its result is first
     asked for (a row, `rowcount`, `description`, iteration) together with every statement queued
@@ -247,23 +269,37 @@ class PgConnection:
             return
         self.round_trips.count += 1
         self.round_trips.statements += len(queue)
-        if len(queue) == 1 and not queue[0].many:
-            # Alone: as any statement (no pipeline to enter and leave).
-            item = queue[0]
-            item.raw = self.raw.execute(item.sql, item.params)
+        if (len(queue) == 1 and not queue[0].many) or _prepared_cache_busy(self.raw):
+            # Alone (no pipeline to enter and leave), or psycopg has prepared-statement maintenance
+            # to send first (a DEALLOCATE after a ROLLBACK): one by one, as any statement.
+            self.round_trips.count += len(queue) - 1
+            for item in queue:
+                item.raw = self.raw.cursor()
+                if item.many:
+                    item.raw.executemany(item.sql, item.params)
+                else:
+                    item.raw.execute(item.sql, item.params)
         else:
+            # In the pipeline without server-side prepared statements (prepare=False, and an
+            # executemany as one statement per row): psycopg's cache of them must not learn of a
+            # statement the server skipped because an earlier one failed (seen: "prepared statement
+            # _pg3_84 does not exist" in a later batch).
             with self.raw.pipeline():  # leaving it syncs: every answer is read, the first error raised
                 for item in queue:
-                    item.raw = self.raw.cursor()
                     if item.many:
-                        item.raw.executemany(item.sql, item.params)
+                        item.raw = _Rows([self._send_unprepared(item.sql, row) for row in item.params])
                     else:
-                        item.raw.execute(item.sql, item.params)
+                        item.raw = self._send_unprepared(item.sql, item.params)
         for item in queue:
             if item.changing:
                 changed = max(item.raw.rowcount, 0)
                 self._total_changes += changed
                 self._changes.append(changed)
+
+    def _send_unprepared(self, sql: str, params: Any) -> Any:
+        cursor = self.raw.cursor()
+        cursor.execute(sql, params, prepare=False)
+        return cursor
 
     # --- what the batch reads --------------------------------------------------------------------
 
