@@ -193,10 +193,11 @@ def _run(conn: Any, engine: Engine, commands: list[WriteCommand], now: float, co
     # then sent in one round trip, Engine.pipelined); the pass with savepoints, rare, sends them one
     # by one, so that a failing statement is met in its own command.
     pipelined = not savepoints
+    deferred = pipelined and engine.defers_statements  # statements really wait in a queue (PostgreSQL)
     raw = conn
     # The batch's run events are inserted together (batch_connection.py); numbered by their insert
     # where statements are deferred, so that no read of the last seq costs a round trip.
-    conn = BatchConnection(conn, numbered_by_server=pipelined and engine.defers_statements)
+    conn = BatchConnection(conn, numbered_by_server=deferred)
     lease_check: tuple[int, float] | None = None  # (epoch, expiry) checked by the server with COMMIT
     try:
         with engine.pipelined(raw) if pipelined else contextlib.nullcontext():
@@ -228,7 +229,7 @@ def _run(conn: Any, engine: Engine, commands: list[WriteCommand], now: float, co
                 # Paused between the fence check and here: what was decided under the lease must not
                 # become visible after it ran out. Where statements are deferred the server checks
                 # its clock in a statement sent with COMMIT; else the clock is read once more here.
-                lease_check = fences.earliest_expiry(fenced_by) if engine.defers_statements and pipelined else None
+                lease_check = fences.earliest_expiry(fenced_by) if deferred else None
                 check_sql = None if lease_check is None else engine.lease_check_sql(lease_check[1])
                 if check_sql is not None:
                     conn.flush_events()  # the events go in before the check, as they would before COMMIT
@@ -246,7 +247,7 @@ def _run(conn: Any, engine: Engine, commands: list[WriteCommand], now: float, co
             log.debug("rollback after failed batch also failed", exc_info=True)
         if lease_check is not None and isinstance(exc, engine.driver_errors) and engine.lease_check_failed(exc):
             raise _StorageAbort(errors.LeaseExpired(*lease_check)) from exc
-        if pipelined and isinstance(exc, engine.driver_errors) and storage_error(exc, engine) is None:
+        if deferred and isinstance(exc, engine.driver_errors) and storage_error(exc, engine) is None:
             # A statement's own failure (a violated constraint…) surfaced where its queue was sent,
             # maybe in another command's call or at COMMIT: the pass with savepoints meets it in
             # its own command.
