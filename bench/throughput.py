@@ -75,7 +75,12 @@ The figures of issue 21, each measured here in the same run:
            when it commits, at most every 0.2 s, so after a phase the bench
            polls host.status until they stop moving for 0.5 s and then starts
            one trivial run (outside any measurement) to have them republished
-           with the phase's last commits. `--runners` prints them per host
+           with the phase's last commits. The same readings give the phase's
+           "PostgreSQL round trips" per run: the delta of `writer.round_trips`
+           (the writer connection's waits for the server: a statement sent
+           alone, a queue of deferred statements sent together, an
+           executemany; docs/postgresql.md), lease renewals and that one
+           trivial run included. `--runners` prints them per host
            (each runner host waits for its lease renewal, within ~5 s, instead).
 
   DBOS     DBOS Transact on SQLite (the `bench` extra): three @DBOS.step
