@@ -80,7 +80,12 @@ The figures of issue 21, each measured here in the same run:
            when it commits, at most every 0.2 s, so after a phase the bench
            polls host.status until they stop moving for 0.5 s and then starts
            one trivial run (outside any measurement) to have them republished
-           with the phase's last commits. `--runners` prints them per host
+           with the phase's last commits. The same readings give the phase's
+           "PostgreSQL round trips" per run: the delta of `writer.round_trips`
+           (the writer connection's waits for the server: a statement sent
+           alone, a queue of deferred statements sent together, an
+           executemany; docs/postgresql.md), lease renewals and that one
+           trivial run included. `--runners` prints them per host
            (each runner host waits for its lease renewal, within ~5 s, instead).
 
   DBOS     DBOS Transact on SQLite (the `bench` extra): three @DBOS.step
@@ -449,6 +454,7 @@ class Phase:
     machine_busy: float
     notes: list[str] = field(default_factory=list)
     conflicts: Conflicts | None = None  # on PostgreSQL: the SERIALIZABLE retries during the phase
+    round_trips: float | None = None  # on PostgreSQL: the writer's round trips per run during the phase
 
     @property
     def rate(self) -> float:
@@ -619,6 +625,7 @@ class WriterCounters:
     retries: int  # writer.conflict_retries: batches PostgreSQL refused for a serialization conflict, run again
     given_up: int  # writer.conflicts_given_up: batches given up after the last try
     fresh: bool = True  # False: not republished after the phase's last commits (its last ≤ 0.2 s may be missing)
+    round_trips: int | None = None  # writer.round_trips: its connection's waits for the server (None: not reported)
 
 
 @dataclass
@@ -659,8 +666,9 @@ def _writer_counters(client: Client) -> WriterCounters | None:
     writer = client.status().get("writer") or {}
     if writer.get("conflict_retries") is None or writer.get("commits") is None:
         return None  # a host that does not report them
+    trips = writer.get("round_trips")
     return WriterCounters(int(writer["commits"]), int(writer["conflict_retries"]),
-                          int(writer.get("conflicts_given_up") or 0))
+                          int(writer.get("conflicts_given_up") or 0), round_trips=None if trips is None else int(trips))
 
 
 def settled_counters(socket_path: str, nudge: Callable[[Client], None] | None = None) -> WriterCounters | None:
@@ -693,6 +701,25 @@ def settled_counters(socket_path: str, nudge: Callable[[Client], None] | None = 
                 return now
             time.sleep(0.05)
         return replace(last, fresh=False)
+
+
+# --- PostgreSQL's round trips (host.status → writer.round_trips) ----------------------------------------
+
+
+def round_trips_per_run(before: WriterCounters | None, after: WriterCounters | None, runs: float) -> float | None:
+    """The writer's round trips to the database server per run between two settled counters: each
+    statement the writer sent alone, each pipeline sync (docs/postgresql.md). They include what
+    accompanies the runs: lease renewals, and the one nudge run settled_counters starts."""
+    if before is None or after is None or before.round_trips is None or after.round_trips is None or not runs:
+        return None
+    return (after.round_trips - before.round_trips) / runs
+
+
+def round_trips_line(phase: Phase) -> str | None:
+    """The phase's output line for its round trips (None when not measured: SQLite, an older host)."""
+    if phase.round_trips is None:
+        return None
+    return f"    PostgreSQL round trips: {phase.round_trips:.1f} per run (the writer's connection)"
 
 
 def nudge_run(spec: str) -> Callable[[Client], None]:
@@ -752,6 +779,9 @@ def print_phase(phase: Phase) -> None:
     print(f"    host by thread, ms/run: {threads}")
     if phase.conflicts is not None:
         print(f"    PostgreSQL during the phase: {phase.conflicts.describe()}")
+    trips = round_trips_line(phase)
+    if trips is not None:
+        print(trips)
     for note in phase.notes:
         print(f"    {note}")
 
@@ -849,6 +879,7 @@ def bench_piwf(base: Path, spec: str, workers: int, args: argparse.Namespace,
                 if on_pg:
                     before, last = last, counters()
                     phase.conflicts = Conflicts.between(before, last, phase.runs)
+                    phase.round_trips = round_trips_per_run(before, last, phase.runs)
                     if phase.conflicts is None:
                         phase.notes.append("the host's host.status has no writer.conflict_retries: retries not "
                                            "measured")
@@ -1261,8 +1292,9 @@ def print_summary(piwf: dict[int, dict[str, Phase]], dbos: dict[int, DbosFigure]
                 phase, base = phases[key], piwf[workers][key]
                 ratio = phase.rate / base.rate
                 retries = f"; {phase.conflicts.describe()}" if phase.conflicts is not None else ""
+                trips = f"; {phase.round_trips:.1f} round trips per run" if phase.round_trips is not None else ""
                 print(f"    max_workers {workers}, {name}: {phase.rate:.0f} / {base.rate:.0f} = {ratio:.2f}× "
-                      f"({verdict(ratio >= 0.6)}){retries}")
+                      f"({verdict(ratio >= 0.6)}){retries}{trips}")
     hosts = [("", piwf)] + ([(" (PostgreSQL)", pg)] if pg is not None else [])
     measured = [(tag, m, phases) for tag, by_m in hosts for m, phases in by_m.items() if "closed_function" in phases]
     if not measured:

@@ -27,11 +27,12 @@ def create_run(ctx: WriteContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @command("run.append_note")
-def append_note(ctx: WriteContext, args: dict[str, Any]) -> int:
+def append_note(ctx: WriteContext, args: dict[str, Any]) -> int | None:
     kind = args.get("kind", "note")
     if kind not in NOTE_KINDS:
         raise Rejected(f"event kind {kind!r} cannot be appended as a note")
     run_id = args["run_id"]
-    seq = append_event(ctx.conn, run_id, kind, ctx.now, node_id=args.get("node_id"), payload=args.get("payload"))
+    seq = append_event(ctx.conn, run_id, kind, ctx.now, node_id=args.get("node_id"), payload=args.get("payload"),
+                       want_seq=True)
     ctx.changes.touch("run_event", run_id)
     return seq

@@ -56,6 +56,7 @@ from piwf_actors.paths import DatabaseLocation
 from piwf_actors.store.batch import BatchOutcome, apply_batch
 from piwf_actors.store.batch_plan import RENEWALS, transactions
 from piwf_actors.store.database import StoreOptions, connect, idle_checkpoint
+from piwf_actors.store.engines.base import engine_of
 from piwf_actors.store.requests import ChangeNotice, WriteCommand, WriteResult
 
 # The way in (writer_handle.py) and the subscriptions to change notices (change_notices.py) are re-exported
@@ -364,7 +365,8 @@ class DatabaseWriter(CoreActor):
                 "queue_depth": stats.queue_depth, "commits_per_s": round(stats.commits_per_s, 1),
                 "commands_per_s": round(stats.commands_per_s, 1), "last_batch_size": stats.last_batch_size,
                 "conflict_retries": stats.conflict_retries, "conflicts_given_up": stats.conflicts_given_up,
-                "statements": stats.statements, "disk_full": self._room.state(),
+                "statements": stats.statements, "round_trips": stats.round_trips,
+                "disk_full": self._room.state(),
                 "at": now}
 
     def _stats(self, _message: GetWriterStats) -> WriterStats:
@@ -379,6 +381,7 @@ class DatabaseWriter(CoreActor):
             commands_per_s=sum(n for _, n in window) / span, last_batch_size=self._last_batch,
             conflict_retries=self._conflict_retries, conflicts_given_up=self._conflicts_given_up,
             statements=self._statements,
+            round_trips=None if self._db is None else engine_of(self._db).round_trips(self._db),
         )
 
 

@@ -61,6 +61,10 @@ class WriterStats:
     conflicts_given_up: int = 0
     #: SQL statements the writer's batches sent, committed or not (store/statement_count.py).
     statements: int = 0
+    #: How many times the writer's connection waited for the database server's answer, since the
+    #: host started (PostgreSQL: a statement sent alone or a pipeline sync, docs/postgresql.md);
+    #: None on SQLite, which answers in the host's process.
+    round_trips: int | None = None
 
 
 def deliver(reply_to: ReplyTo, result: WriteResult) -> None:

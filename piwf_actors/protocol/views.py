@@ -65,7 +65,7 @@ def host_view(reader: StoreReader, board: HostBoard, *, include_rates: bool = Tr
         writer = board.snapshot(Section.WRITER)
         view["writer"] = {k: writer.get(k) for k in ("queue_depth", "commits", "commands", "commits_per_s",
                                                      "commands_per_s", "conflict_retries", "conflicts_given_up",
-                                                     "statements", "disk_full")}
+                                                     "statements", "round_trips", "disk_full")}
     return view
 
 

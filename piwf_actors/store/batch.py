@@ -27,7 +27,7 @@ deadlock: `TransactionConflict`) is simply run again, up to
 `CONFLICT_RETRIES` times: nothing of it was written, and the commands decide
 anew on what the other host committed.
 
-Fencing by lease: a fenced command carries either the host epoch (the active
+Fencing by lease (store/batch_fences.py): a fenced command carries either the host epoch (the active
 host's writes) or a runner identity (a runner host's, docs/runners.md: runner
 id + the epoch of its runner lease); it is refused unless that lease row names
 the same epoch and is unexpired. The host lease is read once per transaction,
@@ -48,11 +48,21 @@ of committing after the lease ran out. On SQLite that clock is the host's
 (`clock_timestamp()`, read inside the transaction), and it is also the `now`
 the commands see: lease expiries, claim expiries and every stored time then
 come from one clock, so hosts whose clocks disagree still agree on who holds
-what.
+what. There the second reading is the server's own: a statement sent with
+COMMIT fails when its clock has reached the earliest expiry of the leases
+the batch's writes were fenced by (`Engine.lease_check_sql`).
+
+Round trips: on PostgreSQL the first pass defers its statements and sends
+them together when an answer is needed (`Engine.pipelined`,
+docs/postgresql.md): a statement's error may then surface in a later
+command's call or at COMMIT. A conflict there is retried like any other; any
+other statement failure out of the deferred pass sends the batch to the pass
+with savepoints, which defers nothing, so the failing command is met alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -62,6 +72,7 @@ from typing import Any
 
 from piwf_actors import errors
 from piwf_actors.store.batch_connection import BatchConnection
+from piwf_actors.store.batch_fences import Fences
 from piwf_actors.store.command_records import RecordedRefusal
 from piwf_actors.store.commands import lookup
 from piwf_actors.store.commands.registry import NeedsSavepoints, WriteContext
@@ -113,109 +124,6 @@ class _StorageAbort(Exception):
 
 def _fail(cmd: WriteCommand, err: errors.PiwfError) -> WriteResult:
     return WriteResult(False, None, err.code, err.one_line(), cmd.correlation_id)
-
-
-@dataclass(slots=True)
-class _Lease:
-    """The lease row as this transaction sees it."""
-
-    epoch: int
-    held: bool
-    expires_at: float | None
-    host_id: str | None = None
-
-    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
-        """Why a fenced command may not write now, or None."""
-        if cmd.host_epoch != self.epoch or not self.held:
-            return errors.StaleEpoch(cmd.host_epoch if cmd.host_epoch is not None else -1, self.epoch)
-        if self.expires_at is None or self.expires_at <= fence_now:
-            return errors.LeaseExpired(self.epoch, self.expires_at)
-        return None
-
-
-def _current_lease(conn: Any) -> _Lease:
-    row = conn.execute("SELECT epoch, host_id, expires_at FROM host_state WHERE id = 1").fetchone()
-    return _Lease(int(row[0]), row[1] is not None, row[2], row[1]) if row else _Lease(0, False, None)
-
-
-@dataclass(slots=True)
-class _RunnerLease:
-    """A runner host's lease row (`runner_host`) as this transaction sees it (docs/runners.md)."""
-
-    runner_id: str
-    epoch: int | None  # None: no row
-    expires_at: float | None
-    released: bool
-
-    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
-        """Why a fenced command of this runner may not write now, or None."""
-        epoch = cmd.runner_lease_epoch if cmd.runner_lease_epoch is not None else -1
-        if self.epoch is None:
-            return errors.RunnerLeaseLost(self.runner_id, epoch, "no such runner lease")
-        if self.epoch != epoch:
-            return errors.RunnerLeaseLost(self.runner_id, epoch, f"the lease is at epoch {self.epoch} now")
-        if self.released:
-            return errors.RunnerLeaseLost(self.runner_id, epoch, "the lease was released")
-        if self.expires_at is None or self.expires_at <= fence_now:
-            return errors.LeaseExpired(epoch, self.expires_at)
-        return None
-
-
-def _runner_lease(conn: Any, runner_id: str) -> _RunnerLease:
-    row = conn.execute("SELECT epoch, expires_at, released_at FROM runner_host WHERE runner_id = ?",
-                       (runner_id,)).fetchone()
-    if row is None:
-        return _RunnerLease(runner_id, None, None, False)
-    return _RunnerLease(runner_id, int(row[0]), row[1], row[2] is not None)
-
-
-class _Fences:
-    """The leases a transaction's commands are fenced by: the host lease (read once), and the runner
-    leases of the runner hosts that sent commands (read on first use; one writer serves one host, so
-    that is at most one runner)."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self._host: _Lease | None = None
-        self.runners: dict[str, _RunnerLease] = {}
-
-    @property
-    def host(self) -> _Lease:
-        """The host lease, read on first use: a runner host's batches never read it (on PostgreSQL a
-        read of the row the active host renews would tie every runner transaction to those renewals)."""
-        if self._host is None:
-            self._host = _current_lease(self._conn)
-        return self._host
-
-    def runner(self, runner_id: str) -> _RunnerLease:
-        lease = self.runners.get(runner_id)
-        if lease is None:
-            lease = self.runners[runner_id] = _runner_lease(self._conn, runner_id)
-        return lease
-
-    def refusal(self, cmd: WriteCommand, fence_now: float) -> errors.PiwfError | None:
-        if cmd.runner_id is not None:
-            return self.runner(cmd.runner_id).refusal(cmd, fence_now)
-        return self.host.refusal(cmd, fence_now)
-
-    def moved(self, cmd: WriteCommand) -> None:
-        """A lease command succeeded: read the lease it moved again before the next command."""
-        if cmd.name.startswith("lease."):
-            self._host = None
-        elif cmd.name.startswith("runner_lease."):
-            self.runners.pop(str(cmd.args.get("runner_id")), None)
-
-    def expired_at_commit(self, clock_now: float, fenced_by: set[str | None]) -> errors.StoreError | None:
-        """The lease of a sender whose fenced writes this batch holds ran out meanwhile (None: still held)."""
-        for runner_id in fenced_by:
-            if runner_id is None:
-                expires_at, epoch = self.host.expires_at, self.host.epoch
-            else:
-                lease = self.runner(runner_id)
-                expires_at, epoch = lease.expires_at, lease.epoch if lease.epoch is not None else -1
-            if expires_at is not None and clock_now >= expires_at:
-                return errors.LeaseExpired(epoch, expires_at)
-        return None
 
 
 def apply_batch(db: Any, commands: list[WriteCommand], now: float, *,
@@ -290,47 +198,74 @@ def _run(conn: Any, engine: Engine, commands: list[WriteCommand], now: float, co
          savepoints: bool, clock: Callable[[], float] | None, timer_offset: float = 0.0) -> BatchOutcome:
     changes = ChangeSet()
     results: list[WriteResult] = []
-    conn.execute(engine.begin_write)
-    conn = BatchConnection(conn)  # the batch's run events are inserted together (batch_connection.py)
+    # The first pass sends its statements together (on PostgreSQL: queued until a result is needed,
+    # then sent in one round trip, Engine.pipelined); the pass with savepoints, rare, sends them one
+    # by one, so that a failing statement is met in its own command.
+    pipelined = not savepoints
+    deferred = pipelined and engine.defers_statements  # statements really wait in a queue (PostgreSQL)
+    raw = conn
+    # The batch's run events are inserted together (batch_connection.py); numbered by their insert
+    # where statements are deferred, so that no read of the last seq costs a round trip.
+    conn = BatchConnection(conn, numbered_by_server=deferred)
+    lease_check: tuple[int, float] | None = None  # (epoch, expiry) checked by the server with COMMIT
     try:
-        clock_sql = engine.clock_sql
-        if clock_sql is not None and clock is not None:
-            # The database's clock, read inside the transaction, is the writer's clock here.
-            def server_clock() -> float:
-                return float(conn.execute(clock_sql).fetchone()[0])
+        with engine.pipelined(raw) if pipelined else contextlib.nullcontext():
+            raw.execute(engine.begin_write)
+            fences = Fences(conn)
+            fences.prefetch(commands)  # sent now, read with the clock below
+            clock_sql = engine.clock_sql
+            if clock_sql is not None and clock is not None:
+                # The database's clock, read inside the transaction, is the writer's clock here (and
+                # its reading now is the fence's: no second reading).
+                def server_clock() -> float:
+                    return float(conn.execute(clock_sql).fetchone()[0])
 
-            clock = server_clock
-            now = clock()
-        fences = _Fences(conn)
-        fence_now = now if clock is None else max(now, clock())
-        fenced_by: set[str | None] = set()  # the senders (None: the host) whose fenced writes are in the batch
-        for cmd in commands:
-            result = _apply_one(conn, engine, cmd, now, fence_now, fences, changes, commit_seq, savepoints,
-                                timer_offset)
-            results.append(result)
-            if result.ok and (cmd.name.startswith("lease.") or cmd.name.startswith("runner_lease.")):
-                # The lease moved inside this transaction: fence later commands by the new state.
-                fences.moved(cmd)
-            elif result.ok:
-                fenced_by.add(cmd.runner_id)
-        if fenced_by and clock is not None:
-            expired = fences.expired_at_commit(clock(), fenced_by)
-            if expired is not None:
-                # Paused between the fence check and here: what was decided under the
-                # lease must not become visible after it ran out.
-                raise _StorageAbort(expired)
-        conn.execute("COMMIT")
-    except BaseException:
+                clock = server_clock
+                now = fence_now = clock()
+            else:
+                fence_now = now if clock is None else max(now, clock())
+            fenced_by: set[str | None] = set()  # the senders (None: the host) whose fenced writes are in the batch
+            for cmd in commands:
+                result = _apply_one(conn, engine, cmd, now, fence_now, fences, changes, commit_seq, savepoints,
+                                    timer_offset)
+                results.append(result)
+                if result.ok and (cmd.name.startswith("lease.") or cmd.name.startswith("runner_lease.")):
+                    # The lease moved inside this transaction: fence later commands by the new state.
+                    fences.moved(cmd)
+                elif result.ok:
+                    fenced_by.add(cmd.runner_id)
+            if fenced_by and clock is not None:
+                # Paused between the fence check and here: what was decided under the lease must not
+                # become visible after it ran out. Where statements are deferred the server checks
+                # its clock in a statement sent with COMMIT; else the clock is read once more here.
+                lease_check = fences.earliest_expiry(fenced_by) if deferred else None
+                check_sql = None if lease_check is None else engine.lease_check_sql(lease_check[1])
+                if check_sql is not None:
+                    conn.flush_events()  # the events go in before the check, as they would before COMMIT
+                    conn.execute(check_sql)
+                else:
+                    expired = fences.expired_at_commit(clock(), fenced_by)
+                    if expired is not None:
+                        raise _StorageAbort(expired)
+            conn.execute("COMMIT")  # (deferred: sent with what is still queued when the block ends)
+    except BaseException as exc:
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
         except engine.driver_errors:
             log.debug("rollback after failed batch also failed", exc_info=True)
+        if lease_check is not None and isinstance(exc, engine.driver_errors) and engine.lease_check_failed(exc):
+            raise _StorageAbort(errors.LeaseExpired(*lease_check)) from exc
+        if deferred and isinstance(exc, engine.driver_errors) and storage_error(exc, engine) is None:
+            # A statement's own failure (a violated constraint…) surfaced where its queue was sent,
+            # maybe in another command's call or at COMMIT: the pass with savepoints meets it in
+            # its own command.
+            raise NeedsSavepoints() from exc
         raise
     return BatchOutcome(results, changes, True)
 
 
-def _apply_one(conn: Any, engine: Engine, cmd: WriteCommand, now: float, fence_now: float, fences: _Fences,
+def _apply_one(conn: Any, engine: Engine, cmd: WriteCommand, now: float, fence_now: float, fences: Fences,
                changes: ChangeSet, commit_seq: int | None, savepoints: bool, timer_offset: float = 0.0) -> WriteResult:
     try:
         spec = lookup(cmd.name)
@@ -353,7 +288,7 @@ def _apply_one(conn: Any, engine: Engine, cmd: WriteCommand, now: float, fence_n
                            timer_offset=timer_offset)
     if savepoints:
         conn.execute("SAVEPOINT cmd")
-    before = conn.total_changes
+    before = conn.change_mark()
     try:
         value = spec.fn(ctx, cmd.args)
     except NeedsSavepoints:
@@ -386,9 +321,9 @@ def _apply_one(conn: Any, engine: Engine, cmd: WriteCommand, now: float, fence_n
     return WriteResult(True, value, None, None, cmd.correlation_id, commit_seq)
 
 
-def _undo(conn: Any, savepoints: bool, changes_before: int) -> None:
+def _undo(conn: Any, savepoints: bool, mark: Any) -> None:
     if savepoints:
         conn.execute("ROLLBACK TO cmd")
         conn.execute("RELEASE cmd")
-    elif conn.total_changes != changes_before:
+    elif conn.changed_since(mark):
         raise NeedsSavepoints()

@@ -22,9 +22,12 @@ knows it already tells it instead (`prime_seq`: a run it just inserted has none,
 message's context read carries the run's last seq, `execute_beside`). The blobs a batch
 stored are remembered (`blob_stored`), so storing the same content again in the batch (every
 start of one workflow stores its snapshot and graph) costs no statement. The events
-held back count in `total_changes`, so a command that refuses after appending one is
-undone like one that wrote a row (store/batch.py). Everything else passes through to the
-store connection unchanged.
+held back (and the deletes, `hold_delete`) count in `total_changes` and move the change mark
+(`change_mark`), so a command that refuses after appending one is undone like one that wrote a
+row (store/batch.py). Where statements are deferred (PostgreSQL, `numbered_by_server`) the
+events are numbered by their INSERT instead and nothing here reads a seq; `prime_seq` is then
+moot, and what a held delete removed is counted only when `total_changes` is next read (never a
+round trip of its own). Everything else passes through to the store connection unchanged.
 """
 
 from __future__ import annotations
@@ -38,17 +41,32 @@ _INSERT = ("INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, paylo
            "VALUES (?, ?, ?, ?, ?, ?, ?)")
 _LAST_SEQ = ("SELECT (SELECT coalesce(max(seq), 0) FROM run_event WHERE run_id = run.run_id) "
              "FROM run WHERE run.run_id = ?")
+#: The same insert where the server numbers the event (`numbered_by_server`): max + 1 of the run's
+#: events, NULL — refused by the primary key — when the run does not exist.
+_INSERT_NUMBERED = ("INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at) "
+                    "VALUES (?, (SELECT (SELECT coalesce(max(e.seq), 0) + 1 FROM run_event e "
+                    "WHERE e.run_id = run.run_id) FROM run WHERE run.run_id = ?), ?, ?, ?, ?, ?)")
+#: One event numbered and inserted at once, its seq returned (none: the run does not exist).
+_INSERT_RETURNING = ("INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at) "
+                     "SELECT run.run_id, (SELECT coalesce(max(seq), 0) + 1 FROM run_event WHERE run_id = run.run_id), "
+                     "?, ?, ?, ?, ? FROM run WHERE run.run_id = ? RETURNING seq")
 #: Statements before which the held events go in (a savepoint boundary, the end of the transaction).
 _BOUNDARIES = ("SAVEPOINT", "RELEASE", "COMMIT")
 
 
 class BatchConnection:
     __slots__ = ("_conn", "_rows", "_next_seq", "_held", "_keyed", "_deletes", "_deleting", "_deleted", "_blobs",
-                 "_counted", "engine")
+                 "_counted", "_unsettled", "_appended", "_numbered_by_server", "engine")
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, numbered_by_server: bool = False) -> None:
+        """`numbered_by_server`: the events are numbered by their INSERT, not from a read of the
+        run's last seq per batch (on an engine that defers statements, the read would be a round
+        trip of its own); `append_event` then returns None, and an event of a run that does not
+        exist fails its insert instead of raising `NotFound` (the batch's pass with savepoints,
+        which numbers them here, then refuses that command alone)."""
         self._conn = conn
         self.engine = engine_of(conn)
+        self._numbered_by_server = numbered_by_server
         self._rows: list[tuple[Any, ...]] = []  # run events held back
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, tuple[str, list[tuple[Any, ...]]]] = {}  # table → (INSERT, rows) held back
@@ -63,12 +81,31 @@ class BatchConnection:
         # What `total_changes` adds to the connection's count: the rows held back, those a held delete kept
         # from going in and what held deletes found nothing to delete; it never goes back but for a rollback.
         self._counted = 0
+        # Held deletes sent on a deferring connection whose rows deleted are not known yet: (cursor, rows
+        # held), settled into `_counted` when `total_changes` is read (reading them earlier would send
+        # the queue: a round trip of its own).
+        self._unsettled: list[tuple[Any, int]] = []
+        # Changes ever held back (events, rows, deletes): a change mark's part. Unlike `_counted` it
+        # never goes down, so a command that only held something is seen to have written (store/batch.py).
+        self._appended = 0
 
     # --- events ------------------------------------------------------------------------------
 
     def append_event(self, run_id: str, kind: str, now: float, node_id: str | None, attempt_id: str | None,
-                     payload: str | None) -> int:
-        """Hold back one event of `run_id` (payload already encoded); returns its seq."""
+                     payload: str | None, *, want_seq: bool = False) -> int | None:
+        """Hold back one event of `run_id` (payload already encoded); returns its seq (None when the
+        server numbers it, unless `want_seq`: then it is inserted at once, after the events held)."""
+        if self._numbered_by_server and want_seq:
+            self.flush_events()
+            row = self._conn.execute(_INSERT_RETURNING, (kind, node_id, attempt_id, payload, now, run_id)).fetchone()
+            if row is None:
+                raise NotFound("run", run_id)
+            return int(row[0])
+        if self._numbered_by_server:
+            self._appended += 1
+            self._counted += 1
+            self._rows.append((run_id, run_id, kind, node_id, attempt_id, payload, now))
+            return None
         seq = self._next_seq.get(run_id)
         if seq is None:
             row = self._conn.execute(_LAST_SEQ, (run_id,)).fetchone()
@@ -76,6 +113,7 @@ class BatchConnection:
                 raise NotFound("run", run_id)
             seq = int(row[0]) + 1
         self._next_seq[run_id] = seq + 1
+        self._appended += 1
         self._rows.append((run_id, seq, kind, node_id, attempt_id, payload, now))
         self._counted += 1
         return seq
@@ -106,6 +144,7 @@ class BatchConnection:
         run with the others after the held inserts, before anything names `table`; the held rows it
         would delete are never inserted. It counts as one change in `total_changes` until then."""
         self._counted += 1
+        self._appended += 1
         self._deleting[table] = column
         self._deleted.add((table, value))
         held = self._deletes.get(table)
@@ -136,6 +175,7 @@ class BatchConnection:
         """Hold back one row of `sql` (an INSERT … VALUES into `table` that changes exactly one row and
         returns nothing; one statement per table), found by `held_row` under each of `keys`."""
         self._counted += 1
+        self._appended += 1
         for key in keys:
             self._keyed[(table, key)] = row
         held = self._held.get(table)
@@ -148,7 +188,7 @@ class BatchConnection:
         """Insert everything held back (events and rows)."""
         if self._rows:
             rows, self._rows = self._rows, []
-            self._conn.executemany(_INSERT, rows)
+            self._conn.executemany(_INSERT_NUMBERED if self._numbered_by_server else _INSERT, rows)
             self._counted -= len(rows)  # in the connection's own count now
         if self._held:
             held, self._held = self._held, {}
@@ -164,6 +204,10 @@ class BatchConnection:
             deletes, self._deletes = self._deletes, {}
             self._deleting, self._deleted = {}, set()
             for sql, rows in deletes.values():
+                if self._numbered_by_server:
+                    # Deferred: the rows it deleted are known once the queue is sent (`total_changes`).
+                    self._unsettled.append((self._conn.executemany(sql, rows), len(rows)))
+                    continue
                 before = self._conn.total_changes
                 self._conn.executemany(sql, rows)
                 # Counted one change each while held: keep `total_changes` from going back.
@@ -189,6 +233,7 @@ class BatchConnection:
         cursor = self._conn.execute(sql, params)
         if sql.lstrip()[:8].upper().startswith("ROLLBACK"):
             self._next_seq.clear()  # rolled back (to a savepoint): the numbers are read again
+            self._unsettled = []  # (their count stays: `total_changes` never goes back)
             self._blobs.clear()  # … and the blobs stored since may be gone
         elif "DELETE" in sql.upper():
             if "run_event" in sql:
@@ -205,7 +250,20 @@ class BatchConnection:
     def total_changes(self) -> int:
         # The events held back count as written, so a refusal after one is undone (store/batch.py);
         # once flushed they are in the connection's own count instead.
+        if self._unsettled:
+            unsettled, self._unsettled = self._unsettled, []
+            for cursor, held in unsettled:  # (sends the queue if they are still in it)
+                self._counted -= min(held, max(cursor.rowcount, 0))
         return self._conn.total_changes + self._counted
+
+    def change_mark(self) -> tuple[Any, int]:
+        """A mark for `changed_since`: what a command's refusal checks (never a round trip)."""
+        return self.engine.change_mark(self._conn), self._appended
+
+    def changed_since(self, mark: tuple[Any, int]) -> bool:
+        """Whether anything was written or held back since `mark` (`Engine.changed_since`)."""
+        conn_mark, appended = mark
+        return self._appended != appended or self.engine.changed_since(self._conn, conn_mark)
 
     @property
     def in_transaction(self) -> bool:

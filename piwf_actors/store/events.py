@@ -12,8 +12,10 @@ from piwf_actors.store.engines.base import Connection
 
 def append_event(conn: Connection, run_id: str, kind: str, now: float, *,
                  node_id: str | None = None, attempt_id: str | None = None,
-                 payload: Any = None) -> int:
-    """Append an event with the run's next sequence number and return that number.
+                 payload: Any = None, want_seq: bool = False) -> int | None:
+    """Append an event with the run's next sequence number and return that number — or None inside
+    a batch on PostgreSQL, which leaves the numbering to the insert (`BatchConnection`), unless
+    `want_seq` asks for it (there a round trip of its own).
 
     One statement: the next number is max(seq) + 1 for the run, read under the
     writer's transaction, and the row is only inserted when the run exists.
@@ -23,7 +25,7 @@ def append_event(conn: Connection, run_id: str, kind: str, now: float, *,
     """
     encoded = None if payload is None else canonical_json(payload)
     if isinstance(conn, BatchConnection):
-        return conn.append_event(run_id, kind, now, node_id, attempt_id, encoded)
+        return conn.append_event(run_id, kind, now, node_id, attempt_id, encoded, want_seq=want_seq)
     row = conn.execute(
         """INSERT INTO run_event (run_id, seq, kind, node_id, attempt_id, payload, created_at)
            SELECT run.run_id,

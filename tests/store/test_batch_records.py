@@ -10,7 +10,8 @@ be what one statement each gave.
   reused with another request in the same batch is a `conflict`;
 - a batch stores each blob once, and stores it again after a savepoint that held it was rolled back;
 - a run claimed and ended in one batch leaves neither its claim nor its worker row;
-- the events of a message whose run's seq came with its context read number on from the stored ones.
+- the events of a message whose run's seq came with its context read number on from the stored ones;
+- a command that only held a delete back and then refused is undone: the rows stay.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from test_store_regressions import TOKEN, Store
 
 from piwf_actors.errors import Rejected
 from piwf_actors.store.batch import apply_batch
+from piwf_actors.store.batch_connection import BatchConnection
 from piwf_actors.store.blobs import put_blob
 from piwf_actors.store.commands.registry import WriteContext, command
 from piwf_actors.store.requests import WriteCommand
@@ -35,6 +37,28 @@ def _store_blob(ctx: WriteContext, args: dict[str, Any]) -> str:
     if args.get("refuse"):
         raise Rejected("refused after storing a blob")
     return key
+
+
+@command("test.hold_delete_then_refuse")
+def _hold_delete_then_refuse(ctx: WriteContext, args: dict[str, Any]) -> None:
+    assert isinstance(ctx.conn, BatchConnection)
+    ctx.conn.hold_delete("worker_message", "DELETE FROM worker_message WHERE launch_id = ?", args["launch_id"],
+                         column=0)
+    raise Rejected("refused after holding a delete")
+
+
+@command("test.hold_delete_then_read")
+def _hold_delete_then_read(ctx: WriteContext, args: dict[str, Any]) -> list[int]:
+    """`total_changes` before the held delete, while it is held, once it ran (a statement naming its
+    table sends it first), and the rows left: on PostgreSQL, where the batch defers its statements,
+    what it deleted is counted only at the last reading."""
+    assert isinstance(ctx.conn, BatchConnection)
+    seen = [ctx.conn.total_changes]
+    ctx.conn.hold_delete("worker_message", "DELETE FROM worker_message WHERE launch_id = ?", args["launch_id"],
+                         column=0)
+    seen.append(ctx.conn.total_changes)
+    left = int(ctx.conn.execute("SELECT count(*) FROM worker_message").fetchone()[0])
+    return [*seen, ctx.conn.total_changes, left]
 
 
 class Batches(Store):
@@ -159,3 +183,27 @@ def test_events_number_on_from_the_stored_ones_when_the_seq_comes_with_the_conte
         "node_id": "a", "attempt_id": "att1", "new_attempt": True, "attempt_no": 1, "outcome": "ok", "output": {}, "next": {"finish": True}}))])
     seqs = [row[0] for row in store.db.execute_sql("SELECT seq FROM run_event WHERE run_id = 'r1' ORDER BY seq")]
     assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) > stored
+
+
+def test_a_refusal_after_only_holding_a_delete_keeps_the_rows(store: Batches) -> None:
+    """A held delete is a change like a held insert (it moves the change mark): the command that held
+    it and refused is undone alone, in the pass with savepoints, so the delete never runs."""
+    _started(store)
+    store.batch([("worker.message", store.message("r1", "m1", "ready", {"start_at": "a"}))])
+    launch_id = store.claims["r1"][1]
+    refused, after = store.batch([("test.hold_delete_then_refuse", {"launch_id": launch_id}),
+                                  ("run.create", {"workflow": "w", "run_id": "r2", "input": {}})])
+    assert refused.error_code == "rejected" and after.ok
+    assert store.count("SELECT count(*) FROM worker_message WHERE launch_id = ?", (launch_id,)) == 1
+
+
+def test_total_changes_never_goes_back_when_a_held_delete_runs(store: Batches) -> None:
+    """A held delete counts one change while held; once it ran, the rows it deleted count instead, and
+    the count does not go back (a refusal check compares two readings)."""
+    _started(store)
+    launch_id = store.claims["r1"][1]
+    store.batch([("worker.message", store.message("r1", f"m{i}", "ready", {"start_at": "a"})) for i in range(3)])
+    (read,) = store.batch([("test.hold_delete_then_read", {"launch_id": launch_id})])
+    before, held, ran, left = read.unwrap()
+    assert left == 0
+    assert held == before + 1 and ran >= held + 2, read.unwrap()  # three rows deleted, one counted before

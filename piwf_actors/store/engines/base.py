@@ -18,7 +18,9 @@ state of its own (one instance per engine serves every host in the process).
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -195,6 +197,47 @@ class Engine(abc.ABC):
     def shard_run_counts(self, conn: Any) -> None:
         """Where writers run at once (`concurrent_writers`), give `run_count` a row per writer so that
         their transactions do not all update the same rows. Nothing where they take turns."""
+        return None
+
+    # --- the writer's batch on the wire ----------------------------------------------------------------
+
+    def pipelined(self, conn: Any) -> AbstractContextManager[None]:
+        """A block in which the writer's batch sends its statements without waiting for each answer,
+        where the engine talks to a server (PostgreSQL's pipeline mode: one round trip per result the
+        batch needs, not per statement). An error of a statement sent in it may surface at a later
+        call, up to the end of the block. Nothing for an engine in the host's process."""
+        return contextlib.nullcontext()
+
+    #: `pipelined` defers statements (a server engine): a read in the batch is then a round trip of
+    #: its own, so the batch leaves what it can to the server — events numbered by their insert
+    #: (store/batch_connection.py), the lease's expiry checked by a statement sent with COMMIT
+    #: (`lease_check_sql`).
+    defers_statements: bool = False
+
+    def lease_check_sql(self, expires_at: float) -> str | None:
+        """A statement that fails (`lease_check_failed`) when the database's clock has reached
+        `expires_at`, sent right before COMMIT in the same round trip: the batch's time fence at
+        commit without a reading of the clock of its own. None where the writer reads the clock
+        itself (no database clock)."""
+        return None
+
+    def lease_check_failed(self, exc: BaseException) -> bool:
+        """`exc` (or one of its causes) is the failure of `lease_check_sql`'s statement."""
+        return False
+
+    def change_mark(self, conn: Any) -> Any:
+        """A mark of the rows `conn` has changed so far, for `changed_since` (cheap: never waits for
+        the server). Called in the writer's thread, inside its transaction."""
+        return conn.total_changes
+
+    def changed_since(self, conn: Any, mark: Any) -> bool:
+        """Whether a statement on `conn` since `mark` changed rows (a refused command that wrote is
+        undone: store/batch.py)."""
+        return bool(conn.total_changes != mark)
+
+    def round_trips(self, db: Any) -> int | None:
+        """How many times `db`'s connections have waited for a server's answer (the writer's stats);
+        None for an engine in the host's process, where a statement is a function call."""
         return None
 
     # --- how its driver fails ------------------------------------------------------------------------

@@ -18,8 +18,10 @@ uses. `PgConnection` offers exactly that over a psycopg connection, so the SQL i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import peewee as pw
@@ -73,7 +75,7 @@ class _FlagDumper(Dumper):
 
 
 class PgCursor:
-    """A psycopg cursor whose `execute` takes `?` placeholders."""
+    """A psycopg cursor whose `execute` takes `?` placeholders (peewee's, outside the writer's batches)."""
 
     __slots__ = ("_conn", "_raw")
 
@@ -84,8 +86,10 @@ class PgCursor:
     def execute(self, sql: str, params: Any = ()) -> PgCursor:
         translated, changing = translate(sql)
         self._raw.execute(translated, params if params is not None else ())
+        self._conn.round_trips.count += 1
+        self._conn.round_trips.statements += 1
         if changing and self._raw.rowcount > 0:
-            self._conn.total_changes += self._raw.rowcount
+            self._conn._total_changes += self._raw.rowcount
         return self
 
     def __iter__(self) -> Any:
@@ -95,31 +99,234 @@ class PgCursor:
         return getattr(self._raw, name)
 
 
+class RoundTrips:
+    """How many times a database's connections waited for the server's answer (`count`: one per
+    statement sent alone, per `executemany`, per queue of deferred statements sent together) and
+    how many statements they sent (`statements`; an `executemany` counts once). Owned by the
+    database object, so that it survives a reconnection; read by the writer for its stats
+    (`Engine.round_trips`)."""
+
+    __slots__ = ("count", "statements")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.statements = 0
+
+
+def _prepared_cache_busy(raw: psycopg.Connection[Any]) -> bool:
+    """psycopg holds prepared-statement maintenance to send with the next statement (a DEALLOCATE
+    ALL after a ROLLBACK). In a pipeline a failed statement before it would make the server skip it
+    while psycopg counts it done, so such a queue is sent one statement at a time. (Reads psycopg's
+    private cache; where it has none, a pipeline is never used.)"""
+    prepared = getattr(raw, "_prepared", None)
+    return prepared is None or bool(getattr(prepared, "_to_flush", True))
+
+
+class _Rows:
+    """The cursors of an `executemany` sent as one statement per row: their changed rows summed."""
+
+    __slots__ = ("_cursors",)
+
+    def __init__(self, cursors: list[Any]) -> None:
+        self._cursors = cursors
+
+    @property
+    def rowcount(self) -> int:
+        return sum(max(cursor.rowcount, 0) for cursor in self._cursors)
+
+
+class DeferredCursor:
+    """A statement of a deferring block (`PgConnection.pipelined`), sent when its result is first
+    asked for (a row, `rowcount`, `description`, iteration) together with every statement queued
+    before it: one round trip for all of them."""
+
+    __slots__ = ("_conn", "sql", "params", "many", "changing", "raw")
+
+    def __init__(self, conn: PgConnection, sql: str, params: Any, many: bool, changing: bool) -> None:
+        self._conn = conn
+        self.sql = sql
+        self.params = params
+        self.many = many
+        self.changing = changing
+        self.raw: Any = None  # the psycopg cursor, once sent
+
+    def _ready(self) -> Any:
+        if self.raw is None:
+            self._conn.send_queued()
+        return self.raw
+
+    def fetchone(self) -> Any:
+        return self._ready().fetchone()
+
+    def fetchall(self) -> Any:
+        return self._ready().fetchall()
+
+    def fetchmany(self, size: int = 0) -> Any:
+        return self._ready().fetchmany(size) if size else self._ready().fetchmany()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._ready().rowcount)
+
+    @property
+    def description(self) -> Any:
+        return self._ready().description
+
+    def __iter__(self) -> Any:
+        return iter(self._ready())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ready(), name)
+
+
 class PgConnection:
     """The subset of `sqlite3.Connection` the store uses, over a psycopg connection in autocommit
-    mode (transactions are opened with an explicit BEGIN, as on SQLite)."""
+    mode (transactions are opened with an explicit BEGIN, as on SQLite).
 
-    def __init__(self, raw: psycopg.Connection[Any], engine: Engine) -> None:
+    Inside `pipelined()` (the writer's batches, store/batch.py) a statement is not sent when it is
+    executed but queued, and the queue goes to the server when a result is first needed
+    (`DeferredCursor`), when the rows changed so far are counted, or at the end of the block: one
+    statement alone as usual, several in psycopg's pipeline mode, in one round trip either way.
+    Statements whose answers nobody reads (inserts, updates without a read-back) so travel with the
+    next one whose answer is read. A statement's error (a conflict, a violated constraint)
+    therefore surfaces when its queue is sent, possibly in a later statement's call: the batch
+    treats an error out of a deferring pass as one of the whole pass (store/batch.py).
+    """
+
+    def __init__(self, raw: psycopg.Connection[Any], engine: Engine, round_trips: RoundTrips | None = None) -> None:
         self.raw = raw
         self.engine = engine
-        self.total_changes = 0
+        self.round_trips = round_trips if round_trips is not None else RoundTrips()
+        self._total_changes = 0
+        self._deferring = False
+        self._queue: list[DeferredCursor] = []  # statements executed, not sent yet
+        self._issued = 0  # changing statements executed (a change mark's position)
+        #: The rows each changing statement of the deferring block changed, once sent, in order; the
+        #: first is the `_changes_from`-th changing statement (`changed_since`).
+        self._changes: list[int] = []
+        self._changes_from = 0
+
+    # --- statements ------------------------------------------------------------------------------
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         translated, changing = translate(sql)
-        cursor = self.raw.execute(translated, params if params is not None else ())
+        params = params if params is not None else ()
+        if self._deferring:
+            return self._defer(translated, params, False, changing)
+        cursor = self.raw.execute(translated, params)
+        self.round_trips.count += 1
+        self.round_trips.statements += 1
+        self._issued += changing
         if changing and cursor.rowcount > 0:
-            self.total_changes += cursor.rowcount
+            self._total_changes += cursor.rowcount
         return cursor
 
     def executemany(self, sql: str, rows: Any) -> Any:
         """One statement for many rows (psycopg sends them pipelined: one round trip, not one each)."""
         rows = list(rows)
         translated, changing = translate(sql)
+        if self._deferring:
+            return self._defer(translated, rows, True, changing)
         cursor = self.raw.cursor()
         cursor.executemany(translated, rows)
+        self.round_trips.count += 1
+        self.round_trips.statements += 1
+        self._issued += changing
         if changing:
-            self.total_changes += max(cursor.rowcount, 0)  # (psycopg sums rowcount over the rows)
+            self._total_changes += max(cursor.rowcount, 0)  # (psycopg sums rowcount over the rows)
         return cursor
+
+    def _defer(self, sql: str, params: Any, many: bool, changing: bool) -> DeferredCursor:
+        cursor = DeferredCursor(self, sql, params, many, changing)
+        self._queue.append(cursor)
+        self._issued += changing
+        return cursor
+
+    # --- deferring: the writer's batches -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """Queue the statements of the block and send them when an answer is needed (see the class);
+        leaving the block sends what is left (a COMMIT executed last travels with it). An error of a
+        queued statement is raised where its queue is sent; after an error in the block, what is
+        still queued is dropped (the batch rolls back). An inner block is the outer one."""
+        if self._deferring:
+            yield
+            return
+        self._deferring = True
+        self._changes, self._changes_from = [], self._issued
+        try:
+            yield
+            self.send_queued()
+        finally:
+            self._deferring = False
+            self._queue = []
+
+    def send_queued(self) -> None:
+        """Send every queued statement and read their answers (one round trip)."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return
+        self.round_trips.count += 1
+        self.round_trips.statements += len(queue)
+        if (len(queue) == 1 and not queue[0].many) or _prepared_cache_busy(self.raw):
+            # Alone (no pipeline to enter and leave), or psycopg has prepared-statement maintenance
+            # to send first (a DEALLOCATE after a ROLLBACK): one by one, as any statement.
+            self.round_trips.count += len(queue) - 1
+            for item in queue:
+                item.raw = self.raw.cursor()
+                if item.many:
+                    item.raw.executemany(item.sql, item.params)
+                else:
+                    item.raw.execute(item.sql, item.params)
+        else:
+            # In the pipeline without server-side prepared statements (prepare=False, and an
+            # executemany as one statement per row): psycopg's cache of them must not learn of a
+            # statement the server skipped because an earlier one failed (seen: "prepared statement
+            # _pg3_84 does not exist" in a later batch).
+            with self.raw.pipeline():  # leaving it syncs: every answer is read, the first error raised
+                for item in queue:
+                    if item.many:
+                        item.raw = _Rows([self._send_unprepared(item.sql, row) for row in item.params])
+                    else:
+                        item.raw = self._send_unprepared(item.sql, item.params)
+        for item in queue:
+            if item.changing:
+                changed = max(item.raw.rowcount, 0)
+                self._total_changes += changed
+                self._changes.append(changed)
+
+    def _send_unprepared(self, sql: str, params: Any) -> Any:
+        cursor = self.raw.cursor()
+        cursor.execute(sql, params, prepare=False)
+        return cursor
+
+    # --- what the batch reads --------------------------------------------------------------------
+
+    @property
+    def total_changes(self) -> int:
+        """Rows changed by INSERT/UPDATE/DELETE on this connection (sends the queue when it holds a
+        changing statement: prefer `change_mark`/`changed_since` where only "did anything change"
+        matters)."""
+        if any(item.changing for item in self._queue):
+            self.send_queued()
+        return self._total_changes
+
+    def change_mark(self) -> tuple[int, int]:
+        """A mark to ask later whether rows changed since (never a round trip)."""
+        return self._issued, self._total_changes
+
+    def changed_since(self, mark: tuple[int, int]) -> bool:
+        """Whether a statement executed since `mark` changed rows; sends the queue only if one was
+        executed and is still queued."""
+        issued, total = mark
+        if self._issued == issued:
+            return False  # no changing statement since the mark
+        if not self._deferring:
+            return self._total_changes != total
+        if any(item.changing for item in self._queue):
+            self.send_queued()
+        return any(self._changes[issued - self._changes_from:])
 
     @property
     def in_transaction(self) -> bool:
@@ -175,6 +382,8 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         self.engine = engine
         self._read_only = read_only
         self._lock_timeout_ms = lock_timeout_ms
+        #: Round trips of this database's connections, over reconnections (the writer's stats).
+        self.round_trips = RoundTrips()
 
     def _connect(self) -> PgConnection:  # type: ignore[override]
         raw = super()._connect()  # type: ignore[misc]  # peewee's stubs do not declare _connect
@@ -183,4 +392,4 @@ class PiwfPostgresqlDatabase(pw.PostgresqlDatabase):
         except BaseException:
             raw.close()
             raise
-        return PgConnection(raw, self.engine)
+        return PgConnection(raw, self.engine, self.round_trips)

@@ -18,8 +18,9 @@ database (and `pg_restore` for the way back), which a copy of our own would only
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from piwf_actors import errors
 from piwf_actors.store.engines.base import DatabaseLocation, Engine, ServerDatabase, StoreOptions, one_line
@@ -38,7 +39,9 @@ BACKUP_REFUSAL = ("state.backup copies SQLite files; back up a PostgreSQL state 
 _RETRY = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _BUSY = {"55P03", "57014"}  # lock_not_available, query_canceled (statement/lock timeout)
 _FULL = {"53100", "53200", "53300"}  # disk_full, out_of_memory, too_many_connections
-_READ_ONLY = {"25006"}  # read_only_sql_transaction (a standby server, default_transaction_read_only)
+_READ_ONLY = {"25006"}
+#: What `lease_check_sql`'s block raises: a code of our own (class PW, outside PostgreSQL's classes).
+LEASE_CHECK_SQLSTATE = "PW001"  # read_only_sql_transaction (a standby server, default_transaction_read_only)
 
 
 def _psycopg() -> Any:
@@ -139,6 +142,43 @@ class PostgresqlEngine(Engine):
         from piwf_actors.store.engines import pg_schema
 
         pg_schema.shard_run_count(conn)
+
+    # --- the writer's batch on the wire ----------------------------------------------------------------
+
+    def pipelined(self, conn: Any) -> AbstractContextManager[None]:
+        """psycopg's pipeline mode (`PgConnection.pipelined`)."""
+        return cast(AbstractContextManager[None], conn.pipelined())
+
+    defers_statements = True
+
+    def lease_check_sql(self, expires_at: float) -> str | None:
+        """An anonymous PL/pgSQL block (DO takes no parameters: the expiry is a float literal, from
+        the lease row, never from a client) raising `LEASE_CHECK_SQLSTATE` once the server's clock,
+        the one every fence on PostgreSQL reads, has reached it."""
+        return (f"DO $$BEGIN IF extract(epoch from clock_timestamp()) >= {float(expires_at)!r}::double precision "
+                f"THEN RAISE EXCEPTION 'lease expired before COMMIT' USING ERRCODE = '{LEASE_CHECK_SQLSTATE}'; "
+                f"END IF; END$$")
+
+    def lease_check_failed(self, exc: BaseException) -> bool:
+        psycopg = _psycopg()
+        current: BaseException | None = exc
+        seen: set[int] = set()
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            if psycopg is not None and isinstance(current, psycopg.Error) and current.sqlstate == LEASE_CHECK_SQLSTATE:
+                return True
+            current = current.__cause__ or current.__context__
+        return False
+
+    def change_mark(self, conn: Any) -> Any:
+        return conn.change_mark()
+
+    def changed_since(self, conn: Any, mark: Any) -> bool:
+        return bool(conn.changed_since(mark))
+
+    def round_trips(self, db: Any) -> int | None:
+        counter = getattr(db, "round_trips", None)
+        return None if counter is None else int(counter.count)
 
     # --- how its driver fails ------------------------------------------------------------------------
 
