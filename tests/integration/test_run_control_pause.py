@@ -33,11 +33,20 @@ def _start_four(host, oracle: Oracle, **extra) -> str:
     return host.start_run(flow("four"), {"oracle": str(oracle.path), **extra})["receipt"]["run_id"]
 
 
+def _p2_running_after_p1_committed(state_dir, run_id: str, oracle: Oracle) -> None:
+    """p2 runs and p1's result is committed. p1's result is posted (pipelined): seeing p2 start says
+    nothing of its commit, and a pause that commits first stops the run at p1's boundary instead, with
+    p2 run for nothing (docs/durability.md, "Stops at a boundary") — a loaded machine showed it."""
+    wait_for_oracle(oracle, "p2")
+    wait_for(lambda: any(e["kind"] == "node_finished" and e["node_id"] == "p1" for e in events(state_dir, run_id)),
+             10, "p1's result to be committed")
+
+
 def test_pause_parks_at_the_next_node_boundary_and_resume_finishes(guard, state_dir) -> None:
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
     run_id = _start_four(host, oracle, sleeps={"p2": 1.0})
-    wait_for_oracle(oracle, "p2")  # node 2 of 4 is running (a 1 s compute)
+    _p2_running_after_p1_committed(state_dir, run_id, oracle)  # node 2 of 4 is running (a 1 s compute)
     assert host.pause_run(run_id)["receipt"]["status"] == "pausing"
 
     view = wait_for_status(host, run_id, SETTLED)
@@ -77,7 +86,7 @@ def test_resume_before_the_boundary_withdraws_the_pause_without_interrupting(gua
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
     run_id = _start_four(host, oracle, sleeps={"p2": 1.0})
-    wait_for_oracle(oracle, "p2")
+    _p2_running_after_p1_committed(state_dir, run_id, oracle)
     worker = guard.track(active_worker(host, run_id))
     assert host.pause_run(run_id)["receipt"]["status"] == "pausing"
     assert host.resume_run(run_id)["receipt"]["status"] == "running"
@@ -93,7 +102,7 @@ def test_pause_then_worker_crash_parks_paused_and_one_resume_requeues(guard, sta
     oracle = Oracle(state_dir / "oracle")
     host = guard.start_host(state_dir)
     run_id = _start_four(host, oracle, hang=["p2"])
-    wait_for_oracle(oracle, "p2")  # p1 committed in this launch; p2 hangs
+    _p2_running_after_p1_committed(state_dir, run_id, oracle)  # p1 committed in this launch; p2 hangs
     worker = guard.track(active_worker(host, run_id))
     host.pause_run(run_id)
     os.kill(worker.pid, signal.SIGKILL)
