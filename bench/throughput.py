@@ -746,18 +746,22 @@ def settled_statements(socket_path: str, nudge: Callable[[Client], None]) -> int
     return None if value is None else int(value)
 
 
-def writer_cpu_s(phase: Phase) -> float:
-    """CPU of the host's writer thread(s) in the phase (the DatabaseWriter actor's thread group)."""
-    return sum(s for name, s in phase.cpu.by_thread.items() if "writer" in name.lower())
+def writer_cpu_s(phase: Phase) -> float | None:
+    """CPU of the host's writer thread(s) in the phase (the DatabaseWriter actor's thread group); None when
+    the threads have no names (py-spy names them: without it /proc says only "python")."""
+    named = [(name, s) for name, s in phase.cpu.by_thread.items() if "writer" in name.lower()]
+    return sum(s for _, s in named) if named else None
 
 
 def statements_note(phase: Phase, before: int | None, after: int | None) -> str:
     """One line: SQL statements per run and the writer's CPU per run in the phase."""
-    writer_ms = phase.cpu_ms(writer_cpu_s(phase))
+    writer_s = writer_cpu_s(phase)
+    writer = ("writer CPU not measured (no py-spy to name the host's threads)" if writer_s is None
+              else f"writer CPU {phase.cpu_ms(writer_s):.3f} ms/run")
     if before is None or after is None:
-        return f"writer: statements per run not reported by this host; writer CPU {writer_ms:.3f} ms/run"
+        return f"writer: statements per run not reported by this host; {writer}"
     return (f"writer: {(after - before) / phase.runs:.1f} SQL statements per run (writer.statements, ±1 run's "
-            f"worth per phase), writer CPU {writer_ms:.3f} ms/run")
+            f"worth per phase), {writer}")
 
 
 def print_phase(phase: Phase) -> None:
