@@ -138,16 +138,20 @@ class Fences:
             self.runners.pop(str(cmd.args.get("runner_id")), None)
             self._pending_runners.pop(str(cmd.args.get("runner_id")), None)
 
+    def _expiry(self, runner_id: str | None) -> tuple[float | None, int]:
+        """(expires_at, epoch) of the lease that fences `runner_id`'s writes (None: the host's own);
+        a runner lease not read yet has epoch -1."""
+        if runner_id is None:
+            return self.host.expires_at, self.host.epoch
+        lease = self.runner(runner_id)
+        return lease.expires_at, lease.epoch if lease.epoch is not None else -1
+
     def earliest_expiry(self, fenced_by: set[str | None]) -> tuple[int, float] | None:
         """(epoch, expires_at) of the lease that runs out first among those of the senders whose
         fenced writes this batch holds; None when none of them has a finite expiry."""
         found: tuple[int, float] | None = None
         for runner_id in fenced_by:
-            if runner_id is None:
-                expires_at, epoch = self.host.expires_at, self.host.epoch
-            else:
-                lease = self.runner(runner_id)
-                expires_at, epoch = lease.expires_at, lease.epoch if lease.epoch is not None else -1
+            expires_at, epoch = self._expiry(runner_id)
             if expires_at is not None and math.isfinite(expires_at) and (found is None or expires_at < found[1]):
                 found = (epoch, float(expires_at))
         return found
@@ -155,11 +159,7 @@ class Fences:
     def expired_at_commit(self, clock_now: float, fenced_by: set[str | None]) -> errors.StoreError | None:
         """The lease of a sender whose fenced writes this batch holds ran out meanwhile (None: still held)."""
         for runner_id in fenced_by:
-            if runner_id is None:
-                expires_at, epoch = self.host.expires_at, self.host.epoch
-            else:
-                lease = self.runner(runner_id)
-                expires_at, epoch = lease.expires_at, lease.epoch if lease.epoch is not None else -1
+            expires_at, epoch = self._expiry(runner_id)
             if expires_at is not None and clock_now >= expires_at:
                 return errors.LeaseExpired(epoch, expires_at)
         return None
